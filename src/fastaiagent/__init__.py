@@ -1,0 +1,26 @@
+"""fastaiagent: agents that remember, per user and across sessions."""
+
+from fastaiagent.agent import (
+    Agent,
+    AgentMemory,
+    AgentResult,
+    ComposableMemory,
+    MemoryBlock,
+    RunContext,
+    StaticBlock,
+)
+from fastaiagent.llm import LLMClient
+
+__version__ = "1.80.0"
+
+__all__ = [
+    "Agent",
+    "AgentMemory",
+    "AgentResult",
+    "ComposableMemory",
+    "LLMClient",
+    "MemoryBlock",
+    "RunContext",
+    "StaticBlock",
+    "__version__",
+]

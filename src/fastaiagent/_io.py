@@ -1,0 +1,36 @@
+"""Atomic JSON files: a reader never sees half a file, a failed load changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    """Write ``data`` as JSON through a temp file in the same directory, then rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, ensure_ascii=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | os.PathLike[str], *, what: str = "memory file") -> Any:
+    """Read a JSON file; a missing or corrupt file raises with the path in the message."""
+    source = Path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"{what} not found: {source}")
+    try:
+        return json.loads(source.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} {source} is corrupt: {exc}") from exc

@@ -1,0 +1,31 @@
+"""The agent runtime and the composable memory blocks."""
+
+from fastaiagent.agent.agent import Agent, AgentResult, StreamDelta
+from fastaiagent.agent.context import RunContext
+from fastaiagent.agent.memory import (
+    AgentMemory,
+    ComposableMemory,
+    MemoryBlock,
+    MemoryIsolationError,
+    SharedMemoryContext,
+)
+from fastaiagent.agent.memory_blocks import StaticBlock
+from fastaiagent.agent.middleware import Middleware, RedactPII
+from fastaiagent.agent.tools import FunctionTool, tool
+
+__all__ = [
+    "Agent",
+    "AgentMemory",
+    "AgentResult",
+    "ComposableMemory",
+    "FunctionTool",
+    "MemoryBlock",
+    "MemoryIsolationError",
+    "Middleware",
+    "RedactPII",
+    "RunContext",
+    "SharedMemoryContext",
+    "StaticBlock",
+    "StreamDelta",
+    "tool",
+]

@@ -1,0 +1,5 @@
+"""The shipped memory blocks, one module each."""
+
+from fastaiagent.agent.memory_blocks.static import StaticBlock
+
+__all__ = ["StaticBlock"]

@@ -1,0 +1,46 @@
+"""Turn a ``location`` (string or store instance) into a FactStore."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastaiagent.learn.store import FactStore
+
+POSTGRES_SCHEMES = ("postgres://", "postgresql://")
+REDIS_SCHEMES = ("redis://", "rediss://")
+
+
+def make_fact_store(location: Any = "sqlite") -> FactStore:
+    """``"sqlite"`` (the local default), ``postgres://``/``postgresql://``,
+    ``redis://``/``rediss://`` URLs, or any object implementing FactStore.
+
+    Raises ValueError for an unknown string, TypeError for anything else, and
+    ImportError naming the extra when a backend's driver is missing.
+    """
+    if isinstance(location, str):
+        if location == "sqlite":
+            from fastaiagent.learn.sqlite import MemoryStore
+
+            return MemoryStore()
+        if location.startswith("sqlite:///"):
+            from fastaiagent.learn.sqlite import MemoryStore
+
+            return MemoryStore(location[len("sqlite:///") :])
+        if location.startswith(POSTGRES_SCHEMES):
+            from fastaiagent.learn.postgres import PostgresFactStore
+
+            return PostgresFactStore(location)
+        if location.startswith(REDIS_SCHEMES):
+            from fastaiagent.learn.redis import RedisFactStore
+
+            return RedisFactStore(location)
+        raise ValueError(
+            f"unsupported location {location!r}: use 'sqlite', 'sqlite:///path.db', "
+            "'postgres://...', 'postgresql://...', 'redis://...', 'rediss://...' "
+            "or a FactStore instance"
+        )
+    if isinstance(location, FactStore):
+        return location
+    raise TypeError(
+        f"location must be a string or a FactStore instance, got {type(location).__name__}"
+    )

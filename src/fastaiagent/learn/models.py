@@ -1,0 +1,64 @@
+"""The durable fact record shared by every store."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+SCOPES = ("user", "project", "agent")
+SOURCE_MANUAL = "manual"  # written directly (Memory.persist, store.add)
+SOURCE_LEARNED = "learned"  # learned during a run (Memory(learn=), FactExtractionBlock(persist=True))
+SOURCE_TRACE_LOOP = "learn"  # mined from past traces by `fastaiagent learn`
+
+
+@dataclass
+class Fact:
+    """One durable statement, filed under ``scope:scope_id`` within ``project_id``.
+
+    ``id`` and ``created_at`` are set by the store. A fact is *active* while
+    ``superseded_by`` is None; a superseded fact stays as history.
+    ``created_at`` is in UNIX seconds.
+    """
+
+    fact: str
+    scope: str = "agent"
+    scope_id: str = ""
+    project_id: str = ""
+    confidence: float = 1.0
+    source: str = SOURCE_MANUAL
+    source_trace_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: int | None = None
+    created_at: float = 0.0
+    superseded_by: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.superseded_by is None
+
+    @property
+    def subject(self) -> str:
+        """``scope:scope_id``, as the Memory page shows it."""
+        return f"{self.scope}:{self.scope_id}"
+
+    @property
+    def created_datetime(self) -> datetime:
+        return datetime.fromtimestamp(self.created_at, tz=timezone.utc)
+
+    @property
+    def source_label(self) -> str:
+        """``manual`` for direct writes, else the trace id or the source name."""
+        if self.source_trace_id:
+            return self.source_trace_id
+        return self.source or SOURCE_MANUAL
+
+    def stamped(self) -> Fact:
+        """A copy with ``created_at`` set to now when it was left unset."""
+        if self.created_at:
+            return self
+        return Fact(**{**self.__dict__, "created_at": time.time(), "metadata": dict(self.metadata)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__, metadata=dict(self.metadata))

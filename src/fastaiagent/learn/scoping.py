@@ -1,0 +1,125 @@
+"""The scoping rules of every fact store, in one place.
+
+- user/project scope: an empty id reads nothing and refuses delete; ``"*"``
+  reads or deletes every subject, on purpose.
+- agent scope: an empty id reads every agent (shared truth is permissive)
+  but is refused on delete, where it would wipe every agent by accident.
+- ``"*"`` is never a valid id on write.
+- ``project_id`` always matches exactly ("" is the default partition).
+
+Fact text is compared normalised (case and spacing) everywhere, so the same
+statement typed twice is one fact.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from fastaiagent.learn.models import SCOPES, Fact
+
+WILDCARD = "*"
+MAX_FACT_CHARS = 10_000
+_SPACES = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """The comparison key of a fact: case-folded, spacing collapsed."""
+    return _SPACES.sub(" ", text).strip().casefold()
+
+
+def check_scope(scope: str) -> None:
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; expected one of {SCOPES}")
+
+
+def _check_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+def validate_for_write(fact: Fact) -> Fact:
+    """Check a fact before it is stored; returns it with ``created_at`` stamped."""
+    if not isinstance(fact, Fact):
+        raise TypeError(f"expected a Fact, got {type(fact).__name__}")
+    check_scope(fact.scope)
+    text = _check_str("fact", fact.fact)
+    _check_str("scope_id", fact.scope_id)
+    _check_str("project_id", fact.project_id)
+    if not normalize_text(text):
+        raise ValueError("fact text is empty")
+    if len(text) > MAX_FACT_CHARS:
+        raise ValueError(f"fact text is {len(text)} characters; the limit is {MAX_FACT_CHARS}")
+    if "\x00" in text or "\x00" in fact.scope_id or "\x00" in fact.project_id:
+        raise ValueError("fact text and ids cannot contain NUL characters")
+    if fact.scope_id == WILDCARD or fact.project_id == WILDCARD:
+        raise ValueError('"*" is a read/delete wildcard and cannot be written as an id')
+    if fact.scope in ("user", "project") and not fact.scope_id:
+        raise ValueError(f"a {fact.scope}-scope fact needs a non-empty scope_id")
+    if not isinstance(fact.confidence, (int, float)) or not (
+        math.isfinite(fact.confidence) and 0.0 <= fact.confidence <= 1.0
+    ):
+        raise ValueError(f"confidence must be a number in [0, 1], got {fact.confidence!r}")
+    if not isinstance(fact.metadata, dict):
+        raise TypeError("metadata must be a dict")
+    return fact.stamped()
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which subjects a read or delete touches. ``scope_id=None`` means all of them."""
+
+    scope: str
+    scope_id: str | None
+    project_id: str
+
+
+def read_selector(scope: str, scope_id: str, project_id: str = "") -> Selector | None:
+    """The subjects a read covers, or None when it must read nothing."""
+    check_scope(scope)
+    _check_str("scope_id", scope_id)
+    _check_str("project_id", project_id)
+    if scope_id == WILDCARD:
+        return Selector(scope, None, project_id)
+    if not scope_id:
+        return Selector(scope, None, project_id) if scope == "agent" else None
+    return Selector(scope, scope_id, project_id)
+
+
+def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector:
+    """The subjects a delete covers; an empty id is refused at every scope."""
+    check_scope(scope)
+    _check_str("scope_id", scope_id)
+    _check_str("project_id", project_id)
+    if not scope_id:
+        raise ValueError(
+            f"refusing to delete {scope}-scope facts with an empty id; "
+            'pass scope_id="*" to delete every subject on purpose'
+        )
+    return Selector(scope, None if scope_id == WILDCARD else scope_id, project_id)
+
+
+def check_limit(limit: int | None) -> None:
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
+
+
+def check_supersede(old: Fact | None, new: Fact | None, old_id: int, new_id: int) -> None:
+    """The rules of ``supersede``: both exist, same subject, new active, no self or cycle."""
+    if old_id == new_id:
+        raise ValueError(f"fact #{old_id} cannot supersede itself")
+    if old is None:
+        raise KeyError(f"no fact #{old_id}")
+    if new is None:
+        raise KeyError(f"no fact #{new_id}")
+    if (old.scope, old.scope_id, old.project_id) != (new.scope, new.scope_id, new.project_id):
+        raise ValueError(
+            f"fact #{new_id} ({new.subject}) cannot supersede #{old_id} ({old.subject}): "
+            "a fact can only replace one of the same scope, id and project"
+        )
+    if new.superseded_by is not None:
+        raise ValueError(f"fact #{new_id} is itself superseded and cannot replace another")
+    if old.superseded_by is not None and old.superseded_by != new_id:
+        raise ValueError(f"fact #{old_id} is already superseded by #{old.superseded_by}")

@@ -1,0 +1,316 @@
+"""MemoryStore: the default fact store, a local SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fastaiagent.learn.models import SOURCE_LEARNED, Fact
+from fastaiagent.learn.scoping import (
+    Selector,
+    check_limit,
+    check_supersede,
+    delete_selector,
+    normalize_text,
+    read_selector,
+    validate_for_write,
+)
+from fastaiagent.learn.store import SubjectCount
+
+DEFAULT_DIR = ".fastaiagent"
+DEFAULT_FILE = "local.db"
+ENV_PATH = "FASTAIAGENT_LOCAL_DB"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS learned_memory (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    fact TEXT NOT NULL,
+    fact_key TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    scope_id TEXT NOT NULL DEFAULT '',
+    project_id TEXT NOT NULL DEFAULT '',
+    confidence REAL NOT NULL DEFAULT 1.0,
+    source TEXT NOT NULL DEFAULT 'manual',
+    source_trace_id TEXT,
+    created_at REAL NOT NULL,
+    superseded_by INTEGER,
+    metadata TEXT NOT NULL DEFAULT '{}'
+);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_learned_memory_active_key
+    ON learned_memory (scope, scope_id, project_id, fact_key) WHERE superseded_by IS NULL;
+CREATE INDEX IF NOT EXISTS idx_learned_memory_subject_active
+    ON learned_memory (scope, scope_id, project_id, created_at DESC, id DESC)
+    WHERE superseded_by IS NULL;
+CREATE INDEX IF NOT EXISTS idx_learned_memory_scope_active
+    ON learned_memory (scope, project_id, created_at DESC, id DESC)
+    WHERE superseded_by IS NULL;
+CREATE INDEX IF NOT EXISTS idx_learned_memory_subject_all
+    ON learned_memory (scope, scope_id, project_id);
+"""
+_COLUMNS = (
+    "id, fact, scope, scope_id, project_id, confidence, source, source_trace_id, "
+    "created_at, superseded_by, metadata"
+)
+
+
+def default_db_path() -> Path:
+    """``$FASTAIAGENT_LOCAL_DB`` or ``./.fastaiagent/local.db``, made absolute now."""
+    env = os.environ.get(ENV_PATH)
+    return Path(env).expanduser().resolve() if env else (Path.cwd() / DEFAULT_DIR / DEFAULT_FILE)
+
+
+def _row_to_fact(row: tuple[Any, ...]) -> Fact:
+    return Fact(
+        id=row[0],
+        fact=row[1],
+        scope=row[2],
+        scope_id=row[3],
+        project_id=row[4],
+        confidence=row[5],
+        source=row[6],
+        source_trace_id=row[7],
+        created_at=row[8],
+        superseded_by=row[9],
+        metadata=json.loads(row[10]) if row[10] else {},
+    )
+
+
+def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
+    clauses, params = ["scope = ?", "project_id = ?"], [selector.scope, selector.project_id]
+    if selector.scope_id is not None:
+        clauses.append("scope_id = ?")
+        params.append(selector.scope_id)
+    if active_only:
+        clauses.append("superseded_by IS NULL")
+    return " AND ".join(clauses), params
+
+
+class MemoryStore:
+    """SQLite fact store (the default ``location="sqlite"``).
+
+    ``path=None`` means ``$FASTAIAGENT_LOCAL_DB`` or ``.fastaiagent/local.db``
+    under the working directory, resolved to an absolute path once, at first
+    use; constructing the store touches no file. Each thread reuses its own
+    connection; the database runs in WAL mode so readers never wait for a writer.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
+        self._explicit_path = Path(path).expanduser() if path is not None else None
+        self._path: Path | None = None
+        self._timeout = timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._schema_ready = False
+        self._pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(path={str(self._path or self._explicit_path or '<default>')!r})"
+
+    @property
+    def path(self) -> Path:
+        """The absolute database path, resolved on first access."""
+        if self._path is None:
+            with self._lock:
+                if self._path is None:
+                    chosen = self._explicit_path or default_db_path()
+                    self._path = chosen.resolve()
+        return self._path
+
+    # -- connections -------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if os.getpid() != self._pid:  # a forked child must not share the parent's handles
+            self._local = threading.local()
+            self._connections = []
+            self._pid = os.getpid()
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path), timeout=self._timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+        if not self._schema_ready:
+            with self._lock:
+                conn.executescript(_SCHEMA)
+                self._schema_ready = True
+        self._local.conn = conn
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that takes the database lock up front."""
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection; the next call opens new ones."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+            self._local = threading.local()
+        for conn in connections:
+            try:
+                conn.close()
+            except sqlite3.Error:  # already closed by its thread
+                pass
+
+    # -- writes ------------------------------------------------------------
+
+    def _add(self, conn: sqlite3.Connection, fact: Fact) -> int:
+        key = normalize_text(fact.fact)
+        row = conn.execute(
+            "SELECT id FROM learned_memory WHERE scope = ? AND scope_id = ? AND project_id = ? "
+            "AND fact_key = ? AND superseded_by IS NULL",
+            (fact.scope, fact.scope_id, fact.project_id, key),
+        ).fetchone()
+        if row:
+            return int(row[0])
+        cursor = conn.execute(
+            "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
+            "source, source_trace_id, created_at, superseded_by, metadata) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+            (
+                fact.fact,
+                key,
+                fact.scope,
+                fact.scope_id,
+                fact.project_id,
+                float(fact.confidence),
+                fact.source,
+                fact.source_trace_id,
+                fact.created_at,
+                json.dumps(fact.metadata),
+            ),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def add(self, fact: Fact) -> int:
+        fact = validate_for_write(fact)
+        with self._write() as conn:
+            return self._add(conn, fact)
+
+    def _supersede(self, conn: sqlite3.Connection, old_id: int, new_id: int) -> None:
+        old, new = self._get(conn, old_id), self._get(conn, new_id)
+        check_supersede(old, new, old_id, new_id)
+        conn.execute("UPDATE learned_memory SET superseded_by = ? WHERE id = ?", (new_id, old_id))
+
+    def supersede(self, old_id: int, new_id: int) -> None:
+        with self._write() as conn:
+            self._supersede(conn, old_id, new_id)
+
+    def update(self, new: Fact, old_id: int) -> int:
+        new = validate_for_write(new)
+        with self._write() as conn:
+            new_id = self._add(conn, new)
+            if new_id != old_id:
+                self._supersede(conn, old_id, new_id)
+            return new_id
+
+    def delete(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        *,
+        fact: str | None = None,
+        fact_id: int | None = None,
+    ) -> int:
+        where, params = _where(delete_selector(scope, scope_id, project_id), active_only=False)
+        if fact is not None:
+            where += " AND fact_key = ?"
+            params.append(normalize_text(fact))
+        if fact_id is not None:
+            where += " AND id = ?"
+            params.append(int(fact_id))
+        with self._write() as conn:
+            return conn.execute(f"DELETE FROM learned_memory WHERE {where}", params).rowcount
+
+    def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
+        if keep < 0:
+            raise ValueError("keep must be >= 0")
+        where, params = _where(delete_selector(scope, scope_id, project_id), active_only=True)
+        with self._write() as conn:
+            return conn.execute(
+                f"DELETE FROM learned_memory WHERE id IN (SELECT id FROM learned_memory WHERE "
+                f"{where} AND source = ? ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?)",
+                [*params, SOURCE_LEARNED, keep],
+            ).rowcount
+
+    # -- reads -------------------------------------------------------------
+
+    def _get(self, conn: sqlite3.Connection, fact_id: int) -> Fact | None:
+        row = conn.execute(
+            f"SELECT {_COLUMNS} FROM learned_memory WHERE id = ?", (int(fact_id),)
+        ).fetchone()
+        return _row_to_fact(row) if row else None
+
+    def get(self, fact_id: int) -> Fact | None:
+        return self._get(self._connection(), fact_id)
+
+    def list_active(
+        self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
+    ) -> list[Fact]:
+        check_limit(limit)
+        selector = read_selector(scope, scope_id, project_id)
+        if selector is None or limit == 0:
+            return []
+        where, params = _where(selector, active_only=True)
+        rows = self._connection().execute(
+            f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
+            [*params, -1 if limit is None else limit],
+        )
+        return [_row_to_fact(row) for row in rows]
+
+    def browse(
+        self,
+        *,
+        scope: str | None = None,
+        scope_id: str | None = None,
+        project_id: str | None = None,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Fact]:
+        check_limit(limit)
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (("scope", scope), ("scope_id", scope_id), ("project_id", project_id)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if not include_superseded:
+            clauses.append("superseded_by IS NULL")
+        where = " AND ".join(clauses) or "1"
+        rows = self._connection().execute(
+            f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
+            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+            [*params, limit, max(0, offset)],
+        )
+        return [_row_to_fact(row) for row in rows]
+
+    def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:
+        where = "" if include_superseded else "WHERE superseded_by IS NULL"
+        rows = self._connection().execute(
+            f"SELECT scope, scope_id, project_id, COUNT(*) FROM learned_memory {where} "
+            "GROUP BY scope, scope_id, project_id ORDER BY scope, scope_id, project_id"
+        )
+        return [SubjectCount(*row) for row in rows]

@@ -1,0 +1,88 @@
+"""The FactStore contract every durable backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from fastaiagent.learn.models import Fact
+
+
+@dataclass(frozen=True)
+class SubjectCount:
+    """How many facts one ``scope:scope_id`` (within a project) holds."""
+
+    scope: str
+    scope_id: str
+    project_id: str
+    count: int
+
+
+@runtime_checkable
+class FactStore(Protocol):
+    """Durable facts, scoped by (scope, scope_id, project_id).
+
+    The scoping rules live in :mod:`fastaiagent.learn.scoping`; run
+    :mod:`fastaiagent.learn.conformance` to check an implementation.
+    """
+
+    def add(self, fact: Fact) -> int:
+        """Store ``fact``; idempotent: the same normalised text in the same
+        subject returns the one active row's id, also under concurrency.
+        Re-adding a superseded text makes it active again (a new row)."""
+        ...
+
+    def get(self, fact_id: int) -> Fact | None:
+        """The fact with this id, active or superseded, or None."""
+        ...
+
+    def list_active(
+        self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
+    ) -> list[Fact]:
+        """Active facts of a subject, newest first (``"*"`` = every subject)."""
+        ...
+
+    def supersede(self, old_id: int, new_id: int) -> None:
+        """Mark ``old_id`` replaced by ``new_id`` (same subject, no self or cycle)."""
+        ...
+
+    def update(self, new: Fact, old_id: int) -> int:
+        """Add ``new`` and supersede ``old_id`` with it, in one transaction."""
+        ...
+
+    def delete(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        *,
+        fact: str | None = None,
+        fact_id: int | None = None,
+    ) -> int:
+        """Hard-delete a subject's facts and history (or one fact); returns the count."""
+        ...
+
+    def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
+        """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
+        ...
+
+    def browse(
+        self,
+        *,
+        scope: str | None = None,
+        scope_id: str | None = None,
+        project_id: str | None = None,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """Facts across subjects for UIs and CLIs, newest first (filters before limit)."""
+        ...
+
+    def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:
+        """Every subject with its fact count."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store reopens on its next use."""
+        ...

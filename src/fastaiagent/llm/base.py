@@ -1,0 +1,85 @@
+"""The LLM interface every model (real provider or test double) implements."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastaiagent.llm.message import Message, ToolCall
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the model is told about a callable tool: name, description, JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class Usage:
+    """Token counts reported by the provider (0 when unknown)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass
+class LLMResponse:
+    """One model completion."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    model: str = ""
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass
+class StreamEvent:
+    """A streamed piece of a completion: a text delta, or the final response."""
+
+    kind: Literal["text", "done"]
+    text: str = ""
+    response: LLMResponse | None = None
+
+
+class BaseLLM:
+    """Base class of every LLM. Subclasses implement :meth:`complete`.
+
+    The async and streaming methods have working defaults: ``acomplete`` runs
+    ``complete`` in a worker thread (so the event loop is never held), and the
+    streams yield the whole reply as one delta. Providers override them with
+    native implementations.
+    """
+
+    model: str = ""
+
+    def complete(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
+    ) -> LLMResponse:
+        raise NotImplementedError
+
+    async def acomplete(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
+    ) -> LLMResponse:
+        return await asyncio.to_thread(self.complete, list(messages), tools=tools)
+
+    def stream(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
+    ) -> Iterator[StreamEvent]:
+        response = self.complete(messages, tools=tools)
+        if response.content:
+            yield StreamEvent("text", text=response.content)
+        yield StreamEvent("done", response=response)
+
+    async def astream(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        response = await self.acomplete(messages, tools=tools)
+        if response.content:
+            yield StreamEvent("text", text=response.content)
+        yield StreamEvent("done", response=response)

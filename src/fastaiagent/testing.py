@@ -1,0 +1,134 @@
+"""Deterministic LLMs for tests: no network, same answer every time.
+
+``CannedLLM`` replays a script of replies (text, tool calls or errors);
+``FunctionLLM`` answers with a function of the messages it is sent. Both
+record every call in ``.calls`` so tests can assert what the model saw.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
+from fastaiagent.llm.message import Message, ToolCall
+
+Reply = str | LLMResponse | ToolCall | list[ToolCall] | BaseException
+_call_ids = itertools.count(1)
+
+
+def tool_call(name: str, **arguments: Any) -> ToolCall:
+    """A canned tool call, e.g. ``tool_call("get_weather", city="Paris")``."""
+    return ToolCall(id=f"call_{next(_call_ids)}", name=name, arguments=arguments)
+
+
+def _to_response(reply: Reply, model: str) -> LLMResponse:
+    if isinstance(reply, BaseException):
+        raise reply
+    if isinstance(reply, LLMResponse):
+        return reply
+    if isinstance(reply, ToolCall):
+        return LLMResponse(tool_calls=[reply], model=model, finish_reason="tool_calls")
+    if isinstance(reply, list):
+        return LLMResponse(tool_calls=list(reply), model=model, finish_reason="tool_calls")
+    if isinstance(reply, str):
+        return LLMResponse(content=reply, model=model, finish_reason="stop")
+    raise TypeError(f"cannot turn {type(reply).__name__} into an LLM reply")
+
+
+class _RecordingLLM(BaseLLM):
+    def __init__(self, model: str, delay: float) -> None:
+        if delay < 0:
+            raise ValueError("delay must be >= 0")
+        self.model = model
+        self.delay = delay
+        self.calls: list[list[Message]] = []
+        self._lock = threading.Lock()
+
+    def _record(self, messages: Sequence[Message]) -> None:
+        with self._lock:
+            self.calls.append(list(messages))
+        if self.delay:
+            time.sleep(self.delay)
+
+    @property
+    def call_count(self) -> int:
+        return len(self.calls)
+
+
+class CannedLLM(_RecordingLLM):
+    """Replies from a script, in order.
+
+    Each reply is a string, an :class:`LLMResponse`, a :class:`ToolCall` (or a
+    list of them) from :func:`tool_call`, or an exception to raise. When the
+    script runs out the last reply repeats (``repeat_last=True``, the default)
+    or IndexError is raised.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[Reply] | Reply = "ok",
+        *,
+        model: str = "canned",
+        repeat_last: bool = True,
+        delay: float = 0.0,
+    ) -> None:
+        super().__init__(model, delay)
+        script = [replies] if isinstance(replies, (str, LLMResponse, ToolCall, BaseException)) else list(replies)
+        if not script:
+            raise ValueError("CannedLLM needs at least one reply")
+        self.replies: list[Reply] = script
+        self.repeat_last = repeat_last
+        self._next = 0
+
+    def complete(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
+    ) -> LLMResponse:
+        self._record(messages)
+        with self._lock:
+            if self._next >= len(self.replies):
+                if not self.repeat_last:
+                    raise IndexError("CannedLLM ran out of replies")
+                reply = self.replies[-1]
+            else:
+                reply = self.replies[self._next]
+                self._next += 1
+        return _to_response(reply, self.model)
+
+
+class FunctionLLM(_RecordingLLM):
+    """Replies with ``fn(messages)``: a string, LLMResponse or ToolCall(s)."""
+
+    def __init__(
+        self,
+        fn: Callable[[list[Message]], Reply],
+        *,
+        model: str = "function",
+        delay: float = 0.0,
+    ) -> None:
+        super().__init__(model, delay)
+        if not callable(fn):
+            raise TypeError("FunctionLLM needs a callable taking the message list")
+        self.fn = fn
+
+    def complete(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
+    ) -> LLMResponse:
+        self._record(messages)
+        return _to_response(self.fn(list(messages)), self.model)
+
+
+def echo_llm() -> FunctionLLM:
+    """A model that repeats the last user message back: handy in examples."""
+
+    def reply(messages: list[Message]) -> str:
+        last = next((m for m in reversed(messages) if m.role == "user"), None)
+        return f"You said: {last.content}" if last and last.content else "Hello!"
+
+    return FunctionLLM(reply, model="echo")
+
+
+__all__ = ["CannedLLM", "FunctionLLM", "echo_llm", "tool_call"]

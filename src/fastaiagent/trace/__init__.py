@@ -1,0 +1,64 @@
+"""Tracing hooks used across the library.
+
+``span`` opens an OpenTelemetry span when tracing is on and is a shared no-op
+context otherwise, so tracing off costs one flag check. ``annotate`` adds
+attributes to the current span (blocks use it to report what they did).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+_state: dict[str, Any] = {"tracer": None}
+_NOOP: Any = nullcontext(None)
+
+
+def is_enabled() -> bool:
+    """True while a tracer is installed (see :func:`fastaiagent.trace.setup`)."""
+    return _state["tracer"] is not None
+
+
+def set_tracer(tracer: Any) -> None:
+    """Install (or with None remove) the OpenTelemetry tracer spans go to."""
+    _state["tracer"] = tracer
+
+
+@contextmanager
+def _open(name: str, attributes: Mapping[str, Any] | None) -> Iterator[Any]:
+    with _state["tracer"].start_as_current_span(name) as otel_span:
+        if attributes:
+            for key, value in attributes.items():
+                if value is not None:
+                    otel_span.set_attribute(key, value)
+        yield otel_span
+
+
+def span(name: str, attributes: Mapping[str, Any] | None = None) -> Any:
+    """A context manager for one span; a no-op when tracing is off."""
+    if _state["tracer"] is None:
+        return _NOOP
+    return _open(name, attributes)
+
+
+def annotate(attributes: Mapping[str, Any]) -> None:
+    """Set attributes on the current span, if tracing is on."""
+    if _state["tracer"] is None:
+        return
+    from opentelemetry import trace as otel_trace
+
+    current = otel_trace.get_current_span()
+    for key, value in attributes.items():
+        if value is not None:
+            current.set_attribute(key, value)
+
+
+def current_trace_id() -> str | None:
+    """The hex id of the active trace, or None when tracing is off."""
+    if _state["tracer"] is None:
+        return None
+    from opentelemetry import trace as otel_trace
+
+    context = otel_trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None

@@ -1,0 +1,19 @@
+"""Shared fixtures: every test gets its own local database path."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_local_db(tmp_path, monkeypatch):
+    """Point the default SQLite location at a per-test file, and keep cwd clean."""
+    monkeypatch.setenv("FASTAIAGENT_LOCAL_DB", str(tmp_path / "local.db"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    yield
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
