@@ -383,7 +383,7 @@ class ComposableMemory:
                 read_json(file)  # raises on a corrupt file before anything is replaced
         if files[0].exists():
             self.primary.load(files[0])
-        for block, file in zip(self.blocks, files[1:]):
+        for block, file in zip(self.blocks, files[1:], strict=True):
             if file.exists():
                 block.load(file)
 

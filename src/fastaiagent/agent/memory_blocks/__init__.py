@@ -1,5 +1,6 @@
 """The shipped memory blocks, one module each."""
 
+from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.static import StaticBlock
 
-__all__ = ["StaticBlock"]
+__all__ = ["PersistentFactBlock", "StaticBlock"]

@@ -1,0 +1,111 @@
+"""PersistentFactBlock: durable facts from a FactStore, injected every turn."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+from fastaiagent import trace
+from fastaiagent.agent.memory import MemoryBlock
+from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
+from fastaiagent.learn.models import SCOPES, Fact
+from fastaiagent.learn.store import FactStore
+from fastaiagent.llm.message import Message, SystemMessage
+
+DEFAULT_HEADING = "Known facts:"
+
+
+def format_facts(heading: str, facts: list[Fact]) -> str:
+    return heading + "\n" + "\n".join(f"- {fact.fact}" for fact in facts)
+
+
+class PersistentFactBlock(MemoryBlock):
+    """Reads a subject's active facts (newest first, at most ``max_facts``) each turn.
+
+    ``scope`` is ``user``, ``project`` or ``agent``; ``scope_id="*"`` reads
+    every subject of the scope. ``store`` defaults to the local SQLite store.
+    With ``recency_weight``/``importance_weight`` > 0 the facts are re-ranked
+    (importance is the fact's ``confidence``); with both at zero the store's
+    newest-first order is kept as is.
+    """
+
+    name = "persistent_facts"
+
+    def __init__(
+        self,
+        scope: str = "agent",
+        scope_id: str = "",
+        project_id: str = "",
+        max_facts: int = 50,
+        refresh_every: int = 1,
+        recency_weight: float = 0.0,
+        importance_weight: float = 0.0,
+        recency_half_life_seconds: float = 86400.0,
+        *,
+        store: FactStore | None = None,
+        heading: str = DEFAULT_HEADING,
+        name: str | None = None,
+    ) -> None:
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+        if not isinstance(scope_id, str) or not isinstance(project_id, str):
+            raise TypeError("scope_id and project_id must be strings")
+        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
+            raise ValueError(f"max_facts must be a positive int, got {max_facts!r}")
+        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
+            raise ValueError(f"refresh_every must be a positive int, got {refresh_every!r}")
+        if scope == "agent" and scope_id == "":
+            warnings.warn(
+                'PersistentFactBlock(scope="agent", scope_id="") reads every agent\'s facts; '
+                'pass the agent id, or scope_id="*" to read them all on purpose',
+                UserWarning,
+                stacklevel=2,
+            )
+        self.scope = scope
+        self.scope_id = scope_id
+        self.project_id = project_id
+        self.max_facts = max_facts
+        self.refresh_every = refresh_every
+        self.weights = ScoringWeights(recency_weight, importance_weight, recency_half_life_seconds)
+        self.heading = heading
+        if name is not None:
+            self.name = name
+        self._store = store
+        self._cache: list[Fact] = []
+        self._renders = 0
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> FactStore:
+        if self._store is None:
+            from fastaiagent.learn.sqlite import MemoryStore
+
+            self._store = MemoryStore()
+        return self._store
+
+    def fetch(self) -> list[Fact]:
+        """The facts this block injects now (refreshing per ``refresh_every``)."""
+        with self._lock:
+            due = self._renders % self.refresh_every == 0
+            self._renders += 1
+        if due:
+            facts = self.store.list_active(self.scope, self.scope_id, self.project_id, self.max_facts)
+            if self.weights.active:
+                scored = [Scored(f, 1.0, f.created_at, float(f.confidence)) for f in facts]
+                facts = [s.item for s in rank(scored, self.weights)]
+            self._cache = facts
+        return self._cache
+
+    def render(self, query: str) -> list[Message]:
+        facts = self.fetch()
+        if not facts:
+            return []
+        if trace.is_enabled():
+            trace.annotate({"memory.scope": self.scope, "memory.fact_ids": [f.id or 0 for f in facts]})
+        return [SystemMessage(format_facts(self.heading, facts))]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache = []
+            self._renders = 0
+
