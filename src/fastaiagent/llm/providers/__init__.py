@@ -1,0 +1,36 @@
+"""Provider adapters behind :class:`~fastaiagent.llm.client.LLMClient`.
+
+Each adapter has ``complete``, ``acomplete``, ``stream`` and ``astream``
+taking ``(messages, *, tools=None)``. The SDKs are imported when the first
+adapter is built, i.e. on the client's first call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fastaiagent.llm.client import LLMClient
+    from fastaiagent.llm.providers.anthropic import AnthropicProvider
+    from fastaiagent.llm.providers.openai import OpenAIChatProvider
+
+
+def make_provider(client: LLMClient) -> OpenAIChatProvider | AnthropicProvider:
+    """The adapter for ``client.provider``.
+
+    Raises LLMAuthenticationError when openai/anthropic has no key (argument
+    or environment variable), ImportError naming the extra when the SDK is
+    missing, ValueError for an unknown provider.
+    """
+    if client.provider == "anthropic":
+        from fastaiagent.llm.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(client)
+    if client.provider in ("openai", "ollama", "openai-compatible"):
+        from fastaiagent.llm.providers.openai import OpenAIChatProvider
+
+        return OpenAIChatProvider(client)
+    raise ValueError(f"no adapter for LLM provider {client.provider!r}")
+
+
+__all__ = ["make_provider"]
