@@ -10,6 +10,7 @@ from fastaiagent.agent import (
     StaticBlock,
 )
 from fastaiagent.llm import LLMClient
+from fastaiagent.plane import connect, disconnect
 
 __version__ = "1.80.0"
 
@@ -23,4 +24,6 @@ __all__ = [
     "RunContext",
     "StaticBlock",
     "__version__",
+    "connect",
+    "disconnect",
 ]

@@ -1,0 +1,365 @@
+"""PlaneFactBlock: curated facts read from a connected plane.
+
+Read-only and degradable: not connected, or refused (401/403/404), means no
+facts and a normal run; a plane that is down (unreachable, timing out, 429,
+502/503/504 or a garbled answer) means the facts last fetched for the same
+question and a shared pause before anyone tries again.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from fastaiagent import plane, trace
+from fastaiagent.agent.memory import MemoryBlock
+from fastaiagent.learn.scoping import normalize_text
+from fastaiagent.llm.message import Message, SystemMessage
+
+logger = logging.getLogger("fastaiagent.memory.plane")
+
+FACTS_PATH = "/public/v1/memory/facts"
+MAX_FACTS_LIMIT = 200
+MIN_PAUSE_SECONDS = 1.0  # even "Retry-After: 0" must not turn into a request per turn
+DENIED_STATUSES = (401, 403, 404)
+HEADING = "Curated facts:"
+
+
+@dataclass(frozen=True)
+class PlaneFact:
+    """One curated fact as the plane served it."""
+
+    fact: str
+    id: Any = None
+    category: str | None = None
+    importance: float | None = None
+    score: float | None = None
+
+
+class PlaneUnavailable(Exception):
+    """The plane could not answer usefully now (down, busy or garbled)."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class PlaneDenied(Exception):
+    """The plane has no facts for this agent and key (401/403/404)."""
+
+
+def payloads_enabled() -> bool:
+    """False when ``FASTAIAGENT_TRACE_PAYLOADS`` is 0/false/no/off."""
+    value = os.environ.get("FASTAIAGENT_TRACE_PAYLOADS", "1").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds a Retry-After header asks for (delay-seconds or HTTP-date), or None.
+
+    ``now`` is the current UNIX time, used for the HTTP-date form.
+    """
+    if not value or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - now  # naive dates are read as UTC by parsedate
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def parse_facts(body: bytes) -> list[PlaneFact]:
+    """The facts of a ``{"facts": [...]}`` answer, in the plane's order.
+
+    Raises ValueError for an answer that is not that shape; single malformed
+    entries are skipped.
+    """
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    if not isinstance(payload, dict) or not isinstance(payload.get("facts"), list):
+        raise ValueError('expected an object with a "facts" list')
+    facts = []
+    for item in payload["facts"]:
+        if not isinstance(item, dict):
+            continue
+        text = item.get("fact")
+        if not isinstance(text, str) or not text.strip():
+            continue
+        category = item.get("category")
+        facts.append(
+            PlaneFact(
+                fact=text.strip(),
+                id=item.get("id"),
+                category=category if isinstance(category, str) else None,
+                importance=_number(item.get("importance")),
+                score=_number(item.get("score")),
+            )
+        )
+    return facts
+
+
+def dedupe(facts: list[PlaneFact]) -> tuple[list[PlaneFact], int]:
+    """Drop repeats by normalised text, keeping the first; returns (kept, dropped)."""
+    seen: set[str] = set()
+    kept = []
+    for fact in facts:
+        key = normalize_text(fact.fact)
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(fact)
+    return kept, len(facts) - len(kept)
+
+
+@dataclass
+class _Cached:
+    target: str
+    question: str | None  # the question sent to the plane (None: none was sent)
+    facts: list[PlaneFact]
+    deduped: int
+    renders: int = 0
+
+
+class PlaneFactBlock(MemoryBlock):
+    """Injects the curated facts a connected plane serves for ``agent_id``.
+
+    Args:
+        agent_id: the agent's id on the plane (required).
+        category: only facts of this category.
+        max_facts: at most this many facts per turn (1..200).
+        query_conditioned: send the user's question so the plane ranks facts
+            by relevance (never sent when ``FASTAIAGENT_TRACE_PAYLOADS=0``).
+        score_threshold: minimum similarity for query-conditioned reads.
+        refresh_every: re-read the plane every N renders of the same question;
+            a new question always re-reads (outside a back-off).
+
+    ``retry_after_seconds`` is the pause after an outage when the plane sends
+    no Retry-After; ``max_retry_after_seconds`` caps any pause;
+    ``denied_retry_seconds`` is how long a 401/403/404 is believed.
+    """
+
+    name = "plane_facts"
+    retry_after_seconds: float = 30.0
+    max_retry_after_seconds: float = 600.0
+    denied_retry_seconds: float = 300.0
+
+    def __init__(
+        self,
+        agent_id: str,
+        category: str | None = None,
+        max_facts: int = 50,
+        query_conditioned: bool = True,
+        score_threshold: float = 0.0,
+        refresh_every: int = 1,
+        *,
+        name: str = "plane_facts",
+    ) -> None:
+        if not isinstance(agent_id, str) or not agent_id.strip():
+            raise ValueError("PlaneFactBlock needs agent_id, the agent's id on the plane")
+        if category is not None and (not isinstance(category, str) or not category.strip()):
+            raise ValueError("category must be a non-empty string or None")
+        if (
+            isinstance(max_facts, bool)
+            or not isinstance(max_facts, int)
+            or not 1 <= max_facts <= MAX_FACTS_LIMIT
+        ):
+            raise ValueError(f"max_facts must be an int in 1..{MAX_FACTS_LIMIT}, got {max_facts!r}")
+        if (
+            isinstance(score_threshold, bool)
+            or not isinstance(score_threshold, (int, float))
+            or not 0.0 <= score_threshold <= 1.0
+        ):
+            raise ValueError(f"score_threshold must be in [0, 1], got {score_threshold!r}")
+        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
+            raise ValueError(f"refresh_every must be an int >= 1, got {refresh_every!r}")
+        self.agent_id = agent_id.strip()
+        self.category = category
+        self.max_facts = max_facts
+        self.query_conditioned = bool(query_conditioned)
+        self.score_threshold = float(score_threshold)
+        self.refresh_every = refresh_every
+        self.name = name
+        self._lock = threading.Lock()
+        self._cache: _Cached | None = None
+
+    def __repr__(self) -> str:
+        return f"PlaneFactBlock(agent_id={self.agent_id!r}, category={self.category!r})"
+
+    # -- reading -----------------------------------------------------------------
+
+    def render(self, query: str) -> list[Message]:
+        return self._messages(self.facts(query))
+
+    def facts(self, query: str) -> list[PlaneFact]:
+        """The facts this turn injects for ``query`` (what :meth:`render` formats)."""
+        conn = plane.connection()
+        if conn is None:
+            trace.annotate({"memory.plane.status": "not_connected"})
+            return []
+        question = self._question(query)
+        cached = self._from_cache(conn.target, question, fresh_only=True)
+        if cached is not None:
+            return self._serve(cached, "cached")
+        key = (conn.target, self.agent_id)
+        registry = plane.backoff()
+        gate = registry.gate(key)
+        if gate == plane.DENIED:
+            trace.annotate({"memory.plane.status": "denied"})
+            return []
+        if gate == plane.PAUSED:
+            return self._serve(self._from_cache(conn.target, question), "paused")
+        if gate == plane.FETCH:
+            return self._read(conn, key, question)
+        try:
+            return self._read(conn, key, question)
+        finally:
+            registry.release(key)  # a no-op unless the probe ended without a verdict
+
+    def _read(
+        self, conn: plane.PlaneConnection, key: tuple[str, str], question: str | None
+    ) -> list[PlaneFact]:
+        registry = plane.backoff()
+        try:
+            fetched = self._fetch(conn, question, registry.wall_clock())
+        except PlaneDenied as exc:
+            if registry.denied(key, self.denied_retry_seconds, str(exc)):
+                logger.warning(
+                    "plane %s answered %s for agent %r: no curated facts injected; "
+                    "asking again in %.0f s",
+                    conn.target, exc, self.agent_id, self.denied_retry_seconds,
+                )
+            with self._lock:
+                self._cache = None
+            trace.annotate({"memory.plane.status": "denied"})
+            return []
+        except PlaneUnavailable as exc:
+            pause = self._pause(exc.retry_after)
+            if registry.failed(key, pause, exc.reason):
+                logger.warning(
+                    "plane %s unavailable for agent %r (%s): serving the last facts, "
+                    "retrying in %.0f s",
+                    conn.target, self.agent_id, exc.reason, pause,
+                )
+            else:
+                logger.debug("plane %s still unavailable (%s)", conn.target, exc.reason)
+            return self._serve(self._from_cache(conn.target, question), "unavailable")
+        previous = registry.succeeded(key)
+        if previous == plane.PAUSED:
+            logger.info("plane %s is back for agent %r", conn.target, self.agent_id)
+        kept, dropped = dedupe(fetched)
+        entry = _Cached(conn.target, question, kept[: self.max_facts], dropped)
+        with self._lock:
+            self._cache = entry
+        return self._serve(entry, "fetched")
+
+    def _fetch(
+        self, conn: plane.PlaneConnection, question: str | None, now: float
+    ) -> list[PlaneFact]:
+        params: dict[str, Any] = {"agent_id": self.agent_id, "max": self.max_facts}
+        if self.category is not None:
+            params["category"] = self.category
+        if question is not None:
+            params["query"] = question
+            params["score_threshold"] = self.score_threshold
+        try:
+            response = plane.get(conn, FACTS_PATH, params)
+        except httpx.TimeoutException as exc:
+            raise PlaneUnavailable(f"timeout: {exc}") from exc
+        except httpx.HTTPError as exc:  # refused, reset, DNS, oversized...
+            raise PlaneUnavailable(f"unreachable: {type(exc).__name__}: {exc}") from exc
+        status = response.status_code
+        if status in DENIED_STATUSES:
+            raise PlaneDenied(str(status))
+        if status != 200:
+            # 429 / 502 / 503 / 504 are the documented outage answers; any
+            # other surprise is treated the same way rather than hammered.
+            retry = parse_retry_after(response.headers.get("retry-after"), now)
+            raise PlaneUnavailable(f"HTTP {status}", retry)
+        try:
+            facts = parse_facts(response.body)
+        except ValueError as exc:
+            raise PlaneUnavailable(f"malformed answer: {exc}") from exc
+        if question is not None and self.score_threshold > 0:
+            facts = [f for f in facts if f.score is None or f.score >= self.score_threshold]
+        return facts
+
+    def _pause(self, retry_after: float | None) -> float:
+        pause = self.retry_after_seconds if retry_after is None else retry_after
+        return min(max(pause, MIN_PAUSE_SECONDS), self.max_retry_after_seconds)
+
+    def _question(self, query: str) -> str | None:
+        if not self.query_conditioned or not payloads_enabled():
+            return None
+        query = (query or "").strip()
+        return query or None
+
+    def _from_cache(
+        self, target: str, question: str | None, *, fresh_only: bool = False
+    ) -> _Cached | None:
+        """The cached read for this question (never another question's)."""
+        with self._lock:
+            cached = self._cache
+            if cached is None or cached.target != target or cached.question != question:
+                return None
+            if fresh_only and cached.renders >= self.refresh_every:
+                return None
+            return cached
+
+    def _serve(self, cached: _Cached | None, status: str) -> list[PlaneFact]:
+        trace.annotate({"memory.plane.status": status})
+        if cached is None:
+            return []
+        with self._lock:
+            cached.renders += 1
+        trace.annotate({"memory.deduped_count": cached.deduped})
+        return list(cached.facts)
+
+    @staticmethod
+    def _messages(facts: list[PlaneFact]) -> list[Message]:
+        if not facts:
+            return []
+        return [SystemMessage(HEADING + "\n" + "\n".join(f"- {f.fact}" for f in facts))]
+
+    # -- state ---------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Drop the cached read; the plane's facts themselves are untouched."""
+        with self._lock:
+            self._cache = None
+
+    def isolated_copy(self) -> PlaneFactBlock:
+        """A fresh block with the same settings (read-only, so safe to copy)."""
+        copy = type(self).__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        copy._lock = threading.Lock()
+        copy._cache = None
+        return copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PlaneFactBlock:
+        return self.isolated_copy()
