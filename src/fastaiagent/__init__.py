@@ -9,6 +9,7 @@ from fastaiagent.agent import (
     RunContext,
     StaticBlock,
 )
+from fastaiagent.agent.tiered import Memory
 from fastaiagent.llm import LLMClient
 from fastaiagent.plane import connect, disconnect
 
@@ -20,6 +21,7 @@ __all__ = [
     "AgentResult",
     "ComposableMemory",
     "LLMClient",
+    "Memory",
     "MemoryBlock",
     "RunContext",
     "StaticBlock",

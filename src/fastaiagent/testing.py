@@ -77,7 +77,11 @@ class CannedLLM(_RecordingLLM):
         delay: float = 0.0,
     ) -> None:
         super().__init__(model, delay)
-        script = [replies] if isinstance(replies, (str, LLMResponse, ToolCall, BaseException)) else list(replies)
+        script: list[Reply] = (
+            [replies]
+            if isinstance(replies, (str, LLMResponse, ToolCall, BaseException))
+            else list(replies)
+        )
         if not script:
             raise ValueError("CannedLLM needs at least one reply")
         self.replies: list[Reply] = script

@@ -9,8 +9,9 @@ from fastaiagent.agent.memory import (
     MemoryIsolationError,
     SharedMemoryContext,
 )
-from fastaiagent.agent.memory_blocks import StaticBlock
+from fastaiagent.agent.memory_blocks import PersistentFactBlock, StaticBlock
 from fastaiagent.agent.middleware import Middleware, RedactPII
+from fastaiagent.agent.tiered import Memory, UserMemory
 from fastaiagent.agent.tools import FunctionTool, tool
 
 __all__ = [
@@ -19,13 +20,16 @@ __all__ = [
     "AgentResult",
     "ComposableMemory",
     "FunctionTool",
+    "Memory",
     "MemoryBlock",
     "MemoryIsolationError",
     "Middleware",
+    "PersistentFactBlock",
     "RedactPII",
     "RunContext",
     "SharedMemoryContext",
     "StaticBlock",
     "StreamDelta",
+    "UserMemory",
     "tool",
 ]

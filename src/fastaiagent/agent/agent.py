@@ -91,6 +91,11 @@ class _Run:
             duration_ms=(time.perf_counter() - self.started) * 1000,
         )
 
+    def close(self) -> None:
+        close = getattr(self.turn, "close", None)
+        if close is not None:
+            close()
+
     def turn_to_store(self, output: str) -> list[Message]:
         # The user's words as said, and only the final reply after middleware.
         return [UserMessage(self.query), AssistantMessage(output)]
@@ -218,6 +223,12 @@ class Agent:
         return self._run(self._start(query, context, [*result.messages, UserMessage(query)]))
 
     def _run(self, run: _Run) -> AgentResult:
+        try:
+            return self._run_loop(run)
+        finally:
+            run.close()
+
+    def _run_loop(self, run: _Run) -> AgentResult:
         with trace.span("agent.run", {"agent.name": self.name, "agent.run_id": run.run_id}):
             memory_messages = run.turn.context_messages(run.query) if run.turn else []
             for _ in range(self.max_tool_rounds):
@@ -270,6 +281,15 @@ class Agent:
             yield event
 
     async def _astream(
+        self, run: _Run, *, stream: bool
+    ) -> AsyncIterator[StreamDelta | AgentResult]:
+        try:
+            async for event in self._astream_loop(run, stream=stream):
+                yield event
+        finally:
+            run.close()
+
+    async def _astream_loop(
         self, run: _Run, *, stream: bool
     ) -> AsyncIterator[StreamDelta | AgentResult]:
         with trace.span("agent.run", {"agent.name": self.name, "agent.run_id": run.run_id}):

@@ -29,7 +29,7 @@ class MemoryIsolationError(RuntimeError):
 
 def snippets(messages: Iterable[Message]) -> list[str]:
     """Bounded previews of injected content, for trace attributes."""
-    out = []
+    out: list[str] = []
     for message in messages:
         if len(out) >= MAX_SNIPPETS:
             break

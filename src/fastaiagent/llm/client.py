@@ -68,12 +68,12 @@ class LLMClient(BaseLLM):
     def complete(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
     ) -> LLMResponse:
-        return self.backend.complete(list(messages), tools=tools)  # type: ignore[no-any-return]
+        return self.backend.complete(list(messages), tools=tools)
 
     async def acomplete(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
     ) -> LLMResponse:
-        return await self.backend.acomplete(list(messages), tools=tools)  # type: ignore[no-any-return]
+        return await self.backend.acomplete(list(messages), tools=tools)
 
     def stream(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None

@@ -1,0 +1,651 @@
+"""Memory: the recommended front door (tiers, per-user routing, direct verbs).
+
+One object composes the blocks of :mod:`fastaiagent.agent.memory_blocks` for
+each user: global facts, plane facts, user facts, summary, recall, then the
+window. Everything durable lives in the FactStore at ``location``; windows,
+summaries and recall indexes are per-user, in-process state (an LRU of at
+most ``max_users`` users) that can be dropped at any time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastaiagent import trace
+from fastaiagent.agent.memory import AgentMemory, ComposableMemory, MemoryBlock, MemoryTurn
+from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
+from fastaiagent.learn.factory import make_fact_store
+from fastaiagent.learn.models import Fact
+from fastaiagent.learn.scoping import WILDCARD, normalize_text
+from fastaiagent.learn.store import FactStore
+from fastaiagent.llm.base import BaseLLM
+from fastaiagent.llm.message import Message
+
+logger = logging.getLogger("fastaiagent.memory")
+
+TIERS = ("global", "user", "session")
+DEFAULT_WINDOW = 20
+DEFAULT_MAX_USERS = 10_000
+DEFAULT_MAX_LEARNED = 200
+DEFAULT_MAX_FACTS = 50
+LEARNED_CONFIDENCE = 0.6
+GLOBAL_HEADING = "Facts true for everyone using this agent:"
+USER_HEADING = "Facts about this user:"
+
+UserResolver = Callable[[Any], "str | None"]
+_current_user: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "fastaiagent_memory_user", default=None
+)
+
+
+def _positive_int_or_none(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
+def _optional_id(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} cannot be empty; leave it out (None) instead")
+    if value == WILDCARD:
+        raise ValueError(f'{name} cannot be "*"')
+    return value
+
+
+def _check_llm(name: str, value: Any) -> BaseLLM | None:
+    if value is not None and not isinstance(value, BaseLLM):
+        raise TypeError(f"{name}= needs an LLM (LLMClient or BaseLLM), got {type(value).__name__}")
+    return value
+
+
+def _check_vector_option(name: str, value: Any) -> Any:
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str) or not (hasattr(value, "search") and hasattr(value, "add")):
+        raise TypeError(f'{name}= must be "auto", a VectorStore instance or None, got {value!r}')
+    return value
+
+
+class _UserState:
+    """One user's in-process memory: their ComposableMemory and its own blocks."""
+
+    def __init__(self, user_id: str | None, memory: ComposableMemory, own_blocks: list[MemoryBlock]):
+        self.user_id = user_id
+        self.memory = memory
+        self.own_blocks = own_blocks
+
+
+class _Turn:
+    """A run pinned to one user's state (resolved once, H13)."""
+
+    def __init__(self, owner: Memory, state: _UserState | None, shared: ComposableMemory | None):
+        self.owner = owner
+        self.state = state
+        self._shared = shared  # unresolved callers: shared blocks only, nothing kept
+        self._token = _current_user.set(state.user_id if state else None)
+
+    @property
+    def _view(self) -> ComposableMemory:
+        return self.state.memory if self.state else self._shared  # type: ignore[return-value]
+
+    def context_messages(self, query: str) -> list[Message]:
+        return self._view.get_context(query)
+
+    async def acontext_messages(self, query: str) -> list[Message]:
+        return await self._view.aget_context(query)
+
+    def record(self, messages: Sequence[Message]) -> None:
+        if self.state is not None:
+            self.state.memory.record(messages)
+
+    async def arecord(self, messages: Sequence[Message]) -> None:
+        if self.state is not None:
+            await self.state.memory.arecord(messages)
+
+    def close(self) -> None:
+        # A turn closed from another context cannot reset; the var dies with that context.
+        with contextlib.suppress(ValueError):
+            _current_user.reset(self._token)
+
+
+class UserMemory:
+    """One user's window on a per-user :class:`Memory`, from ``Memory.for_user``."""
+
+    def __init__(self, owner: Memory, user_id: str) -> None:
+        self._owner = owner
+        self.user_id = user_id
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Persist this user's window (and block state) to the directory ``path``."""
+        self._owner._state_for(self.user_id).memory.save(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore state saved by :meth:`save`, before the user's next run."""
+        self._owner._state_for(self.user_id).memory.load(path)
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages in this user's window now."""
+        return self._owner._state_for(self.user_id).memory.primary.get_messages()
+
+
+class Memory:
+    """Agent memory with tiers: global facts, per-user facts, and the session window.
+
+    See the keyword table in the docs (``docs/how-memory-works.md``). Every
+    keyword is checked here, before any run.
+    """
+
+    def __init__(
+        self,
+        location: str | FactStore = "sqlite",
+        *,
+        user_id: str | UserResolver | None = None,
+        agent_id: str | None = None,
+        project_id: str = "",
+        window: int = DEFAULT_WINDOW,
+        learn: BaseLLM | None = None,
+        max_learned_facts: int | None = DEFAULT_MAX_LEARNED,
+        summarize: BaseLLM | None = None,
+        recall: Any = None,
+        dedupe: bool = False,
+        semantic: Any = None,
+        embedder: Any = None,
+        max_users: int | None = DEFAULT_MAX_USERS,
+        plane_agent_id: str | None = None,
+        max_facts: int = DEFAULT_MAX_FACTS,
+    ) -> None:
+        if user_id is not None and not callable(user_id):
+            user_id = _optional_id("user_id", user_id)
+        self.agent_id = _optional_id("agent_id", agent_id)
+        self.plane_agent_id = _optional_id("plane_agent_id", plane_agent_id)
+        if not isinstance(project_id, str) or project_id == WILDCARD:
+            raise ValueError('project_id must be a str (not "*")')
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive int, got {window!r}")
+        _positive_int_or_none("max_learned_facts", max_learned_facts)
+        _positive_int_or_none("max_users", max_users)
+        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
+            raise ValueError(f"max_facts must be a positive int, got {max_facts!r}")
+        if not isinstance(dedupe, bool):
+            raise TypeError("dedupe must be True or False")
+        if embedder is not None and embedder != "auto" and not (
+            hasattr(embedder, "embed") and hasattr(embedder, "dimension")
+        ):
+            raise TypeError(f'embedder= must be "auto", an Embedder or None, got {embedder!r}')
+        self.learn = _check_llm("learn", learn)
+        self.summarize = _check_llm("summarize", summarize)
+        if self.learn is not None and user_id is None:
+            raise ValueError("learn= stores facts per user: set user_id= (a string or a resolver)")
+        self.recall = _check_vector_option("recall", recall)
+        self.semantic = _check_vector_option("semantic", semantic)
+        self.user_id = user_id
+        self.project_id = project_id
+        self.window = window
+        self.max_learned_facts = max_learned_facts
+        self.dedupe = dedupe
+        self.embedder_spec = embedder
+        self.max_users = max_users
+        self.max_facts = max_facts
+        self.store: FactStore = make_fact_store(location)
+
+        self._lock = threading.RLock()
+        self._users: OrderedDict[str, _UserState] = OrderedDict()
+        self._single: _UserState | None = None
+        self._shared_blocks: list[MemoryBlock] | None = None
+        self._warned_resolvers: set[int] = set()
+        self._warned_drop = False
+        self._embedder: Any = None
+        self._semantic_index: Any = None
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"Memory(store={self.store!r}, agent_id={self.agent_id!r}, "
+            f"per_user={self.per_user}, window={self.window})"
+        )
+
+    @property
+    def per_user(self) -> bool:
+        """True when ``user_id`` is a resolver: one window per resolved user."""
+        return callable(self.user_id)
+
+    # -- composition ---------------------------------------------------------
+
+    def _build(self, label: str, factory: Callable[[], MemoryBlock]) -> MemoryBlock | None:
+        try:
+            return factory()
+        except Exception as exc:  # a block that cannot start degrades memory, not the run
+            logger.warning("memory block %s could not be built; running without it: %s", label, exc)
+            return None
+
+    def shared_blocks(self) -> list[MemoryBlock]:
+        """Blocks every caller sees, resolved or not: global facts, then plane facts."""
+        with self._lock:
+            if self._shared_blocks is None:
+                blocks: list[MemoryBlock | None] = []
+                if self.agent_id:
+                    blocks.append(self._build("global facts", self._global_block))
+                if self.plane_agent_id:
+                    blocks.append(self._build("plane facts", self._plane_block))
+                self._shared_blocks = [b for b in blocks if b is not None]
+            return self._shared_blocks
+
+    def _global_block(self) -> MemoryBlock:
+        return PersistentFactBlock(
+            scope="agent",
+            scope_id=self.agent_id or WILDCARD,
+            project_id=self.project_id,
+            max_facts=self.max_facts,
+            store=self.store,
+            heading=GLOBAL_HEADING,
+            name="persistent_facts",
+        )
+
+    def _plane_block(self) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
+
+        return PlaneFactBlock(agent_id=self.plane_agent_id or "")
+
+    def user_blocks(self, user_id: str | None) -> list[MemoryBlock]:
+        """One user's own blocks in prompt order: user facts, summary, recall, learning."""
+        builders: list[tuple[str, Callable[[], MemoryBlock]]] = []
+        if user_id is not None:
+            builders.append(("user facts", lambda: self._user_fact_block(user_id)))
+        if self.summarize is not None:
+            builders.append(("summary", self._summary_block))
+        if self.recall is not None:
+            builders.append(("recall", lambda: self._recall_block(user_id)))
+        if self.learn is not None and user_id is not None:
+            builders.append(("learn", lambda: self._learn_block(user_id)))
+        built = [self._build(label, factory) for label, factory in builders]
+        return [b for b in built if b is not None]
+
+    def _user_fact_block(self, user_id: str) -> MemoryBlock:
+        return PersistentFactBlock(
+            scope="user",
+            scope_id=user_id,
+            project_id=self.project_id,
+            max_facts=self.max_facts,
+            store=self.store,
+            heading=USER_HEADING,
+            name="persistent_facts.user",
+        )
+
+    def _summary_block(self) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.summary import SummaryBlock
+
+        # The summary covers what left the window, never what is still in it.
+        return SummaryBlock(llm=self.summarize, keep_last=self.window)
+
+    def recall_namespace(self, user_id: str | None) -> str:
+        """``user:<id>`` (``<project>:user:<id>`` with a project); ``default`` without a user."""
+        if user_id is None:
+            return "default"
+        base = f"user:{user_id}"
+        return f"{self.project_id}:{base}" if self.project_id else base
+
+    def embedder(self) -> Any:
+        """The embedder shared by recall and semantic retrieval, made on first use."""
+        with self._lock:
+            if self._embedder is None:
+                from fastaiagent.kb.embedding import get_embedder
+
+                self._embedder = get_embedder(self.embedder_spec or "auto")
+            return self._embedder
+
+    def _recall_block(self, user_id: str | None) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.vector import VectorBlock
+
+        embedder = self.embedder()
+        if self.recall == "auto":
+            from fastaiagent.kb.backends.faiss import FaissVectorStore
+
+            store = FaissVectorStore(dimension=embedder.dimension)
+        else:
+            store = self.recall
+        return VectorBlock(
+            store=store,
+            embedder=embedder,
+            namespace=self.recall_namespace(user_id),
+            dedupe_against_upstream=self.dedupe,
+        )
+
+    def _learn_block(self, user_id: str) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
+
+        return FactExtractionBlock(
+            llm=self.learn,
+            roles=("user",),
+            inject=False,  # the user fact block injects them, once
+            persist=True,
+            scope="user",
+            scope_id=user_id,
+            project_id=self.project_id,
+            confidence=LEARNED_CONFIDENCE,
+            max_persisted=self.max_learned_facts,
+            store=self.store,
+        )
+
+    def _new_state(self, user_id: str | None) -> _UserState:
+        own = self.user_blocks(user_id)
+        memory = ComposableMemory(
+            blocks=[*self.shared_blocks(), *own], primary=AgentMemory(max_messages=self.window)
+        )
+        return _UserState(user_id, memory, own)
+
+    # -- per-user routing --------------------------------------------------
+
+    def resolve_user(self, context: Any) -> str | None:
+        """The user a run belongs to, or None for an unresolved caller."""
+        if not callable(self.user_id):
+            return self.user_id
+        if context is None:
+            return None
+        try:
+            resolved = self.user_id(context)
+        except Exception as exc:
+            key = id(self.user_id)
+            if key not in self._warned_resolvers:
+                self._warned_resolvers.add(key)
+                hint = ""
+                if isinstance(getattr(context, "state", None), dict):
+                    hint = (
+                        ' The run state is a dict: read it with ctx.state["user_id"], '
+                        "not ctx.state.user_id."
+                    )
+                logger.warning(
+                    "user_id resolver raised %s: %s; the run gets no conversation memory.%s",
+                    type(exc).__name__,
+                    exc,
+                    hint,
+                )
+            return None
+        if resolved is None or resolved == "":
+            return None
+        if not isinstance(resolved, str):
+            resolved = str(resolved)
+        return resolved
+
+    def _state_for(self, user_id: str | None) -> _UserState:
+        with self._lock:
+            if not self.per_user:
+                if self._single is None:
+                    self._single = self._new_state(user_id)
+                return self._single
+            assert user_id is not None
+            state = self._users.get(user_id)
+            if state is not None:
+                self._users.move_to_end(user_id)
+                return state
+            state = self._new_state(user_id)
+            self._users[user_id] = state
+            if self.max_users is not None:
+                while len(self._users) > self.max_users:
+                    dropped, _ = self._users.popitem(last=False)
+                    if not self._warned_drop:
+                        self._warned_drop = True
+                        logger.warning(
+                            "Memory holds windows for max_users=%d users; dropped the least "
+                            "recently used (%s). Its durable facts stay in the store. "
+                            "This warning is shown once.",
+                            self.max_users,
+                            dropped,
+                        )
+            return state
+
+    def start_turn(self, context: Any = None) -> MemoryTurn:
+        """Pin a run to its user: resolved once, used for the run's read and write."""
+        user = self.resolve_user(context)
+        if self.per_user and user is None:
+            shared = ComposableMemory(blocks=self.shared_blocks(), primary=AgentMemory(max_messages=1))
+            return _Turn(self, None, shared)
+        return _Turn(self, self._state_for(user), None)
+
+    @property
+    def cached_users(self) -> list[str]:
+        """Users whose windows are held now, least recently used first."""
+        with self._lock:
+            return list(self._users)
+
+    def for_user(self, user_id: str) -> UserMemory:
+        """One user's window, for save/load outside a run (per-user Memory only)."""
+        if not self.per_user:
+            raise RuntimeError(
+                "for_user() is for a Memory with a user_id resolver; this Memory has one "
+                "window: call save()/load() on it directly"
+            )
+        return UserMemory(self, _optional_id("user_id", user_id) or "")
+
+    def drop_user(self, user_id: str) -> bool:
+        """Drop a user's in-process state (window, summary, recall index). Facts stay."""
+        with self._lock:
+            state = self._users.pop(user_id, None)
+            if state is None and self._single is not None and self._single.user_id == user_id:
+                state, self._single = self._single, None
+        if state is None:
+            return False
+        for block in state.own_blocks:
+            try:
+                block.clear()
+            except Exception as exc:
+                logger.warning("memory block %r failed to clear: %s", block.name, exc)
+        return True
+
+    # -- save / load -------------------------------------------------------
+
+    def _current_state(self, verb: str) -> _UserState:
+        if not self.per_user:
+            return self._state_for(self.user_id)  # type: ignore[arg-type]
+        user = _current_user.get()
+        if user is None:
+            raise RuntimeError(
+                f"{verb}() on a per-user Memory needs a current user, and there is none outside "
+                f'a run: use mem.for_user("alice").{verb}(path)'
+            )
+        return self._state_for(user)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save the window and block state to the directory ``path``."""
+        self._current_state("save").memory.save(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Load state saved by :meth:`save`."""
+        self._current_state("load").memory.load(path)
+
+    # -- direct verbs ------------------------------------------------------
+
+    def _subject(self, verb: str, tier: str, id: str | None) -> tuple[str, str | None]:
+        """The store (scope, scope_id) of a tier; scope_id None when there is none."""
+        if tier == "session":
+            raise NotImplementedError(
+                f"the session tier is the conversation window, not a durable store: it cannot "
+                f"be {verb}; use the window (Memory(window=...)) or tier='user'/'global'"
+            )
+        if tier not in TIERS:
+            raise ValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
+        if id is not None and not isinstance(id, str):
+            raise TypeError(f"id must be a str, got {type(id).__name__}")
+        if tier == "global":
+            return "agent", id or self.agent_id
+        static_user = self.user_id if isinstance(self.user_id, str) else None
+        return "user", id or static_user
+
+    def _warn_global_without_agent(self, verb: str, tier: str, scope_id: str | None) -> None:
+        if tier == "global" and not scope_id:
+            warnings.warn(
+                f'{verb}(tier="global") on a Memory with no agent_id: the fact is filed under an '
+                "empty agent id and no Memory(agent_id=...) will inject it. "
+                "Set Memory(agent_id=...) or pass id=",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _write_scope_id(self, verb: str, tier: str, id: str | None) -> tuple[str, str]:
+        scope, scope_id = self._subject(verb, tier, id)
+        if scope_id == WILDCARD:
+            raise ValueError(f'{verb}: "*" is a read/delete wildcard, not an id to write under')
+        if scope == "user" and not scope_id:
+            raise ValueError(f'{verb}(tier="user") needs id= (the user the fact is about)')
+        self._warn_global_without_agent(verb, tier, scope_id)
+        return scope, scope_id or ""
+
+    def persist(
+        self,
+        text: str,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        confidence: float = 1.0,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Store a durable fact in a tier; returns its id (the same id for the same text)."""
+        scope, scope_id = self._write_scope_id("persist", tier, id)
+        with trace.span(
+            "memory.persist", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
+        ):
+            fact_id = self.store.add(
+                Fact(
+                    fact=text,
+                    scope=scope,
+                    scope_id=scope_id,
+                    project_id=self.project_id,
+                    confidence=confidence,
+                    metadata=dict(metadata or {}),
+                )
+            )
+            trace.annotate({"memory.fact_id": fact_id})
+        return fact_id
+
+    def retrieve(
+        self,
+        query: str | None = None,
+        *,
+        tier: str = "user",
+        id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Fact]:
+        """Active facts of a tier, newest first; with ``query``, the closest by meaning
+        (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
+        scope, scope_id = self._subject("retrieved", tier, id)
+        if query is not None and self.semantic is None:
+            raise ValueError(
+                'retrieve(query) searches by meaning and needs Memory(semantic="auto") or a '
+                "VectorStore; without it call retrieve(tier=..., id=...) for the list"
+            )
+        with trace.span(
+            "memory.retrieve",
+            {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id or "", "memory.query": query},
+        ):
+            if scope == "user" and not scope_id:
+                facts: list[Fact] = []
+            elif query is not None:
+                facts = self.semantic_index().search(
+                    query, scope, scope_id or "", self.project_id, limit=limit or 10
+                )
+            else:
+                facts = self.store.list_active(scope, scope_id or "", self.project_id, limit)
+            trace.annotate({"memory.count": len(facts)})
+        return facts
+
+    def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
+        if isinstance(old, bool) or not isinstance(old, (int, str)):
+            raise TypeError("old= must be the old fact's text or its int id")
+        if isinstance(old, int):
+            return old
+        key = normalize_text(old)
+        for fact in self.store.list_active(scope, scope_id, self.project_id, None):
+            if normalize_text(fact.fact) == key:
+                return int(fact.id or 0)
+        raise ValueError(f"no active {scope}:{scope_id} fact matches old={old!r}")
+
+    def update(
+        self,
+        new: str,
+        old: int | str,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        confidence: float = 1.0,
+    ) -> int:
+        """Replace ``old`` (its text or id) with ``new``; the old fact stays as history.
+
+        Returns the new fact's id. Updating a fact to its own text changes nothing.
+        """
+        scope, scope_id = self._write_scope_id("update", tier, id)
+        with trace.span(
+            "memory.update", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
+        ):
+            old_id = self._resolve_old(old, scope, scope_id)
+            fact = Fact(fact=new, scope=scope, scope_id=scope_id, project_id=self.project_id, confidence=confidence)
+            try:
+                new_id = self.store.update(fact, old_id)
+            except KeyError as exc:
+                raise ValueError(f"cannot update: {exc.args[0] if exc.args else exc}") from exc
+            if new_id != old_id and self._semantic_index is not None:
+                self._semantic_index.remove([old_id])
+            trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
+        return new_id
+
+    def forget(self, tier: str = "user", id: str | None = None, *, fact: str | None = None) -> int:
+        """Hard-delete a subject's facts (history included) or one ``fact``; returns the count.
+
+        ``id="*"`` deletes every subject of the tier, on purpose. Forgetting a
+        user also drops their window, summary, extracted facts and recall
+        entries, in process and in shared vector stores.
+        """
+        scope, scope_id = self._subject("forgotten", tier, id)
+        if not scope_id:
+            if tier == "user":
+                raise ValueError('forget(tier="user") needs id= (or id="*" for every user)')
+            raise ValueError(
+                'forget(tier="global") needs Memory(agent_id=...) or id=; an empty id would '
+                'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
+            )
+        with trace.span(
+            "memory.forget", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
+        ):
+            count = self.store.delete(scope, scope_id, self.project_id, fact=fact)
+            if self._semantic_index is not None:
+                self._semantic_index.forget(scope, scope_id, self.project_id)
+            if scope == "user" and fact is None:
+                self._forget_user_state(scope_id)
+            trace.annotate({"memory.count": count})
+        return count
+
+    def _forget_user_state(self, user_id: str) -> None:
+        users = self.cached_users if user_id == WILDCARD else [user_id]
+        for user in users:
+            self.drop_user(user)
+        if self._single is not None and user_id in (WILDCARD, self._single.user_id):
+            self.drop_user(self._single.user_id or "")
+        if self.recall not in (None, "auto"):
+            purge = getattr(self.recall, "delete_namespace", None)
+            if user_id == WILDCARD:
+                logger.warning("forget(id='*') cannot enumerate recall namespaces of a shared store")
+            elif purge is not None:
+                purge(self.recall_namespace(user_id))
+
+    def semantic_index(self) -> Any:
+        """The semantic fact index (``semantic=``), made on first use."""
+        with self._lock:
+            if self._semantic_index is None:
+                from fastaiagent.learn.semantic import SemanticFactIndex
+
+                self._semantic_index = SemanticFactIndex(self.store, self.semantic, self.embedder())
+            return self._semantic_index
