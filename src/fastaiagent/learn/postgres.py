@@ -1,0 +1,477 @@
+"""PostgresFactStore: durable facts in a Postgres table, for multi-node deployments.
+
+One connection pool per process (re-created after a fork), partial indexes on
+the active rows so a read costs what it returns, and a unique partial index on
+the active key so concurrent writers of the same fact share one row.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from fastaiagent._optional import require
+from fastaiagent.learn.models import SOURCE_LEARNED, Fact
+from fastaiagent.learn.scoping import (
+    Selector,
+    check_limit,
+    check_supersede,
+    delete_selector,
+    normalize_text,
+    read_selector,
+    validate_for_write,
+)
+from fastaiagent.learn.store import SubjectCount
+
+psycopg = require("psycopg", "postgres")
+psycopg_pool = require("psycopg_pool", "postgres")
+from psycopg import sql  # noqa: E402  (imported after the extra check on purpose)
+from psycopg.types.json import Jsonb  # noqa: E402
+
+DEFAULT_TABLE = "learned_memory"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
+_COLUMNS = (
+    "id",
+    "fact",
+    "scope",
+    "scope_id",
+    "project_id",
+    "confidence",
+    "source",
+    "source_trace_id",
+    "created_at",
+    "superseded_by",
+    "metadata",
+)
+_T = TypeVar("_T")
+
+
+def index_names(table: str) -> dict[str, str]:
+    """The names of the store's indexes on ``table`` (the spec's names for the default)."""
+    return {
+        "subject_active": f"idx_{table}_subject_active",
+        "scope_active": f"idx_{table}_scope_active",
+        "active_key": f"idx_{table}_active_key",
+        "subject_all": f"idx_{table}_subject_all",
+    }
+
+
+def _row_to_fact(row: tuple[Any, ...]) -> Fact:
+    return Fact(
+        id=int(row[0]),
+        fact=row[1],
+        scope=row[2],
+        scope_id=row[3],
+        project_id=row[4],
+        confidence=float(row[5]),
+        source=row[6],
+        source_trace_id=row[7],
+        created_at=float(row[8]),
+        superseded_by=None if row[9] is None else int(row[9]),
+        metadata=dict(row[10] or {}),
+    )
+
+
+class _PoolHolder:
+    """The live pool and the process that opened it, shared with the finalizer."""
+
+    def __init__(self) -> None:
+        self.pool: Any = None
+        self.pid = 0
+
+
+def _close_holder(holder: _PoolHolder) -> None:
+    """Close the pool, but only in the process that opened it: a forked child
+    must not close sockets that still belong to its parent."""
+    pool, holder.pool = holder.pool, None
+    if pool is not None and holder.pid == os.getpid():
+        pool.close()
+
+
+class PostgresFactStore:
+    """Facts in a Postgres table (``learned_memory`` by default).
+
+    ``url`` is any libpq URL (``postgres://`` or ``postgresql://``). The store
+    keeps a pool of ``min_pool_size``..``max_pool_size`` connections per process,
+    opened lazily on first use; a store created before a fork opens its own pool
+    in the child. ``close()`` releases the connections and the next call reopens
+    them; the pool is also closed when the store is garbage-collected and at
+    interpreter exit. On first open the table and its indexes are created when
+    missing; existing indexes are found in ``pg_indexes`` and left alone, so no
+    lock-taking DDL runs against a table that is already set up.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        min_pool_size: int = 1,
+        max_pool_size: int = 10,
+        table: str = DEFAULT_TABLE,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(url, str) or not url:
+            raise ValueError("url must be a non-empty postgres:// or postgresql:// URL")
+        if not isinstance(table, str) or not _IDENTIFIER.match(table):
+            raise ValueError(
+                f"table {table!r} must be a plain identifier (letters, digits, _; <= 41 chars)"
+            )
+        if not (isinstance(min_pool_size, int) and isinstance(max_pool_size, int)):
+            raise TypeError("min_pool_size and max_pool_size must be ints")
+        if min_pool_size < 0 or max_pool_size < 1 or min_pool_size > max_pool_size:
+            raise ValueError(
+                f"need 0 <= min_pool_size <= max_pool_size and max_pool_size >= 1, "
+                f"got {min_pool_size}..{max_pool_size}"
+            )
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0 seconds")
+        self.url = url
+        self.table = table
+        self.min_pool_size = min_pool_size
+        self.max_pool_size = max_pool_size
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._holder = _PoolHolder()
+        self._schema_ready = False
+        self._finalizer = weakref.finalize(self, _close_holder, self._holder)
+        self._t = sql.Identifier(table)
+        self._queries = self._build_queries()
+
+    def __repr__(self) -> str:
+        return f"PostgresFactStore(table={self.table!r}, pool={self.min_pool_size}..{self.max_pool_size})"
+
+    # -- pool --------------------------------------------------------------
+
+    @property
+    def pool(self) -> Any:
+        """This process's ``psycopg_pool.ConnectionPool``, opened on first use."""
+        holder = self._holder
+        if holder.pool is not None and holder.pid == os.getpid():
+            return holder.pool
+        with self._lock:
+            if holder.pool is not None and holder.pid != os.getpid():
+                # Forked child: drop the parent's pool without closing its sockets.
+                holder.pool = None
+                self._schema_ready = True  # the parent already set the table up
+            if holder.pool is None:
+                holder.pool = self._open_pool()
+                holder.pid = os.getpid()
+            return holder.pool
+
+    def _open_pool(self) -> Any:
+        pool = psycopg_pool.ConnectionPool(
+            self.url,
+            min_size=self.min_pool_size,
+            max_size=self.max_pool_size,
+            kwargs={"autocommit": True},
+            timeout=self.timeout,
+            open=False,
+            name=f"fastaiagent-{self.table}",
+        )
+        pool.open(wait=False)
+        try:
+            with pool.connection(timeout=min(self.timeout, 10.0)) as conn:
+                if not self._schema_ready:
+                    self._ensure_schema(conn)
+                    self._schema_ready = True
+        except psycopg_pool.PoolTimeout as exc:
+            pool.close()
+            raise ConnectionError(
+                f"cannot connect to Postgres for the fact store ({_redacted(self.url)}): {exc}"
+            ) from exc
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def close(self) -> None:
+        """Release every connection; the store reopens on its next use."""
+        with self._lock:
+            _close_holder(self._holder)
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            yield conn
+
+    def _run(self, operation: Callable[[Any], _T]) -> _T:
+        """Run ``operation(conn)``; when the server dropped the connection
+        (restart, pg_terminate_backend), discard dead connections and retry once.
+        Every operation is idempotent, so the retry cannot double-apply."""
+        try:
+            with self._connection() as conn:
+                return operation(conn)
+        except psycopg.OperationalError:
+            pool = self.pool
+            pool.check()  # drops every idle connection that is broken too
+            with self._connection() as conn:
+                return operation(conn)
+
+    # -- schema ------------------------------------------------------------
+
+    def _ensure_schema(self, conn: Any) -> None:
+        names = index_names(self.table)
+        if self._schema_complete(conn, names):
+            return
+        with conn.transaction():
+            # Serialise first opens from many processes; re-check under the lock.
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fastaiagent:{self.table}",)
+            )
+            exists = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
+            if exists is None:
+                conn.execute(self._q("create_table"))
+            present = self._present_indexes(conn)
+            for kind, name in names.items():
+                if name not in present:
+                    conn.execute(self._index_ddl(kind, name))
+
+    def _present_indexes(self, conn: Any) -> set[str]:
+        rows = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = %s",
+            (self.table,),
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def _schema_complete(self, conn: Any, names: dict[str, str]) -> bool:
+        return set(names.values()) <= self._present_indexes(conn)
+
+    def _index_ddl(self, kind: str, name: str) -> Any:
+        columns = {
+            "subject_active": "(scope, scope_id, project_id, created_at DESC) "
+            "WHERE superseded_by IS NULL",
+            "scope_active": "(scope, project_id, created_at DESC) WHERE superseded_by IS NULL",
+            "active_key": "(scope, scope_id, project_id, fact_key) WHERE superseded_by IS NULL",
+            "subject_all": "(scope, scope_id, project_id)",
+        }[kind]
+        unique = "UNIQUE " if kind == "active_key" else ""
+        return sql.SQL("CREATE {}INDEX IF NOT EXISTS {} ON {} " + columns).format(
+            sql.SQL(unique), sql.Identifier(name), self._t
+        )
+
+    def _q(self, name: str) -> Any:
+        return self._queries[name]
+
+    def _build_queries(self) -> dict[str, Any]:
+        t = self._t
+        cols = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
+        active_key = "(scope, scope_id, project_id, fact_key) WHERE superseded_by IS NULL"
+        return {
+            "create_table": sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                "id BIGSERIAL PRIMARY KEY, fact TEXT NOT NULL, fact_key TEXT NOT NULL, "
+                "scope TEXT NOT NULL, scope_id TEXT NOT NULL DEFAULT '', "
+                "project_id TEXT NOT NULL DEFAULT '', "
+                "confidence DOUBLE PRECISION NOT NULL DEFAULT 1.0, "
+                "source TEXT NOT NULL DEFAULT 'manual', source_trace_id TEXT, "
+                "created_at DOUBLE PRECISION NOT NULL, superseded_by BIGINT, "
+                "metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb)"
+            ).format(t),
+            "insert": sql.SQL(
+                "INSERT INTO {} (fact, fact_key, scope, scope_id, project_id, confidence, "
+                "source, source_trace_id, created_at, superseded_by, metadata) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, %s) "
+                "ON CONFLICT " + active_key + " DO NOTHING RETURNING id"
+            ).format(t),
+            "find_active": sql.SQL(
+                "SELECT id FROM {} WHERE scope = %s AND scope_id = %s AND project_id = %s "
+                "AND fact_key = %s AND superseded_by IS NULL"
+            ).format(t),
+            "get": sql.SQL("SELECT {} FROM {} WHERE id = %s").format(cols, t),
+            "lock_pair": sql.SQL(
+                "SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+            ).format(cols, t),
+            "mark_superseded": sql.SQL("UPDATE {} SET superseded_by = %s WHERE id = %s").format(t),
+            "cols": cols,
+        }
+
+    # -- writes ------------------------------------------------------------
+
+    def _add(self, conn: Any, fact: Fact) -> int:
+        key = normalize_text(fact.fact)
+        params = (
+            fact.fact,
+            key,
+            fact.scope,
+            fact.scope_id,
+            fact.project_id,
+            float(fact.confidence),
+            fact.source,
+            fact.source_trace_id,
+            fact.created_at,
+            Jsonb(fact.metadata),
+        )
+        # ON CONFLICT waits for a concurrent writer of the same active key; the
+        # loop covers the rare case where that row is superseded in between.
+        for _ in range(5):
+            row = conn.execute(self._q("insert"), params).fetchone()
+            if row is not None:
+                return int(row[0])
+            found = conn.execute(
+                self._q("find_active"), (fact.scope, fact.scope_id, fact.project_id, key)
+            ).fetchone()
+            if found is not None:
+                return int(found[0])
+        raise RuntimeError("could not add the fact: its active row kept changing")
+
+    def add(self, fact: Fact) -> int:
+        """Store ``fact`` and return its id; the same normalised text in the same
+        subject returns the one active row's id, also under concurrent writers."""
+        fact = validate_for_write(fact)
+        return self._run(lambda conn: self._add(conn, fact))
+
+    def _supersede(self, conn: Any, old_id: int, new_id: int) -> None:
+        rows = conn.execute(self._q("lock_pair"), ([old_id, new_id],)).fetchall()
+        by_id = {int(row[0]): _row_to_fact(row) for row in rows}
+        check_supersede(by_id.get(old_id), by_id.get(new_id), old_id, new_id)
+        conn.execute(self._q("mark_superseded"), (new_id, old_id))
+
+    def supersede(self, old_id: int, new_id: int) -> None:
+        """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
+        old_id, new_id = _fact_id(old_id), _fact_id(new_id)
+
+        def run(conn: Any) -> None:
+            with conn.transaction():
+                self._supersede(conn, old_id, new_id)
+
+        self._run(run)
+
+    def update(self, new: Fact, old_id: int) -> int:
+        """Add ``new`` and supersede ``old_id`` with it, in one transaction."""
+        new = validate_for_write(new)
+        old_id = _fact_id(old_id)
+
+        def run(conn: Any) -> int:
+            with conn.transaction():
+                new_id = self._add(conn, new)
+                if new_id != old_id:
+                    self._supersede(conn, old_id, new_id)
+                return new_id
+
+        return self._run(run)
+
+    def delete(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        *,
+        fact: str | None = None,
+        fact_id: int | None = None,
+    ) -> int:
+        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``)."""
+        where, params = self._where(delete_selector(scope, scope_id, project_id), active=False)
+        if fact is not None:
+            if not isinstance(fact, str):
+                raise TypeError("fact must be a str")
+            where = sql.SQL("{} AND fact_key = %s").format(where)
+            params.append(normalize_text(fact))
+        if fact_id is not None:
+            where = sql.SQL("{} AND id = %s").format(where)
+            params.append(_fact_id(fact_id))
+        query = sql.SQL("DELETE FROM {} WHERE {}").format(self._t, where)
+        return self._run(lambda conn: int(conn.execute(query, params).rowcount))
+
+    def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
+        """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
+        if not isinstance(keep, int) or keep < 0:
+            raise ValueError("keep must be an int >= 0")
+        where, params = self._where(delete_selector(scope, scope_id, project_id), active=True)
+        query = sql.SQL(
+            "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE {w} AND source = %s "
+            "ORDER BY created_at DESC, id DESC OFFSET %s)"
+        ).format(t=self._t, w=where)
+        return self._run(
+            lambda conn: int(conn.execute(query, [*params, SOURCE_LEARNED, keep]).rowcount)
+        )
+
+    # -- reads -------------------------------------------------------------
+
+    def _where(self, selector: Selector, *, active: bool) -> tuple[Any, list[Any]]:
+        parts = ["scope = %s", "project_id = %s"]
+        params: list[Any] = [selector.scope, selector.project_id]
+        if selector.scope_id is not None:
+            parts.append("scope_id = %s")
+            params.append(selector.scope_id)
+        if active:
+            parts.append("superseded_by IS NULL")
+        return sql.SQL(" AND ".join(parts)), params
+
+    def get(self, fact_id: int) -> Fact | None:
+        """The fact with this id, active or superseded, or None."""
+        fact_id = _fact_id(fact_id)
+
+        def run(conn: Any) -> Fact | None:
+            row = conn.execute(self._q("get"), (fact_id,)).fetchone()
+            return _row_to_fact(row) if row else None
+
+        return self._run(run)
+
+    def list_active(
+        self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
+    ) -> list[Fact]:
+        """Active facts of a subject, newest first; ``"*"`` reads every subject."""
+        check_limit(limit)
+        selector = read_selector(scope, scope_id, project_id)
+        if selector is None or limit == 0:
+            return []
+        where, params = self._where(selector, active=True)
+        query = sql.SQL(
+            "SELECT {} FROM {} WHERE {} ORDER BY created_at DESC, id DESC LIMIT %s"
+        ).format(self._q("cols"), self._t, where)
+        params.append(limit)
+        return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
+
+    def browse(
+        self,
+        *,
+        scope: str | None = None,
+        scope_id: str | None = None,
+        project_id: str | None = None,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """Facts across subjects, newest first; filters apply before the limit."""
+        check_limit(limit)
+        parts: list[str] = []
+        params: list[Any] = []
+        for column, value in (("scope", scope), ("scope_id", scope_id), ("project_id", project_id)):
+            if value is not None:
+                parts.append(f"{column} = %s")
+                params.append(value)
+        if not include_superseded:
+            parts.append("superseded_by IS NULL")
+        query = sql.SQL(
+            "SELECT {} FROM {} WHERE {} ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
+        ).format(self._q("cols"), self._t, sql.SQL(" AND ".join(parts) or "TRUE"))
+        params += [limit, max(0, int(offset))]
+        return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
+
+    def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:
+        """Every ``scope:scope_id`` (per project) with its fact count."""
+        where = sql.SQL("" if include_superseded else "WHERE superseded_by IS NULL")
+        query = sql.SQL(
+            "SELECT scope, scope_id, project_id, COUNT(*) FROM {} {} "
+            "GROUP BY scope, scope_id, project_id ORDER BY scope, scope_id, project_id"
+        ).format(self._t, where)
+        return self._run(
+            lambda conn: [SubjectCount(r[0], r[1], r[2], int(r[3])) for r in conn.execute(query)]
+        )
+
+
+def _fact_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"a fact id must be an int, got {type(value).__name__}")
+    return value
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for error messages."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
