@@ -1,0 +1,185 @@
+"""BackgroundQueue: memory work (summaries, fact extraction) run after the reply."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+
+
+def test_jobs_run_in_submission_order_and_flush_waits_for_all():
+    queue = BackgroundQueue()
+    seen: list[int] = []
+    for i in range(200):
+        queue.submit(lambda i=i: seen.append(i))
+    assert queue.flush(timeout=10)
+    assert seen == list(range(200))
+    assert queue.pending == 0
+
+
+def test_flush_times_out_on_a_slow_job_then_completes():
+    queue = BackgroundQueue()
+    release = threading.Event()
+    done: list[str] = []
+    queue.submit(lambda: (release.wait(5), done.append("slow")))
+    assert queue.flush(timeout=0.05) is False
+    assert queue.pending == 1
+    release.set()
+    assert queue.flush(timeout=5) is True
+    assert done == ["slow"]
+
+
+def test_a_failing_job_is_logged_and_the_next_one_runs(caplog):
+    queue = BackgroundQueue()
+    seen: list[str] = []
+
+    def boom() -> None:
+        raise RuntimeError("extraction exploded")
+
+    with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
+        queue.submit(boom)
+        queue.submit(lambda: seen.append("after"))
+        assert queue.flush(timeout=5)
+    assert seen == ["after"]
+    assert queue.failures == 1
+    assert "extraction exploded" in caplog.text
+
+
+def test_the_submitters_context_reaches_the_job():
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+    queue = BackgroundQueue()
+    seen: list[str] = []
+    token = var.set("alice")
+    queue.submit(lambda: seen.append(var.get()))
+    var.reset(token)
+    queue.submit(lambda: seen.append(var.get()))
+    assert queue.flush(timeout=5)
+    assert seen == ["alice", "nobody"]
+
+
+def test_queue_is_bounded_submit_waits_for_a_free_slot():
+    queue = BackgroundQueue(max_pending=2)
+    release = threading.Event()
+    queue.submit(lambda: release.wait(5))  # running
+    queue.submit(lambda: None)  # queued
+    queue.submit(lambda: None)  # queued: the queue is now full
+    blocked_done = threading.Event()
+
+    def submit_one_more() -> None:
+        queue.submit(lambda: None)
+        blocked_done.set()
+
+    thread = threading.Thread(target=submit_one_more)
+    thread.start()
+    assert not blocked_done.wait(0.1), "submit should wait while the queue is full"
+    assert queue.pending <= 3
+    release.set()
+    assert blocked_done.wait(5)
+    thread.join(5)
+    assert queue.flush(timeout=5)
+
+
+def test_flush_from_inside_a_job_is_refused_not_a_deadlock():
+    queue = BackgroundQueue()
+    errors: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            queue.flush()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    queue.submit(job)
+    assert queue.flush(timeout=5)
+    assert len(errors) == 1
+
+
+def test_close_drains_and_later_submits_run_inline():
+    queue = BackgroundQueue()
+    seen: list[str] = []
+    queue.submit(lambda: (time.sleep(0.05), seen.append("queued")))
+    assert queue.close(timeout=5)
+    assert queue.closed
+    queue.submit(lambda: seen.append("inline"))
+    assert seen == ["queued", "inline"]
+
+
+def test_idle_worker_exits_and_restarts_on_next_submit():
+    queue = BackgroundQueue(idle_seconds=0.05)
+    seen: list[int] = []
+    queue.submit(lambda: seen.append(1))
+    assert queue.flush(timeout=5)
+    deadline = time.monotonic() + 5
+    while queue._worker is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queue._worker is None
+    queue.submit(lambda: seen.append(2))
+    assert queue.flush(timeout=5)
+    assert seen == [1, 2]
+
+
+def test_aflush_does_not_hold_the_event_loop():
+    queue = BackgroundQueue()
+    release = threading.Event()
+    queue.submit(lambda: release.wait(5))
+
+    async def main() -> int:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        asyncio.get_running_loop().call_later(0.2, release.set)
+        assert await queue.aflush(timeout=5)
+        task.cancel()
+        return ticks
+
+    assert asyncio.run(main()) >= 10
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_pending": 0}, {"max_pending": True}, {"exit_timeout": -1}, {"idle_seconds": 0}]
+)
+def test_bad_arguments_raise(kwargs):
+    with pytest.raises(ValueError):
+        BackgroundQueue(**kwargs)
+
+
+def test_submit_needs_a_callable():
+    with pytest.raises(TypeError):
+        BackgroundQueue().submit("not callable")  # type: ignore[arg-type]
+
+
+def test_pending_jobs_finish_at_normal_interpreter_exit(tmp_path):
+    """No learned fact is lost on a normal exit: queued work runs before shutdown."""
+    out = tmp_path / "done.txt"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+
+        queue = BackgroundQueue()
+        def job(i):
+            time.sleep(0.05)
+            with open({str(out)!r}, "a") as handle:
+                handle.write(f"{{i}}\\n")
+        for i in range(5):
+            queue.submit(lambda i=i: job(i))
+        # no flush: the script just ends
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert out.read_text().split() == ["0", "1", "2", "3", "4"]
