@@ -24,6 +24,7 @@ from fastaiagent.llm.message import (
 
 logger = logging.getLogger("fastaiagent.agent")
 DEFAULT_MAX_TOOL_ROUNDS = 10
+TRACE_TEXT_CHARS = 2000  # run input/output kept on the agent.run span (payloads)
 
 
 @dataclass
@@ -95,6 +96,15 @@ class _Run:
         close = getattr(self.turn, "close", None)
         if close is not None:
             close()
+
+    def span_attributes(self) -> dict[str, Any]:
+        # The input is bounded; it is a payload attribute (dropped from exported
+        # spans when FASTAIAGENT_TRACE_PAYLOADS=0, kept in the local store).
+        return {
+            "agent.name": self.agent.name,
+            "agent.run_id": self.run_id,
+            "agent.input": self.query[:TRACE_TEXT_CHARS],
+        }
 
     def turn_to_store(self, output: str) -> list[Message]:
         # The user's words as said, and only the final reply after middleware.
@@ -229,7 +239,7 @@ class Agent:
             run.close()
 
     def _run_loop(self, run: _Run) -> AgentResult:
-        with trace.span("agent.run", {"agent.name": self.name, "agent.run_id": run.run_id}):
+        with trace.span("agent.run", run.span_attributes() if trace.is_enabled() else None):
             memory_messages = run.turn.context_messages(run.query) if run.turn else []
             for _ in range(self.max_tool_rounds):
                 messages = self._before_model(run, run.prompt(memory_messages))
@@ -245,6 +255,7 @@ class Agent:
 
     def _finish(self, run: _Run, response: LLMResponse) -> AgentResult:
         output = response.content or ""
+        trace.annotate({"agent.output": output[:TRACE_TEXT_CHARS]})
         run.history.append(AssistantMessage(output))
         if run.turn:
             run.turn.record(run.turn_to_store(output))
@@ -292,7 +303,7 @@ class Agent:
     async def _astream_loop(
         self, run: _Run, *, stream: bool
     ) -> AsyncIterator[StreamDelta | AgentResult]:
-        with trace.span("agent.run", {"agent.name": self.name, "agent.run_id": run.run_id}):
+        with trace.span("agent.run", run.span_attributes() if trace.is_enabled() else None):
             memory_messages = await run.turn.acontext_messages(run.query) if run.turn else []
             for _ in range(self.max_tool_rounds):
                 messages = run.prompt(memory_messages)
@@ -319,6 +330,7 @@ class Agent:
                 for hook in reversed(self.middleware):
                     response = await hook.aafter_model(response, run.context)
                 output = response.content or ""
+                trace.annotate({"agent.output": output[:TRACE_TEXT_CHARS]})
                 run.history.append(AssistantMessage(output))
                 if run.turn:
                     await run.turn.arecord(run.turn_to_store(output))
