@@ -1,15 +1,60 @@
-"""Tracing hooks used across the library.
+"""Tracing: OpenTelemetry spans for agent runs, LLM calls and memory.
 
-``span`` opens an OpenTelemetry span when tracing is on and is a shared no-op
-context otherwise, so tracing off costs one flag check. ``annotate`` adds
-attributes to the current span (blocks use it to report what they did).
+Turn it on with :func:`setup` (local SQLite trace store, optional OTLP export)
+and off with :func:`shutdown`. ``span`` opens a span when tracing is on and is
+a shared no-op context otherwise, so tracing off costs one flag check.
+``annotate`` adds attributes to the current span (blocks use it to report
+what they did). :func:`capture` records spans in memory for tests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from fastaiagent.trace.redaction import (
+    ENV_PAYLOADS,
+    PAYLOAD_KEYS,
+    RedactionPolicy,
+    get_redaction_policy,
+    payloads_enabled,
+    set_redaction_policy,
+)
+
+if TYPE_CHECKING:
+    from fastaiagent.trace.setup import (
+        CapturedSpans,
+        Tracing,
+        active,
+        capture,
+        flush,
+        setup,
+        shutdown,
+    )
+    from fastaiagent.trace.store import SpanRecord, TraceStore
+
+# The OpenTelemetry SDK is imported only when tracing is turned on.
+_LAZY = {
+    "CapturedSpans": "fastaiagent.trace.setup",
+    "Tracing": "fastaiagent.trace.setup",
+    "active": "fastaiagent.trace.setup",
+    "capture": "fastaiagent.trace.setup",
+    "flush": "fastaiagent.trace.setup",
+    "setup": "fastaiagent.trace.setup",
+    "shutdown": "fastaiagent.trace.setup",
+    "SpanRecord": "fastaiagent.trace.store",
+    "TraceStore": "fastaiagent.trace.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fastaiagent.trace' has no attribute {name!r}")
+
 
 _state: dict[str, Any] = {"tracer": None}
 _NOOP: Any = nullcontext(None)
@@ -62,3 +107,27 @@ def current_trace_id() -> str | None:
 
     context = otel_trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
+
+
+__all__ = [
+    "ENV_PAYLOADS",
+    "PAYLOAD_KEYS",
+    "CapturedSpans",
+    "RedactionPolicy",
+    "SpanRecord",
+    "TraceStore",
+    "Tracing",
+    "active",
+    "annotate",
+    "capture",
+    "current_trace_id",
+    "flush",
+    "get_redaction_policy",
+    "is_enabled",
+    "payloads_enabled",
+    "set_redaction_policy",
+    "set_tracer",
+    "setup",
+    "shutdown",
+    "span",
+]

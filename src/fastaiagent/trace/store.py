@@ -1,0 +1,296 @@
+"""The local trace store: finished spans in a SQLite file, read by the UI and `learn`.
+
+Spans arrive in batches from a background exporter thread, so the agent's
+hot path never waits on this file. The default file is ``traces.db`` beside
+the local fact database (``$FASTAIAGENT_TRACE_DB`` overrides it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_TRACE_DB = "FASTAIAGENT_TRACE_DB"
+TRACE_FILE = "traces.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spans (
+    span_id TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    parent_id TEXT,
+    name TEXT NOT NULL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'UNSET',
+    attributes TEXT NOT NULL DEFAULT '{}',
+    events TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (trace_id, span_id)
+);
+CREATE INDEX IF NOT EXISTS idx_spans_roots ON spans (start_ns DESC) WHERE parent_id IS NULL;
+CREATE TABLE IF NOT EXISTS mined_traces (
+    trace_id TEXT PRIMARY KEY,
+    mined_at REAL NOT NULL
+);
+"""
+_SPAN_COLUMNS = "span_id, trace_id, parent_id, name, start_ns, end_ns, status, attributes, events"
+
+
+def default_trace_db_path() -> Path:
+    """``$FASTAIAGENT_TRACE_DB``, else ``traces.db`` beside the local fact database."""
+    env = os.environ.get(ENV_TRACE_DB)
+    if env:
+        return Path(env).expanduser().resolve()
+    from fastaiagent.learn.sqlite import default_db_path
+
+    return default_db_path().parent / TRACE_FILE
+
+
+@dataclass
+class SpanRecord:
+    """One finished span as stored. Times are UNIX nanoseconds."""
+
+    span_id: str
+    trace_id: str
+    parent_id: str | None
+    name: str
+    start_ns: int
+    end_ns: int
+    status: str = "UNSET"
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def duration_ms(self) -> float:
+        return max(0, self.end_ns - self.start_ns) / 1e6
+
+
+@dataclass
+class SpanNode:
+    """A span with its children, for rendering a trace as a tree."""
+
+    span: SpanRecord
+    children: list[SpanNode] = field(default_factory=list)
+    depth: int = 0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One trace, summarised by its root span (a row of the Traces page)."""
+
+    trace_id: str
+    name: str
+    start_ns: int
+    duration_ms: float
+    status: str
+    span_count: int
+    attributes: dict[str, Any]
+
+
+def build_tree(spans: Iterable[SpanRecord]) -> list[SpanNode]:
+    """Roots (spans whose parent is not in the set) with children in start order."""
+    ordered = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
+    nodes = {s.span_id: SpanNode(s) for s in ordered}
+    roots: list[SpanNode] = []
+    for record in ordered:
+        node = nodes[record.span_id]
+        parent = nodes.get(record.parent_id) if record.parent_id else None
+        (parent.children if parent is not None else roots).append(node)
+
+    def set_depth(node: SpanNode, depth: int) -> None:
+        node.depth = depth
+        for child in node.children:
+            set_depth(child, depth + 1)
+
+    for root in roots:
+        set_depth(root, 0)
+    return roots
+
+
+def flatten(nodes: Iterable[SpanNode]) -> list[SpanNode]:
+    """Depth-first order of a tree, parents before children."""
+    out: list[SpanNode] = []
+    stack = list(reversed(list(nodes)))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children))
+    return out
+
+
+def _row_to_span(row: tuple[Any, ...]) -> SpanRecord:
+    return SpanRecord(
+        span_id=row[0],
+        trace_id=row[1],
+        parent_id=row[2],
+        name=row[3],
+        start_ns=row[4],
+        end_ns=row[5],
+        status=row[6],
+        attributes=json.loads(row[7]) if row[7] else {},
+        events=json.loads(row[8]) if row[8] else [],
+    )
+
+
+class TraceStore:
+    """Spans in a SQLite file (WAL mode; one connection per thread).
+
+    Constructing it touches no file; the first write creates it. Reads of a
+    file that does not exist yet return nothing.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
+        self.path = Path(path).expanduser().resolve() if path else default_trace_db_path()
+        self._timeout = timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+
+    def __repr__(self) -> str:
+        return f"TraceStore(path={str(self.path)!r})"
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path), timeout=self._timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        with self._lock:
+            conn.executescript(_SCHEMA)
+            self._connections.append(conn)
+        self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection; the store reopens on its next use."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+            self._local = threading.local()
+        for conn in connections:
+            with suppress(sqlite3.Error):
+                conn.close()
+
+    # -- writes ------------------------------------------------------------
+
+    def write(self, spans: Iterable[SpanRecord]) -> int:
+        """Store spans (a re-sent span replaces its earlier copy); returns how many."""
+        rows = [
+            (
+                s.span_id,
+                s.trace_id,
+                s.parent_id,
+                s.name,
+                s.start_ns,
+                s.end_ns,
+                s.status,
+                json.dumps(s.attributes, default=str),
+                json.dumps(s.events, default=str),
+            )
+            for s in spans
+        ]
+        if not rows:
+            return 0
+        with self._write() as conn:
+            conn.executemany(
+                f"INSERT OR REPLACE INTO spans ({_SPAN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def mark_mined(self, trace_ids: Iterable[str], when: float) -> None:
+        """Remember that ``fastaiagent learn`` has mined these traces."""
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO mined_traces (trace_id, mined_at) VALUES (?, ?)",
+                [(trace_id, when) for trace_id in trace_ids],
+            )
+
+    # -- reads -------------------------------------------------------------
+
+    def _exists(self) -> bool:
+        return self.path.exists()
+
+    def count_runs(self) -> int:
+        """How many traces (root spans) the store holds."""
+        if not self._exists():
+            return 0
+        row = self._connection().execute(
+            "SELECT COUNT(*) FROM spans WHERE parent_id IS NULL"
+        ).fetchone()
+        return int(row[0])
+
+    def list_runs(
+        self, *, limit: int = 50, offset: int = 0, name: str | None = None
+    ) -> list[RunSummary]:
+        """Traces newest first, summarised by their root span."""
+        if not self._exists():
+            return []
+        where = "parent_id IS NULL" + (" AND name = ?" if name else "")
+        params: list[Any] = [name] if name else []
+        rows = self._connection().execute(
+            f"SELECT {_SPAN_COLUMNS}, (SELECT COUNT(*) FROM spans c WHERE c.trace_id = r.trace_id) "
+            f"FROM spans r WHERE {where} ORDER BY start_ns DESC LIMIT ? OFFSET ?",
+            [*params, limit, max(0, offset)],
+        )
+        out = []
+        for row in rows:
+            root = _row_to_span(row[:9])
+            out.append(
+                RunSummary(
+                    trace_id=root.trace_id,
+                    name=root.name,
+                    start_ns=root.start_ns,
+                    duration_ms=root.duration_ms,
+                    status=root.status,
+                    span_count=int(row[9]),
+                    attributes=root.attributes,
+                )
+            )
+        return out
+
+    def get_trace(self, trace_id: str) -> list[SpanRecord]:
+        """Every stored span of one trace, in start order ([] if unknown)."""
+        if not self._exists():
+            return []
+        rows = self._connection().execute(
+            f"SELECT {_SPAN_COLUMNS} FROM spans WHERE trace_id = ? ORDER BY start_ns, span_id",
+            (trace_id,),
+        )
+        return [_row_to_span(row) for row in rows]
+
+    def mined_trace_ids(self, trace_ids: Iterable[str]) -> set[str]:
+        """The subset of ``trace_ids`` already mined by ``fastaiagent learn``."""
+        ids = list(trace_ids)
+        if not ids or not self._exists():
+            return set()
+        conn = self._connection()
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            rows = conn.execute(
+                f"SELECT trace_id FROM mined_traces WHERE trace_id IN ({marks})", chunk
+            )
+            found.update(row[0] for row in rows)
+        return found
