@@ -1,0 +1,255 @@
+"""FaissVectorStore: an in-process FAISS index, one sub-index per namespace.
+
+Each namespace (and the untagged chunks) gets its own FAISS index, so a
+search reads only the namespaces it asks for: a quiet user's recall costs
+what that user stored, however busy the rest of the store is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from fastaiagent._optional import require
+from fastaiagent.kb.protocols import (
+    Chunk,
+    SearchHit,
+    check_chunk,
+    check_dimension,
+    check_top_k,
+    check_vector,
+    namespace_key,
+    wanted_keys,
+)
+
+INDEX_TYPES = ("flat", "hnsw")
+
+
+class _SubIndex:
+    """One namespace: a FAISS index plus the chunks it holds by internal id."""
+
+    def __init__(self, faiss: Any, dimension: int, index_type: str, hnsw_m: int) -> None:
+        self.faiss = faiss
+        self.dimension = dimension
+        self.index_type = index_type
+        self.hnsw_m = hnsw_m
+        self.chunks: dict[int, Chunk] = {}
+        self.tombstones: set[int] = set()  # HNSW cannot remove vectors; we skip them
+        self.index = self._new_index()
+
+    def _new_index(self) -> Any:
+        faiss = self.faiss
+        if self.index_type == "flat":
+            return faiss.IndexIDMap2(faiss.IndexFlatIP(self.dimension))
+        return faiss.IndexIDMap(
+            faiss.IndexHNSWFlat(self.dimension, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        )
+
+    def add(self, int_ids: list[int], vectors: Any, chunks: list[Chunk]) -> None:
+        import numpy as np
+
+        self.index.add_with_ids(vectors, np.asarray(int_ids, dtype="int64"))
+        self.chunks.update(zip(int_ids, chunks, strict=False))
+
+    def remove(self, int_ids: list[int]) -> None:
+        import numpy as np
+
+        for int_id in int_ids:
+            self.chunks.pop(int_id, None)
+        if self.index_type == "flat":
+            self.index.remove_ids(np.asarray(int_ids, dtype="int64"))
+            return
+        self.tombstones.update(int_ids)
+        if len(self.tombstones) > max(64, len(self.chunks)):
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        import numpy as np
+
+        live = [i for i in self._all_ids() if i not in self.tombstones]
+        vectors = np.vstack([self.index.reconstruct(i) for i in live]) if live else None
+        self.index = self._new_index()
+        self.tombstones.clear()
+        if vectors is not None:
+            self.index.add_with_ids(vectors, np.asarray(live, dtype="int64"))
+
+    def _all_ids(self) -> list[int]:
+        import faiss as _faiss
+
+        return [int(i) for i in _faiss.vector_to_array(self.index.id_map)]
+
+    def search(self, query: Any, top_k: int) -> list[tuple[int, float]]:
+        live = len(self.chunks)
+        if live == 0 or top_k == 0:
+            return []
+        fetch = min(self.index.ntotal, top_k + len(self.tombstones))
+        scores, ids = self.index.search(query, fetch)
+        out = []
+        for score, int_id in zip(scores[0], ids[0], strict=False):
+            if int_id < 0 or int_id in self.tombstones or int_id not in self.chunks:
+                continue
+            out.append((int(int_id), float(score)))
+            if len(out) == top_k:
+                break
+        return out
+
+
+class FaissVectorStore:
+    """In-process vector store on FAISS (``pip install 'fastaiagent[faiss]'``).
+
+    ``index_type="flat"`` is exact search; ``"hnsw"`` is approximate and
+    faster on large namespaces. Vectors are L2-normalised, so scores are
+    cosine similarities. Thread-safe: one lock guards every operation.
+    ``dimension=None`` takes the size of the first vector added.
+    """
+
+    def __init__(
+        self, dimension: int | None = None, index_type: str = "flat", *, hnsw_m: int = 32
+    ) -> None:
+        if index_type not in INDEX_TYPES:
+            raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+        self._faiss = require("faiss", "faiss")
+        self._dimension = check_dimension(dimension)
+        self.index_type = index_type
+        self._hnsw_m = hnsw_m
+        self._subs: dict[str, _SubIndex] = {}
+        self._where: dict[str, tuple[str, int]] = {}  # chunk id -> (namespace key, int id)
+        self._next_id = 0
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return (
+            f"FaissVectorStore(dimension={self._dimension}, index_type={self.index_type!r}, "
+            f"count={len(self._where)})"
+        )
+
+    @property
+    def dimension(self) -> int | None:
+        return self._dimension
+
+    def _matrix(self, vectors: list[list[float]]) -> Any:
+        import numpy as np
+
+        matrix = np.asarray(vectors, dtype="float32")
+        self._faiss.normalize_L2(matrix)
+        return matrix
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        """Insert or replace chunks by id."""
+        items = list(chunks)
+        if not items:
+            return
+        with self._lock:
+            dimension = self._dimension
+            vectors = []
+            for chunk in items:
+                vector = check_chunk(chunk, dimension)
+                dimension = dimension or len(vector)
+                vectors.append(vector)
+            self._dimension = dimension
+            # Last write wins for a repeated id within one batch.
+            latest: dict[str, int] = {chunk.id: n for n, chunk in enumerate(items)}
+            self._remove_ids(list(latest))
+            grouped: dict[str, list[int]] = {}
+            for _chunk_id, n in latest.items():
+                grouped.setdefault(namespace_key(items[n].metadata), []).append(n)
+            assert dimension is not None
+            for key, positions in grouped.items():
+                sub = self._subs.get(key)
+                if sub is None:
+                    sub = self._subs[key] = _SubIndex(
+                        self._faiss, dimension, self.index_type, self._hnsw_m
+                    )
+                int_ids = list(range(self._next_id, self._next_id + len(positions)))
+                self._next_id += len(positions)
+                stored = [
+                    replace(items[n], vector=None, metadata=dict(items[n].metadata))
+                    for n in positions
+                ]
+                sub.add(int_ids, self._matrix([vectors[n] for n in positions]), stored)
+                for int_id, chunk in zip(int_ids, stored, strict=False):
+                    self._where[chunk.id] = (key, int_id)
+
+    def search(
+        self,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        namespace: str | None = None,
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        check_top_k(top_k)
+        keys = wanted_keys(namespace, include_untagged)
+        with self._lock:
+            if self._dimension is None:
+                return []
+            query = self._matrix([check_vector(vector, self._dimension, "query vector")])
+            subs = [
+                self._subs[k]
+                for k in (keys if keys is not None else list(self._subs))
+                if k in self._subs
+            ]
+            found: list[SearchHit] = []
+            for sub in subs:
+                for int_id, score in sub.search(query, top_k):
+                    found.append(SearchHit(_copy(sub.chunks[int_id]), score))
+        found.sort(key=lambda hit: hit.score, reverse=True)
+        return found[:top_k]
+
+    def get(self, ids: Sequence[str]) -> list[Chunk]:
+        with self._lock:
+            out = []
+            for chunk_id in ids:
+                where = self._where.get(chunk_id)
+                if where is not None:
+                    out.append(_copy(self._subs[where[0]].chunks[where[1]]))
+            return out
+
+    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
+        keys = wanted_keys(namespace, include_untagged)
+        with self._lock:
+            subs = [
+                self._subs[k]
+                for k in (keys if keys is not None else list(self._subs))
+                if k in self._subs
+            ]
+            return [_copy(chunk) for sub in subs for chunk in sub.chunks.values()]
+
+    def _remove_ids(self, ids: list[str]) -> int:
+        by_key: dict[str, list[int]] = {}
+        for chunk_id in ids:
+            where = self._where.pop(chunk_id, None)
+            if where is not None:
+                by_key.setdefault(where[0], []).append(where[1])
+        for key, int_ids in by_key.items():
+            self._subs[key].remove(int_ids)
+        return sum(len(v) for v in by_key.values())
+
+    def delete(self, ids: Sequence[str]) -> int:
+        if isinstance(ids, str):
+            raise TypeError("delete() takes a list of ids")
+        with self._lock:
+            return self._remove_ids(list(dict.fromkeys(ids)))
+
+    def delete_namespace(self, namespace: str) -> int:
+        wanted_keys(namespace, False)  # validates
+        with self._lock:
+            sub = self._subs.pop(namespace, None)
+            if sub is None:
+                return 0
+            for chunk in sub.chunks.values():
+                self._where.pop(chunk.id, None)
+            return len(sub.chunks)
+
+    def count(self, namespace: str | None = None) -> int:
+        with self._lock:
+            if namespace is None:
+                return len(self._where)
+            sub = self._subs.get(namespace)
+            return len(sub.chunks) if sub is not None else 0
+
+
+def _copy(chunk: Chunk) -> Chunk:
+    return replace(chunk, metadata=dict(chunk.metadata))

