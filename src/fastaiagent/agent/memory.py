@@ -292,15 +292,19 @@ class ComposableMemory:
             shared = SharedMemoryContext(self.primary.get_messages())
             out: list[Message] = []
             for block in self.blocks:
-                try:
-                    with trace.span(f"memory.read.{block.trace_name}") as block_span:
+                with trace.span(f"memory.read.{block.trace_name}") as block_span:
+                    try:
                         rendered = list(await block.arender_with_context(query, shared) or [])
+                    except Exception as exc:
+                        logger.warning("memory block %r failed to render; skipped: %s", block.name, exc)
+                        rendered = []
+                        if block_span is not None:  # no rendered_count: nothing was injected
+                            block_span.record_exception(exc)
+                            block_span.set_attribute("memory.error", str(exc)[:SNIPPET_CHARS])
+                    else:
                         if block_span is not None:
                             block_span.set_attribute("memory.rendered_count", len(rendered))
                             block_span.set_attribute("memory.snippets", snippets(rendered))
-                except Exception as exc:
-                    logger.warning("memory block %r failed to render; skipped: %s", block.name, exc)
-                    rendered = []
                 shared._add(block.name, rendered)
                 out.extend(rendered)
             messages = out + self.primary.get_messages()
@@ -310,11 +314,16 @@ class ComposableMemory:
 
     # -- writing -----------------------------------------------------------
 
+    @staticmethod
+    def _write_attributes(block: MemoryBlock) -> dict[str, Any]:
+        # Blocks overwrite action and detail with what they did (e.g. a count).
+        native = type(block).on_message is not MemoryBlock.on_message or (
+            type(block).aon_message is not MemoryBlock.aon_message
+        )
+        return {"memory.action": "stored" if native else "noop", "memory.detail": "{}"}
+
     def _feed_block(self, block: MemoryBlock, message: Message) -> None:
-        native = type(block).on_message is not MemoryBlock.on_message
-        with trace.span(
-            f"memory.write.{block.trace_name}", {"memory.action": "stored" if native else "noop"}
-        ):
+        with trace.span(f"memory.write.{block.trace_name}", self._write_attributes(block) if trace.is_enabled() else None):
             try:
                 block.on_message(message)
             except Exception as exc:
@@ -341,12 +350,22 @@ class ComposableMemory:
             await asyncio.to_thread(self.record, messages)
             return
         for message in messages:
-            self.primary.add(message)
-            for block in self.blocks:
-                try:
-                    await block.aon_message(message)
-                except Exception as exc:
-                    logger.warning("memory block %r failed on a message; skipped: %s", block.name, exc)
+            with trace.span("memory.write", {"memory.role": message.role}):
+                self.primary.add(message)
+                for block in self.blocks:
+                    with trace.span(
+                        f"memory.write.{block.trace_name}",
+                        self._write_attributes(block) if trace.is_enabled() else None,
+                    ):
+                        try:
+                            await block.aon_message(message)
+                        except Exception as exc:
+                            logger.warning(
+                                "memory block %r failed on a message; skipped: %s", block.name, exc
+                            )
+                            trace.annotate(
+                                {"memory.action": "failed", "memory.error": str(exc)[:SNIPPET_CHARS]}
+                            )
 
     def clear(self) -> None:
         """Empty the window and every block."""
