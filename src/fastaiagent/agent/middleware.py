@@ -52,7 +52,10 @@ def _iban_ok(candidate: str) -> bool:
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _CARD = re.compile(r"\b\d(?:[ -]?\d){12,18}\b")
-_PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]?\d{2,4}){2,4}\b")
+_PHONE = re.compile(
+    r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}\b"  # international, with +
+    r"|(?<!\w)\(?\b\d{3}\)?[ .-]\d{3}[ .-]\d{4}\b"  # national 3-3-4, e.g. (415) 555-0132
+)
 
 
 class RedactPII(Middleware):
@@ -77,7 +80,7 @@ class RedactPII(Middleware):
             lambda m: "[CARD]" if _luhn_ok(re.sub(r"\D", "", m.group())) else m.group(), text
         )
         return _PHONE.sub(
-            lambda m: "[PHONE]" if len(re.sub(r"\D", "", m.group())) >= 7 else m.group(), text
+            lambda m: "[PHONE]" if len(re.sub(r"\D", "", m.group())) >= 8 else m.group(), text
         )
 
     def before_model(self, messages: list[Message], context: Any) -> list[Message]:
