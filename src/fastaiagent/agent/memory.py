@@ -323,7 +323,8 @@ class ComposableMemory:
         return {"memory.action": "stored" if native else "noop", "memory.detail": "{}"}
 
     def _feed_block(self, block: MemoryBlock, message: Message) -> None:
-        with trace.span(f"memory.write.{block.trace_name}", self._write_attributes(block) if trace.is_enabled() else None):
+        attributes = self._write_attributes(block) if trace.is_enabled() else None
+        with trace.span(f"memory.write.{block.trace_name}", attributes):
             try:
                 block.on_message(message)
             except Exception as exc:
