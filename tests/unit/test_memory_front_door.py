@@ -1,0 +1,338 @@
+"""Memory construction, tiers and direct verbs on the SQLite default (items 1-37, H1-H6)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+
+import pytest
+
+from fastaiagent import Agent, Memory
+from fastaiagent.learn import Fact, MemoryStore
+from fastaiagent.testing import FunctionLLM
+
+
+def prompt_llm() -> FunctionLLM:
+    return FunctionLLM(lambda ms: "\n".join(f"{m.role}:{m.content}" for m in ms))
+
+
+def test_memory_with_no_arguments_remembers_the_conversation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    llm = prompt_llm()
+    agent = Agent(name="assistant", llm=llm, memory=Memory())
+    agent.run("My name is Alice.")
+    result = agent.run("What's my name?")
+    assert "user:My name is Alice." in result.output
+
+
+def test_constructing_memory_creates_no_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    Memory()
+    Memory(location="sqlite", agent_id="a", user_id=lambda ctx: "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_location_is_the_local_sqlite_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    mem = Memory(agent_id="support")
+    assert isinstance(mem.store, MemoryStore)
+    mem.persist("Return policy is 30 days", tier="global")
+    assert (tmp_path / ".fastaiagent" / "local.db").is_file()
+
+
+def test_default_path_is_resolved_once_and_survives_chdir(tmp_path, monkeypatch):
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    first, second = tmp_path / "one", tmp_path / "two"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    mem = Memory(agent_id="a")
+    mem.persist("fact one", tier="global")
+    monkeypatch.chdir(second)
+    mem.persist("fact two", tier="global")
+    assert not (second / ".fastaiagent").exists()
+    assert [f.fact for f in mem.retrieve(tier="global")] == ["fact two", "fact one"]
+
+
+def test_locations_select_backends_and_bad_ones_fail(tmp_path):
+    store = MemoryStore(tmp_path / "mine.db")
+    assert Memory(location=store).store is store
+    with pytest.raises(ValueError, match="unsupported location"):
+        Memory(location="mysql://x")
+    with pytest.raises(TypeError):
+        Memory(location=42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"agent_id": ""},
+        {"plane_agent_id": ""},
+        {"max_users": 0},
+        {"window": 0},
+        {"window": -3},
+        {"max_learned_facts": 0},
+        {"max_facts": 0},
+        {"user_id": ""},
+        {"agent_id": "*"},
+        {"project_id": "*"},
+    ],
+)
+def test_bad_keywords_raise_value_error_at_construction(kwargs):
+    with pytest.raises(ValueError):
+        Memory(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"learn": "gpt-4"},
+        {"summarize": object()},
+        {"recall": "yes"},
+        {"semantic": 3},
+        {"embedder": "minilm"},
+        {"dedupe": "true"},
+        {"agent_id": 5},
+    ],
+)
+def test_wrong_keyword_types_raise_type_error(kwargs):
+    with pytest.raises(TypeError):
+        Memory(**kwargs)
+
+
+def test_learn_without_a_user_is_refused():
+    with pytest.raises(ValueError, match="user_id"):
+        Memory(learn=prompt_llm())
+
+
+def test_defaults():
+    mem = Memory()
+    assert mem.window == 20
+    assert mem.max_learned_facts == 200
+    assert mem.max_users == 10_000
+    assert Memory(max_users=None).max_users is None
+    assert Memory(max_learned_facts=None, user_id="u").max_learned_facts is None
+    assert bool(Memory()) is True
+
+
+def test_global_and_user_tiers_map_to_store_scopes():
+    mem = Memory(agent_id="support")
+    gid = mem.persist("Return policy is 30 days", tier="global")
+    uid = mem.persist("Prefers email", tier="user", id="alice")
+    assert isinstance(gid, int) and isinstance(uid, int)
+    g = mem.store.get(gid)
+    u = mem.store.get(uid)
+    assert (g.scope, g.scope_id) == ("agent", "support")
+    assert (u.scope, u.scope_id) == ("user", "alice")
+    assert u.confidence == 1.0 and u.source_trace_id is None and u.source_label == "manual"
+
+
+def test_spec_direct_store_use_snippet():
+    mem = Memory(location="sqlite", agent_id="support")
+    mem.persist("Return policy is 30 days", tier="global")
+    mem.persist("Prefers email", tier="user", id="alice")
+    assert [f.fact for f in mem.retrieve(tier="user", id="alice")] == ["Prefers email"]
+    new_id = mem.update("Prefers Slack", old="Prefers email", tier="user", id="alice")
+    assert [f.id for f in mem.retrieve(tier="user", id="alice")] == [new_id]
+    assert mem.forget(tier="user", id="alice") == 2  # the fact and its history
+    assert mem.retrieve(tier="user", id="alice") == []
+    assert [f.fact for f in mem.retrieve(tier="global")] == ["Return policy is 30 days"]
+
+
+def test_user_writes_need_an_id_and_reads_without_one_are_empty():
+    mem = Memory(agent_id="a")
+    mem.persist("x", tier="user", id="alice")
+    with pytest.raises(ValueError):
+        mem.persist("x", tier="user")
+    with pytest.raises(ValueError):
+        mem.forget(tier="user")
+    assert mem.retrieve(tier="user") == []
+
+
+def test_global_writes_without_agent_id_warn():
+    mem = Memory()
+    with pytest.warns(UserWarning, match="agent_id"):
+        fid = mem.persist("shared", tier="global")
+    with pytest.warns(UserWarning, match="agent_id"):
+        mem.update("shared v2", old=fid, tier="global")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Memory(agent_id="a").persist("fine", tier="global")
+        Memory().persist("fine too", tier="global", id="other-agent")
+
+
+def test_persist_is_idempotent_and_normalised():
+    mem = Memory(agent_id="a")
+    first = mem.persist("Prefers  EMAIL", tier="user", id="alice")
+    assert mem.persist("prefers email", tier="user", id="alice") == first
+    assert mem.persist("prefers email", tier="user", id="bob") != first
+
+
+def test_concurrent_persists_of_one_fact_get_one_id():
+    mem = Memory(agent_id="a")
+    ids: list[int] = []
+    barrier = threading.Barrier(16)
+
+    def write():
+        barrier.wait()
+        ids.append(mem.persist("Allergic to peanuts", tier="user", id="alice"))
+
+    threads = [threading.Thread(target=write) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1
+    assert len(mem.retrieve(tier="user", id="alice")) == 1
+
+
+def test_retrieve_is_newest_first_and_limited():
+    mem = Memory()
+    for i in range(5):
+        mem.persist(f"fact {i}", tier="user", id="u")
+    facts = mem.retrieve(tier="user", id="u")
+    assert all(isinstance(f, Fact) for f in facts)
+    assert [f.fact for f in facts] == [f"fact {i}" for i in reversed(range(5))]
+    assert [f.fact for f in mem.retrieve(tier="user", id="u", limit=2)] == ["fact 4", "fact 3"]
+
+
+def test_update_by_text_and_by_id_keeps_history():
+    mem = Memory()
+    old = mem.persist("Prefers email", tier="user", id="alice")
+    new = mem.update("Prefers Slack", old="prefers EMAIL", tier="user", id="alice")
+    assert mem.store.get(old).superseded_by == new
+    newer = mem.update("Prefers phone", old=new, tier="user", id="alice")
+    assert [f.fact for f in mem.retrieve(tier="user", id="alice")] == ["Prefers phone"]
+    assert mem.store.get(new).superseded_by == newer
+    with pytest.raises(ValueError, match="no active"):
+        mem.update("x", old="never said", tier="user", id="alice")
+
+
+def test_supersede_cycles_keep_exactly_one_active_fact():  # H1, H3
+    mem = Memory()
+    a = mem.persist("A", tier="user", id="u")
+    b = mem.update("B", old=a, tier="user", id="u")
+    a2 = mem.update("A", old=b, tier="user", id="u")
+    assert [f.fact for f in mem.retrieve(tier="user", id="u")] == ["A"]
+    assert a2 != a  # a new active row; the old one stays history
+    again = mem.persist("B", tier="user", id="u")
+    active = mem.retrieve(tier="user", id="u")
+    assert {f.fact for f in active} == {"A", "B"} and again in {f.id for f in active}
+
+
+def test_update_to_the_same_text_does_not_hide_the_fact():  # H2
+    mem = Memory()
+    fid = mem.persist("Likes tea", tier="user", id="u")
+    assert mem.update("likes TEA", old=fid, tier="user", id="u") == fid
+    assert [f.id for f in mem.retrieve(tier="user", id="u")] == [fid]
+
+
+def test_update_cannot_cross_users_or_tiers():  # H4
+    mem = Memory(agent_id="a")
+    alice = mem.persist("Alice fact", tier="user", id="alice")
+    glob = mem.persist("Global fact", tier="global")
+    with pytest.raises(ValueError):
+        mem.update("Bob takes over", old=alice, tier="user", id="bob")
+    with pytest.raises(ValueError):
+        mem.update("User takes over", old=glob, tier="user", id="bob")
+    assert mem.store.get(alice).superseded_by is None
+    assert mem.store.get(glob).superseded_by is None
+    assert mem.retrieve(tier="user", id="bob") == []
+
+
+def test_wildcard_is_refused_on_write():  # H5
+    mem = Memory(agent_id="a")
+    with pytest.raises(ValueError, match=r"\*"):
+        mem.persist("x", tier="user", id="*")
+    fid = mem.persist("x", tier="user", id="u")
+    with pytest.raises(ValueError, match=r"\*"):
+        mem.update("y", old=fid, tier="global", id="*")
+
+
+def test_forget_guard_rails():
+    mem = Memory(agent_id="a")
+    other = Memory(agent_id="b", location=mem.store)
+    mem.persist("a global", tier="global")
+    other.persist("b global", tier="global")
+    with pytest.raises(ValueError, match="agent_id"):
+        Memory(location=mem.store).forget(tier="global")
+    assert mem.forget(tier="global") == 1
+    assert [f.fact for f in other.retrieve(tier="global")] == ["b global"]
+    for user in ("u1", "u2", "u3"):
+        mem.persist(f"{user} fact", tier="user", id=user)
+    assert mem.forget(tier="user", id="*") == 3
+    assert Memory(location=mem.store).forget(tier="global", id="*") == 1
+
+
+def test_forget_one_fact_only():
+    mem = Memory()
+    mem.persist("keep me", tier="user", id="u")
+    mem.persist("drop me", tier="user", id="u")
+    assert mem.forget(tier="user", id="u", fact="DROP  me") == 1
+    assert [f.fact for f in mem.retrieve(tier="user", id="u")] == ["keep me"]
+
+
+@pytest.mark.parametrize("verb", ["persist", "retrieve", "forget"])
+def test_session_tier_is_not_a_store_and_unknown_tiers_fail(verb):
+    mem = Memory()
+    call = {
+        "persist": lambda tier: mem.persist("x", tier=tier, id="u"),
+        "retrieve": lambda tier: mem.retrieve(tier=tier, id="u"),
+        "forget": lambda tier: mem.forget(tier=tier, id="u"),
+    }[verb]
+    with pytest.raises(NotImplementedError):
+        call("session")
+    with pytest.raises(ValueError):
+        call("team")
+
+
+def test_retrieve_by_query_needs_semantic():
+    with pytest.raises(ValueError, match="semantic"):
+        Memory().retrieve("what foods?", tier="user", id="alice")
+
+
+def test_global_fact_reaches_only_agents_with_the_same_agent_id():
+    store = MemoryStore(os.environ["FASTAIAGENT_LOCAL_DB"])
+    Memory(location=store, agent_id="support").persist("Return policy is 30 days", tier="global")
+    same = prompt_llm()
+    Agent(name="s", llm=same, memory=Memory(location=store, agent_id="support")).run("hi")
+    other = prompt_llm()
+    Agent(name="o", llm=other, memory=Memory(location=store, agent_id="sales")).run("hi")
+    none = prompt_llm()
+    Agent(name="n", llm=none, memory=Memory(location=store)).run("hi")
+    assert "Return policy is 30 days" in str([m.content for m in same.calls[0]])
+    assert "Return policy" not in str([m.content for m in other.calls[0]])
+    assert "Return policy" not in str([m.content for m in none.calls[0]])
+
+
+def test_project_id_partitions_every_tier():
+    store = MemoryStore(os.environ["FASTAIAGENT_LOCAL_DB"])
+    acme = Memory(location=store, agent_id="a", project_id="acme")
+    globex = Memory(location=store, agent_id="a", project_id="globex")
+    acme.persist("acme global", tier="global")
+    acme.persist("acme alice", tier="user", id="alice")
+    assert globex.retrieve(tier="global") == []
+    assert globex.retrieve(tier="user", id="alice") == []
+    assert globex.forget(tier="user", id="alice") == 0
+    assert [f.fact for f in acme.retrieve(tier="user", id="alice")] == ["acme alice"]
+    llm = prompt_llm()
+    Agent(name="g", llm=llm, memory=Memory(location=store, agent_id="a", project_id="globex", user_id="alice")).run("hi")
+    assert "acme" not in str([m.content for m in llm.calls[0]])
+
+
+def test_injection_order_global_then_user_then_window():
+    mem = Memory(agent_id="support", user_id="alice")
+    mem.persist("Return policy is 30 days", tier="global")
+    mem.persist("Prefers email", tier="user", id="alice")
+    llm = prompt_llm()
+    agent = Agent(name="s", llm=llm, system_prompt="You help.", memory=mem)
+    agent.run("first")
+    agent.run("second")
+    roles_contents = [(m.role, m.content) for m in llm.calls[-1]]
+    assert roles_contents[0] == ("system", "You help.")
+    assert "Return policy is 30 days" in roles_contents[1][1]
+    assert "Prefers email" in roles_contents[2][1]
+    assert [r for r, _ in roles_contents[3:]] == ["user", "assistant", "user"]
