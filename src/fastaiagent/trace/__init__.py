@@ -23,7 +23,7 @@ from fastaiagent.trace.redaction import (
 )
 
 if TYPE_CHECKING:
-    from fastaiagent.trace.setup import (
+    from fastaiagent.trace.provider import (
         CapturedSpans,
         Tracing,
         active,
@@ -36,13 +36,13 @@ if TYPE_CHECKING:
 
 # The OpenTelemetry SDK is imported only when tracing is turned on.
 _LAZY = {
-    "CapturedSpans": "fastaiagent.trace.setup",
-    "Tracing": "fastaiagent.trace.setup",
-    "active": "fastaiagent.trace.setup",
-    "capture": "fastaiagent.trace.setup",
-    "flush": "fastaiagent.trace.setup",
-    "setup": "fastaiagent.trace.setup",
-    "shutdown": "fastaiagent.trace.setup",
+    "CapturedSpans": "fastaiagent.trace.provider",
+    "Tracing": "fastaiagent.trace.provider",
+    "active": "fastaiagent.trace.provider",
+    "capture": "fastaiagent.trace.provider",
+    "flush": "fastaiagent.trace.provider",
+    "setup": "fastaiagent.trace.provider",
+    "shutdown": "fastaiagent.trace.provider",
     "SpanRecord": "fastaiagent.trace.store",
     "TraceStore": "fastaiagent.trace.store",
 }

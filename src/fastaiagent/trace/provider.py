@@ -65,6 +65,7 @@ def setup(
     redaction: RedactionPolicy | None = None,
     service_name: str = "fastaiagent",
     provider: TracerProvider | None = None,
+    batch_delay_ms: int = 1000,
 ) -> Tracing:
     """Turn tracing on.
 
@@ -76,8 +77,12 @@ def setup(
     spans (not the local store) drop payload attributes when ``payloads`` is
     False or ``FASTAIAGENT_TRACE_PAYLOADS=0``. ``redaction`` installs a
     :class:`RedactionPolicy`. Pass your own SDK ``provider`` to add these
-    destinations to it. Calling ``setup`` again replaces the previous setup.
+    destinations to it. Batches are written every ``batch_delay_ms`` (or when
+    full, and at :func:`flush`/:func:`shutdown`/exit). Calling ``setup`` again
+    replaces the previous setup.
     """
+    if batch_delay_ms <= 0:
+        raise ValueError("batch_delay_ms must be > 0")
     with _lock:
         _shutdown_locked()
         if redaction is not None:
@@ -89,12 +94,19 @@ def setup(
         store = TraceStore(store_path) if local_store else None
         processors: list[Any] = []
         if store is not None:
-            processors.append(BatchSpanProcessor(SQLiteSpanExporter(store)))
+            processors.append(
+                BatchSpanProcessor(SQLiteSpanExporter(store), schedule_delay_millis=batch_delay_ms)
+            )
         remote: list[SpanExporter] = list(exporters)
         if otlp_endpoint:
             remote.append(_otlp_exporter(otlp_endpoint, otlp_headers))
         for exporter in remote:
-            processors.append(BatchSpanProcessor(RedactingExporter(exporter, payloads=payloads)))
+            processors.append(
+                BatchSpanProcessor(
+                    RedactingExporter(exporter, payloads=payloads),
+                    schedule_delay_millis=batch_delay_ms,
+                )
+            )
         for processor in processors:
             tracer_provider.add_span_processor(processor)
         tracing = Tracing(tracer_provider, store, owns, processors)
