@@ -19,6 +19,8 @@ from fastaiagent._optional import require
 from fastaiagent.learn.models import SOURCE_LEARNED, Fact
 from fastaiagent.learn.scoping import (
     Selector,
+    check_fact_id,
+    check_fact_text,
     check_limit,
     check_supersede,
     delete_selector,
@@ -247,7 +249,8 @@ class PostgresFactStore:
             "subject_active": "(scope, scope_id, project_id, created_at DESC) "
             "WHERE superseded_by IS NULL",
             "scope_active": "(scope, project_id, created_at DESC) WHERE superseded_by IS NULL",
-            "active_key": "(scope, scope_id, project_id, fact_key) WHERE superseded_by IS NULL",
+            "active_key": "(scope, scope_id, project_id, md5(fact_key)) "
+            "WHERE superseded_by IS NULL",
             "subject_all": "(scope, scope_id, project_id)",
         }[kind]
         unique = "UNIQUE " if kind == "active_key" else ""
@@ -261,7 +264,8 @@ class PostgresFactStore:
     def _build_queries(self) -> dict[str, Any]:
         t = self._t
         cols = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
-        active_key = "(scope, scope_id, project_id, fact_key) WHERE superseded_by IS NULL"
+        # md5: a btree entry must stay small, and fact texts run to 10,000 chars.
+        active_key = "(scope, scope_id, project_id, md5(fact_key)) WHERE superseded_by IS NULL"
         return {
             "create_table": sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} ("
@@ -281,7 +285,7 @@ class PostgresFactStore:
             ).format(t),
             "find_active": sql.SQL(
                 "SELECT id FROM {} WHERE scope = %s AND scope_id = %s AND project_id = %s "
-                "AND fact_key = %s AND superseded_by IS NULL"
+                "AND md5(fact_key) = md5(%s) AND fact_key = %s AND superseded_by IS NULL"
             ).format(t),
             "get": sql.SQL("SELECT {} FROM {} WHERE id = %s").format(cols, t),
             "lock_pair": sql.SQL(
@@ -314,7 +318,7 @@ class PostgresFactStore:
             if row is not None:
                 return int(row[0])
             found = conn.execute(
-                self._q("find_active"), (fact.scope, fact.scope_id, fact.project_id, key)
+                self._q("find_active"), (fact.scope, fact.scope_id, fact.project_id, key, key)
             ).fetchone()
             if found is not None:
                 return int(found[0])
@@ -334,7 +338,7 @@ class PostgresFactStore:
 
     def supersede(self, old_id: int, new_id: int) -> None:
         """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
-        old_id, new_id = _fact_id(old_id), _fact_id(new_id)
+        old_id, new_id = check_fact_id(old_id), check_fact_id(new_id)
 
         def run(conn: Any) -> None:
             with conn.transaction():
@@ -345,7 +349,7 @@ class PostgresFactStore:
     def update(self, new: Fact, old_id: int) -> int:
         """Add ``new`` and supersede ``old_id`` with it, in one transaction."""
         new = validate_for_write(new)
-        old_id = _fact_id(old_id)
+        old_id = check_fact_id(old_id)
 
         def run(conn: Any) -> int:
             with conn.transaction():
@@ -368,13 +372,11 @@ class PostgresFactStore:
         """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``)."""
         where, params = self._where(delete_selector(scope, scope_id, project_id), active=False)
         if fact is not None:
-            if not isinstance(fact, str):
-                raise TypeError("fact must be a str")
             where = sql.SQL("{} AND fact_key = %s").format(where)
-            params.append(normalize_text(fact))
+            params.append(check_fact_text(fact))
         if fact_id is not None:
             where = sql.SQL("{} AND id = %s").format(where)
-            params.append(_fact_id(fact_id))
+            params.append(check_fact_id(fact_id))
         query = sql.SQL("DELETE FROM {} WHERE {}").format(self._t, where)
         return self._run(lambda conn: int(conn.execute(query, params).rowcount))
 
@@ -405,7 +407,7 @@ class PostgresFactStore:
 
     def get(self, fact_id: int) -> Fact | None:
         """The fact with this id, active or superseded, or None."""
-        fact_id = _fact_id(fact_id)
+        fact_id = check_fact_id(fact_id)
 
         def run(conn: Any) -> Fact | None:
             row = conn.execute(self._q("get"), (fact_id,)).fetchone()
@@ -464,12 +466,6 @@ class PostgresFactStore:
         return self._run(
             lambda conn: [SubjectCount(r[0], r[1], r[2], int(r[3])) for r in conn.execute(query)]
         )
-
-
-def _fact_id(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"a fact id must be an int, got {type(value).__name__}")
-    return value
 
 
 def _redacted(url: str) -> str:

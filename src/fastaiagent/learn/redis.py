@@ -31,6 +31,8 @@ from fastaiagent._optional import require
 from fastaiagent.learn.models import SOURCE_LEARNED, Fact
 from fastaiagent.learn.scoping import (
     Selector,
+    check_fact_id,
+    check_fact_text,
     check_limit,
     check_supersede,
     delete_selector,
@@ -144,8 +146,13 @@ class RedisFactStore:
             raise ValueError("prefix must be a non-empty string")
         self.url = url
         self.prefix = escape_part(prefix)
+        # Names the connections in CLIENT LIST, so operators can tell them apart.
+        self.client_name = "fastaiagent-" + "".join(
+            c if c.isalnum() or c in "-_." else "_" for c in prefix
+        )
         self._client = client or redis_lib.Redis.from_url(
             url,
+            client_name=self.client_name,
             decode_responses=True,
             socket_timeout=socket_timeout,
             socket_connect_timeout=min(socket_timeout, 5.0),
@@ -288,7 +295,7 @@ class RedisFactStore:
 
     def supersede(self, old_id: int, new_id: int) -> None:
         """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
-        old_id, new_id = _fact_id(old_id), _fact_id(new_id)
+        old_id, new_id = check_fact_id(old_id), check_fact_id(new_id)
 
         def attempt(pipe: Any) -> None:
             old, new = self._read_fact(pipe, old_id), self._read_fact(pipe, new_id)
@@ -307,7 +314,7 @@ class RedisFactStore:
     def update(self, new: Fact, old_id: int) -> int:
         """Add ``new`` and supersede ``old_id`` with it, in one MULTI/EXEC."""
         new = validate_for_write(new)
-        old_id = _fact_id(old_id)
+        old_id = check_fact_id(old_id)
         key = normalize_text(new.fact)
         content = self._content_key(new, key)
 
@@ -407,10 +414,8 @@ class RedisFactStore:
     ) -> int:
         """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``)."""
         selector = delete_selector(scope, scope_id, project_id)
-        if fact is not None and not isinstance(fact, str):
-            raise TypeError("fact must be a str")
-        wanted_key = normalize_text(fact) if fact is not None else None
-        wanted_id = _fact_id(fact_id) if fact_id is not None else None
+        wanted_key = check_fact_text(fact) if fact is not None else None
+        wanted_id = check_fact_id(fact_id) if fact_id is not None else None
 
         def choose(facts: list[Fact]) -> list[Fact]:
             return [
@@ -439,7 +444,7 @@ class RedisFactStore:
 
     def get(self, fact_id: int) -> Fact | None:
         """The fact with this id, active or superseded, or None."""
-        fact_id = _fact_id(fact_id)
+        fact_id = check_fact_id(fact_id)
         return self._call(lambda: self._read_fact(self._client, fact_id))
 
     def _newest(self, index_key: str, limit: int | None) -> list[Fact]:
@@ -586,9 +591,3 @@ class RedisFactStore:
                 writer.zrem(self._scope_key(fact.scope, fact.project_id), _member(fact.id))
         writer.execute()
         return seen, highest
-
-
-def _fact_id(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"a fact id must be an int, got {type(value).__name__}")
-    return value

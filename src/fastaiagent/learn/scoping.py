@@ -13,6 +13,7 @@ statement typed twice is one fact.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from fastaiagent.learn.models import SCOPES, Fact
 
 WILDCARD = "*"
 MAX_FACT_CHARS = 10_000
+MAX_ID_CHARS = 512  # ids are keys in every backend's indexes; keep them bounded
 _SPACES = re.compile(r"\s+")
 
 
@@ -52,8 +54,20 @@ def validate_for_write(fact: Fact) -> Fact:
         raise ValueError("fact text is empty")
     if len(text) > MAX_FACT_CHARS:
         raise ValueError(f"fact text is {len(text)} characters; the limit is {MAX_FACT_CHARS}")
-    if "\x00" in text or "\x00" in fact.scope_id or "\x00" in fact.project_id:
-        raise ValueError("fact text and ids cannot contain NUL characters")
+    for name, value in (
+        ("fact", text),
+        ("scope_id", fact.scope_id),
+        ("project_id", fact.project_id),
+    ):
+        if "\x00" in value:
+            raise ValueError(f"{name} cannot contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{name} is not valid Unicode text: {exc.reason}") from None
+    for name, value in (("scope_id", fact.scope_id), ("project_id", fact.project_id)):
+        if len(value) > MAX_ID_CHARS:
+            raise ValueError(f"{name} is {len(value)} characters; the limit is {MAX_ID_CHARS}")
     if fact.scope_id == WILDCARD or fact.project_id == WILDCARD:
         raise ValueError('"*" is a read/delete wildcard and cannot be written as an id')
     if fact.scope in ("user", "project") and not fact.scope_id:
@@ -64,6 +78,10 @@ def validate_for_write(fact: Fact) -> Fact:
         raise ValueError(f"confidence must be a number in [0, 1], got {fact.confidence!r}")
     if not isinstance(fact.metadata, dict):
         raise TypeError("metadata must be a dict")
+    try:
+        json.dumps(fact.metadata)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from None
     return fact.stamped()
 
 
@@ -99,6 +117,18 @@ def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector
             'pass scope_id="*" to delete every subject on purpose'
         )
     return Selector(scope, None if scope_id == WILDCARD else scope_id, project_id)
+
+
+def check_fact_id(value: object) -> int:
+    """A fact id must be a plain int (not a bool, not a numeric string)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"a fact id must be an int, got {type(value).__name__}")
+    return value
+
+
+def check_fact_text(value: object) -> str:
+    """The ``fact=`` filter of delete: a str, compared normalised."""
+    return normalize_text(_check_str("fact", value))
 
 
 def check_limit(limit: int | None) -> None:

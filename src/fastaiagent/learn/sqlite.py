@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -14,6 +15,8 @@ from typing import Any
 from fastaiagent.learn.models import SOURCE_LEARNED, Fact
 from fastaiagent.learn.scoping import (
     Selector,
+    check_fact_id,
+    check_fact_text,
     check_limit,
     check_supersede,
     delete_selector,
@@ -167,10 +170,8 @@ class MemoryStore:
             connections, self._connections = self._connections, []
             self._local = threading.local()
         for conn in connections:
-            try:
+            with contextlib.suppress(sqlite3.Error):  # already closed by its thread
                 conn.close()
-            except sqlite3.Error:  # already closed by its thread
-                pass
 
     # -- writes ------------------------------------------------------------
 
@@ -213,11 +214,13 @@ class MemoryStore:
         conn.execute("UPDATE learned_memory SET superseded_by = ? WHERE id = ?", (new_id, old_id))
 
     def supersede(self, old_id: int, new_id: int) -> None:
+        old_id, new_id = check_fact_id(old_id), check_fact_id(new_id)
         with self._write() as conn:
             self._supersede(conn, old_id, new_id)
 
     def update(self, new: Fact, old_id: int) -> int:
         new = validate_for_write(new)
+        old_id = check_fact_id(old_id)
         with self._write() as conn:
             new_id = self._add(conn, new)
             if new_id != old_id:
@@ -236,16 +239,16 @@ class MemoryStore:
         where, params = _where(delete_selector(scope, scope_id, project_id), active_only=False)
         if fact is not None:
             where += " AND fact_key = ?"
-            params.append(normalize_text(fact))
+            params.append(check_fact_text(fact))
         if fact_id is not None:
             where += " AND id = ?"
-            params.append(int(fact_id))
+            params.append(check_fact_id(fact_id))
         with self._write() as conn:
             return conn.execute(f"DELETE FROM learned_memory WHERE {where}", params).rowcount
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
-        if keep < 0:
-            raise ValueError("keep must be >= 0")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise ValueError("keep must be an int >= 0")
         where, params = _where(delete_selector(scope, scope_id, project_id), active_only=True)
         with self._write() as conn:
             return conn.execute(
@@ -263,7 +266,7 @@ class MemoryStore:
         return _row_to_fact(row) if row else None
 
     def get(self, fact_id: int) -> Fact | None:
-        return self._get(self._connection(), fact_id)
+        return self._get(self._connection(), check_fact_id(fact_id))
 
     def list_active(
         self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50

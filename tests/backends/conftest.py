@@ -1,0 +1,94 @@
+"""Real servers for the backend tests: Postgres and Redis on localhost.
+
+A missing server skips these tests on a laptop but FAILS them in CI (CI=true),
+so a broken service never passes silently.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+POSTGRES_URL = os.environ.get(
+    "FASTAIAGENT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+RUN_ID = uuid.uuid4().hex[:8]  # keeps tables and keys apart from other people's runs
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _unavailable(what: str, exc: BaseException) -> None:
+    message = f"{what} is not reachable: {exc}"
+    if _in_ci():
+        pytest.fail(f"{message} (CI=true: backend tests must not skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The test Postgres URL, checked once per session."""
+    import psycopg
+
+    try:
+        with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:
+        _unavailable("Postgres", exc)
+    return POSTGRES_URL
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test Redis URL, checked once per session."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except Exception as exc:
+        _unavailable("Redis", exc)
+    return REDIS_URL
+
+
+def unique_name(kind: str) -> str:
+    """A table name / key prefix no other test run uses."""
+    return f"fa_{kind}_{RUN_ID}_{uuid.uuid4().hex[:8]}"
+
+
+def drop_table(url: str, table: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def drop_prefix(url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=prefix + ":*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    client.close()
+
+
+@pytest.fixture
+def pg_table(postgres_url: str) -> Iterator[str]:
+    """A fresh table name, dropped afterwards."""
+    table = unique_name("lm")
+    yield table
+    drop_table(postgres_url, table)
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A fresh key prefix, deleted afterwards."""
+    prefix = unique_name("mem")
+    yield prefix
+    drop_prefix(redis_url, prefix)
