@@ -9,7 +9,9 @@ reader of the same plane and agent.
 
 from __future__ import annotations
 
+import functools
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -237,6 +239,12 @@ def backoff() -> BackoffRegistry:
     return _process.registry
 
 
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    # Built once per process: loading the CA bundle costs more than a plane read.
+    return ssl.create_default_context()
+
+
 def _client(conn: PlaneConnection) -> httpx.Client:
     with _process.lock:
         if _process.client is None:
@@ -244,6 +252,7 @@ def _client(conn: PlaneConnection) -> httpx.Client:
                 timeout=httpx.Timeout(conn.timeout, connect=min(conn.timeout, 3.0)),
                 limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
                 follow_redirects=False,
+                verify=_tls_context(),
                 trust_env=False,
             )
         return _process.client

@@ -12,7 +12,6 @@ import email.utils
 import json
 import logging
 import math
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -55,12 +54,6 @@ class PlaneUnavailable(Exception):
 
 class PlaneDenied(Exception):
     """The plane has no facts for this agent and key (401/403/404)."""
-
-
-def payloads_enabled() -> bool:
-    """False when ``FASTAIAGENT_TRACE_PAYLOADS`` is 0/false/no/off."""
-    value = os.environ.get("FASTAIAGENT_TRACE_PAYLOADS", "1").strip().lower()
-    return value not in ("0", "false", "no", "off")
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -314,7 +307,7 @@ class PlaneFactBlock(MemoryBlock):
         return min(max(pause, MIN_PAUSE_SECONDS), self.max_retry_after_seconds)
 
     def _question(self, query: str) -> str | None:
-        if not self.query_conditioned or not payloads_enabled():
+        if not self.query_conditioned or not trace.payloads_enabled():
             return None
         query = (query or "").strip()
         return query or None
