@@ -9,7 +9,12 @@ from fastaiagent.agent.memory import (
     MemoryIsolationError,
     SharedMemoryContext,
 )
-from fastaiagent.agent.memory_blocks import PersistentFactBlock, StaticBlock
+from fastaiagent.agent.memory_blocks import (
+    FactExtractionBlock,
+    PersistentFactBlock,
+    StaticBlock,
+    SummaryBlock,
+)
 from fastaiagent.agent.middleware import Middleware, RedactPII
 from fastaiagent.agent.tiered import Memory, UserMemory
 from fastaiagent.agent.tools import FunctionTool, tool
@@ -19,6 +24,7 @@ __all__ = [
     "AgentMemory",
     "AgentResult",
     "ComposableMemory",
+    "FactExtractionBlock",
     "FunctionTool",
     "Memory",
     "MemoryBlock",
@@ -30,6 +36,7 @@ __all__ = [
     "SharedMemoryContext",
     "StaticBlock",
     "StreamDelta",
+    "SummaryBlock",
     "UserMemory",
     "tool",
 ]

@@ -1,7 +1,17 @@
 """The shipped memory blocks, one module each."""
 
+from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
 from fastaiagent.agent.memory_blocks.static import StaticBlock
+from fastaiagent.agent.memory_blocks.summary import SummaryBlock
 
-__all__ = ["PersistentFactBlock", "PlaneFactBlock", "StaticBlock"]
+__all__ = [
+    "BackgroundQueue",
+    "FactExtractionBlock",
+    "PersistentFactBlock",
+    "PlaneFactBlock",
+    "StaticBlock",
+    "SummaryBlock",
+]

@@ -58,6 +58,16 @@ def _register_exit_hook() -> None:
         _exit_hook["registered"] = True
 
 
+def _in_span(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    from fastaiagent import trace
+
+    def job() -> Any:
+        with trace.span(name):
+            return fn()
+
+    return job
+
+
 class BackgroundQueue:
     """Run callables in order on one worker thread; wait for them with ``flush``.
 
@@ -120,10 +130,18 @@ class BackgroundQueue:
             _live.add(self)
             _register_exit_hook()
 
-    def submit(self, fn: Callable[[], Any]) -> None:
-        """Queue ``fn()`` to run after the jobs already queued."""
+    def submit(self, fn: Callable[[], Any], *, span: str | None = None) -> None:
+        """Queue ``fn()`` to run after the jobs already queued.
+
+        The job runs in a copy of the caller's context, so the trace id of
+        the run that submitted it carries over. With ``span``, the job runs
+        inside a span of that name (a child of the caller's span even when
+        that one has ended), so what it annotates is recorded.
+        """
         if not callable(fn):
             raise TypeError("submit needs a callable taking no arguments")
+        if span is not None:
+            fn = _in_span(span, fn)
         context = contextvars.copy_context()
         if os.getpid() != self._pid:
             self._reset_after_fork()

@@ -1,0 +1,378 @@
+"""FactExtractionBlock: an LLM pulls durable facts out of messages as they are stored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastaiagent import trace
+from fastaiagent._io import read_json, write_json_atomic
+from fastaiagent.agent.memory import MemoryBlock, MemoryIsolationError
+from fastaiagent.learn.extractor import (
+    MAX_KNOWN_FACTS,
+    ExtractedFact,
+    aextract_facts,
+    extract_facts,
+)
+from fastaiagent.learn.models import SCOPES, SOURCE_LEARNED, Fact
+from fastaiagent.learn.scoping import WILDCARD, normalize_text
+from fastaiagent.learn.store import FactStore
+from fastaiagent.llm.base import BaseLLM
+from fastaiagent.llm.message import ROLES, Message, SystemMessage
+
+logger = logging.getLogger("fastaiagent.memory")
+
+HEADING = "Known facts:"
+
+
+@dataclass(frozen=True)
+class KnownFact:
+    """A fact the extraction call is shown, so the model can say it was replaced.
+
+    ``store_id`` is set for facts read from the store; only ``learned`` ones
+    (written during a run) may be superseded by a newly extracted fact.
+    """
+
+    text: str
+    store_id: int | None = None
+    learned: bool = True
+
+
+@dataclass(frozen=True)
+class _Job:
+    text: str
+    role: str
+    trace_id: str | None
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
+    chosen = (roles,) if isinstance(roles, str) else tuple(roles)
+    if not chosen:
+        raise ValueError("roles must name at least one message role")
+    for role in chosen:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r} in roles; expected some of {ROLES}")
+    return chosen
+
+
+class FactExtractionBlock(MemoryBlock):
+    """Extracts durable facts with ``llm`` and injects them as "Known facts:" bullets.
+
+    Every ``extract_every``-th message of the ``roles`` it reads is sent to the
+    model with the subject's current facts. New facts are kept in order,
+    deduplicated by normalised text (case and spacing), at most ``max_facts``
+    (the oldest drop). A fact the model says replaces a known one takes its
+    place. ``inject=False`` extracts without rendering.
+
+    With ``persist=True`` each new fact is also written to ``store`` (default:
+    the local SQLite store) under ``scope:scope_id`` in ``project_id``, with
+    ``confidence``, source "learned" and the run's trace id. A replaced
+    run-learned fact is superseded (kept as history), never deleted; then only
+    the newest ``max_persisted`` run-learned facts of the subject are kept
+    (facts written directly are never touched). Store errors are logged and
+    the run goes on; an LLM error leaves the block as it was.
+    """
+
+    name = "facts"
+
+    def __init__(
+        self,
+        llm: BaseLLM,
+        max_facts: int = 200,
+        extract_every: int = 1,
+        roles: Sequence[str] = ("user", "assistant"),
+        inject: bool = True,
+        persist: bool = False,
+        scope: str = "user",
+        scope_id: str = "",
+        project_id: str = "",
+        confidence: float = 0.6,
+        max_persisted: int | None = 200,
+        store: FactStore | None = None,
+        *,
+        name: str = "facts",
+    ) -> None:
+        if llm is None or not callable(getattr(llm, "complete", None)):
+            raise TypeError("FactExtractionBlock needs an llm with a complete() method")
+        self.llm = llm
+        self.max_facts = _positive_int("max_facts", max_facts)
+        self.extract_every = _positive_int("extract_every", extract_every)
+        self.roles = _check_roles(roles)
+        self.inject = bool(inject)
+        self.persist = bool(persist)
+        if scope not in SCOPES:
+            raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+        if not isinstance(scope_id, str) or not isinstance(project_id, str):
+            raise TypeError("scope_id and project_id must be strings")
+        if self.persist and not scope_id:
+            raise ValueError(
+                "FactExtractionBlock(persist=True) needs a scope_id: the subject the "
+                "learned facts belong to (e.g. the user id)"
+            )
+        if self.persist and WILDCARD in (scope_id, project_id):
+            raise ValueError('"*" is a read wildcard and cannot be a scope_id to write under')
+        if (
+            isinstance(confidence, bool)
+            or not isinstance(confidence, (int, float))
+            or not math.isfinite(confidence)
+            or not 0.0 <= confidence <= 1.0
+        ):
+            raise ValueError(f"confidence must be a number in [0, 1], got {confidence!r}")
+        if max_persisted is not None:
+            _positive_int("max_persisted", max_persisted)
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string")
+        self.scope = scope
+        self.scope_id = scope_id
+        self.project_id = project_id
+        self.confidence = float(confidence)
+        self.max_persisted = max_persisted
+        self.name = name
+        if store is None and self.persist:
+            from fastaiagent.learn.sqlite import MemoryStore
+
+            store = MemoryStore()  # touches no file until the first write
+        self.store = store
+        self.facts: list[str] = []
+        self.inspected = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        target = f", persist to {self.scope}:{self.scope_id}" if self.persist else ""
+        return f"FactExtractionBlock(facts={len(self.facts)}{target})"
+
+    # -- steps of one extraction -------------------------------------------------
+
+    def _begin(self, message: Message) -> _Job | None:
+        """Count ``message``; the extraction job due for it, or None."""
+        text = (message.content or "").strip()
+        if message.role not in self.roles or not text:
+            return None
+        with self._lock:
+            self.inspected += 1
+            if self.inspected % self.extract_every:
+                return None
+        # The trace id is read now, in the run's context, not later in a worker.
+        return _Job(text, message.role, trace.current_trace_id())
+
+    def known_facts(self) -> list[KnownFact]:
+        """The subject's current facts, newest first: from the store when persisting."""
+        if self.persist and self.store is not None:
+            try:
+                stored = self.store.list_active(
+                    self.scope, self.scope_id, self.project_id, limit=MAX_KNOWN_FACTS
+                )
+                return [KnownFact(f.fact, f.id, f.source == SOURCE_LEARNED) for f in stored]
+            except Exception as exc:
+                logger.warning("FactExtractionBlock: could not read known facts: %s", exc)
+        with self._lock:
+            return [KnownFact(text) for text in reversed(self.facts[-MAX_KNOWN_FACTS:])]
+
+    def _merge(
+        self, known: list[KnownFact], extracted: list[ExtractedFact]
+    ) -> list[tuple[str, KnownFact | None]]:
+        """Fold extracted facts into the list; the (fact, replaced) pairs to persist."""
+        to_write: list[tuple[str, KnownFact | None]] = []
+        known_keys = {normalize_text(k.text) for k in known}
+        with self._lock:
+            keys = {normalize_text(text) for text in self.facts}
+            for item in extracted:
+                key = normalize_text(item.text)
+                old = known[item.replaces] if item.replaces is not None else None
+                if old is not None and normalize_text(old.text) == key:
+                    old = None  # "replaces itself": nothing changes
+                if old is None and key in known_keys:
+                    if key not in keys:  # stored earlier (another run): show it, no rewrite
+                        self.facts.append(item.text)
+                        keys.add(key)
+                    continue
+                if old is None and key in keys:
+                    continue  # already known
+                if old is not None:
+                    old_key = normalize_text(old.text)
+                    self.facts = [t for t in self.facts if normalize_text(t) != old_key]
+                    keys.discard(old_key)
+                if key not in keys:
+                    self.facts.append(item.text)
+                    keys.add(key)
+                to_write.append((item.text, old))
+            if len(self.facts) > self.max_facts:
+                del self.facts[: len(self.facts) - self.max_facts]
+        return to_write
+
+    def _write(self, text: str, old: KnownFact | None, trace_id: str | None) -> bool:
+        """Persist one fact (superseding ``old`` when it is a stored learned fact)."""
+        assert self.store is not None
+        fact = Fact(
+            text,
+            scope=self.scope,
+            scope_id=self.scope_id,
+            project_id=self.project_id,
+            confidence=self.confidence,
+            source=SOURCE_LEARNED,
+            source_trace_id=trace_id,
+        )
+        if old is not None and old.store_id is not None and old.learned:
+            try:
+                self.store.update(fact, old.store_id)
+                return True
+            except Exception as exc:  # e.g. superseded meanwhile: keep the new fact anyway
+                logger.warning(
+                    "FactExtractionBlock: could not supersede fact #%s (%s); adding the new "
+                    "fact without replacing it",
+                    old.store_id,
+                    exc,
+                )
+        try:
+            self.store.add(fact)
+            return True
+        except Exception as exc:
+            logger.warning("FactExtractionBlock: could not persist a learned fact: %s", exc)
+            return False
+
+    def _persist(self, to_write: list[tuple[str, KnownFact | None]], trace_id: str | None) -> int:
+        if not self.persist or self.store is None or not to_write:
+            return 0
+        written = sum(self._write(text, old, trace_id) for text, old in to_write)
+        if written and self.max_persisted is not None:
+            try:
+                self.store.prune_learned(
+                    self.scope, self.scope_id, self.project_id, keep=self.max_persisted
+                )
+            except Exception as exc:
+                logger.warning("FactExtractionBlock: could not prune learned facts: %s", exc)
+        return written
+
+    def _apply(self, job: _Job, known: list[KnownFact], extracted: list[ExtractedFact]) -> None:
+        to_write = self._merge(known, extracted)
+        detail: dict[str, int] = {"facts_extracted": len(to_write)}
+        if self.persist:
+            detail["persisted"] = self._persist(to_write, job.trace_id)
+        trace.annotate({"memory.action": "extracted_facts", "memory.detail": json.dumps(detail)})
+
+    @staticmethod
+    def _failed(exc: Exception) -> None:
+        logger.warning("FactExtractionBlock: the extraction LLM failed; facts kept: %s", exc)
+        trace.annotate({"memory.action": "failed", "memory.error": str(exc)[:200]})
+
+    # -- MemoryBlock -------------------------------------------------------------
+
+    def on_message(self, message: Message) -> None:
+        job = self._begin(message)
+        if job is None:
+            trace.annotate({"memory.action": "noop"})
+            return
+        known = self.known_facts()
+        try:
+            extracted = extract_facts(
+                self.llm, job.text, role=job.role, known=[k.text for k in known]
+            )
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._apply(job, known, extracted)
+
+    async def aon_message(self, message: Message) -> None:
+        """Like :meth:`on_message`; the LLM call awaits ``acomplete`` and store I/O
+        runs in a worker thread, so the event loop is never held."""
+        job = self._begin(message)
+        if job is None:
+            trace.annotate({"memory.action": "noop"})
+            return
+        known = await asyncio.to_thread(self.known_facts) if self.persist else self.known_facts()
+        try:
+            extracted = await aextract_facts(
+                self.llm, job.text, role=job.role, known=[k.text for k in known]
+            )
+        except Exception as exc:
+            self._failed(exc)
+            return
+        if self.persist:
+            await asyncio.to_thread(self._apply, job, known, extracted)
+        else:
+            self._apply(job, known, extracted)
+
+    def render(self, query: str) -> list[Message]:
+        if not self.inject:
+            return []
+        with self._lock:
+            facts = list(self.facts)
+        if not facts:
+            return []
+        return [SystemMessage(HEADING + "\n" + "\n".join(f"- {fact}" for fact in facts))]
+
+    def clear(self) -> None:
+        """Forget the extracted facts held here (persisted facts stay in the store)."""
+        with self._lock:
+            self.facts = []
+            self.inspected = 0
+
+    def isolated_copy(self) -> FactExtractionBlock:
+        """A copy with its own fact list; refused when it would write to a store."""
+        if self.persist:
+            raise MemoryIsolationError(
+                "FactExtractionBlock(persist=True) writes to an external store; an isolated "
+                "copy would write there too"
+            )
+        copy = FactExtractionBlock(
+            self.llm,
+            max_facts=self.max_facts,
+            extract_every=self.extract_every,
+            roles=self.roles,
+            inject=self.inject,
+            scope=self.scope,
+            scope_id=self.scope_id,
+            project_id=self.project_id,
+            confidence=self.confidence,
+            max_persisted=self.max_persisted,
+            name=self.name,
+        )
+        with self._lock:
+            copy.facts = list(self.facts)
+            copy.inspected = self.inspected
+        return copy
+
+    # -- persistence ---------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the extracted facts to ``path`` as JSON, atomically."""
+        with self._lock:
+            data = {"version": 1, "facts": list(self.facts), "inspected": self.inspected}
+        write_json_atomic(path, data)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Replace the fact list with the one saved at ``path``.
+
+        A missing or corrupt file raises and leaves the current list as it was.
+        """
+        data = read_json(path, what="facts file")
+        facts = data.get("facts") if isinstance(data, dict) else data
+        inspected = data.get("inspected", 0) if isinstance(data, dict) else 0
+        if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
+            raise ValueError(f"facts file {path} is corrupt: no list of fact strings")
+        if isinstance(inspected, bool) or not isinstance(inspected, int) or inspected < 0:
+            raise ValueError(f"facts file {path} is corrupt: bad inspected count")
+        unique: dict[str, str] = {}
+        for fact in facts:
+            key = normalize_text(fact)
+            if key and key not in unique:
+                unique[key] = fact
+        with self._lock:
+            self.facts = list(unique.values())[-self.max_facts :]
+            self.inspected = inspected
+
+
+__all__ = ["HEADING", "FactExtractionBlock", "KnownFact"]
