@@ -10,7 +10,7 @@ app = typer.Typer(help="fastaiagent: agent memory tools.", no_args_is_help=True)
 
 # (module, attribute): each module defines a typer app or command function.
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
-    # ("fastaiagent.ui.cli", "register", "ui"),
+    ("fastaiagent.ui.cli", "register", "ui"),
     ("fastaiagent.plane_server", "register", "plane"),
 ]
 

@@ -1,0 +1,56 @@
+"""Running the UI: the bind-address rule and the uvicorn server."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from fastaiagent._optional import require
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7860
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to serve on a non-loopback address without a token.
+
+    Facts and traces hold what users said; anyone who can reach the port
+    could read them.
+    """
+    if not is_loopback(host) and not token:
+        raise ValueError(
+            f"refusing to serve the UI on {host!r} without a token: anyone who can reach "
+            "that address could read your facts and traces. Pass --token (or set "
+            "FASTAIAGENT_UI_TOKEN), or bind 127.0.0.1."
+        )
+    if token is not None and len(token) < 8:
+        raise ValueError("the UI token must be at least 8 characters")
+
+
+def serve(
+    location: Any = "sqlite",
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+    trace_db: str | Path | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve the UI until interrupted (see :func:`fastaiagent.ui.create_app`)."""
+    check_bind(host, token)
+    uvicorn = require("uvicorn", "ui")
+    from fastaiagent.ui.app import create_app
+
+    app = create_app(location, trace_db=trace_db, token=token)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

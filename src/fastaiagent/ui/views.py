@@ -1,0 +1,251 @@
+"""What the pages show, computed from the stores (no web framework here)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote, unquote
+
+from fastaiagent.learn.models import SCOPES, SOURCE_MANUAL, Fact
+from fastaiagent.learn.store import FactStore, SubjectCount
+from fastaiagent.trace.redaction import RedactionPolicy
+from fastaiagent.trace.store import SpanNode, TraceStore, build_tree, flatten
+
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+MAX_SUBJECT_OPTIONS = 1000  # a dropdown of every one of 20k users helps nobody
+TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A ``scope:scope_id`` partition (within a project), as the scope filter offers it."""
+
+    scope: str
+    scope_id: str
+    project_id: str = ""
+
+    @property
+    def label(self) -> str:
+        base = f"{self.scope}:{self.scope_id}"
+        return f"{base} (project {self.project_id})" if self.project_id else base
+
+    @property
+    def key(self) -> str:
+        """URL form: ``scope:scope_id``, ``@project`` appended when set; ids %-escaped."""
+        key = f"{self.scope}:{quote(self.scope_id, safe='')}"
+        return f"{key}@{quote(self.project_id, safe='')}" if self.project_id else key
+
+
+def parse_subject(key: str) -> Subject:
+    """The inverse of :attr:`Subject.key`; ValueError for a malformed or unknown scope."""
+    scope, sep, rest = key.partition(":")
+    if not sep or scope not in SCOPES:
+        raise ValueError(f"scope filter must look like 'user:alice', got {key!r}")
+    scope_id, _, project = rest.rpartition("@") if "@" in rest else (rest, "", "")
+    return Subject(scope, unquote(scope_id), unquote(project))
+
+
+def format_time(seconds: float) -> str:
+    if not seconds:
+        return ""
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@dataclass
+class FactRow:
+    id: int | None
+    fact: str
+    subject: str
+    source_trace_id: str | None
+    source: str
+    confidence: str
+    created: str
+    superseded_by: int | None
+
+
+@dataclass
+class MemoryPage:
+    rows: list[FactRow]
+    subjects: list[tuple[str, str, int]]  # (key, label, count)
+    hidden_subjects: int
+    total: int
+    selected: str
+    show_superseded: bool
+    mask: bool
+    page: int
+    per_page: int
+    has_next: bool
+
+
+def _row(fact: Fact, policy: RedactionPolicy | None) -> FactRow:
+    text, scope_id = fact.fact, fact.scope_id
+    if policy is not None:
+        text, scope_id = policy.redact(text), policy.redact(scope_id)
+    return FactRow(
+        id=fact.id,
+        fact=text,
+        subject=f"{fact.scope}:{scope_id}",
+        source_trace_id=fact.source_trace_id,
+        source=fact.source or SOURCE_MANUAL,
+        confidence=f"{fact.confidence:.2f}",
+        created=format_time(fact.created_at),
+        superseded_by=fact.superseded_by,
+    )
+
+
+def memory_page(
+    store: FactStore,
+    *,
+    subject: str = "",
+    show_superseded: bool = False,
+    mask_with: RedactionPolicy | None = None,
+    page: int = 1,
+    per_page: int = PAGE_SIZE,
+) -> MemoryPage:
+    """One page of facts, newest first; ``subject`` is a :attr:`Subject.key` or "" for all."""
+    page = max(1, page)
+    per_page = min(max(1, per_page), MAX_PAGE_SIZE)
+    chosen = parse_subject(subject) if subject else None
+    counts: list[SubjectCount] = store.subjects(include_superseded=show_superseded)
+    options = []
+    for entry in counts[:MAX_SUBJECT_OPTIONS]:
+        item = Subject(entry.scope, entry.scope_id, entry.project_id)
+        label = mask_with.redact(item.label) if mask_with is not None else item.label
+        options.append((item.key, label, entry.count))
+    facts = store.browse(
+        scope=chosen.scope if chosen else None,
+        scope_id=chosen.scope_id if chosen else None,
+        project_id=chosen.project_id if chosen else None,
+        include_superseded=show_superseded,
+        limit=per_page + 1,  # one extra row says whether a next page exists
+        offset=(page - 1) * per_page,
+    )
+    if chosen is not None:
+        total = sum(
+            c.count
+            for c in counts
+            if (c.scope, c.scope_id, c.project_id) == (chosen.scope, chosen.scope_id, chosen.project_id)
+        )
+    else:
+        total = sum(c.count for c in counts)
+    return MemoryPage(
+        rows=[_row(f, mask_with) for f in facts[:per_page]],
+        subjects=options,
+        hidden_subjects=max(0, len(counts) - MAX_SUBJECT_OPTIONS),
+        total=total,
+        selected=subject,
+        show_superseded=show_superseded,
+        mask=mask_with is not None,
+        page=page,
+        per_page=per_page,
+        has_next=len(facts) > per_page,
+    )
+
+
+# -- traces ----------------------------------------------------------------------
+
+
+def _mask(value: Any, policy: RedactionPolicy | None) -> Any:
+    return policy.redact_value(value) if policy is not None else value
+
+
+@dataclass
+class RunRow:
+    trace_id: str
+    name: str
+    agent: str
+    input: str
+    started: str
+    duration_ms: str
+    status: str
+    span_count: int
+
+
+@dataclass
+class Recalled:
+    text: str
+    score: str
+
+
+@dataclass
+class SpanView:
+    name: str
+    depth: int
+    duration_ms: str
+    status: str
+    is_memory: bool
+    recalled: list[Recalled] = field(default_factory=list)
+    attributes: list[tuple[str, str]] = field(default_factory=list)
+    error: str = ""
+
+
+def runs_page(
+    store: TraceStore, *, page: int = 1, per_page: int = PAGE_SIZE, mask_with: RedactionPolicy | None = None
+) -> tuple[list[RunRow], int, bool]:
+    """Runs newest first: (rows, total, has_next)."""
+    page = max(1, page)
+    runs = store.list_runs(limit=per_page + 1, offset=(page - 1) * per_page)
+    rows = [
+        RunRow(
+            trace_id=run.trace_id,
+            name=run.name,
+            agent=str(run.attributes.get("agent.name", "")),
+            input=str(_mask(str(run.attributes.get("agent.input", ""))[:160], mask_with)),
+            started=format_time(run.start_ns / 1e9),
+            duration_ms=f"{run.duration_ms:.1f}",
+            status=run.status,
+            span_count=run.span_count,
+        )
+        for run in runs[:per_page]
+    ]
+    return rows, store.count_runs(), len(runs) > per_page
+
+
+def _display(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _span_view(node: SpanNode, policy: RedactionPolicy | None) -> SpanView:
+    span = node.span
+    attrs = dict(span.attributes)
+    recalled: list[Recalled] = []
+    snippets = attrs.pop("memory.snippets", None)
+    if isinstance(snippets, list):
+        scores = attrs.pop("memory.scores", None)
+        scores = scores if isinstance(scores, list) else []
+        for i, text in enumerate(snippets):
+            score = scores[i] if i < len(scores) else None
+            recalled.append(
+                Recalled(
+                    text=str(_mask(str(text), policy)),
+                    score=f"{score:.3f}" if isinstance(score, (int, float)) else "",
+                )
+            )
+    error = str(attrs.pop("memory.error", ""))
+    return SpanView(
+        name=span.name,
+        depth=min(node.depth, 12),
+        duration_ms=f"{span.duration_ms:.2f}",
+        status=span.status,
+        is_memory=span.name.startswith("memory."),
+        recalled=recalled,
+        attributes=[(k, _display(_mask(v, policy))) for k, v in sorted(attrs.items())],
+        error=str(_mask(error, policy)),
+    )
+
+
+def trace_view(
+    store: TraceStore, trace_id: str, *, mask_with: RedactionPolicy | None = None
+) -> list[SpanView] | None:
+    """The span tree of one trace, flattened parents-first, or None if unknown."""
+    if not TRACE_ID.match(trace_id):
+        return None
+    spans = store.get_trace(trace_id)
+    if not spans:
+        return None
+    return [_span_view(node, mask_with) for node in flatten(build_tree(spans))]
