@@ -188,7 +188,9 @@ class AnthropicProvider:
         if tools:
             request["tools"] = to_anthropic_tools(tools)
         if self._client.temperature is not None:
-            request["temperature"] = self._client.temperature
+            # Recent SDK releases dropped the typed ``temperature`` argument; the
+            # request body field still carries it on every release.
+            request["extra_body"] = {"temperature": self._client.temperature}
         if stream:
             request["stream"] = True
         return request
