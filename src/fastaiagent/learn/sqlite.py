@@ -56,10 +56,12 @@ CREATE INDEX IF NOT EXISTS idx_learned_memory_scope_active
 CREATE INDEX IF NOT EXISTS idx_learned_memory_subject_all
     ON learned_memory (scope, scope_id, project_id);
 """
+# In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = (
-    "id, fact, scope, scope_id, project_id, confidence, source, source_trace_id, "
-    "created_at, superseded_by, metadata"
+    "fact, scope, scope_id, project_id, confidence, source, source_trace_id, metadata, "
+    "id, created_at, superseded_by"
 )
+_EMPTY_METADATA = ("", "{}")
 
 
 def default_db_path() -> Path:
@@ -69,19 +71,8 @@ def default_db_path() -> Path:
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
-    return Fact(
-        id=row[0],
-        fact=row[1],
-        scope=row[2],
-        scope_id=row[3],
-        project_id=row[4],
-        confidence=row[5],
-        source=row[6],
-        source_trace_id=row[7],
-        created_at=row[8],
-        superseded_by=row[9],
-        metadata=json.loads(row[10]) if row[10] else {},
-    )
+    metadata = {} if row[7] in _EMPTY_METADATA or row[7] is None else json.loads(row[7])
+    return Fact(*row[:7], metadata, *row[8:])
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:

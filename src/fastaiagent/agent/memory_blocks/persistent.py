@@ -93,7 +93,9 @@ class PersistentFactBlock(MemoryBlock):
             if self.weights.active:
                 scored = [Scored(f, 1.0, f.created_at, float(f.confidence)) for f in facts]
                 facts = [s.item for s in rank(scored, self.weights)]
-            self._cache = facts
+            if self.refresh_every > 1:  # only a block that serves renders from cache keeps one
+                self._cache = facts
+            return facts
         return self._cache
 
     def render(self, query: str) -> list[Message]:

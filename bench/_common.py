@@ -1,0 +1,60 @@
+"""Helpers shared by the benchmarks: timing, percentiles, RSS, JSON results."""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def percentile(samples: list[float], pct: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def time_calls(fn: Callable[[int], Any], count: int, warmup: int = 200) -> list[float]:
+    """Milliseconds per call of ``fn(i)`` for ``count`` calls after a warm-up."""
+    for i in range(warmup):
+        fn(i)
+    samples = []
+    for i in range(count):
+        start = time.perf_counter()
+        fn(i)
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(samples), 4),
+        "p99_ms": round(percentile(samples, 99), 4),
+        "mean_ms": round(statistics.fmean(samples), 4),
+        "n": len(samples),
+    }
+
+
+def rss_mb() -> float:
+    """Resident set size now, in MB (Linux /proc, falling back to the peak)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def write_results(name: str, results: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    payload = {"bench": name, "machine": platform.platform(), "python": platform.python_version(), **results}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    return path

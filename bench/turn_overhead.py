@@ -1,0 +1,123 @@
+"""Per-turn overhead of memory in Agent.run, with an instant test LLM.
+
+Cases:
+- ``static``: ComposableMemory([StaticBlock]) — target p50 <= 0.3 ms.
+- ``memory_users``: Memory(user_id=resolver, agent_id=..., window=20) on SQLite
+  with 10k users x 50 facts stored — target p50 <= 1 ms, p99 <= 3 ms; also
+  the memory held per cached user (RSS growth / users).
+
+Overhead = run time with memory minus run time of the same agent without memory.
+Run: ``python bench/turn_overhead.py [--turns N] [--users N] [--facts N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import rss_mb, summary, time_calls, write_results  # noqa: E402
+
+from fastaiagent import Agent, ComposableMemory, Memory, RunContext, StaticBlock  # noqa: E402
+from fastaiagent.learn import MemoryStore  # noqa: E402
+from fastaiagent.testing import CannedLLM  # noqa: E402
+
+
+@dataclass
+class Session:
+    user_id: str
+
+
+def baseline(turns: int) -> dict[str, float]:
+    agent = Agent(name="bench", llm=CannedLLM("ok"), system_prompt="Be brief.")
+    return summary(time_calls(lambda i: agent.run("hello"), turns))
+
+
+def static_case(turns: int) -> dict[str, float]:
+    memory = ComposableMemory([StaticBlock("The user's name is Upendra and they prefer terse answers.")])
+    agent = Agent(name="bench", llm=CannedLLM("ok"), system_prompt="Be brief.", memory=memory)
+    return summary(time_calls(lambda i: agent.run("hello"), turns))
+
+
+def seed_facts(store: MemoryStore, users: int, facts_per_user: int, agent_id: str) -> None:
+    """Bulk-load facts straight into the table (add() one by one would take minutes)."""
+    from fastaiagent.learn.scoping import normalize_text
+
+    now = time.time() - users * facts_per_user
+    rows = []
+    for u in range(users):
+        for f in range(facts_per_user):
+            text = f"user {u} fact {f}: likes item {f * 7 % 13}"
+            rows.append((text, normalize_text(text), "user", f"user-{u}", "", 1.0, "manual", None, now, "{}"))
+            now += 1
+    for f in range(20):
+        text = f"global policy {f}"
+        rows.append((text, normalize_text(text), "agent", agent_id, "", 1.0, "manual", None, now, "{}"))
+    with store._write() as conn:
+        conn.executemany(
+            "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
+            "source, source_trace_id, created_at, metadata) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+
+
+def memory_users_case(turns: int, users: int, facts_per_user: int, db: Path) -> dict[str, float]:
+    store = MemoryStore(db)
+    seed_facts(store, users, facts_per_user, "support")
+    memory = Memory(location=store, user_id=lambda ctx: ctx.state.user_id, agent_id="support", window=20)
+    agent = Agent(name="bench", llm=CannedLLM("ok"), system_prompt="Be brief.", memory=memory)
+    contexts = [RunContext(state=Session(f"user-{u}")) for u in range(users)]
+
+    gc.collect()
+    before = rss_mb()
+    for u in range(users):  # every user once: the cache is full, like a busy server
+        agent.run("hello", context=contexts[u])
+    gc.collect()
+    per_user_kb = (rss_mb() - before) * 1024 / users
+    stats = summary(time_calls(lambda i: agent.run("hello", context=contexts[(i * 7919) % users]), turns))
+    stats["rss_per_cached_user_kb"] = round(per_user_kb, 2)
+    stats["cached_users"] = len(memory.cached_users)
+    return stats
+
+
+def overhead(case: dict[str, float], base: dict[str, float]) -> dict[str, float]:
+    return {
+        **case,
+        "overhead_p50_ms": round(case["p50_ms"] - base["p50_ms"], 4),
+        "overhead_p99_ms": round(case["p99_ms"] - base["p99_ms"], 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=10_000)
+    parser.add_argument("--users", type=int, default=10_000)
+    parser.add_argument("--facts", type=int, default=50)
+    args = parser.parse_args()
+
+    base = baseline(args.turns)
+    results = {"baseline_no_memory": base, "static": overhead(static_case(args.turns), base)}
+    with tempfile.TemporaryDirectory() as tmp:
+        results["memory_users"] = overhead(
+            memory_users_case(args.turns, args.users, args.facts, Path(tmp) / "bench.db"), base
+        )
+    path = write_results("turn_overhead", results)
+    print(f"{'case':<22}{'p50 ms':>10}{'p99 ms':>10}{'overhead p50':>14}{'overhead p99':>14}")
+    for name, stats in results.items():
+        print(
+            f"{name:<22}{stats['p50_ms']:>10.4f}{stats['p99_ms']:>10.4f}"
+            f"{stats.get('overhead_p50_ms', 0.0):>14.4f}{stats.get('overhead_p99_ms', 0.0):>14.4f}"
+        )
+    users = results["memory_users"]
+    print(f"memory per cached user: {users['rss_per_cached_user_kb']} KB over {users['cached_users']} users")
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
