@@ -442,6 +442,17 @@ def test_during_a_pause_a_new_question_never_gets_another_questions_facts(connec
     assert facts_of(block.render("about shipping")) == ["fact for about shipping"]
 
 
+def test_one_shared_block_keeps_each_users_question_during_a_pause(connected, clock):
+    shared = PlaneFactBlock("agent")  # Memory(plane_agent_id=...) shares one block
+    assert facts_of(shared.render("alice asks")) == ["fact for alice asks"]
+    assert facts_of(shared.render("bob asks")) == ["fact for bob asks"]
+    connected.then(Reply(status=502))
+    assert facts_of(shared.render("alice asks")) == ["fact for alice asks"]
+    assert facts_of(shared.render("bob asks")) == ["fact for bob asks"]
+    assert shared.render("carol asks") == []
+    assert connected.count == 3
+
+
 # -- dedupe (item 133) ----------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ FACTS_PATH = "/public/v1/memory/facts"
 MAX_FACTS_LIMIT = 200
 MIN_PAUSE_SECONDS = 1.0  # even "Retry-After: 0" must not turn into a request per turn
 DENIED_STATUSES = (401, 403, 404)
+CACHED_QUESTIONS = 256  # one block may serve many users (Memory shares it)
 HEADING = "Curated facts:"
 
 
@@ -132,8 +134,8 @@ def dedupe(facts: list[PlaneFact]) -> tuple[list[PlaneFact], int]:
 
 @dataclass
 class _Cached:
-    target: str
-    question: str | None  # the question sent to the plane (None: none was sent)
+    """One read, kept under (target, question sent or None)."""
+
     facts: list[PlaneFact]
     deduped: int
     renders: int = 0
@@ -199,7 +201,7 @@ class PlaneFactBlock(MemoryBlock):
         self.refresh_every = refresh_every
         self.name = name
         self._lock = threading.Lock()
-        self._cache: _Cached | None = None
+        self._cache: OrderedDict[tuple[str, str | None], _Cached] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"PlaneFactBlock(agent_id={self.agent_id!r}, category={self.category!r})"
@@ -247,8 +249,7 @@ class PlaneFactBlock(MemoryBlock):
                     "asking again in %.0f s",
                     conn.target, exc, self.agent_id, self.denied_retry_seconds,
                 )
-            with self._lock:
-                self._cache = None
+            self.clear()
             trace.annotate({"memory.plane.status": "denied"})
             return []
         except PlaneUnavailable as exc:
@@ -266,9 +267,12 @@ class PlaneFactBlock(MemoryBlock):
         if previous == plane.PAUSED:
             logger.info("plane %s is back for agent %r", conn.target, self.agent_id)
         kept, dropped = dedupe(fetched)
-        entry = _Cached(conn.target, question, kept[: self.max_facts], dropped)
+        entry = _Cached(kept[: self.max_facts], dropped)
         with self._lock:
-            self._cache = entry
+            self._cache[(conn.target, question)] = entry
+            self._cache.move_to_end((conn.target, question))
+            while len(self._cache) > CACHED_QUESTIONS:
+                self._cache.popitem(last=False)
         return self._serve(entry, "fetched")
 
     def _fetch(
@@ -317,8 +321,8 @@ class PlaneFactBlock(MemoryBlock):
     ) -> _Cached | None:
         """The cached read for this question (never another question's)."""
         with self._lock:
-            cached = self._cache
-            if cached is None or cached.target != target or cached.question != question:
+            cached = self._cache.get((target, question))
+            if cached is None:
                 return None
             if fresh_only and cached.renders >= self.refresh_every:
                 return None
@@ -342,16 +346,16 @@ class PlaneFactBlock(MemoryBlock):
     # -- state ---------------------------------------------------------------
 
     def clear(self) -> None:
-        """Drop the cached read; the plane's facts themselves are untouched."""
+        """Drop the cached reads; the plane's facts themselves are untouched."""
         with self._lock:
-            self._cache = None
+            self._cache.clear()
 
     def isolated_copy(self) -> PlaneFactBlock:
         """A fresh block with the same settings (read-only, so safe to copy)."""
         copy = type(self).__new__(type(self))
         copy.__dict__.update(self.__dict__)
         copy._lock = threading.Lock()
-        copy._cache = None
+        copy._cache = OrderedDict()
         return copy
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PlaneFactBlock:
