@@ -339,3 +339,26 @@ def test_bad_arguments_raise_at_construction(kwargs):
 def test_llm_is_required():
     with pytest.raises(TypeError):
         SummaryBlock(None)  # type: ignore[arg-type]
+
+
+def test_slow_summary_in_the_background_does_not_hold_the_caller():
+    """A hanging summary model delays nothing when the refresh runs on a BackgroundQueue."""
+    import threading
+
+    from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+
+    release = threading.Event()
+
+    def slow(messages: list[Message]) -> str:
+        release.wait(10)
+        return "late summary"
+
+    block = SummaryBlock(FunctionLLM(slow), keep_last=1, summarize_every=1)
+    queue = BackgroundQueue()
+    for message in conversation(2):
+        queue.submit(lambda m=message: block.on_message(m))
+    assert queue.flush(timeout=0.05) is False  # still summarising; the caller moved on
+    assert block.render("") == []
+    release.set()
+    assert queue.flush(timeout=10)
+    assert block.render("")[0].content == SUMMARY_PREFIX + "late summary"
