@@ -11,6 +11,7 @@ app = typer.Typer(help="fastaiagent: agent memory tools.", no_args_is_help=True)
 # (module, attribute): each module defines a typer app or command function.
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("fastaiagent.ui.cli", "register", "ui"),
+    ("fastaiagent.learn.cli", "register", "learn"),
     ("fastaiagent.plane_server", "register", "plane"),
 ]
 

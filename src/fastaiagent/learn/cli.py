@@ -1,0 +1,168 @@
+"""``fastaiagent learn``: mine past runs into facts, list facts, supersede one with another."""
+
+from __future__ import annotations
+
+import typer
+
+from fastaiagent.learn.models import SCOPES
+
+learn_app = typer.Typer(
+    help="The Trace Learning Loop: durable facts from past runs, and the facts it keeps.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+LOCATION_HELP = "Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=code)
+
+
+@learn_app.callback()
+def mine(
+    ctx: typer.Context,
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    trace_db: str | None = typer.Option(None, "--trace-db", help="Local trace store to mine."),
+    provider: str = typer.Option("openai", help="LLM provider for the extractor."),
+    model: str | None = typer.Option(None, help="LLM model for the extractor (required)."),
+    base_url: str | None = typer.Option(None, "--base-url", help="API base URL (e.g. a local server)."),
+    scope: str = typer.Option("agent", help="Scope to file facts under: agent, user or project."),
+    scope_id: str | None = typer.Option(
+        None, "--scope-id", help="Subject id; default for agent scope: each run's agent name."
+    ),
+    project: str = typer.Option("", "--project", help="Project partition."),
+    allow_personal: bool = typer.Option(
+        False, "--allow-personal", help="Allow user/project scope (personal data)."
+    ),
+    limit: int = typer.Option(50, help="How many recent runs to read."),
+    agent: str | None = typer.Option(None, help="Only runs of this agent."),
+    remine: bool = typer.Option(False, help="Mine runs already mined before."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the facts, write nothing."),
+) -> None:
+    """Mine recent runs from the local trace store into durable facts."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from fastaiagent.learn.loop import check_target, learn_from_traces
+
+    try:
+        check_target(scope, scope_id, allow_personal=allow_personal)
+    except (ValueError, PermissionError) as exc:
+        raise _fail(str(exc)) from exc
+    if not model:
+        raise _fail("the extractor needs an LLM: pass --model (and --provider)")
+    from fastaiagent.llm.client import LLMClient
+
+    try:
+        llm = LLMClient(provider=provider, model=model, base_url=base_url)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn("mining runs"), BarColumn(), MofNCompleteColumn(), transient=True
+    ) as progress:
+        task = progress.add_task("mine", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        try:
+            report = learn_from_traces(
+                llm,
+                location=location,
+                trace_store=trace_db,
+                scope=scope,
+                scope_id=scope_id,
+                project_id=project,
+                allow_personal=allow_personal,
+                limit=limit,
+                agent=agent,
+                remine=remine,
+                dry_run=dry_run,
+                on_progress=advance,
+            )
+        except (ValueError, ImportError) as exc:
+            raise _fail(str(exc)) from exc
+    for trace_id, subject, text in report.proposed:
+        typer.echo(f"would learn  {subject}  {text}  (trace {trace_id[:8]})")
+    for trace_id, error in report.failures:
+        typer.echo(f"failed       trace {trace_id[:8]}: {error}", err=True)
+    typer.echo(
+        f"{report.runs_seen} runs read, {report.runs_mined} mined, {report.runs_skipped} skipped; "
+        f"{len(report.facts_added)} facts learned, {len(report.facts_superseded)} superseded"
+    )
+    if report.failures:
+        raise typer.Exit(code=1)
+
+
+def _parse_filter(value: str | None) -> tuple[str | None, str | None]:
+    if not value:
+        return None, None
+    scope, _, scope_id = value.partition(":")
+    if scope not in SCOPES:
+        raise ValueError(f"--scope must be one of {SCOPES}, optionally with :id (e.g. user:alice)")
+    return scope, (scope_id if _ else None)
+
+
+@learn_app.command("list")
+def list_facts(
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    scope: str | None = typer.Option(None, help="Filter: agent, user:alice, project:acme ..."),
+    project: str | None = typer.Option(None, "--project", help="Filter by project partition."),
+    show_superseded: bool = typer.Option(False, "--show-superseded", help="Include replaced facts."),
+    limit: int = typer.Option(20, help="At most this many facts (after filtering)."),
+) -> None:
+    """List facts, newest first; filters apply before the limit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from fastaiagent.learn.factory import make_fact_store
+    from fastaiagent.ui.views import format_time
+
+    try:
+        scope_name, scope_id = _parse_filter(scope)
+        if limit < 1:
+            raise ValueError("--limit must be >= 1")
+        store = make_fact_store(location)
+        facts = store.browse(
+            scope=scope_name,
+            scope_id=scope_id,
+            project_id=project,
+            include_superseded=show_superseded,
+            limit=limit,
+        )
+    except (ValueError, ImportError) as exc:
+        raise _fail(str(exc)) from exc
+    table = Table("id", "fact", "scope", "source", "confidence", "created", box=None)
+    for fact in facts:
+        text = fact.fact + (f"  (superseded → #{fact.superseded_by})" if fact.superseded_by else "")
+        source = f"{fact.source} {fact.source_trace_id[:8]}" if fact.source_trace_id else fact.source
+        table.add_row(
+            str(fact.id), text, fact.subject, source, f"{fact.confidence:.2f}", format_time(fact.created_at)
+        )
+    Console(width=200).print(table) if facts else typer.echo("no facts")
+
+
+@learn_app.command("supersede")
+def supersede(
+    old: int = typer.Argument(..., help="Id of the fact being replaced."),
+    new: int = typer.Argument(..., help="Id of the fact replacing it (same scope, id and project)."),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+) -> None:
+    """Mark fact OLD as replaced by fact NEW (OLD stays as history)."""
+    from fastaiagent.learn.factory import make_fact_store
+
+    try:
+        make_fact_store(location).supersede(old, new)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0] if exc.args else exc), code=1) from exc
+    except (ValueError, ImportError) as exc:
+        raise _fail(str(exc), code=1) from exc
+    typer.echo(f"#{old} superseded by #{new}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``learn`` sub-app to the ``fastaiagent`` CLI."""
+    app.add_typer(learn_app, name="learn")

@@ -1,0 +1,180 @@
+"""The Trace Learning Loop (``fastaiagent learn``): durable facts mined from past runs.
+
+Each recent run in the local trace store is shown to an LLM extractor (the
+same prompt and tolerant parser as ``Memory(learn=)``, from
+:mod:`fastaiagent.learn.extractor`); the facts it finds are written to a fact
+store with confidence 1.0, source ``"learn"`` and the run's trace id. A fact
+the model says replaces a known one supersedes it, so history is kept.
+
+Only what the user said in a run is mined, never the model's replies. Facts
+go to the agent scope by default (the run's agent name); user and project
+scopes hold personal data and need ``allow_personal=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastaiagent.learn.extractor import MAX_KNOWN_FACTS, extract_facts
+from fastaiagent.learn.factory import make_fact_store
+from fastaiagent.learn.models import SCOPES, SOURCE_TRACE_LOOP, Fact
+from fastaiagent.learn.scoping import WILDCARD
+from fastaiagent.learn.store import FactStore
+from fastaiagent.llm.base import BaseLLM
+from fastaiagent.trace.store import RunSummary, TraceStore
+
+RUN_SPAN = "agent.run"
+LOOP_CONFIDENCE = 1.0
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class LearnReport:
+    """What one pass of the loop did."""
+
+    runs_seen: int = 0
+    runs_mined: int = 0
+    runs_skipped: int = 0  # already mined, other agents, or nothing to read
+    facts_added: list[int] = field(default_factory=list)
+    facts_superseded: list[tuple[int, int]] = field(default_factory=list)  # (old, new)
+    proposed: list[tuple[str, str, str]] = field(default_factory=list)  # (trace, subject, fact)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (trace, error)
+
+
+def check_target(scope: str, scope_id: str | None, *, allow_personal: bool) -> None:
+    """Refuse a scope the loop must not write without being asked, or an empty id."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}; expected one of {SCOPES}")
+    if scope in ("user", "project") and not allow_personal:
+        raise PermissionError(
+            f"learning into {scope} scope stores personal data mined from traces; "
+            "pass allow_personal=True (--allow-personal) to do it on purpose"
+        )
+    if scope_id is not None and not scope_id.strip():
+        raise ValueError("refusing an empty scope id: name the subject the facts are about")
+    if scope_id == WILDCARD:
+        raise ValueError('"*" is a read/delete wildcard, not a scope id to write under')
+    if scope in ("user", "project") and scope_id is None:
+        raise ValueError(f"{scope} scope needs a scope id (--scope-id)")
+
+
+def _run_text(run: RunSummary, traces: TraceStore) -> str:
+    text = run.attributes.get("agent.input")
+    if isinstance(text, str) and text.strip():
+        return text
+    # Older runs: the question is also on the memory.read span.
+    for span in traces.get_trace(run.trace_id):
+        query = span.attributes.get("memory.query")
+        if span.name == "memory.read" and isinstance(query, str) and query.strip():
+            return query
+    return ""
+
+
+def learn_from_traces(
+    llm: BaseLLM,
+    *,
+    location: Any = "sqlite",
+    trace_store: TraceStore | str | Path | None = None,
+    scope: str = "agent",
+    scope_id: str | None = None,
+    project_id: str = "",
+    allow_personal: bool = False,
+    limit: int = 50,
+    agent: str | None = None,
+    remine: bool = False,
+    dry_run: bool = False,
+    on_progress: Progress | None = None,
+) -> LearnReport:
+    """Mine the ``limit`` most recent runs into durable facts.
+
+    ``scope_id=None`` files agent-scope facts under each run's agent name;
+    user and project scopes need ``allow_personal=True`` and a ``scope_id``.
+    ``agent`` keeps only that agent's runs. Runs mined before are skipped
+    unless ``remine`` (re-mining is harmless: adds are idempotent).
+    ``dry_run`` asks the model but writes nothing (see ``report.proposed``).
+    A run whose extraction fails is reported and left for the next pass.
+    """
+    check_target(scope, scope_id, allow_personal=allow_personal)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    store: FactStore = make_fact_store(location)
+    traces = trace_store if isinstance(trace_store, TraceStore) else TraceStore(trace_store)
+    runs = traces.list_runs(limit=limit, name=RUN_SPAN)
+    report = LearnReport(runs_seen=len(runs))
+    done_before = set() if remine else traces.mined_trace_ids(r.trace_id for r in runs)
+    # Oldest first, so a later run's correction supersedes an earlier fact.
+    for position, run in enumerate(reversed(runs), start=1):
+        run_agent = str(run.attributes.get("agent.name") or "")
+        subject_id = scope_id if scope_id is not None else run_agent
+        text = _run_text(run, traces)
+        if (
+            run.trace_id in done_before
+            or (agent is not None and run_agent != agent)
+            or not subject_id
+            or not text
+        ):
+            report.runs_skipped += 1
+        else:
+            _mine_run(llm, store, traces, run, text, scope, subject_id, project_id, dry_run, report)
+        if on_progress is not None:
+            on_progress(position, len(runs))
+    return report
+
+
+def _mine_run(
+    llm: BaseLLM,
+    store: FactStore,
+    traces: TraceStore,
+    run: RunSummary,
+    text: str,
+    scope: str,
+    scope_id: str,
+    project_id: str,
+    dry_run: bool,
+    report: LearnReport,
+) -> None:
+    known = store.list_active(scope, scope_id, project_id, limit=MAX_KNOWN_FACTS)
+    try:
+        extracted = extract_facts(llm, text, role="user", known=[f.fact for f in known])
+    except Exception as exc:  # one bad run must not stop the pass
+        report.failures.append((run.trace_id, f"{type(exc).__name__}: {exc}"))
+        return
+    replaced: set[int] = set()
+    failures_before = len(report.failures)
+    for item in extracted:
+        if dry_run:
+            report.proposed.append((run.trace_id, f"{scope}:{scope_id}", item.text))
+            continue
+        fact = Fact(
+            fact=item.text,
+            scope=scope,
+            scope_id=scope_id,
+            project_id=project_id,
+            confidence=LOOP_CONFIDENCE,
+            source=SOURCE_TRACE_LOOP,
+            source_trace_id=run.trace_id,
+        )
+        old = known[item.replaces] if item.replaces is not None else None
+        try:
+            if old is not None and old.id is not None and old.id not in replaced:
+                new_id = store.update(fact, old.id)
+                if new_id != old.id:
+                    replaced.add(old.id)
+                    report.facts_superseded.append((old.id, new_id))
+            else:
+                new_id = store.add(fact)
+        except (ValueError, KeyError) as exc:  # e.g. the old fact was replaced meanwhile
+            report.failures.append((run.trace_id, f"{type(exc).__name__}: {exc}"))
+            continue
+        if new_id not in report.facts_added:
+            report.facts_added.append(new_id)
+    report.runs_mined += 1
+    if not dry_run and len(report.failures) == failures_before:  # else retry next pass
+        traces.mark_mined([run.trace_id], time.time())
+
+
+__all__ = ["LearnReport", "check_target", "learn_from_traces"]
