@@ -1,0 +1,67 @@
+"""One companion agent, two users: global facts, per-user facts and windows.
+
+Runs offline with a deterministic model from ``fastaiagent.testing`` that
+answers from what memory put in its prompt. Set ``FASTAIAGENT_LOCAL_DB`` to
+choose where facts are stored (default ``.fastaiagent/local.db``).
+
+    python examples/memory_simple/companion.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastaiagent import Agent, Memory, RunContext
+from fastaiagent.llm.message import Message
+from fastaiagent.testing import FunctionLLM
+
+
+@dataclass
+class Session:
+    user_id: str
+
+
+def answer_from_prompt(messages: list[Message]) -> str:
+    """An offline 'model': lists the facts and earlier turns it was given."""
+    facts = [m.content for m in messages if m.role == "system" and m.content and "\n- " in m.content]
+    earlier = [m.content for m in messages[:-1] if m.role == "user"]
+    parts = [f"You asked: {messages[-1].content}"]
+    if facts:
+        parts.append("I know: " + " / ".join(f.split("\n", 1)[1].replace("\n", " ") for f in facts))
+    if earlier:
+        parts.append("Earlier you said: " + "; ".join(earlier))
+    return " | ".join(parts)
+
+
+def main() -> None:
+    memory = Memory(
+        agent_id="assistant",  # global facts filed under this agent
+        user_id=lambda ctx: ctx.state.user_id,  # one window and fact set per user
+        window=20,
+    )
+    memory.persist("Support hours are 9:00-17:00 CET", tier="global")
+    memory.persist("Has a beagle named Biscuit; allergic to cats", tier="user", id="alice")
+    memory.persist("Vegetarian; training for a marathon", tier="user", id="bob")
+
+    agent = Agent(
+        name="assistant",
+        llm=FunctionLLM(answer_from_prompt, model="offline-companion"),
+        system_prompt="You are a friendly companion. Use what you know about the user.",
+        memory=memory,
+    )
+    alice, bob = RunContext(state=Session("alice")), RunContext(state=Session("bob"))
+
+    print(agent.run("Any tips for my dog?", context=alice).output)
+    print(agent.run("What should I cook tonight?", context=bob).output)
+    print(agent.run("And a toy for him?", context=alice).output)
+
+    alice_facts = [f.fact for f in memory.retrieve(tier="user", id="alice")]
+    bob_facts = [f.fact for f in memory.retrieve(tier="user", id="bob")]
+    print("alice's facts:", alice_facts)
+    print("bob's facts:  ", bob_facts)
+    assert not set(alice_facts) & set(bob_facts)
+    print("facts stored in:", memory.store)
+
+
+if __name__ == "__main__":
+    main()
