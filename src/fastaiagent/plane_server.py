@@ -50,8 +50,13 @@ _STOPWORDS = frozenset(
 )
 
 
+def _stem(word: str) -> str:
+    # Crude, but enough for "refunds" to meet "refund".
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
 def _words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS}
+    return {_stem(w) for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS}
 
 
 def keyword_ranker(query: str, texts: Sequence[str]) -> list[float]:

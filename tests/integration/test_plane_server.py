@@ -342,3 +342,14 @@ def test_cli_plane_serve_rejects_a_bad_ranking():
     )
     assert done.returncode != 0
     assert "ranking" in (done.stdout + done.stderr)
+
+
+def test_example_87_runs_offline_against_the_self_hosted_plane():
+    example = Path(__file__).parents[2] / "examples" / "87_connected_memory.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("FASTAIAGENT_TARGET", "FASTAIAGENT_API_KEY")}
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Curated facts:\n- Refunds are accepted within 30 days of delivery" in done.stdout
+    for who in ("alice:", "bob:", "no user:"):
+        assert f"{who} Q:" in done.stdout and "4 curated facts" in done.stdout
