@@ -50,7 +50,7 @@ def _seed(store: FactStore) -> tuple[int, int]:
 
 
 def test_memory_page_over_a_server_store(store, tmp_path):
-    old, new = _seed(store)
+    _old, new = _seed(store)
     client = TestClient(create_app(store, trace_db=tmp_path / "t.db"), base_url="http://127.0.0.1")
     html = client.get("/memory").text
     assert "user:alice (1)" in html and "user:bob (1)" in html and "agent:assistant (1)" in html
