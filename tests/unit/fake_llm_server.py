@@ -40,6 +40,10 @@ class Say:
     text: str = ""
     calls: list[Call] = field(default_factory=list)
     pieces: list[str] | None = None
+    # Streams only: stop after this many events and say nothing more...
+    stall_after: int | None = None
+    # ...or, after the text, send an in-stream error event with this message.
+    stream_error: str | None = None
 
     def chunks(self) -> list[str]:
         if self.pieces is not None:
@@ -202,6 +206,18 @@ def anthropic_error(fail: Fail) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": fail.message}}
 
 
+def _with_error(
+    events: list[tuple[str | None, str]], reply: Say, anthropic: bool
+) -> list[tuple[str | None, str]]:
+    """Cut the stream after the text and end it with the provider's error event."""
+    keep = 2 + len(reply.chunks()) + (2 if anthropic else 0)  # start (+ping, block start)
+    message = reply.stream_error
+    if anthropic:
+        error = {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+        return [*events[:keep], ("error", json.dumps(error))]
+    return [*events[: keep - 1], (None, json.dumps({"error": {"message": message}}))]
+
+
 # -- the server -----------------------------------------------------------------------
 
 
@@ -295,7 +311,11 @@ class FakeLLMServer:
                         if anthropic
                         else openai_events(reply, include_usage)
                     )
-                    self._send_sse(events)
+                    if reply.stream_error is not None:
+                        events = _with_error(events, reply, anthropic)
+                    self._send_sse(events[: reply.stall_after])
+                    if reply.stall_after is not None:
+                        server._stopping.wait(10)
 
             def _send_json(
                 self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None

@@ -393,11 +393,58 @@ def test_hanging_server_raises_timeout_error(
 ) -> None:
     server.default = Hang(10)
     llm = client_for(server, provider, timeout=0.3, max_retries=0)
+    assert llm.backend is not None  # import the SDK before timing
     started = time.monotonic()
     with pytest.raises(LLMTimeoutError) as caught:
         complete(llm, mode, [UserMessage("hi")])
     assert time.monotonic() - started < 2.0
     assert "0.3s timeout" in str(caught.value) and caught.value.provider == provider
+
+
+def _stream_until_error(llm: LLMClient, mode: str) -> tuple[list[str], BaseException]:
+    texts: list[str] = []
+
+    async def consume() -> None:
+        async for event in llm.astream([UserMessage("hi")]):
+            texts.append(event.text)
+
+    try:
+        if mode == "stream":
+            for event in llm.stream([UserMessage("hi")]):
+                texts.append(event.text)
+        else:
+            asyncio.run(consume())
+    except Exception as exc:
+        return texts, exc
+    raise AssertionError("the stream did not fail")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("mode", ["stream", "astream"])
+def test_stream_stalling_midway_raises_timeout_error(
+    server: FakeLLMServer, provider: str, mode: str
+) -> None:
+    # Stall after the first two text deltas (Anthropic opens with three framing events).
+    server.script(Say("one two three four", stall_after=5 if provider == "anthropic" else 3))
+    llm = client_for(server, provider, timeout=0.3, max_retries=0)
+    assert llm.backend is not None  # import the SDK before timing
+    started = time.monotonic()
+    texts, error = _stream_until_error(llm, mode)
+    assert isinstance(error, LLMTimeoutError), repr(error)
+    assert time.monotonic() - started < 2.0
+    assert texts == ["one", " two"]  # the deltas before the stall were delivered
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("mode", ["stream", "astream"])
+def test_error_event_inside_a_stream_raises_server_error(
+    server: FakeLLMServer, provider: str, mode: str
+) -> None:
+    server.script(Say("partial answer", stream_error="Overloaded, try later"))
+    texts, error = _stream_until_error(client_for(server, provider), mode)
+    assert "".join(texts) == "partial answer"
+    assert isinstance(error, LLMServerError), repr(error)
+    assert f"{provider}: " in str(error) and "Overloaded, try later" in str(error)
 
 
 def test_timeout_is_retried_before_giving_up(server: FakeLLMServer) -> None:

@@ -106,6 +106,19 @@ def _is_httpx(exc: BaseException, class_name: str) -> bool:
     )
 
 
+def _timed_out(exc: BaseException, sdk: Any) -> bool:
+    # Some SDK releases wrap a read timeout during streaming in a plain
+    # APIConnectionError; the timeout is then found down the cause chain.
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sdk.APITimeoutError) or _is_httpx(current, "TimeoutException"):
+            return True
+        current = current.__cause__
+    return False
+
+
 def translate_error(exc: BaseException, sdk: Any, client: LLMClient) -> BaseException:
     """Map an SDK (or httpx) exception to the matching :mod:`fastaiagent.llm.errors` class.
 
@@ -113,7 +126,7 @@ def translate_error(exc: BaseException, sdk: Any, client: LLMClient) -> BaseExce
     """
     provider = client.provider
     retries = f"after {client.max_retries} retr{'y' if client.max_retries == 1 else 'ies'}"
-    if isinstance(exc, sdk.APITimeoutError) or _is_httpx(exc, "TimeoutException"):
+    if _timed_out(exc, sdk):
         return LLMTimeoutError(
             f"{provider}: no answer within the {client.timeout:g}s timeout ({retries})",
             provider=provider,
@@ -126,6 +139,12 @@ def translate_error(exc: BaseException, sdk: Any, client: LLMClient) -> BaseExce
             provider=provider,
         )
     if not isinstance(exc, sdk.APIStatusError):
+        if isinstance(exc, sdk.APIError):
+            # An error reported inside a stream, or a response the SDK could not read.
+            return LLMServerError(
+                f"{provider}: error during the response: {_server_message(exc)}",
+                provider=provider,
+            )
         return exc
     status = int(exc.status_code)
     detail = _server_message(exc)
