@@ -1,0 +1,345 @@
+"""VectorBlock: recall of past messages by meaning (and keywords).
+
+Each stored message long enough to matter becomes a chunk in a VectorStore,
+tagged with the block's namespace. On each turn the query retrieves the most
+relevant chunks of that namespace: by default a hybrid of dense similarity
+and BM25 keyword scores, which finds both paraphrases and exact names/dates.
+Messages still in the conversation window are never recalled (they are in
+the prompt already), and with ``dedupe_against_upstream`` nothing an earlier
+block injected is repeated.
+
+Embeddings are batched: messages queue up and are embedded together at the
+next recall (or once ``batch_size`` are waiting), and the embedder loads on
+first use, so a broken embedder or store fails inside the memory's failure
+isolation instead of at construction.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastaiagent import trace
+from fastaiagent._io import read_json, write_json_atomic
+from fastaiagent.agent.memory import MemoryBlock, MemoryIsolationError, SharedMemoryContext
+from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
+from fastaiagent.kb.bm25 import BM25Index
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
+from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
+from fastaiagent.learn.scoping import normalize_text
+from fastaiagent.llm.message import Message, SystemMessage
+
+DEFAULT_NAMESPACE = "default"
+HEADER = "Relevant past messages:"
+_FETCH_FACTOR = 4  # candidates per wanted item, before window and dedupe filtering
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """One recalled chunk with its final score and the similarity behind it."""
+
+    chunk: Chunk
+    score: float
+    similarity: float
+
+
+def _check_positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class VectorBlock(MemoryBlock):
+    """Semantic recall over past messages, from a (possibly shared) VectorStore.
+
+    ``retrieval="hybrid"`` (default) fuses dense and BM25 scores;
+    ``"dense"`` is pure vector search; ``"bm25"`` is keyword-only (no
+    embedder needed). ``embedder=None`` resolves ``"auto"`` at first use.
+    Blocks sharing a store see only their ``namespace``; chunks with no
+    namespace tag are visible to the ``"default"`` namespace only.
+    """
+
+    name = "vector"
+
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Any = None,
+        top_k: int = 5,
+        namespace: str = DEFAULT_NAMESPACE,
+        min_content_chars: int = 10,
+        recency_weight: float = 0.0,
+        importance_weight: float = 0.0,
+        recency_half_life_seconds: float = 3600.0,
+        dedupe_against_upstream: bool = False,
+        retrieval: str = "hybrid",
+        *,
+        dense_weight: float = DEFAULT_DENSE_WEIGHT,
+        roles: Sequence[str] = ("user", "assistant"),
+        batch_size: int = 32,
+        name: str = "vector",
+    ) -> None:
+        if store is None or not callable(getattr(store, "search", None)):
+            raise TypeError(
+                "VectorBlock needs a VectorStore (e.g. FaissVectorStore(dimension=384))"
+            )
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError(f"namespace must be a non-empty str, got {namespace!r}")
+        self.store = store
+        self.top_k = _check_positive_int("top_k", top_k)
+        self.namespace = namespace
+        self.min_content_chars = _check_positive_int("min_content_chars", min_content_chars, 0)
+        self.weights = ScoringWeights(recency_weight, importance_weight, recency_half_life_seconds)
+        self.dedupe_against_upstream = bool(dedupe_against_upstream)
+        self.retrieval = check_mode(retrieval)
+        if not 0.0 <= dense_weight <= 1.0:
+            raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+        self.dense_weight = dense_weight
+        self.roles = tuple(roles)
+        self.batch_size = _check_positive_int("batch_size", batch_size)
+        self.name = name
+        self._embedder_spec = embedder
+        self._embedder: Any = None
+        if embedder is not None and not isinstance(embedder, str):
+            self._embedder = embedder
+            self._check_dimension(embedder)  # a known mismatch is a configuration error
+        self._pending: list[Chunk] = []
+        self._keywords: BM25Index | None = None
+        self._keyword_chunks: dict[str, Chunk] = {}
+        self._last_chunk_id: str | None = None
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return (
+            f"VectorBlock(store={self.store!r}, namespace={self.namespace!r}, "
+            f"top_k={self.top_k}, retrieval={self.retrieval!r})"
+        )
+
+    # -- the embedder, resolved lazily --------------------------------------
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder; ``"auto"`` is resolved (and checked) on first access."""
+        if self._embedder is None:
+            from fastaiagent.kb.embedding import get_embedder
+
+            embedder = get_embedder(self._embedder_spec or "auto")
+            self._check_dimension(embedder)
+            self._embedder = embedder
+        return self._embedder
+
+    def _check_dimension(self, embedder: Any) -> None:
+        store_dim = getattr(self.store, "dimension", None)
+        dim = getattr(embedder, "dimension", None)
+        if store_dim is not None and dim is not None and store_dim != dim:
+            raise DimensionMismatchError(
+                f"the embedder {embedder!r} makes {dim}-dimensional vectors but the store "
+                f"{self.store!r} holds {store_dim}-dimensional ones; use a matching embedder "
+                "or a new index"
+            )
+
+    # -- writing ---------------------------------------------------------------
+
+    def _make_chunk(self, message: Message) -> Chunk | None:
+        """The chunk to store for ``message``, or None to skip it.
+
+        Override to add metadata (e.g. ``metadata["importance"]``); keep
+        ``metadata["namespace"]`` as set here.
+        """
+        content = (message.content or "").strip()
+        if message.role not in self.roles or len(content) < self.min_content_chars:
+            return None
+        return Chunk(
+            id=str(uuid.uuid4()),
+            text=content,
+            metadata={
+                NAMESPACE_KEY: self.namespace,
+                "role": message.role,
+                "created_at": time.time(),
+            },
+        )
+
+    def on_message(self, message: Message) -> None:
+        """Queue the message for embedding (flushed in batches)."""
+        chunk = self._make_chunk(message)
+        if chunk is None:
+            trace.annotate({"memory.action": "noop"})
+            return
+        chunk.metadata.setdefault(NAMESPACE_KEY, self.namespace)
+        with self._lock:
+            if self._last_chunk_id is not None:
+                chunk.metadata.setdefault("prev_id", self._last_chunk_id)
+            self._last_chunk_id = chunk.id
+            self._pending.append(chunk)
+            full = len(self._pending) >= self.batch_size
+        trace.annotate({"memory.action": "embedded", "memory.detail": 1})
+        if full:
+            self.flush()
+
+    def flush(self) -> int:
+        """Embed and store every queued message in one batch; returns how many."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            if not pending:
+                return 0
+            try:
+                vectors = self.embedder.embed([c.text for c in pending])
+                if len(vectors) != len(pending):
+                    raise RuntimeError(
+                        f"embedder returned {len(vectors)} vectors for {len(pending)} texts"
+                    )
+                for chunk, vector in zip(pending, vectors, strict=True):
+                    chunk.vector = list(vector)
+                self.store.add(pending)
+            except BaseException:
+                self._pending = pending + self._pending  # keep them for the next attempt
+                raise
+            if self._keywords is not None:
+                for chunk in pending:
+                    self._index_keywords(chunk)
+            return len(pending)
+
+    # -- reading -----------------------------------------------------------------
+
+    def _index_keywords(self, chunk: Chunk) -> None:
+        assert self._keywords is not None
+        stored = Chunk(chunk.id, chunk.text, None, dict(chunk.metadata))
+        self._keyword_chunks[chunk.id] = stored
+        self._keywords.add(chunk.id, chunk.text)
+
+    def _keyword_index(self) -> BM25Index:
+        # Built once from the store (this namespace only), then kept up to date
+        # by flush; a restarted process or a shared store starts complete.
+        if self._keywords is None:
+            self._keywords = BM25Index()
+            for chunk in self.store.chunks(self.namespace, include_untagged=self._reads_untagged):
+                self._index_keywords(chunk)
+        return self._keywords
+
+    @property
+    def _reads_untagged(self) -> bool:
+        return self.namespace == DEFAULT_NAMESPACE
+
+    def _dense(self, query: str, fetch: int) -> list[tuple[Chunk, float]]:
+        vector = self.embedder.embed([query])[0]
+        hits = self.store.search(
+            vector, fetch, namespace=self.namespace, include_untagged=self._reads_untagged
+        )
+        return [(hit.chunk, hit.score) for hit in hits]
+
+    def _candidates(self, query: str, fetch: int) -> tuple[list[tuple[Chunk, float]], bool]:
+        """Chunks for ``query`` with a similarity in [0, 1], best first, and
+        whether the namespace is exhausted (a wider fetch would find nothing more)."""
+        if self.retrieval == "dense":
+            dense = self._dense(query, fetch)
+            return dense, len(dense) < fetch
+        keyword = self._keyword_index().search(query, fetch)
+        if self.retrieval == "bm25":
+            top = keyword[0][1] if keyword else 1.0
+            return [(self._keyword_chunks[i], s / top) for i, s in keyword], len(keyword) < fetch
+        dense = self._dense(query, fetch)
+        by_id = {chunk.id: chunk for chunk, _ in dense}
+        by_id.update((i, self._keyword_chunks[i]) for i, _ in keyword if i not in by_id)
+        fused = fuse([(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight)
+        return [(by_id[i], s) for i, s in fused], len(dense) < fetch
+
+    def recall(self, query: str, window: Sequence[Message] = ()) -> list[Recalled]:
+        """The ``top_k`` best chunks for ``query``, skipping messages in ``window``.
+
+        Over-fetches and widens the search until ``top_k`` chunks outside the
+        window are found or the namespace is exhausted.
+        """
+        if not isinstance(query, str) or not query.strip():
+            return []
+        self.flush()
+        in_window = {
+            (m.role, normalize_text(m.content or "")) for m in window if (m.content or "").strip()
+        }
+        fetch = self.top_k * _FETCH_FACTOR + len(in_window)
+        while True:
+            candidates, exhausted = self._candidates(query, fetch)
+            kept = [
+                (chunk, sim)
+                for chunk, sim in candidates
+                if (chunk.metadata.get("role"), normalize_text(chunk.text)) not in in_window
+            ]
+            if len(kept) >= self.top_k or exhausted:
+                break
+            fetch *= 2
+        now = time.time()
+        scored = [
+            Scored(
+                item=chunk,
+                similarity=sim,
+                created_at=float(chunk.metadata.get("created_at", now)),
+                importance=float(chunk.metadata.get("importance", 1.0)),
+            )
+            for chunk, sim in kept
+        ]
+        ranked = rank(scored, self.weights, now=now)[: self.top_k]
+        return [Recalled(s.item, s.score, s.similarity) for s in ranked]
+
+    def render_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
+        recalled = self.recall(query, getattr(shared, "window", ()))
+        deduped = 0
+        if self.dedupe_against_upstream and recalled:
+            upstream = normalize_text(shared.upstream_text())
+            kept = [r for r in recalled if normalize_text(r.chunk.text) not in upstream]
+            deduped = len(recalled) - len(kept)
+            recalled = kept
+        attributes: dict[str, Any] = {"memory.scores": [round(r.score, 4) for r in recalled]}
+        if self.dedupe_against_upstream:
+            attributes["memory.deduped_count"] = deduped
+        trace.annotate(attributes)
+        if not recalled:
+            return []
+        return [SystemMessage(self.format(recalled))]
+
+    def render(self, query: str) -> list[Message]:
+        return self.render_with_context(query, SharedMemoryContext())
+
+    def format(self, recalled: Sequence[Recalled]) -> str:
+        """The SystemMessage text for the recalled chunks."""
+        lines = [HEADER]
+        for item in recalled:
+            role = item.chunk.metadata.get("role")
+            lines.append(f"- {role}: {item.chunk.text}" if role else f"- {item.chunk.text}")
+        return "\n".join(lines)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Delete this namespace's chunks from the store (untagged chunks stay)."""
+        with self._lock:
+            self._pending.clear()
+            self._last_chunk_id = None
+            self._keywords = None
+            self._keyword_chunks.clear()
+            self.store.delete_namespace(self.namespace)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Embed anything queued (the chunks live in the store) and note the namespace."""
+        self.flush()
+        write_json_atomic(
+            path,
+            {"version": 1, "namespace": self.namespace, "last_chunk_id": self._last_chunk_id},
+        )
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        data = read_json(path, what="vector block file")
+        if not isinstance(data, dict):
+            raise ValueError(f"vector block file {path} is corrupt")
+        if data.get("namespace") == self.namespace:
+            with self._lock:
+                self._last_chunk_id = data.get("last_chunk_id")
+
+    def isolated_copy(self) -> MemoryBlock:
+        raise MemoryIsolationError(
+            "VectorBlock writes to an external vector store and cannot be copied in isolation; "
+            "build a new VectorBlock with its own store"
+        )

@@ -1,0 +1,126 @@
+"""An incremental BM25 keyword index (add and remove one document at a time).
+
+Recall indexes one message per turn and forgets chunks on demand, so the
+index must change in place; libraries that rebuild the whole corpus on each
+change (bm25s) would cost a full reindex per message.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+# Function words carry no topic; dropping them keeps "what did she do" from
+# matching every turn that contains "did" and "do".
+_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    yourselves s t d ll m re ve y also oh yeah yes hey hi wow really ok okay"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper: plurals and common verb endings map together."""
+    if len(word) <= 3:
+        return word
+    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            if suffix == "s" and word.endswith("ss"):
+                return word
+            return word[: -len(suffix)] + keep
+    return word
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased, stop-word-free, lightly stemmed word tokens."""
+    return [stem(w) for w in _WORD.findall(text.casefold()) if w not in STOPWORDS]
+
+
+class BM25Index:
+    """Okapi BM25 over documents identified by string ids. Thread-safe."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+        self._postings: dict[str, dict[str, int]] = {}
+        self._lengths: dict[str, int] = {}
+        self._terms: dict[str, list[str]] = {}
+        self._total_length = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._lengths
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Index (or re-index) one document."""
+        counts = Counter(tokenize(text))
+        with self._lock:
+            self._remove(doc_id)
+            for term, tf in counts.items():
+                self._postings.setdefault(term, {})[doc_id] = tf
+            self._terms[doc_id] = list(counts)
+            length = sum(counts.values())
+            self._lengths[doc_id] = length
+            self._total_length += length
+
+    def add_many(self, docs: Iterable[tuple[str, str]]) -> None:
+        for doc_id, text in docs:
+            self.add(doc_id, text)
+
+    def _remove(self, doc_id: str) -> bool:
+        length = self._lengths.pop(doc_id, None)
+        if length is None:
+            return False
+        self._total_length -= length
+        for term in self._terms.pop(doc_id, []):
+            docs = self._postings[term]
+            del docs[doc_id]
+            if not docs:
+                del self._postings[term]
+        return True
+
+    def remove(self, doc_id: str) -> bool:
+        """Forget one document; returns whether it was indexed."""
+        with self._lock:
+            return self._remove(doc_id)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._postings.clear()
+            self._lengths.clear()
+            self._terms.clear()
+            self._total_length = 0
+
+    def search(self, query: str, top_k: int = 10) -> list[tuple[str, float]]:
+        """The ``top_k`` best-scoring documents for ``query``, best first."""
+        terms = set(tokenize(query))
+        with self._lock:
+            n_docs = len(self._lengths)
+            if not terms or n_docs == 0 or top_k <= 0:
+                return []
+            avg = self._total_length / n_docs or 1.0
+            scores: dict[str, float] = {}
+            for term in terms:
+                docs = self._postings.get(term)
+                if not docs:
+                    continue
+                idf = math.log(1.0 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5))
+                for doc_id, tf in docs.items():
+                    norm = self.k1 * (1.0 - self.b + self.b * self._lengths[doc_id] / avg)
+                    scores[doc_id] = scores.get(doc_id, 0.0) + idf * tf * (self.k1 + 1) / (
+                        tf + norm
+                    )
+        return heapq.nlargest(top_k, scores.items(), key=lambda item: item[1])
