@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import json
 import logging
 import os
+import tempfile
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +24,16 @@ logger = logging.getLogger("fastaiagent.memory")
 SNIPPET_CHARS = 200
 MAX_SNIPPETS = 10
 DEFAULT_WINDOW = 20
+
+
+@contextlib.contextmanager
+def _scratch_dir() -> Iterator[str]:
+    """A throwaway directory, in RAM (/dev/shm) when there is one: file-based block
+    state goes through it on every shared-window turn."""
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="fastaiagent-", dir=base) as scratch:
+        yield scratch
 
 
 class MemoryIsolationError(RuntimeError):
@@ -102,6 +115,28 @@ class MemoryBlock:
     def clear(self) -> None:
         """Forget everything this block holds (used by ``Memory.forget``)."""
 
+    def dump_state(self) -> Any:
+        """This block's state as JSON-ready data, or None when it keeps nothing.
+
+        The default goes through :meth:`save` and a scratch file, so any block
+        that can save can be shared across processes; override it to skip the file.
+        """
+        if type(self).save is MemoryBlock.save:
+            return None
+        with _scratch_dir() as scratch:
+            file = Path(scratch) / "block.json"
+            self.save(file)
+            return read_json(file, what="block state") if file.exists() else None
+
+    def load_state(self, data: Any) -> None:
+        """Restore state from :meth:`dump_state` output (None leaves the state as it is)."""
+        if data is None or type(self).load is MemoryBlock.load:
+            return
+        with _scratch_dir() as scratch:
+            file = Path(scratch) / "block.json"
+            file.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+            self.load(file)
+
     def isolated_copy(self) -> MemoryBlock:
         """An independent copy for side-by-side experiments."""
         return copy.deepcopy(self)
@@ -163,6 +198,20 @@ class AgentMemory:
             "max_messages": self.max_messages,
             "messages": [m.to_dict() for m in self.get_messages()],
         }
+
+    dump_state = to_dict
+
+    def load_state(self, data: Any) -> None:
+        """Replace the window with :meth:`to_dict` output; bad data raises and changes nothing."""
+        records = data.get("messages") if isinstance(data, dict) else data
+        if not isinstance(records, list):
+            raise ValueError("window state holds no message list")
+        try:
+            messages = [Message.from_dict(record) for record in records]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"window state is corrupt: {exc}") from exc
+        with self._lock:
+            self._messages = deque(messages, maxlen=self.max_messages)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the window to ``path`` as JSON, atomically."""
@@ -406,6 +455,28 @@ class ComposableMemory:
         for block, file in zip(self.blocks, files[1:], strict=True):
             if file.exists():
                 block.load(file)
+
+    def dump_state(self, blocks: Sequence[MemoryBlock] | None = None) -> dict[str, Any]:
+        """The window and block state (``blocks``, default all) as JSON-ready data:
+        the dict form of :meth:`save`'s directory."""
+        chosen = self.blocks if blocks is None else blocks
+        states = {b.name: b.dump_state() for b in chosen}
+        return {
+            "version": 1,
+            "primary": self.primary.dump_state(),
+            "blocks": {name: state for name, state in states.items() if state is not None},
+        }
+
+    def load_state(self, data: dict[str, Any]) -> None:
+        """Restore :meth:`dump_state` output into the same-named blocks (like :meth:`load`:
+        unknown names are ignored, missing ones leave a block as it is)."""
+        if not isinstance(data, dict) or not isinstance(data.get("blocks", {}), dict):
+            raise ValueError("memory state must be a dict with a 'blocks' dict")
+        self.primary.load_state(data.get("primary") or {"messages": []})
+        blocks = data.get("blocks", {})
+        for block in self.blocks:
+            if block.name in blocks:
+                block.load_state(blocks[block.name])
 
     def start_turn(self, context: Any = None) -> MemoryTurn:
         return self
