@@ -41,6 +41,7 @@ class Reply:
     body: Any = None  # dict -> JSON, bytes as is, None -> facts for the question
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to hang before answering
+    trickle: float = 0.0  # seconds between body bytes
 
 
 @dataclass
@@ -86,7 +87,13 @@ class FaultPlane:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    self.wfile.write(data)
+                    if reply.trickle:
+                        for i in range(len(data)):
+                            if owner.release.wait(reply.trickle):
+                                return
+                            self.wfile.write(data[i : i + 1])
+                    else:
+                        self.wfile.write(data)
                 except OSError:
                     pass  # the client gave up (timeout); nothing to do
 
@@ -259,6 +266,17 @@ def test_outage_serves_last_facts_and_pauses_30_seconds(connected, clock, kind):
     clock.advance(5.1)  # past 30 s: one turn retries, and the plane is fine again
     assert facts_of(block.render("q")) == ["fact for q"]
     assert connected.count == 3
+
+
+def test_a_trickling_plane_is_cut_off_by_the_total_deadline(connected, clock):
+    block = PlaneFactBlock("agent")
+    assert facts_of(block.render("q")) == ["fact for q"]
+    # Each byte arrives well within the read timeout, but the whole answer would take ~10 s.
+    connected.then(Reply(trickle=0.2))
+    started = time.monotonic()
+    assert facts_of(block.render("q")) == ["fact for q"]
+    assert time.monotonic() - started < 1.5
+    assert plane.backoff().gate((connected.url, "agent")) == plane.PAUSED
 
 
 def test_unreachable_plane_serves_last_facts_and_pauses(clock, server):
