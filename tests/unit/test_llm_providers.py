@@ -131,13 +131,18 @@ def test_stream_yields_each_delta_as_it_arrives(
     assert events[-1].response.content == "Hello there, world"
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_temperature_and_max_tokens_are_sent(server: FakeLLMServer, provider: str) -> None:
+@pytest.mark.parametrize(
+    ("provider", "field"),
+    [("openai", "max_completion_tokens"), ("anthropic", "max_tokens"), ("ollama", "max_tokens")],
+)
+def test_temperature_and_max_tokens_are_sent(
+    server: FakeLLMServer, provider: str, field: str
+) -> None:
     llm = client_for(server, provider, temperature=0.2, max_tokens=64)
     llm.complete([UserMessage("hi")])
     body = server.requests[0].body
     assert body["temperature"] == 0.2
-    assert body["max_tokens"] == 64
+    assert body[field] == 64
 
 
 def test_anthropic_sends_a_default_max_tokens_and_openai_none(server: FakeLLMServer) -> None:
@@ -145,6 +150,7 @@ def test_anthropic_sends_a_default_max_tokens_and_openai_none(server: FakeLLMSer
     client_for(server, "openai").complete([UserMessage("hi")])
     assert server.requests[0].body["max_tokens"] > 0
     assert "max_tokens" not in server.requests[1].body
+    assert "max_completion_tokens" not in server.requests[1].body
     assert "temperature" not in server.requests[1].body
 
 

@@ -19,6 +19,13 @@ class LLMClient(BaseLLM):
     ``base_url``). The provider SDK is imported on first use, so building a
     client needs no network and no key; a missing SDK raises ImportError
     naming the extra to install.
+
+    ``api_key`` falls back to ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``; a
+    missing key raises LLMAuthenticationError at the first call. Ollama and
+    OpenAI-compatible servers need no key (Ollama defaults to
+    ``http://localhost:11434/v1``). ``timeout`` (seconds, per attempt) and
+    ``max_retries`` (429, 5xx, timeouts, connection errors) are handed to the
+    provider SDK. Failures raise the :mod:`fastaiagent.llm.errors` classes.
     """
 
     def __init__(

@@ -125,7 +125,8 @@ def translate_error(exc: BaseException, sdk: Any, client: LLMClient) -> BaseExce
     Anything unrecognised is returned unchanged so real bugs are not disguised.
     """
     provider = client.provider
-    retries = f"after {client.max_retries} retr{'y' if client.max_retries == 1 else 'ies'}"
+    n = client.max_retries
+    retries = f"after {n} retr{'y' if n == 1 else 'ies'}" if n else "no retries"
     if _timed_out(exc, sdk):
         return LLMTimeoutError(
             f"{provider}: no answer within the {client.timeout:g}s timeout ({retries})",

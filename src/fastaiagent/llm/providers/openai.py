@@ -169,7 +169,10 @@ class OpenAIChatProvider:
         if self._client.temperature is not None:
             request["temperature"] = self._client.temperature
         if self._client.max_tokens is not None:
-            request["max_tokens"] = self._client.max_tokens
+            # OpenAI replaced max_tokens (refused by its reasoning models); compatible
+            # servers such as Ollama and vLLM know the original name.
+            name = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
+            request[name] = self._client.max_tokens
         if stream:
             request["stream"] = True
             # Only the real OpenAI API and Ollama are known to accept stream_options;
