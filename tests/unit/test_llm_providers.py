@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -535,3 +538,24 @@ def test_concurrent_async_calls(server: FakeLLMServer) -> None:
     assert sorted(r.body["messages"][0]["content"][0]["text"] for r in server.requests) == sorted(
         f"q{i}" for i in range(8)
     )
+
+
+def test_sdks_are_imported_only_on_first_call() -> None:
+    code = (
+        "import sys\n"
+        "from fastaiagent import Agent, LLMClient\n"
+        "LLMClient('openai', 'gpt-4.1'); LLMClient('anthropic', 'claude')\n"
+        "assert 'openai' not in sys.modules and 'anthropic' not in sys.modules, sorted(sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize(("provider", "module"), [("openai", "openai"), ("anthropic", "anthropic")])
+def test_missing_sdk_names_the_extra(
+    provider: str, module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
+    llm = LLMClient(provider, MODEL, api_key="sk-test")
+    with pytest.raises(ImportError, match=rf"pip install 'fastaiagent\[{module}\]'"):
+        llm.complete([UserMessage("hi")])
