@@ -1,0 +1,346 @@
+"""VectorBlock: namespaced recall, scoring, window skip, dedupe, batching, failure isolation."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from _vector_fakes import BrokenEmbedder, WordHashEmbedder
+
+from fastaiagent import trace
+from fastaiagent.agent.memory import (
+    AgentMemory,
+    ComposableMemory,
+    MemoryIsolationError,
+    SharedMemoryContext,
+)
+from fastaiagent.agent.memory_blocks.static import StaticBlock
+from fastaiagent.agent.memory_blocks.vector import VectorBlock
+from fastaiagent.kb.backends.faiss import FaissVectorStore
+from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
+from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
+
+
+@pytest.fixture
+def embedder():
+    return WordHashEmbedder()
+
+
+@pytest.fixture
+def store():
+    return FaissVectorStore(dimension=64)
+
+
+def texts(recalled) -> list[str]:
+    return [r.chunk.text for r in recalled]
+
+
+def test_embeds_messages_of_min_length_and_skips_shorter(store, embedder):
+    block = VectorBlock(store, embedder=embedder, min_content_chars=10)
+    block.on_message(UserMessage("ok"))
+    block.on_message(UserMessage("   yes      "))
+    block.on_message(UserMessage("I am allergic to peanuts"))
+    block.on_message(AssistantMessage("Noted: no peanuts for you."))
+    block.flush()
+    assert store.count() == 2
+    assert {c.text for c in store.chunks("default")} == {
+        "I am allergic to peanuts",
+        "Noted: no peanuts for you.",
+    }
+    assert {c.metadata["role"] for c in store.chunks("default")} == {"user", "assistant"}
+
+
+def test_recalls_top_k_most_similar(store, embedder):
+    block = VectorBlock(store, embedder=embedder, top_k=2, retrieval="dense")
+    for text in [
+        "my dog is called Biscuit",
+        "the weather in Paris is rainy",
+        "Biscuit the dog loves long walks",
+        "I work as a nurse at night",
+    ]:
+        block.on_message(UserMessage(text))
+    recalled = block.recall("what is my dog called")
+    assert len(recalled) == 2
+    assert set(texts(recalled)) == {"my dog is called Biscuit", "Biscuit the dog loves long walks"}
+    assert recalled[0].score >= recalled[1].score
+
+
+def test_embeddings_are_batched(store, embedder):
+    block = VectorBlock(store, embedder=embedder, batch_size=32)
+    for i in range(10):
+        block.on_message(UserMessage(f"message number {i} about gardening"))
+    assert embedder.calls == []  # queued, nothing embedded yet
+    block.recall("gardening")
+    assert len(embedder.calls[0]) == 10  # one batch for the ten messages
+    assert store.count() == 10
+    for i in range(40):
+        block.on_message(UserMessage(f"more text {i} about cooking"))
+    assert any(len(call) == 32 for call in embedder.calls)  # flushed when the batch filled
+
+
+def test_shared_store_namespaces_do_not_mix_and_busy_cannot_crowd_quiet(store, embedder):
+    quiet = VectorBlock(store, embedder=embedder, namespace="user:quiet", top_k=3)
+    busy = VectorBlock(store, embedder=embedder, namespace="user:busy", top_k=3)
+    quiet.on_message(UserMessage("my favourite colour is green"))
+    for i in range(100):
+        busy.on_message(UserMessage(f"my favourite colour is blue, variant {i}"))
+    for retrieval in ("hybrid", "dense", "bm25"):
+        quiet.retrieval = busy.retrieval = retrieval
+        assert texts(quiet.recall("favourite colour")) == ["my favourite colour is green"]
+        assert all("blue" in t for t in texts(busy.recall("favourite colour")))
+
+
+def test_untagged_chunks_are_read_by_default_namespace_only(store, embedder):
+    [vector] = embedder.embed(["company holiday policy is thirty days"])
+    store.add([Chunk("kb-1", "company holiday policy is thirty days", vector, {})])
+    default = VectorBlock(store, embedder=embedder)
+    other = VectorBlock(store, embedder=embedder, namespace="user:alice")
+    assert texts(default.recall("holiday policy")) == ["company holiday policy is thirty days"]
+    assert other.recall("holiday policy") == []
+    default.clear()  # clearing the default namespace keeps untagged chunks
+    assert store.count() == 1
+
+
+class FixedEmbedder:
+    """Maps known texts to fixed unit vectors so similarities are exact."""
+
+    dimension = 3
+
+    def __init__(self, table):
+        self.table = table
+
+    def embed(self, texts):
+        return [self.table[t] for t in texts]
+
+
+def _unit_at(cos: float) -> list[float]:
+    return [cos, math.sqrt(1 - cos * cos), 0.0]
+
+
+def _worked_example_block(**weights):
+    query = "what's my email?"
+    store = FaissVectorStore(dimension=3)
+    block = VectorBlock(
+        store,
+        embedder=FixedEmbedder({query: [1.0, 0.0, 0.0]}),
+        top_k=3,
+        retrieval="dense",
+        recency_half_life_seconds=3600.0,
+        **weights,
+    )
+    now = time.time()
+    store.add(
+        [
+            Chunk("A", "my email is alice@old.com", _unit_at(0.85),
+                  {"namespace": "default", "created_at": now - 7 * 86400, "importance": 0.5}),
+            Chunk("B", "actually it's alice@new.com", _unit_at(0.80),
+                  {"namespace": "default", "created_at": now - 3600}),
+            Chunk("C", "thanks!", _unit_at(0.30),
+                  {"namespace": "default", "created_at": now - 300}),
+        ]
+    )  # fmt: skip
+    return block, query
+
+
+def test_zero_weights_rank_by_similarity():
+    block, query = _worked_example_block()
+    recalled = block.recall(query)
+    assert [r.chunk.id for r in recalled] == ["A", "B", "C"]
+    assert [r.score for r in recalled] == pytest.approx([0.85, 0.80, 0.30], abs=1e-4)
+
+
+def test_weighted_score_follows_the_worked_example():
+    block, query = _worked_example_block(recency_weight=0.3, importance_weight=0.2)
+    recalled = block.recall(query)
+    assert [r.chunk.id for r in recalled] == ["B", "C", "A"]
+    assert [r.score for r in recalled] == pytest.approx([0.75, 0.633, 0.525], abs=2e-3)
+
+
+def test_missing_importance_defaults_to_one():
+    block, query = _worked_example_block(importance_weight=1.0)
+    scores = {r.chunk.id: r.score for r in block.recall(query)}
+    assert scores["B"] == pytest.approx(1.0) and scores["C"] == pytest.approx(1.0)
+    assert scores["A"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"recency_weight": 0.6, "importance_weight": 0.5},
+        {"recency_weight": -0.1},
+        {"importance_weight": -0.1},
+        {"recency_half_life_seconds": 0},
+        {"recency_half_life_seconds": -5},
+        {"top_k": 0},
+        {"namespace": ""},
+        {"retrieval": "fuzzy"},
+        {"min_content_chars": -1},
+    ],
+)
+def test_bad_arguments_raise_at_construction(store, embedder, kwargs):
+    with pytest.raises(ValueError):
+        VectorBlock(store, embedder=embedder, **kwargs)
+
+
+def test_messages_still_in_the_window_are_not_recalled(store, embedder):
+    block = VectorBlock(store, embedder=embedder, top_k=2)
+    old = UserMessage("I moved to Lisbon last year")
+    recent = [
+        UserMessage("I am thinking of moving to Lisbon again"),
+        AssistantMessage("Lisbon is lovely"),
+    ]
+    block.on_message(old)
+    for i in range(20):
+        block.on_message(UserMessage(f"unrelated chatter number {i} about football"))
+    for message in recent:
+        block.on_message(message)
+    recalled = block.recall("Lisbon", window=recent)
+    assert "I moved to Lisbon last year" in texts(recalled)
+    assert not {m.content for m in recent} & set(texts(recalled))
+    assert len(recalled) == 2  # widened past the window to still fill top_k
+
+
+def test_composable_memory_skips_window_messages(embedder):
+    block = VectorBlock(FaissVectorStore(dimension=64), embedder=embedder, top_k=3)
+    memory = ComposableMemory(blocks=[block], primary=AgentMemory(max_messages=2))
+    memory.add_message(UserMessage("my sister lives in Oslo"))
+    memory.add_message(UserMessage("filler message one here"))
+    memory.add_message(UserMessage("does my sister like Oslo?"))
+    memory.add_message(AssistantMessage("I do not know about your sister"))
+    context = memory.get_context("sister Oslo")
+    recalled_text = context[0].content
+    assert "my sister lives in Oslo" in recalled_text
+    assert "does my sister like Oslo?" not in recalled_text
+
+
+def test_dedupe_against_upstream_drops_what_an_earlier_block_injected(store, embedder):
+    block = VectorBlock(store, embedder=embedder, dedupe_against_upstream=True)
+    block.on_message(UserMessage("The user is allergic to peanuts"))
+    block.on_message(UserMessage("The user likes peanut-free chocolate"))
+    shared = SharedMemoryContext()
+    shared._add("static", [SystemMessage("Known: THE USER is   allergic to peanuts.")])
+    rendered = block.render_with_context("peanuts", shared)
+    assert "peanut-free chocolate" in rendered[0].content
+    assert "allergic" not in rendered[0].content
+    plain = VectorBlock(store, embedder=embedder)
+    assert "allergic" in plain.render_with_context("peanuts", shared)[0].content
+
+
+@pytest.fixture
+def spans():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer(provider.get_tracer("test"))
+    yield exporter
+    trace.set_tracer(None)
+
+
+def test_trace_reports_scores_and_deduped_count(spans, embedder):
+    block = VectorBlock(
+        FaissVectorStore(dimension=64), embedder=embedder, dedupe_against_upstream=True
+    )
+    memory = ComposableMemory(blocks=[StaticBlock("User is allergic to peanuts"), block])
+    memory.add_message(UserMessage("User is allergic to peanuts"))
+    memory.add_message(UserMessage("User loves peanut butter cookies"))
+    memory.primary.clear()
+    memory.get_context("peanuts")
+    read = next(s for s in spans.get_finished_spans() if s.name == "memory.read.vector")
+    assert read.attributes["memory.deduped_count"] == 1
+    scores = list(read.attributes["memory.scores"])
+    assert len(scores) == 1 and 0 < scores[0] <= 1
+    writes = [s for s in spans.get_finished_spans() if s.name == "memory.write.vector"]
+    assert [w.attributes["memory.action"] for w in writes] == ["embedded", "embedded"]
+
+
+def test_a_broken_embedder_degrades_memory_not_the_run(store):
+    block = VectorBlock(store, embedder=BrokenEmbedder())  # building it loads nothing
+    memory = ComposableMemory(blocks=[StaticBlock("pinned"), block])
+    memory.add_message(UserMessage("this message will never be embedded"))
+    context = memory.get_context("anything")
+    assert [m.content for m in context[:1]] == ["pinned"]
+    assert context[-1].content == "this message will never be embedded"
+
+
+def test_auto_embedder_is_resolved_at_first_use_not_at_construction(store, monkeypatch):
+    import fastaiagent.kb.embedding as embedding
+
+    def boom(spec="auto"):
+        raise ImportError("no embedder available: pip install 'fastaiagent[local]'")
+
+    monkeypatch.setattr(embedding, "get_embedder", boom)
+    block = VectorBlock(store)  # fine: nothing resolved yet
+    memory = ComposableMemory(blocks=[block])
+    memory.add_message(UserMessage("hello there, how are you"))
+    assert [m.content for m in memory.get_context("hello")] == ["hello there, how are you"]
+
+
+def test_embedder_dimension_mismatch_is_a_clear_error(embedder):
+    store = FaissVectorStore(dimension=384)
+    with pytest.raises(DimensionMismatchError, match="384"):
+        VectorBlock(store, embedder=embedder)
+    lazy = FaissVectorStore()
+    block = VectorBlock(lazy, embedder=embedder)  # store size not known yet
+    lazy.add([Chunk("x", "existing", [1.0] * 16, {})])  # someone else fixes it at 16
+    block.on_message(UserMessage("a message long enough"))
+    with pytest.raises(DimensionMismatchError):
+        block.recall("message")
+
+
+def test_clear_deletes_only_its_namespace(store, embedder):
+    alice = VectorBlock(store, embedder=embedder, namespace="user:alice")
+    bob = VectorBlock(store, embedder=embedder, namespace="user:bob")
+    alice.on_message(UserMessage("alice likes climbing mountains"))
+    bob.on_message(UserMessage("bob likes climbing mountains"))
+    alice.flush()
+    bob.flush()
+    alice.clear()
+    assert store.count("user:alice") == 0
+    assert alice.recall("climbing") == []
+    assert texts(bob.recall("climbing")) == ["bob likes climbing mountains"]
+
+
+def test_isolated_copy_is_refused(store, embedder):
+    with pytest.raises(MemoryIsolationError):
+        VectorBlock(store, embedder=embedder).isolated_copy()
+
+
+def test_a_new_block_on_an_existing_store_finds_old_messages_by_keyword(store, embedder):
+    first = VectorBlock(store, embedder=embedder, namespace="user:carol")
+    first.on_message(UserMessage("my passport number ends in 4471"))
+    first.flush()
+    restarted = VectorBlock(store, embedder=embedder, namespace="user:carol", retrieval="bm25")
+    assert texts(restarted.recall("passport 4471")) == ["my passport number ends in 4471"]
+
+
+def test_save_flushes_and_load_restores(tmp_path, store, embedder):
+    block = VectorBlock(store, embedder=embedder)
+    block.on_message(UserMessage("remember that the meeting is on Friday"))
+    memory = ComposableMemory(blocks=[block])
+    memory.save(tmp_path / "mem")
+    assert store.count() == 1  # queued message embedded before saving
+    again = VectorBlock(store, embedder=embedder)
+    ComposableMemory(blocks=[again]).load(tmp_path / "mem")
+    assert texts(again.recall("meeting Friday")) == ["remember that the meeting is on Friday"]
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError):
+        again.load(tmp_path / "bad.json")
+
+
+def test_hybrid_finds_exact_terms_that_dense_similarity_ranks_low(store):
+    class Blurry(WordHashEmbedder):
+        """Dense side that ignores rare tokens (like a model that blurs ids)."""
+
+        def embed(self, texts):
+            return super().embed([" ".join(w for w in t.split() if not w.isdigit()) for t in texts])
+
+    block = VectorBlock(store, embedder=Blurry(), top_k=1)
+    block.on_message(UserMessage("order 99812 shipped to my home address"))
+    for i in range(5):
+        block.on_message(UserMessage(f"order shipped to my home address, variant {i} {i}"))
+    assert texts(block.recall("where is order 99812")) == ["order 99812 shipped to my home address"]
