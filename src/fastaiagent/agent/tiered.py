@@ -22,6 +22,8 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent.agent.memory import AgentMemory, ComposableMemory, MemoryBlock, MemoryTurn
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
+from fastaiagent.agent.windows import DEFAULT_WINDOW_TTL
+from fastaiagent.agent.windows.sync import shared_windows
 from fastaiagent.learn.factory import make_fact_store
 from fastaiagent.learn.models import Fact
 from fastaiagent.learn.scoping import WILDCARD, normalize_text
@@ -102,17 +104,25 @@ class _Turn:
         return self.state.memory if self.state else self._shared  # type: ignore[return-value]
 
     def context_messages(self, query: str) -> list[Message]:
+        if self.state is not None and self.owner._windows is not None:
+            self.owner._windows.refresh(self.state)
         return self._view.get_context(query)
 
     async def acontext_messages(self, query: str) -> list[Message]:
+        if self.state is not None and self.owner._windows is not None:
+            await self.owner._windows.arefresh(self.state)
         return await self._view.aget_context(query)
 
     def record(self, messages: Sequence[Message]) -> None:
-        if self.state is not None:
+        if self.state is not None and self.owner._windows is not None:
+            self.owner._windows.record(self.state, messages)
+        elif self.state is not None:
             self.state.memory.record(messages)
 
     async def arecord(self, messages: Sequence[Message]) -> None:
-        if self.state is not None:
+        if self.state is not None and self.owner._windows is not None:
+            await self.owner._windows.arecord(self.state, messages)
+        elif self.state is not None:
             await self.state.memory.arecord(messages)
 
     def close(self) -> None:
@@ -134,12 +144,18 @@ class UserMemory:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore state saved by :meth:`save`, before the user's next run."""
-        self._owner._state_for(self.user_id).memory.load(path)
+        state = self._owner._state_for(self.user_id)
+        state.memory.load(path)
+        if self._owner._windows is not None:
+            self._owner._windows.push(state)
 
     @property
     def messages(self) -> list[Message]:
         """The messages in this user's window now."""
-        return self._owner._state_for(self.user_id).memory.primary.get_messages()
+        state = self._owner._state_for(self.user_id)
+        if self._owner._windows is not None:
+            self._owner._windows.refresh(state)
+        return state.memory.primary.get_messages()
 
 
 class Memory:
@@ -167,6 +183,8 @@ class Memory:
         max_users: int | None = DEFAULT_MAX_USERS,
         plane_agent_id: str | None = None,
         max_facts: int = DEFAULT_MAX_FACTS,
+        windows: Any = None,
+        window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
     ) -> None:
         if user_id is not None and not callable(user_id):
             user_id = _optional_id("user_id", user_id)
@@ -201,6 +219,8 @@ class Memory:
         self.max_users = max_users
         self.max_facts = max_facts
         self.store: FactStore = make_fact_store(location)
+        # windows=: None keeps windows in process; else the LRU caches a shared store.
+        self._windows = shared_windows(self, windows, location, window_ttl_seconds)
 
         self._lock = threading.RLock()
         self._users: OrderedDict[str, _UserState] = OrderedDict()
@@ -344,6 +364,8 @@ class Memory:
 
     def _new_state(self, user_id: str | None) -> _UserState:
         own = self.user_blocks(user_id)
+        if self._windows is not None:
+            own = self._windows.inline_summaries(own)
         memory = ComposableMemory(
             blocks=[*self.shared_blocks(), *own], primary=AgentMemory(max_messages=self.window)
         )
@@ -433,13 +455,15 @@ class Memory:
         return UserMemory(self, _optional_id("user_id", user_id) or "")
 
     def drop_user(self, user_id: str) -> bool:
-        """Drop a user's in-process state (window, summary, recall index). Facts stay."""
+        """Drop a user's in-process state (window, summary, recall index), and with
+        ``windows=`` their stored window too, for every worker. Facts stay."""
+        stored = self._windows.drop(user_id) if self._windows is not None else False
         with self._lock:
             state = self._users.pop(user_id, None)
             if state is None and self._single is not None and self._single.user_id == user_id:
                 state, self._single = self._single, None
         if state is None:
-            return False
+            return stored
         for block in state.own_blocks:
             try:
                 block.clear()
@@ -466,7 +490,10 @@ class Memory:
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load state saved by :meth:`save`."""
-        self._current_state("load").memory.load(path)
+        state = self._current_state("load")
+        state.memory.load(path)
+        if self._windows is not None:
+            self._windows.push(state)
 
     # -- direct verbs ------------------------------------------------------
 
@@ -630,6 +657,8 @@ class Memory:
 
     def _forget_user_state(self, user_id: str) -> None:
         users = self.cached_users if user_id == WILDCARD else [user_id]
+        if user_id == WILDCARD and self._windows is not None:
+            self._windows.drop_all()
         for user in users:
             self.drop_user(user)
         if self._single is not None and user_id in (WILDCARD, self._single.user_id):

@@ -1,0 +1,84 @@
+"""Shared conversation windows: any worker can serve any user's next turn.
+
+``Memory(..., windows="shared")`` keeps each user's window, summary and block
+state in the fact store's database (SQLite file, Postgres or Redis);
+``windows="redis://..."`` (or a ``postgres://`` / ``sqlite:///`` URL, or a
+:class:`WindowStore`) puts them elsewhere. See ``docs/production.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastaiagent.agent.windows.base import (
+    StoredWindow,
+    WindowKey,
+    WindowStore,
+    check_ttl,
+    new_version,
+)
+from fastaiagent.learn.factory import POSTGRES_SCHEMES, REDIS_SCHEMES, make_fact_store
+from fastaiagent.learn.store import FactStore
+
+DEFAULT_WINDOW_TTL = 7 * 24 * 3600.0  # a week idle and a window is gone (facts stay)
+SHARED = "shared"
+
+
+def window_store_for(fact_store: Any) -> WindowStore:
+    """The WindowStore that lives next to a fact store, on its connections."""
+    from fastaiagent.learn.sqlite import MemoryStore
+
+    if isinstance(fact_store, MemoryStore):
+        from fastaiagent.agent.windows.sqlite import SQLiteWindowStore
+
+        return SQLiteWindowStore(fact_store)
+    kind = type(fact_store).__name__
+    if kind == "PostgresFactStore":  # by name: importing the module needs the extra
+        from fastaiagent.agent.windows.postgres import PostgresWindowStore
+
+        return PostgresWindowStore(fact_store)
+    if kind == "RedisFactStore":
+        from fastaiagent.agent.windows.redis import RedisWindowStore
+
+        return RedisWindowStore(fact_store)
+    raise ValueError(
+        f'windows="shared" keeps windows in the fact store, but {kind} cannot hold them: use '
+        'location="sqlite"/"postgres://..."/"redis://...", or pass windows="redis://..." '
+        "(or a WindowStore instance)"
+    )
+
+
+def make_window_store(windows: Any, fact_store: FactStore, location: Any) -> WindowStore | None:
+    """Turn ``Memory(windows=...)`` into a WindowStore (None: in-process windows).
+
+    A URL equal to the string ``location`` reuses the fact store's connections.
+    """
+    if windows is None:
+        return None
+    if windows == SHARED:
+        return window_store_for(fact_store)
+    if isinstance(windows, str):
+        if not windows.startswith((*POSTGRES_SCHEMES, *REDIS_SCHEMES, "sqlite:///")):
+            raise ValueError(
+                f'windows={windows!r} is not supported: use None, "shared", '
+                '"redis://...", "postgres://...", "sqlite:///path.db" or a WindowStore'
+            )
+        same = isinstance(location, str) and windows == location
+        return window_store_for(fact_store if same else make_fact_store(windows))
+    if isinstance(windows, WindowStore):
+        return windows
+    raise TypeError(
+        f'windows= must be None, "shared", a URL or a WindowStore, got {type(windows).__name__}'
+    )
+
+
+__all__ = [
+    "DEFAULT_WINDOW_TTL",
+    "StoredWindow",
+    "WindowKey",
+    "WindowStore",
+    "check_ttl",
+    "make_window_store",
+    "new_version",
+    "window_store_for",
+]

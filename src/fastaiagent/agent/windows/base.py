@@ -1,0 +1,88 @@
+"""The WindowStore contract: one stored conversation state per (agent, project, user).
+
+A stored state is an opaque JSON text plus a *version*, a random token that
+changes on every write. Writers compare-and-set on the version they loaded, so
+two workers serving the same user never overwrite each other's turn; a random
+token (not a counter) also means a window that expired or was deleted and then
+started again can never be mistaken for the old one by a stale cache.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from fastaiagent.learn.scoping import WILDCARD
+
+
+class WindowKey(NamedTuple):
+    """Whose window: ``agent_id`` ("" without one), ``project_id`` and ``user_id``."""
+
+    agent_id: str
+    project_id: str
+    user_id: str
+
+
+class StoredWindow(NamedTuple):
+    """A load's answer: the stored version, and the state text (None when it equals
+    the version the caller already holds, so nothing needed to travel)."""
+
+    version: str
+    state: str | None
+
+
+def new_version() -> str:
+    """A fresh version token (64 random bits, hex)."""
+    return secrets.token_hex(8)
+
+
+def check_key(key: WindowKey) -> WindowKey:
+    """Reject a key a store could not file unambiguously."""
+    if not isinstance(key, WindowKey):
+        raise TypeError(f"expected a WindowKey, got {type(key).__name__}")
+    for name, part in zip(key._fields, key, strict=True):
+        if not isinstance(part, str):
+            raise TypeError(f"WindowKey.{name} must be a str, got {type(part).__name__}")
+        if part == WILDCARD:
+            raise ValueError(f'WindowKey.{name} cannot be "*"')
+    return key
+
+
+def check_ttl(ttl_seconds: float | None) -> float | None:
+    """None (never expire) or a positive number of seconds."""
+    if ttl_seconds is None:
+        return None
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or ttl_seconds <= 0:
+        raise ValueError(f"window_ttl_seconds must be a positive number or None, got {ttl_seconds!r}")
+    return float(ttl_seconds)
+
+
+@runtime_checkable
+class WindowStore(Protocol):
+    """Where shared windows live. Implementations must be safe to use from many
+    threads and, after a fork, from the child (each process opens its own connections)."""
+
+    def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
+        """The stored window, or None when there is none (never written, expired or
+        deleted). When its version equals ``known_version`` the state is not sent."""
+        ...
+
+    def save(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
+    ) -> str | None:
+        """Write ``state`` if the stored version is still ``expected_version`` (None:
+        only if nothing is stored). Returns the new version, or None on a conflict.
+        The window expires ``ttl_seconds`` after this write (None: never)."""
+        ...
+
+    def delete(self, key: WindowKey) -> bool:
+        """Delete one window; True when there was one."""
+        ...
+
+    def delete_all(self, agent_id: str, project_id: str) -> int:
+        """Delete every user's window of an agent and project; returns the count."""
+        ...
+
+    def close(self) -> None:
+        """Release connections this store opened itself (shared ones stay open)."""
+        ...

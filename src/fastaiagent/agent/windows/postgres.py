@@ -1,0 +1,137 @@
+"""Shared windows in Postgres, on the fact store's per-process connection pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.learn.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
+from fastaiagent.learn.postgres import PostgresFactStore, sql
+
+DEFAULT_TABLE = "conversation_windows"
+PURGE_EVERY = 500  # writes per process between sweeps of expired rows (reads ignore them)
+
+
+def windows_table_for(fact_table: str) -> str:
+    """The windows table that goes with a fact table (a custom fact table gets its own)."""
+    return DEFAULT_TABLE if fact_table == DEFAULT_FACT_TABLE else f"{fact_table}_windows"
+
+
+class PostgresWindowStore:
+    """Windows in a Postgres table, sharing a :class:`PostgresFactStore`'s pool
+    (so a store made before a fork opens its own pool in each worker).
+
+    Expiry uses the server's clock, so workers with skewed clocks agree.
+    """
+
+    def __init__(self, store: PostgresFactStore, *, table: str | None = None) -> None:
+        if not isinstance(store, PostgresFactStore):
+            raise TypeError(f"PostgresWindowStore needs a PostgresFactStore, got {type(store).__name__}")
+        table = table or windows_table_for(store.table)
+        if not table.replace("_", "").isalnum() or not table[0].isalpha() or len(table) > 60:
+            raise ValueError(f"table {table!r} must be a plain identifier of at most 60 chars")
+        self.store = store
+        self.table = table
+        self._ready = False
+        self._writes = 0
+        self._q = self._queries(table)
+
+    def __repr__(self) -> str:
+        return f"PostgresWindowStore(table={self.table!r})"
+
+    @staticmethod
+    def _queries(table: str) -> dict[str, Any]:
+        t = sql.Identifier(table)
+        live = "(expires_at IS NULL OR expires_at > now())"
+        return {
+            "create": sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (agent_id TEXT NOT NULL, project_id TEXT NOT NULL, "
+                "user_id TEXT NOT NULL, version TEXT NOT NULL, state TEXT NOT NULL, "
+                "updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), expires_at TIMESTAMPTZ, "
+                "PRIMARY KEY (agent_id, project_id, user_id))"
+            ).format(t),
+            "index": sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} (expires_at) WHERE expires_at IS NOT NULL"
+            ).format(sql.Identifier(f"idx_{table}_expires"), t),
+            "load": sql.SQL(
+                "SELECT version, CASE WHEN version = %s THEN NULL ELSE state END FROM {} "
+                "WHERE agent_id = %s AND project_id = %s AND user_id = %s AND " + live
+            ).format(t),
+            # A retried statement (after a dropped connection) finds its own version
+            # already written and succeeds again instead of reporting a conflict.
+            "create_row": sql.SQL(
+                "INSERT INTO {} AS w (agent_id, project_id, user_id, version, state, updated_at, "
+                "expires_at) VALUES (%s, %s, %s, %s, %s, now(), now() + make_interval(secs => %s)) "
+                "ON CONFLICT (agent_id, project_id, user_id) DO UPDATE SET version = excluded.version, "
+                "state = excluded.state, updated_at = now(), expires_at = excluded.expires_at "
+                "WHERE w.expires_at <= now() OR w.version = excluded.version"
+            ).format(t),
+            "update_row": sql.SQL(
+                "UPDATE {} SET version = %s, state = %s, updated_at = now(), "
+                "expires_at = now() + make_interval(secs => %s) "
+                "WHERE agent_id = %s AND project_id = %s AND user_id = %s AND version IN (%s, %s)"
+            ).format(t),
+            "delete": sql.SQL(
+                "DELETE FROM {} WHERE agent_id = %s AND project_id = %s AND user_id = %s"
+            ).format(t),
+            "delete_all": sql.SQL("DELETE FROM {} WHERE agent_id = %s AND project_id = %s").format(t),
+            "purge": sql.SQL("DELETE FROM {} WHERE expires_at <= now()").format(t),
+        }
+
+    def _ensure_table(self, conn: Any) -> None:
+        if self._ready:
+            return
+        if conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
+            with conn.transaction():
+                # Many workers may start at once: serialise the DDL.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fastaiagent:{self.table}",))
+                conn.execute(self._q["create"])
+                conn.execute(self._q["index"])
+        self._ready = True
+
+    def _execute(self, query: str, params: tuple[Any, ...]) -> Any:
+        def operation(conn: Any) -> Any:
+            self._ensure_table(conn)
+            cursor = conn.execute(self._q[query], params)
+            return cursor.fetchone() if query == "load" else cursor.rowcount
+
+        return self.store._run(operation)
+
+    def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
+        """The live stored window (see :class:`WindowStore`)."""
+        row = self._execute("load", (known_version or "", *check_key(key)))
+        return StoredWindow(row[0], row[1]) if row else None
+
+    def save(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
+    ) -> str | None:
+        """Compare-and-set write (see :class:`WindowStore`)."""
+        check_key(key)
+        version = new_version()
+        if expected_version is None:
+            count = self._execute("create_row", (*key, version, state, ttl_seconds))
+        else:
+            count = self._execute(
+                "update_row", (version, state, ttl_seconds, *key, expected_version, version)
+            )
+        if count != 1:
+            return None
+        self._writes += 1
+        if self._writes % PURGE_EVERY == 0:
+            self.purge_expired()
+        return version
+
+    def delete(self, key: WindowKey) -> bool:
+        """Delete one window (see :class:`WindowStore`)."""
+        return bool(self._execute("delete", tuple(check_key(key))))
+
+    def delete_all(self, agent_id: str, project_id: str) -> int:
+        """Delete an agent and project's windows (see :class:`WindowStore`)."""
+        return int(self._execute("delete_all", (agent_id, project_id)))
+
+    def purge_expired(self) -> int:
+        """Delete rows past their TTL now (reads already ignore them); returns the count."""
+        return int(self._execute("purge", ()))
+
+    def close(self) -> None:
+        """Nothing to release: the pool belongs to the fact store."""

@@ -1,0 +1,102 @@
+"""Shared windows in Redis, on the fact store's client (its pool is fork-aware).
+
+One hash per window, ``<prefix>:win:<agent>:<project>:<user>`` (parts escaped
+as in the fact store) with fields ``v`` (version) and ``s`` (state). Redis
+expires idle windows itself (PEXPIRE on every write).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.learn.redis import RedisFactStore, _glob_escape, escape_part
+
+# Returns {} when missing, {v} when the caller holds that version, else {v, s}.
+_LOAD = """
+local v = redis.call('HGET', KEYS[1], 'v')
+if not v then return {} end
+if v == ARGV[1] then return {v} end
+return {v, redis.call('HGET', KEYS[1], 's')}
+"""
+
+# ARGV: expected version ('' = must not exist), new version, state, ttl ms ('0' = none).
+# A retried call whose write already landed (same new version) succeeds again.
+_SAVE = """
+local v = redis.call('HGET', KEYS[1], 'v')
+if v ~= ARGV[2] then
+  if ARGV[1] == '' then
+    if v then return 0 end
+  elseif v ~= ARGV[1] then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 's', ARGV[3])
+if ARGV[4] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[4]) else redis.call('PERSIST', KEYS[1]) end
+return 1
+"""
+
+
+class RedisWindowStore:
+    """Windows in Redis next to a :class:`RedisFactStore`'s facts, on its client."""
+
+    def __init__(self, store: RedisFactStore, *, prefix: str | None = None) -> None:
+        if not isinstance(store, RedisFactStore):
+            raise TypeError(f"RedisWindowStore needs a RedisFactStore, got {type(store).__name__}")
+        if prefix is not None and (not isinstance(prefix, str) or not prefix):
+            raise ValueError("prefix must be a non-empty string")
+        self.store = store
+        self.prefix = escape_part(prefix) if prefix else store.prefix
+        self._client: Any = store._client
+        self._load = self._client.register_script(_LOAD)
+        self._save = self._client.register_script(_SAVE)
+
+    def __repr__(self) -> str:
+        return f"RedisWindowStore(prefix={self.prefix!r})"
+
+    def _key(self, key: WindowKey) -> str:
+        return ":".join((self.prefix, "win", *(escape_part(p) for p in check_key(key))))
+
+    def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
+        """The live stored window (see :class:`WindowStore`)."""
+        with self.store._errors():
+            found = self._load(keys=[self._key(key)], args=[known_version or ""])
+        if not found:
+            return None
+        return StoredWindow(found[0], found[1] if len(found) > 1 else None)
+
+    def save(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
+    ) -> str | None:
+        """Compare-and-set write (see :class:`WindowStore`)."""
+        version = new_version()
+        ttl_ms = 0 if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
+        with self.store._errors():
+            done = self._save(
+                keys=[self._key(key)], args=[expected_version or "", version, state, ttl_ms]
+            )
+        return version if int(done) == 1 else None
+
+    def delete(self, key: WindowKey) -> bool:
+        """Delete one window (see :class:`WindowStore`)."""
+        with self.store._errors():
+            return bool(self._client.delete(self._key(key)))
+
+    def delete_all(self, agent_id: str, project_id: str) -> int:
+        """Delete an agent and project's windows (see :class:`WindowStore`)."""
+        base = ":".join((self.prefix, "win", escape_part(agent_id), escape_part(project_id)))
+        pattern = _glob_escape(base) + ":*"
+        count = 0
+        with self.store._errors():
+            batch: list[str] = []
+            for key in self._client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    count += int(self._client.delete(*batch))
+                    batch = []
+            if batch:
+                count += int(self._client.delete(*batch))
+        return count
+
+    def close(self) -> None:
+        """Nothing to release: the client belongs to the fact store."""

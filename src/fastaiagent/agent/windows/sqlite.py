@@ -1,0 +1,126 @@
+"""Shared windows in the fact store's SQLite file (same connections, own table)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.learn.sqlite import MemoryStore
+
+DEFAULT_TABLE = "conversation_windows"
+PURGE_EVERY = 500  # writes between sweeps of expired rows (reads ignore them anyway)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {t} (
+    agent_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    state TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    expires_at REAL,
+    PRIMARY KEY (agent_id, project_id, user_id)
+);
+CREATE INDEX IF NOT EXISTS idx_{t}_expires ON {t} (expires_at) WHERE expires_at IS NOT NULL;
+"""
+
+
+class SQLiteWindowStore:
+    """Windows in a table of a :class:`~fastaiagent.learn.sqlite.MemoryStore` file.
+
+    Several processes on one machine can share the file (WAL mode); writes are
+    compare-and-set in one statement, so no lock is held across a turn.
+    """
+
+    def __init__(self, store: MemoryStore, *, table: str = DEFAULT_TABLE) -> None:
+        if not isinstance(store, MemoryStore):
+            raise TypeError(f"SQLiteWindowStore needs a MemoryStore, got {type(store).__name__}")
+        if not table.replace("_", "").isalnum() or not table[0].isalpha():
+            raise ValueError(f"table {table!r} must be a plain identifier")
+        self.store = store
+        self.table = table
+        self._ready = False
+        self._lock = threading.Lock()
+        self._writes = 0
+
+    def __repr__(self) -> str:
+        return f"SQLiteWindowStore(path={str(self.store.path)!r}, table={self.table!r})"
+
+    def _conn(self) -> Any:
+        conn = self.store._connection()
+        if not self._ready:
+            with self._lock:
+                conn.executescript(_SCHEMA.format(t=self.table))
+                self._ready = True
+        return conn
+
+    def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
+        """The live stored window (see :class:`WindowStore`)."""
+        check_key(key)
+        row = self._conn().execute(
+            f"SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM {self.table} "
+            "WHERE agent_id = ? AND project_id = ? AND user_id = ? "
+            "AND (expires_at IS NULL OR expires_at > ?)",
+            (known_version or "", *key, time.time()),
+        ).fetchone()
+        return StoredWindow(row[0], row[1]) if row else None
+
+    def save(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
+    ) -> str | None:
+        """Compare-and-set write (see :class:`WindowStore`)."""
+        check_key(key)
+        conn = self._conn()
+        now, version = time.time(), new_version()
+        expires = None if ttl_seconds is None else now + ttl_seconds
+        if expected_version is None:
+            # Create, or take over a row that has expired (it is gone for readers).
+            cursor = conn.execute(
+                f"INSERT INTO {self.table} (agent_id, project_id, user_id, version, state, "
+                "updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (agent_id, project_id, user_id) DO UPDATE SET "
+                "version = excluded.version, state = excluded.state, "
+                "updated_at = excluded.updated_at, expires_at = excluded.expires_at "
+                f"WHERE {self.table}.expires_at IS NOT NULL AND {self.table}.expires_at <= ?",
+                (*key, version, state, now, expires, now),
+            )
+        else:
+            cursor = conn.execute(
+                f"UPDATE {self.table} SET version = ?, state = ?, updated_at = ?, expires_at = ? "
+                "WHERE agent_id = ? AND project_id = ? AND user_id = ? AND version = ?",
+                (version, state, now, expires, *key, expected_version),
+            )
+        if cursor.rowcount != 1:
+            return None
+        self._writes += 1
+        if self._writes % PURGE_EVERY == 0:
+            self.purge_expired()
+        return version
+
+    def delete(self, key: WindowKey) -> bool:
+        """Delete one window (see :class:`WindowStore`)."""
+        check_key(key)
+        cursor = self._conn().execute(
+            f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ? AND user_id = ?", key
+        )
+        return cursor.rowcount > 0
+
+    def delete_all(self, agent_id: str, project_id: str) -> int:
+        """Delete an agent and project's windows (see :class:`WindowStore`)."""
+        cursor = self._conn().execute(
+            f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ?", (agent_id, project_id)
+        )
+        return int(cursor.rowcount)
+
+    def purge_expired(self) -> int:
+        """Delete rows past their TTL now; returns the count."""
+        cursor = self._conn().execute(
+            f"DELETE FROM {self.table} WHERE expires_at IS NOT NULL AND expires_at <= ?",
+            (time.time(),),
+        )
+        return int(cursor.rowcount)
+
+    def close(self) -> None:
+        """Nothing to release: the connections belong to the fact store."""
