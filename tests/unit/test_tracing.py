@@ -182,6 +182,7 @@ def _learning_run(traced: bool, tmp_path) -> tuple[list[str], int, list[list[str
     try:
         for text in ("I have a cat named Tom", "What is my cat called?", "Thanks", "Bye now"):
             outputs.append(agent.run(text, context=RunContext(state=Session("u1"))).output)
+            mem.flush()  # learning runs after the reply; settle it so both runs see the same state
     finally:
         trace.shutdown()
     prompts = [[m.content or "" for m in call] for call in llm.calls if "durable" not in (call[0].content or "")]

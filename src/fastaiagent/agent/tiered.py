@@ -81,6 +81,43 @@ def _check_vector_option(name: str, value: Any) -> Any:
     return value
 
 
+class _AfterReply(MemoryBlock):
+    """Runs a learning block's ``on_message`` on the background queue, after the reply.
+
+    Rendering, saving and clearing go straight to the wrapped block; only the
+    slow part (LLM extraction or summary) leaves the run's critical path.
+    """
+
+    def __init__(self, block: MemoryBlock, queue: Any) -> None:
+        self.block = block
+        self.name = block.name
+        self._queue = queue
+
+    @property
+    def trace_name(self) -> str:
+        return self.block.trace_name
+
+    def on_message(self, message: Message) -> None:
+        self._queue.submit(
+            lambda: self.block.on_message(message), span=f"memory.write.{self.block.trace_name}"
+        )
+
+    def render_with_context(self, query: str, shared: Any) -> list[Message]:
+        return self.block.render_with_context(query, shared)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        self.block.save(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        self.block.load(path)
+
+    def clear(self) -> None:
+        self.block.clear()
+
+    def isolated_copy(self) -> MemoryBlock:
+        return self.block.isolated_copy()
+
+
 class _UserState:
     """One user's in-process memory: their ComposableMemory and its own blocks."""
 
@@ -185,6 +222,7 @@ class Memory:
         max_facts: int = DEFAULT_MAX_FACTS,
         windows: Any = None,
         window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
+        learn_in_background: bool = True,
     ) -> None:
         if user_id is not None and not callable(user_id):
             user_id = _optional_id("user_id", user_id)
@@ -200,6 +238,8 @@ class Memory:
             raise ValueError(f"max_facts must be a positive int, got {max_facts!r}")
         if not isinstance(dedupe, bool):
             raise TypeError("dedupe must be True or False")
+        if not isinstance(learn_in_background, bool):
+            raise TypeError("learn_in_background must be True or False")
         if embedder is not None and embedder != "auto" and not (
             hasattr(embedder, "embed") and hasattr(embedder, "dimension")
         ):
@@ -218,6 +258,7 @@ class Memory:
         self.embedder_spec = embedder
         self.max_users = max_users
         self.max_facts = max_facts
+        self.learn_in_background = learn_in_background
         self.store: FactStore = make_fact_store(location)
         # windows=: None keeps windows in process; else the LRU caches a shared store.
         self._windows = shared_windows(self, windows, location, window_ttl_seconds)
@@ -230,6 +271,7 @@ class Memory:
         self._warned_drop = False
         self._embedder: Any = None
         self._semantic_index: Any = None
+        self._queue: Any = None
 
     def __bool__(self) -> bool:
         return True
@@ -288,13 +330,37 @@ class Memory:
         if user_id is not None:
             builders.append(("user facts", lambda: self._user_fact_block(user_id)))
         if self.summarize is not None:
-            builders.append(("summary", self._summary_block))
+            builders.append(("summary", lambda: self._after_reply(self._summary_block())))
         if self.recall is not None:
             builders.append(("recall", lambda: self._recall_block(user_id)))
         if self.learn is not None and user_id is not None:
-            builders.append(("learn", lambda: self._learn_block(user_id)))
+            builders.append(("learn", lambda: self._after_reply(self._learn_block(user_id))))
         built = [self._build(label, factory) for label, factory in builders]
         return [b for b in built if b is not None]
+
+    def _after_reply(self, block: MemoryBlock) -> MemoryBlock:
+        return _AfterReply(block, self.background_queue()) if self.learn_in_background else block
+
+    def background_queue(self) -> Any:
+        """The queue that runs extraction and summaries after replies, made on first use."""
+        with self._lock:
+            if self._queue is None:
+                from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+
+                self._queue = BackgroundQueue(name="fastaiagent-memory-learning")
+            return self._queue
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for background learning (extraction, summaries) queued so far.
+
+        Returns False if ``timeout`` passed first. Queued work is also drained
+        at normal interpreter exit, so no learned fact is lost.
+        """
+        return True if self._queue is None else bool(self._queue.flush(timeout))
+
+    async def aflush(self, timeout: float | None = None) -> bool:
+        """Async :meth:`flush`; waits without holding the event loop."""
+        return True if self._queue is None else bool(await self._queue.aflush(timeout))
 
     def _user_fact_block(self, user_id: str) -> MemoryBlock:
         return PersistentFactBlock(
@@ -311,6 +377,7 @@ class Memory:
         from fastaiagent.agent.memory_blocks.summary import SummaryBlock
 
         # The summary covers what left the window, never what is still in it.
+        assert self.summarize is not None
         return SummaryBlock(llm=self.summarize, keep_last=self.window)
 
     def recall_namespace(self, user_id: str | None) -> str:
@@ -349,6 +416,7 @@ class Memory:
     def _learn_block(self, user_id: str) -> MemoryBlock:
         from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
 
+        assert self.learn is not None
         return FactExtractionBlock(
             llm=self.learn,
             roles=("user",),
@@ -644,6 +712,8 @@ class Memory:
                 'forget(tier="global") needs Memory(agent_id=...) or id=; an empty id would '
                 'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
             )
+        # Learning queued before the forget must not write the user's facts back after it.
+        self.flush()
         with trace.span(
             "memory.forget", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
