@@ -113,7 +113,9 @@ def semantic_ranker() -> Ranker:
     """An :class:`EmbeddingRanker` over the library's default embedder."""
     from fastaiagent.kb.embedding import get_embedder
 
-    return EmbeddingRanker(get_embedder("auto"))
+    embedder = get_embedder("auto")
+    embedder.embed(["warm up"])  # load the model now, not inside the first request
+    return EmbeddingRanker(embedder)
 
 
 RANKERS: dict[str, Callable[[], Ranker | None]] = {

@@ -353,3 +353,14 @@ def test_example_87_runs_offline_against_the_self_hosted_plane():
     assert "Curated facts:\n- Refunds are accepted within 30 days of delivery" in done.stdout
     for who in ("alice:", "bob:", "no user:"):
         assert f"{who} Q:" in done.stdout and "4 curated facts" in done.stdout
+
+
+@pytest.mark.embedder
+def test_semantic_ranking_with_the_offline_embedder(store):
+    from fastaiagent.plane_server import semantic_ranker
+
+    with start_plane(store, KEY, ranker=semantic_ranker()) as running:
+        # No word in common with the refund fact: only meaning can rank it first.
+        body = get(running, query="How long may I wait before sending an item back for my money?")
+        assert fact_texts(body)[0] == "Refunds are accepted within 30 days"
+        assert all(0.0 <= f["score"] <= 1.0 for f in body.json()["facts"])
