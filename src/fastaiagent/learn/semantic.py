@@ -1,0 +1,295 @@
+"""SemanticFactIndex: search a subject's durable facts by meaning.
+
+The FactStore is the source of truth; the vector index is derived and may be
+empty (a restarted process) or behind (facts written by another process).
+So every search first reads the subject's active facts from the store,
+embeds in one batch those the index lacks, and drops from the index the ones
+that are no longer active (superseded or forgotten). Results are always the
+store's own Fact rows, so a superseded fact can never come back.
+
+Each subject (scope, scope_id, project_id) has its own namespace in the
+vector store, so a search reads one subject's vectors only. Vector ids are
+uuid5s of the store identity and fact id (stable across processes, valid
+Qdrant point ids); the fact id is kept in the chunk metadata.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from fastaiagent.kb.bm25 import BM25Index
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
+from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
+from fastaiagent.learn.models import Fact
+from fastaiagent.learn.scoping import check_limit, delete_selector, read_selector
+from fastaiagent.learn.store import FactStore
+
+_UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
+_FETCH_FACTOR = 4
+Subject = tuple[str, str, str]  # (scope, scope_id, project_id)
+
+
+def store_identity(store: Any) -> str:
+    """A string naming the fact store, so two stores' fact #1 get different vector ids."""
+    explicit = getattr(store, "identity", None)
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    for attr in ("path", "url", "dsn", "namespace", "prefix"):
+        value = getattr(store, attr, None)
+        if value:
+            return f"{type(store).__name__}:{value}"
+    return type(store).__name__
+
+
+def subject_namespace(subject: Subject) -> str:
+    """The vector namespace of one subject (parts escaped so ids with ':' cannot collide)."""
+    scope, scope_id, project_id = subject
+    return "facts:" + ":".join(quote(part, safe="") for part in (project_id, scope, scope_id))
+
+
+@dataclass
+class _SubjectIndex:
+    """What the vector store holds for one subject: fact id -> vector id, plus keywords."""
+
+    fact_to_vector: dict[int, str] = field(default_factory=dict)
+    vector_to_fact: dict[str, int] = field(default_factory=dict)
+    keywords: BM25Index = field(default_factory=BM25Index)
+
+
+class SemanticFactIndex:
+    """Search facts by meaning, backed by a VectorStore that mirrors the FactStore.
+
+    ``vectors="auto"`` builds an in-process FAISS index sized to the embedder.
+    ``embedder=None`` resolves ``"auto"`` on first use. ``retrieval`` is
+    ``"hybrid"`` (dense + BM25, the default) or ``"dense"``.
+    """
+
+    def __init__(
+        self,
+        store: FactStore,
+        vectors: VectorStore | str = "auto",
+        embedder: Any = None,
+        *,
+        retrieval: str = "hybrid",
+        dense_weight: float = DEFAULT_DENSE_WEIGHT,
+    ) -> None:
+        if isinstance(vectors, str) and vectors != "auto":
+            raise ValueError(f'vectors must be "auto" or a VectorStore, got {vectors!r}')
+        if not isinstance(vectors, str) and not callable(getattr(vectors, "search", None)):
+            raise TypeError(f"vectors must be a VectorStore, got {type(vectors).__name__}")
+        if check_mode(retrieval) == "bm25":
+            raise ValueError('retrieval must be "hybrid" or "dense" for semantic facts')
+        self.store = store
+        self.retrieval = retrieval
+        self.dense_weight = dense_weight
+        self._vectors_spec = vectors
+        self._vectors: VectorStore | None = None if isinstance(vectors, str) else vectors
+        self._embedder_spec = embedder
+        self._embedder: Any = None if embedder is None or isinstance(embedder, str) else embedder
+        self._identity: str | None = None
+        self._subjects: dict[str, _SubjectIndex] = {}
+        self._lock = threading.RLock()
+
+    # -- lazily resolved parts ------------------------------------------------
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            from fastaiagent.kb.embedding import get_embedder
+
+            self._embedder = get_embedder(self._embedder_spec or "auto")
+        return self._embedder
+
+    @property
+    def vectors(self) -> VectorStore:
+        if self._vectors is None:
+            from fastaiagent.kb.backends.faiss import FaissVectorStore
+
+            self._vectors = FaissVectorStore(dimension=self.embedder.dimension)
+        dim = getattr(self._vectors, "dimension", None)
+        if dim is not None and dim != self.embedder.dimension:
+            raise DimensionMismatchError(
+                f"the embedder makes {self.embedder.dimension}-dimensional vectors but the "
+                f"vector store holds {dim}-dimensional ones; use a matching embedder or a new index"
+            )
+        return self._vectors
+
+    def vector_id(self, fact_id: int) -> str:
+        """The stable vector id of a fact of this store."""
+        if self._identity is None:
+            self._identity = store_identity(self.store)
+        return str(uuid.uuid5(_UUID_NAMESPACE, f"{self._identity}#{fact_id}"))
+
+    # -- index maintenance -----------------------------------------------------
+
+    def _state(self, namespace: str) -> _SubjectIndex:
+        state = self._subjects.get(namespace)
+        if state is None:
+            # First touch of this subject in this process: learn what a shared
+            # (or persistent) vector store already holds for it.
+            state = _SubjectIndex()
+            for chunk in self.vectors.chunks(namespace):
+                fact_id = chunk.metadata.get("fact_id")
+                if isinstance(fact_id, int):
+                    state.fact_to_vector[fact_id] = chunk.id
+                    state.vector_to_fact[chunk.id] = fact_id
+                    state.keywords.add(chunk.id, chunk.text)
+            self._subjects[namespace] = state
+        return state
+
+    def _add(self, namespace: str, state: _SubjectIndex, facts: Sequence[Fact]) -> None:
+        if not facts:
+            return
+        vectors = self.embedder.embed([f.fact for f in facts])
+        chunks = [
+            Chunk(
+                id=self.vector_id(int(f.id)),  # type: ignore[arg-type]
+                text=f.fact,
+                vector=list(v),
+                metadata={
+                    NAMESPACE_KEY: namespace,
+                    "fact_id": f.id,
+                    "scope": f.scope,
+                    "scope_id": f.scope_id,
+                    "project_id": f.project_id,
+                },
+            )
+            for f, v in zip(facts, vectors, strict=True)
+        ]
+        self.vectors.add(chunks)
+        for fact, chunk in zip(facts, chunks, strict=True):
+            state.fact_to_vector[int(fact.id)] = chunk.id  # type: ignore[arg-type]
+            state.vector_to_fact[chunk.id] = int(fact.id)  # type: ignore[arg-type]
+            state.keywords.add(chunk.id, chunk.text)
+
+    def _drop(self, state: _SubjectIndex, fact_ids: Iterable[int]) -> None:
+        vector_ids = [
+            state.fact_to_vector.pop(i) for i in list(fact_ids) if i in state.fact_to_vector
+        ]
+        if vector_ids:
+            self.vectors.delete(vector_ids)
+            for vector_id in vector_ids:
+                state.vector_to_fact.pop(vector_id, None)
+                state.keywords.remove(vector_id)
+
+    def _sync(self, subject: Subject, active: Sequence[Fact]) -> _SubjectIndex:
+        """Make the subject's index match its active facts (one embedding batch)."""
+        namespace = subject_namespace(subject)
+        state = self._state(namespace)
+        active_ids = {f.id for f in active}
+        stale = [i for i in state.fact_to_vector if i not in active_ids]
+        self._drop(state, stale)
+        self._add(namespace, state, [f for f in active if f.id not in state.fact_to_vector])
+        return state
+
+    def index(self, facts: Iterable[Fact]) -> int:
+        """Embed and index stored facts (those with an id) the index lacks; returns how many."""
+        by_subject: dict[Subject, list[Fact]] = {}
+        for fact in facts:
+            if fact.id is not None and fact.active:
+                by_subject.setdefault((fact.scope, fact.scope_id, fact.project_id), []).append(fact)
+        added = 0
+        with self._lock:
+            for subject, items in by_subject.items():
+                namespace = subject_namespace(subject)
+                state = self._state(namespace)
+                new = [f for f in items if f.id not in state.fact_to_vector]
+                self._add(namespace, state, new)
+                added += len(new)
+        return added
+
+    def remove(self, fact_ids: Iterable[int]) -> int:
+        """Drop these facts' vectors (e.g. after a supersede); returns how many were indexed."""
+        ids = set(fact_ids)
+        removed = 0
+        with self._lock:
+            for state in self._subjects.values():
+                hit = ids.intersection(state.fact_to_vector)
+                removed += len(hit)
+                self._drop(state, hit)
+            # Vectors written by another process for subjects this one never touched.
+            leftovers = [self.vector_id(i) for i in ids]
+            if self._vectors is not None and leftovers:
+                removed += self.vectors.delete(leftovers)
+        return removed
+
+    def forget(self, scope: str, scope_id: str, project_id: str = "") -> int:
+        """Delete a subject's vectors (``"*"``: every subject this process knows); returns the count."""
+        selector = delete_selector(scope, scope_id, project_id)
+        with self._lock:
+            if selector.scope_id is not None:
+                namespaces = [subject_namespace((scope, selector.scope_id, project_id))]
+            else:
+                prefix = subject_namespace((scope, "", project_id))
+                namespaces = [ns for ns in self._subjects if ns.startswith(prefix)]
+            count = 0
+            for namespace in namespaces:
+                self._subjects.pop(namespace, None)
+                count += self.vectors.delete_namespace(namespace)
+            return count
+
+    # -- search ------------------------------------------------------------------
+
+    def search(
+        self, query: str, scope: str, scope_id: str, project_id: str = "", limit: int = 10
+    ) -> list[Fact]:
+        """Active facts of the subject most relevant to ``query``, best first.
+
+        An empty id at user/project scope returns [] (never another user's
+        facts); ``"*"`` searches every subject of the scope.
+        """
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        check_limit(limit)
+        selector = read_selector(scope, scope_id, project_id)
+        if selector is None or not query.strip() or limit == 0:
+            return []
+        active = self.store.list_active(scope, scope_id, project_id, limit=None)
+        by_subject: dict[Subject, list[Fact]] = {}
+        if selector.scope_id is not None:
+            # Synced even with no active facts, so forgotten facts leave the index.
+            by_subject[(scope, selector.scope_id, project_id)] = []
+        for fact in active:
+            by_subject.setdefault((fact.scope, fact.scope_id, fact.project_id), []).append(fact)
+        facts_by_id = {f.id: f for f in active}
+        with self._lock:
+            states = {s: self._sync(s, items) for s, items in by_subject.items()}
+            if not active:
+                return []
+            query_vector = self.embedder.embed([query])[0]
+            ranked: list[tuple[float, Fact]] = []
+            for subject, state in states.items():
+                found = self._search_subject(subject, state, query, query_vector, limit)
+                ranked.extend((score, facts_by_id[i]) for score, i in found if i in facts_by_id)
+        ranked.sort(key=lambda item: item[0], reverse=True)
+        # Only facts read from the store by this call are returned: never a stale vector.
+        return [fact for _, fact in ranked[:limit]]
+
+    def _search_subject(
+        self,
+        subject: Subject,
+        state: _SubjectIndex,
+        query: str,
+        query_vector: Sequence[float],
+        limit: int,
+    ) -> list[tuple[float, int]]:
+        """(score, fact id) pairs of one subject, best first."""
+        namespace = subject_namespace(subject)
+        fetch = limit * _FETCH_FACTOR
+        hits = self.vectors.search(query_vector, fetch, namespace=namespace)
+        dense = [(h.chunk.id, h.score) for h in hits]
+        if self.retrieval == "hybrid":
+            keyword = state.keywords.search(query, fetch)
+            fused = fuse(dense, keyword, dense_weight=self.dense_weight)
+        else:
+            fused = dense
+        return [
+            (score, state.vector_to_fact[vector_id])
+            for vector_id, score in fused
+            if vector_id in state.vector_to_fact
+        ]

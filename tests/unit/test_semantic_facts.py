@@ -1,0 +1,170 @@
+"""SemanticFactIndex: facts by meaning, with the fact store as the source of truth."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from _vector_fakes import WordHashEmbedder
+
+from fastaiagent.kb.backends.faiss import FaissVectorStore
+from fastaiagent.kb.protocols import DimensionMismatchError
+from fastaiagent.learn.models import Fact
+from fastaiagent.learn.semantic import SemanticFactIndex, subject_namespace
+from fastaiagent.learn.sqlite import MemoryStore
+
+
+@pytest.fixture
+def store(tmp_path):
+    made = MemoryStore(tmp_path / "facts.db")
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def embedder():
+    return WordHashEmbedder()
+
+
+def add(store, text, scope_id="alice", scope="user", project_id=""):
+    return store.add(Fact(text, scope=scope, scope_id=scope_id, project_id=project_id))
+
+
+def found(facts) -> list[str]:
+    return [f.fact for f in facts]
+
+
+def test_search_returns_store_facts_by_relevance(store, embedder):
+    add(store, "Alice is allergic to peanuts")
+    add(store, "Alice works as a pilot")
+    add(store, "Alice has two cats")
+    index = SemanticFactIndex(store, "auto", embedder)
+    results = index.search("which pets does alice have? cats?", "user", "alice")
+    assert results[0].fact == "Alice has two cats"
+    assert all(isinstance(f, Fact) and f.id is not None for f in results)
+    assert len(index.search("pilot", "user", "alice", limit=1)) == 1
+
+
+def test_scope_isolation(store, embedder):
+    add(store, "Alice is allergic to peanuts", "alice")
+    add(store, "Bob is allergic to shellfish", "bob")
+    add(store, "Peanuts are served on every flight", scope="agent", scope_id="airline")
+    index = SemanticFactIndex(store, "auto", embedder)
+    assert found(index.search("allergic", "user", "bob")) == ["Bob is allergic to shellfish"]
+    assert found(index.search("allergic", "user", "alice")) == ["Alice is allergic to peanuts"]
+    assert index.search("allergic", "user", "") == []
+    assert index.search("allergic", "project", "") == []
+    assert index.search("allergic", "user", "carol") == []
+    assert set(found(index.search("allergic", "user", "*"))) == {
+        "Alice is allergic to peanuts",
+        "Bob is allergic to shellfish",
+    }
+
+
+def test_project_partitions_subjects(store, embedder):
+    add(store, "likes red wine", project_id="p1")
+    add(store, "likes white wine", project_id="p2")
+    index = SemanticFactIndex(store, "auto", embedder)
+    assert found(index.search("wine", "user", "alice", project_id="p1")) == ["likes red wine"]
+    assert found(index.search("wine", "user", "alice")) == []
+
+
+def test_superseded_and_deleted_facts_are_never_returned_and_leave_the_index(store, embedder):
+    vectors = FaissVectorStore(dimension=embedder.dimension)
+    old = add(store, "Alice lives in Paris")
+    index = SemanticFactIndex(store, vectors, embedder)
+    assert found(index.search("where does alice live", "user", "alice")) == ["Alice lives in Paris"]
+    new = store.update(Fact("Alice lives in Rome", scope="user", scope_id="alice"), old)
+    assert found(index.search("where does alice live", "user", "alice")) == ["Alice lives in Rome"]
+    namespace = subject_namespace(("user", "alice", ""))
+    assert [c.metadata["fact_id"] for c in vectors.chunks(namespace)] == [new]
+    store.delete("user", "alice")
+    assert index.search("where does alice live", "user", "alice") == []
+    assert vectors.count(namespace) == 0
+
+
+def test_restart_and_other_writers_are_backfilled_in_one_batch(tmp_path, embedder):
+    path = tmp_path / "shared.db"
+    writer = MemoryStore(path)  # e.g. another process writing the same database
+    for i in range(25):
+        add(writer, f"fact number {i} about topic{i}")
+    add(writer, "Alice keeps bees on her roof")
+    reader_store = MemoryStore(path)
+    fresh = SemanticFactIndex(reader_store, "auto", embedder)  # empty in-process index
+    assert found(fresh.search("bees roof", "user", "alice", limit=1)) == [
+        "Alice keeps bees on her roof"
+    ]
+    assert [len(c) for c in embedder.calls] == [26, 1]  # one backfill batch, then the query
+    add(writer, "Alice plays the cello")
+    assert found(fresh.search("cello", "user", "alice", limit=1)) == ["Alice plays the cello"]
+    assert [len(c) for c in embedder.calls][2:] == [1, 1]  # only the new fact, then the query
+    writer.close()
+    reader_store.close()
+
+
+def test_vector_ids_are_stable_uuids_with_the_fact_id_in_metadata(store, embedder):
+    fact_id = add(store, "Alice drives an electric car")
+    vectors = FaissVectorStore(dimension=embedder.dimension)
+    index = SemanticFactIndex(store, vectors, embedder)
+    index.search("car", "user", "alice")
+    (chunk,) = vectors.chunks(subject_namespace(("user", "alice", "")))
+    assert uuid.UUID(chunk.id).version == 5
+    assert chunk.metadata["fact_id"] == fact_id
+    assert chunk.id == SemanticFactIndex(store, "auto", embedder).vector_id(fact_id)
+    other_store = MemoryStore(store.path.parent / "other.db")
+    assert SemanticFactIndex(other_store, "auto", embedder).vector_id(fact_id) != chunk.id
+
+
+def test_works_on_qdrant_and_a_new_index_reuses_stored_vectors(store, embedder, tmp_path):
+    from fastaiagent.kb.backends.qdrant import QdrantVectorStore
+
+    add(store, "Alice speaks Portuguese")
+    add(store, "Alice runs marathons")
+    vectors = QdrantVectorStore("facts", path=":memory:")
+    index = SemanticFactIndex(store, vectors, embedder)
+    assert found(index.search("languages portuguese", "user", "alice", limit=1)) == [
+        "Alice speaks Portuguese"
+    ]
+    embedded = embedder.texts_embedded
+    again = SemanticFactIndex(store, vectors, embedder)  # another process sharing the store
+    assert found(again.search("marathons", "user", "alice", limit=1)) == ["Alice runs marathons"]
+    assert embedder.texts_embedded == embedded + 1  # only the query: vectors were reused
+
+
+def test_index_remove_and_forget(store, embedder):
+    vectors = FaissVectorStore(dimension=embedder.dimension)
+    index = SemanticFactIndex(store, vectors, embedder)
+    a = add(store, "Alice likes jazz")
+    b = add(store, "Alice likes opera")
+    add(store, "Bob likes jazz", "bob")
+    assert index.index([store.get(a), store.get(b)]) == 2
+    assert index.index([store.get(a)]) == 0  # already indexed
+    assert index.remove([b]) == 1
+    assert vectors.count(subject_namespace(("user", "alice", ""))) == 1
+    index.search("jazz", "user", "bob")
+    assert index.forget("user", "alice") == 1
+    assert vectors.count(subject_namespace(("user", "alice", ""))) == 0
+    assert vectors.count(subject_namespace(("user", "bob", ""))) == 1
+    with pytest.raises(ValueError):
+        index.forget("user", "")
+
+
+def test_bad_arguments(store, embedder):
+    with pytest.raises(ValueError):
+        SemanticFactIndex(store, "faiss", embedder)
+    with pytest.raises(TypeError):
+        SemanticFactIndex(store, object(), embedder)
+    index = SemanticFactIndex(store, "auto", embedder)
+    with pytest.raises(ValueError):
+        index.search("x", "galaxy", "alice")
+    with pytest.raises(ValueError):
+        index.search("x", "user", "alice", limit=-1)
+    with pytest.raises(TypeError):
+        index.search(None, "user", "alice")  # type: ignore[arg-type]
+
+
+def test_dimension_mismatch_is_a_clear_error(store, embedder):
+    add(store, "Alice likes tea")
+    index = SemanticFactIndex(store, FaissVectorStore(dimension=384), embedder)
+    with pytest.raises(DimensionMismatchError, match="384"):
+        index.search("tea", "user", "alice")
