@@ -74,6 +74,7 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str | None, list
 
 
 def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool specs as messages-API tools (the schema goes in ``input_schema``)."""
     return [
         {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
     ]

@@ -35,7 +35,10 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 {
                     "id": call.id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                    "function": {
+                        "name": call.name,
+                        "arguments": json.dumps(call.arguments, default=str),
+                    },
                 }
                 for call in message.tool_calls
             ]
@@ -51,6 +54,7 @@ def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool specs as chat-completions ``function`` tools."""
     return [
         {
             "type": "function",
