@@ -1,0 +1,173 @@
+"""The WindowStore contract on the real SQLite file, Postgres and Redis.
+
+Every store is built the way ``Memory(windows="shared")`` builds it: on the
+fact store's own connections. Names are unique per run (tables, key prefixes).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
+from fastaiagent.agent.windows.base import check_ttl
+from fastaiagent.learn.sqlite import MemoryStore
+
+ALICE = WindowKey("agent", "proj", "alice")
+
+
+def _drop_table(url: str, table: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def windows(request, tmp_path) -> Iterator[WindowStore]:
+    """A fresh WindowStore on each backend (unique table / key prefix), cleaned up after."""
+    if request.param == "sqlite":
+        yield window_store_for(MemoryStore(tmp_path / "w.db"))
+    elif request.param == "postgres":
+        from fastaiagent.learn.postgres import PostgresFactStore
+
+        url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
+        facts = PostgresFactStore(url, table=table, max_pool_size=4)
+        yield window_store_for(facts)
+        facts.close()
+        _drop_table(url, f"{table}_windows")
+    else:
+        from fastaiagent.learn.redis import RedisFactStore
+
+        url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+        facts = RedisFactStore(url, prefix=prefix)
+        yield window_store_for(facts)  # its keys live under the prefix the fixture drops
+        facts.close()
+
+
+def test_missing_window_loads_as_none(windows: WindowStore) -> None:
+    assert windows.load(ALICE) is None
+    assert windows.load(ALICE, "deadbeef") is None
+    assert windows.delete(ALICE) is False
+
+
+def test_create_then_compare_and_set(windows: WindowStore) -> None:
+    v1 = windows.save(ALICE, '{"n": 1}', None, None)
+    assert v1
+    assert windows.save(ALICE, '{"n": 2}', None, None) is None  # exists: create conflicts
+    assert windows.load(ALICE) == (v1, '{"n": 1}')
+    v2 = windows.save(ALICE, '{"n": 2}', v1, None)
+    assert v2 and v2 != v1
+    assert windows.save(ALICE, '{"n": 3}', v1, None) is None  # stale version loses
+    assert windows.load(ALICE) == (v2, '{"n": 2}')
+
+
+def test_known_version_skips_the_state(windows: WindowStore) -> None:
+    version = windows.save(ALICE, "x" * 5000, None, None)
+    assert windows.load(ALICE, version) == (version, None)
+    assert windows.load(ALICE, "other") == (version, "x" * 5000)
+
+
+def test_unicode_and_large_states_round_trip(windows: WindowStore) -> None:
+    state = '{"text": "héllo ✓ 日本 \\u0000"}' + " " * 200_000
+    version = windows.save(ALICE, state, None, None)
+    assert windows.load(ALICE) == (version, state)
+
+
+def test_keys_are_scoped(windows: WindowStore) -> None:
+    others = [
+        WindowKey("agent", "proj", "bob"),
+        WindowKey("other-agent", "proj", "alice"),
+        WindowKey("agent", "other-proj", "alice"),
+        WindowKey("", "", "alice"),
+        WindowKey("agent:proj", "", "alice"),  # a ':' never makes two keys collide
+        WindowKey("agent", "proj:alice", ""),
+    ]
+    for i, key in enumerate(others):
+        windows.save(key, f"other {i}", None, None)
+    windows.save(ALICE, "alice", None, None)
+    assert windows.delete(ALICE) is True
+    assert windows.load(ALICE) is None
+    for i, key in enumerate(others):
+        loaded = windows.load(key)
+        assert loaded is not None and loaded.state == f"other {i}"
+
+
+def test_delete_all_clears_one_agent_and_project(windows: WindowStore) -> None:
+    for user in ("alice", "bob", "c:d", "e%f"):
+        windows.save(WindowKey("agent", "proj", user), user, None, None)
+    keep = [
+        WindowKey("agent", "proj2", "alice"),
+        WindowKey("agent2", "proj", "alice"),
+        WindowKey("agent", "proj:x", "alice"),
+    ]
+    for key in keep:
+        windows.save(key, "keep", None, None)
+    assert windows.delete_all("agent", "proj") == 4
+    assert windows.load(WindowKey("agent", "proj", "bob")) is None
+    assert all(windows.load(key) is not None for key in keep)
+
+
+def test_idle_windows_expire_and_can_start_again(windows: WindowStore) -> None:
+    old = windows.save(ALICE, "old", None, 0.3)
+    windows.save(WindowKey("agent", "proj", "forever"), "kept", None, None)
+    assert windows.load(ALICE) == (old, "old")
+    time.sleep(0.5)
+    assert windows.load(ALICE) is None
+    assert windows.load(ALICE, old) is None
+    new = windows.save(ALICE, "new", None, 0.3)  # takes the place of the expired one
+    assert new and new != old
+    assert windows.load(ALICE) == (new, "new")
+    assert windows.load(WindowKey("agent", "proj", "forever")) is not None
+
+
+def test_each_write_extends_the_ttl(windows: WindowStore) -> None:
+    version = windows.save(ALICE, "a", None, 0.6)
+    for _ in range(3):
+        time.sleep(0.3)
+        version = windows.save(ALICE, "a", version, 0.6)
+        assert version
+    assert windows.load(ALICE) is not None
+
+
+def test_concurrent_writers_never_lose_an_update(windows: WindowStore) -> None:
+    """8 threads each add 25 items with load / compare-and-set / retry."""
+    key = WindowKey("agent", "proj", "counter")
+
+    def worker(name: str) -> None:
+        for i in range(25):
+            while True:
+                current = windows.load(key)
+                items = current.state.split(",") if current and current.state else []
+                expected = current.version if current else None
+                if windows.save(key, ",".join([*items, f"{name}{i}"]), expected, None):
+                    break
+
+    threads = [threading.Thread(target=worker, args=(f"t{n}-",)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    final = windows.load(key)
+    assert final is not None and final.state is not None
+    items = final.state.split(",")
+    assert sorted(items) == sorted(f"t{n}-{i}" for n in range(8) for i in range(25))
+    for n in range(8):  # each writer's items stay in its own order
+        mine = [item for item in items if item.startswith(f"t{n}-")]
+        assert mine == [f"t{n}-{i}" for i in range(25)]
+
+
+def test_bad_keys_and_ttls_are_refused(windows: WindowStore) -> None:
+    with pytest.raises(ValueError, match=r"\*"):
+        windows.load(WindowKey("agent", "proj", "*"))
+    with pytest.raises(TypeError):
+        windows.save(("agent", "proj", "alice"), "x", None, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        windows.delete(WindowKey("agent", "proj", 7))  # type: ignore[arg-type]
+    for bad in (0, -1, True, "10"):
+        with pytest.raises(ValueError):
+            check_ttl(bad)  # type: ignore[arg-type]
