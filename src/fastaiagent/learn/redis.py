@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -45,6 +46,7 @@ from fastaiagent.learn.store import SubjectCount
 redis_lib = require("redis", "redis")
 
 LAYOUT_VERSION = "2"
+_MAX_TRANSACTION_ATTEMPTS = 200
 _T = TypeVar("_T")
 
 # Reads the newest active facts of one sorted index in a single round trip,
@@ -207,9 +209,25 @@ class RedisFactStore:
             return operation()
 
     def _transact(self, func: Callable[[Any], _T], *watch: str) -> _T:
-        """Run ``func(pipe)`` as WATCH + MULTI/EXEC, retried when a watched key changes."""
-        result: _T = self._client.transaction(func, *watch, value_from_callable=True)
-        return result
+        """Run ``func(pipe)`` as WATCH + MULTI/EXEC, retried when a watched key
+        changes. A connection lost mid-transaction is an error, not a retry:
+        Redis discarded the queued commands, so nothing was written."""
+        for attempt in range(_MAX_TRANSACTION_ATTEMPTS):
+            with self._client.pipeline(transaction=True) as pipe:
+                try:
+                    if watch:
+                        pipe.watch(*watch)
+                    value = func(pipe)
+                    pipe.execute()
+                    return value
+                except redis_lib.WatchError as exc:
+                    if "occurred while watching" in str(exc):
+                        raise ConnectionError(
+                            f"lost the Redis connection mid-write: {exc}"
+                        ) from exc
+            if attempt >= 8:  # heavy contention: back off a little
+                time.sleep(0.001 * min(attempt, 20))
+        raise RuntimeError("gave up after too many concurrent changes to the same keys")
 
     def _ensure_layout(self) -> None:
         if self._layout_checked:

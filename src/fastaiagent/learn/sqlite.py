@@ -72,7 +72,9 @@ def default_db_path() -> Path:
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     metadata = {} if row[7] in _EMPTY_METADATA or row[7] is None else json.loads(row[7])
-    return Fact(*row[:7], metadata, *row[8:])
+    return Fact(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata, row[8], row[9], row[10]
+    )
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
