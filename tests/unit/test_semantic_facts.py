@@ -168,3 +168,18 @@ def test_dimension_mismatch_is_a_clear_error(store, embedder):
     index = SemanticFactIndex(store, FaissVectorStore(dimension=384), embedder)
     with pytest.raises(DimensionMismatchError, match="384"):
         index.search("tea", "user", "alice")
+
+
+def test_head_check_finds_new_writes_and_full_sync_finds_backdated_ones(store, embedder):
+    for i in range(40):
+        add(store, f"filler fact {i}")
+    index = SemanticFactIndex(store, "auto", embedder, full_sync_seconds=3600, head_size=8)
+    index.search("filler", "user", "alice")
+    store.add(Fact("Alice was born in 1990", scope="user", scope_id="alice", created_at=1.0))
+    # Backdated below the head: invisible until the next full read...
+    assert index.search("born 1990", "user", "alice", limit=1)[0].fact != "Alice was born in 1990"
+    index.full_sync_seconds = 0
+    assert found(index.search("born 1990", "user", "alice", limit=1)) == ["Alice was born in 1990"]
+    add(store, "Alice adopted a parrot")  # ...while new writes are found at once
+    index.full_sync_seconds = 3600
+    assert found(index.search("parrot", "user", "alice", limit=1)) == ["Alice adopted a parrot"]
