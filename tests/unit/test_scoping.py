@@ -1,0 +1,72 @@
+"""The shared scoping rules (fastaiagent.learn.scoping), tested directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastaiagent.learn import Fact
+from fastaiagent.learn.scoping import (
+    MAX_ID_CHARS,
+    Selector,
+    check_fact_id,
+    check_limit,
+    delete_selector,
+    normalize_text,
+    read_selector,
+    validate_for_write,
+)
+
+
+def test_normalisation_folds_case_and_spacing() -> None:
+    assert normalize_text("  Prefers\t EMAIL\n") == "prefers email"
+    assert normalize_text("STRASSE") == normalize_text("straße")  # casefold, not lower
+
+
+@pytest.mark.parametrize("scope", ["user", "project"])
+def test_empty_id_reads_nothing_at_user_and_project(scope: str) -> None:
+    assert read_selector(scope, "") is None
+    assert read_selector(scope, "*") == Selector(scope, None, "")
+    assert read_selector(scope, "a", "p") == Selector(scope, "a", "p")
+
+
+def test_agent_empty_id_reads_every_agent() -> None:
+    assert read_selector("agent", "") == Selector("agent", None, "")
+
+
+@pytest.mark.parametrize("scope", ["user", "project", "agent"])
+def test_delete_needs_an_id_or_star(scope: str) -> None:
+    with pytest.raises(ValueError, match='scope_id="\\*"'):
+        delete_selector(scope, "")
+    assert delete_selector(scope, "*", "p") == Selector(scope, None, "p")
+
+
+def test_write_validation() -> None:
+    ok = validate_for_write(Fact("x", scope="user", scope_id="a"))
+    assert ok.created_at > 0
+    bad = [
+        Fact("x", scope="user", scope_id="*"),
+        Fact("x", scope="agent", scope_id="a", project_id="*"),
+        Fact("x", scope="project", scope_id=""),
+        Fact("x", scope="nope", scope_id="a"),
+        Fact(" ", scope="user", scope_id="a"),
+        Fact("x", scope="user", scope_id="a" * (MAX_ID_CHARS + 1)),
+        Fact("x\ud800", scope="user", scope_id="a"),
+    ]
+    for fact in bad:
+        with pytest.raises(ValueError):
+            validate_for_write(fact)
+    with pytest.raises(TypeError):
+        validate_for_write(Fact("x", scope="user", scope_id="a", metadata={"s": {1, 2}}))
+    assert validate_for_write(Fact("x", scope="agent", scope_id="")).scope_id == ""
+
+
+def test_ids_and_limits() -> None:
+    assert check_fact_id(3) == 3
+    for bad in ("3", 3.0, True, None):
+        with pytest.raises(TypeError):
+            check_fact_id(bad)
+    check_limit(None)
+    check_limit(0)
+    for bad_limit in (-1, True, 2.5):
+        with pytest.raises(ValueError):
+            check_limit(bad_limit)  # type: ignore[arg-type]

@@ -1,0 +1,97 @@
+"""MemoryStore specifics: lazy absolute default path (H14), WAL, per-thread connections."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from fastaiagent.learn import Fact, MemoryStore
+
+
+def test_constructing_creates_no_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    MemoryStore()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_path_is_resolved_once_and_a_chdir_does_not_move_it(tmp_path, monkeypatch) -> None:
+    """H14: the default ./.fastaiagent/local.db is fixed, absolute, at first use."""
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    store = MemoryStore()
+    fact_id = store.add(Fact("kept here", scope="user", scope_id="u"))
+    monkeypatch.chdir(second)
+    assert store.path == (first / ".fastaiagent" / "local.db").resolve()
+    assert store.path.is_absolute()
+    assert store.get(fact_id) is not None
+    store.add(Fact("also here", scope="user", scope_id="u"))
+    assert not (second / ".fastaiagent").exists()
+    store.close()
+
+
+def test_env_var_overrides_the_default(tmp_path, monkeypatch) -> None:
+    target = tmp_path / "elsewhere" / "facts.db"
+    monkeypatch.setenv("FASTAIAGENT_LOCAL_DB", str(target))
+    store = MemoryStore()
+    store.add(Fact("x", scope="user", scope_id="u"))
+    assert store.path == target.resolve() and target.exists()
+    store.close()
+
+
+def test_relative_explicit_path_is_made_absolute_at_first_use(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = MemoryStore("rel.db")
+    store.add(Fact("x", scope="user", scope_id="u"))
+    os.chdir("/")
+    assert store.path == (tmp_path / "rel.db").resolve()
+    store.close()
+
+
+def test_wal_and_partial_indexes(tmp_path) -> None:
+    store = MemoryStore(tmp_path / "f.db")
+    store.add(Fact("x", scope="user", scope_id="u"))
+    conn = sqlite3.connect(tmp_path / "f.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    plan = " ".join(
+        str(r)
+        for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM learned_memory WHERE scope='user' AND scope_id='u' "
+            "AND project_id='' AND superseded_by IS NULL ORDER BY created_at DESC, id DESC LIMIT 50"
+        )
+    )
+    assert "idx_learned_memory_subject_active" in plan
+    conn.close()
+    store.close()
+
+
+def test_one_connection_per_thread_reused(tmp_path) -> None:
+    store = MemoryStore(tmp_path / "f.db")
+    store.add(Fact("x", scope="user", scope_id="u"))
+    main = store._connection()
+    assert store._connection() is main
+    seen: list[sqlite3.Connection] = []
+
+    def worker() -> None:
+        store.list_active("user", "u")
+        seen.append(store._connection())
+        seen.append(store._connection())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen[0] is seen[1] and seen[0] is not main
+    store.close()
+
+
+def test_close_then_reopen(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path / "f.db")
+    fact_id = store.add(Fact("x", scope="user", scope_id="u"))
+    store.close()
+    assert store.get(fact_id) is not None
+    store.close()

@@ -1,0 +1,93 @@
+"""make_fact_store: location strings, store instances, wrong types, missing drivers."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from fastaiagent.learn import Fact, FactStore, MemoryStore, make_fact_store
+
+
+def test_sqlite_is_the_default_and_creates_nothing(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    store = make_fact_store()
+    assert isinstance(store, MemoryStore)
+    assert list(tmp_path.iterdir()) == []  # constructing touches no file
+
+
+def test_sqlite_url_with_a_path(tmp_path) -> None:
+    store = make_fact_store(f"sqlite:///{tmp_path / 'x.db'}")
+    assert isinstance(store, MemoryStore)
+    store.add(Fact("hi", scope="user", scope_id="u"))
+    assert (tmp_path / "x.db").exists()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "cls"),
+    [
+        ("postgres://u@127.0.0.1:5432/db", "PostgresFactStore"),
+        ("postgresql://u@127.0.0.1:5432/db", "PostgresFactStore"),
+        ("redis://127.0.0.1:6379/0", "RedisFactStore"),
+        ("rediss://127.0.0.1:6380/0", "RedisFactStore"),
+    ],
+)
+def test_server_urls_select_their_store_without_connecting(url: str, cls: str) -> None:
+    store = make_fact_store(url)  # lazy: no server needed to construct
+    assert type(store).__name__ == cls
+    assert isinstance(store, FactStore)
+    store.close()
+
+
+def test_a_store_instance_is_used_as_is(tmp_path) -> None:
+    store = MemoryStore(tmp_path / "mine.db")
+    assert make_fact_store(store) is store
+
+
+class _DuckStore:
+    """Any object with the FactStore methods is accepted (structural typing)."""
+
+    def add(self, fact): ...  # type: ignore[no-untyped-def]
+    def get(self, fact_id): ...  # type: ignore[no-untyped-def]
+    def list_active(self, scope, scope_id, project_id="", limit=50): ...  # type: ignore[no-untyped-def]
+    def supersede(self, old_id, new_id): ...  # type: ignore[no-untyped-def]
+    def update(self, new, old_id): ...  # type: ignore[no-untyped-def]
+    def delete(self, scope, scope_id, project_id="", *, fact=None, fact_id=None): ...  # type: ignore[no-untyped-def]
+    def prune_learned(self, scope, scope_id, project_id="", *, keep): ...  # type: ignore[no-untyped-def]
+    def browse(self, **kw): ...  # type: ignore[no-untyped-def]
+    def subjects(self, *, include_superseded=False): ...  # type: ignore[no-untyped-def]
+    def close(self): ...  # type: ignore[no-untyped-def]
+
+
+def test_a_users_own_store_is_used_as_is() -> None:
+    duck = _DuckStore()
+    assert make_fact_store(duck) is duck
+
+
+@pytest.mark.parametrize("location", ["mysql://x", "", "postgres:/x", "redis:/x", "SQLITE"])
+def test_unknown_strings_are_value_errors(location: str) -> None:
+    with pytest.raises(ValueError, match="unsupported location"):
+        make_fact_store(location)
+
+
+@pytest.mark.parametrize("location", [None, 42, b"sqlite", object(), ["sqlite"]])
+def test_non_string_non_store_is_a_type_error(location: object) -> None:
+    with pytest.raises(TypeError):
+        make_fact_store(location)
+
+
+@pytest.mark.parametrize(
+    ("url", "driver", "module", "extra"),
+    [
+        ("postgres://u@h/db", "psycopg", "fastaiagent.learn.postgres", "postgres"),
+        ("postgresql://u@h/db", "psycopg_pool", "fastaiagent.learn.postgres", "postgres"),
+        ("redis://h:6379/0", "redis", "fastaiagent.learn.redis", "redis"),
+    ],
+)
+def test_missing_driver_names_the_extra(monkeypatch, url, driver, module, extra) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(sys.modules, driver, None)  # as if not installed
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ImportError, match=rf"pip install 'fastaiagent\[{extra}\]'"):
+        make_fact_store(url)
