@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from fastaiagent.trace.recorder import RecordedSpan, current_span
 from fastaiagent.trace.redaction import (
     ENV_PAYLOADS,
     PAYLOAD_KEYS,
@@ -56,18 +57,27 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'fastaiagent.trace' has no attribute {name!r}")
 
 
-_state: dict[str, Any] = {"tracer": None}
+# "sink" receives spans recorded by the fast recorder (installed by setup() and
+# capture()); "tracer" is an OpenTelemetry tracer installed with set_tracer(),
+# for apps that want every span created by their own SDK provider.
+_state: dict[str, Any] = {"tracer": None, "sink": None}
 _NOOP: Any = nullcontext(None)
 
 
 def is_enabled() -> bool:
-    """True while a tracer is installed (see :func:`fastaiagent.trace.setup`)."""
-    return _state["tracer"] is not None
+    """True while tracing is on (see :func:`fastaiagent.trace.setup`)."""
+    return _state["sink"] is not None or _state["tracer"] is not None
 
 
 def set_tracer(tracer: Any) -> None:
-    """Install (or with None remove) the OpenTelemetry tracer spans go to."""
+    """Install (or with None remove) an OpenTelemetry tracer spans go to.
+
+    Spans then are real SDK spans of your provider (slower than the
+    recorder :func:`setup` installs, but they join every OTel context).
+    """
     _state["tracer"] = tracer
+    if tracer is not None:
+        _state["sink"] = None
 
 
 @contextmanager
@@ -82,6 +92,9 @@ def _open(name: str, attributes: Mapping[str, Any] | None) -> Iterator[Any]:
 
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> Any:
     """A context manager for one span; a no-op when tracing is off."""
+    sink = _state["sink"]
+    if sink is not None:
+        return RecordedSpan(name, attributes, sink)
     if _state["tracer"] is None:
         return _NOOP
     return _open(name, attributes)
@@ -89,6 +102,11 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Any:
 
 def annotate(attributes: Mapping[str, Any]) -> None:
     """Set attributes on the current span, if tracing is on."""
+    if _state["sink"] is not None:
+        live = current_span()
+        if live is not None:
+            live.set_attributes(attributes)
+        return
     if _state["tracer"] is None:
         return
     from opentelemetry import trace as otel_trace
@@ -101,6 +119,9 @@ def annotate(attributes: Mapping[str, Any]) -> None:
 
 def current_trace_id() -> str | None:
     """The hex id of the active trace, or None when tracing is off."""
+    if _state["sink"] is not None:
+        live = current_span()
+        return live.trace_id_hex if live is not None else None
     if _state["tracer"] is None:
         return None
     from opentelemetry import trace as otel_trace

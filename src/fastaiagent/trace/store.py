@@ -195,7 +195,8 @@ class TraceStore:
 
     def write(self, spans: Iterable[SpanRecord]) -> int:
         """Store spans (a re-sent span replaces its earlier copy); returns how many."""
-        rows = [
+        return self.write_rows(
+            [
             (
                 s.span_id,
                 s.trace_id,
@@ -208,7 +209,11 @@ class TraceStore:
                 json.dumps(s.events, default=str),
             )
             for s in spans
-        ]
+            ]
+        )
+
+    def write_rows(self, rows: list[tuple[Any, ...]]) -> int:
+        """Store rows already in column order (the export thread's fast path)."""
         if not rows:
             return 0
         with self._write() as conn:
