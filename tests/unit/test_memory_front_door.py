@@ -79,6 +79,7 @@ def test_locations_select_backends_and_bad_ones_fail(tmp_path):
         {"user_id": ""},
         {"agent_id": "*"},
         {"project_id": "*"},
+        {"embedder": "minilm"},
     ],
 )
 def test_bad_keywords_raise_value_error_at_construction(kwargs):
@@ -93,7 +94,7 @@ def test_bad_keywords_raise_value_error_at_construction(kwargs):
         {"summarize": object()},
         {"recall": "yes"},
         {"semantic": 3},
-        {"embedder": "minilm"},
+        {"embedder": 384},
         {"dedupe": "true"},
         {"agent_id": 5},
     ],

@@ -81,6 +81,20 @@ def _check_vector_option(name: str, value: Any) -> Any:
     return value
 
 
+def _check_embedder(value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, str):
+        if value in ("auto", "local", "openai") or value.startswith("openai:"):
+            return
+        raise ValueError(
+            f"unknown embedder {value!r}: use 'auto', 'local', 'openai', 'openai:<model>' "
+            "or an Embedder instance"
+        )
+    if not (callable(getattr(value, "embed", None)) and hasattr(value, "dimension")):
+        raise TypeError(f"embedder= must be a name or an Embedder (embed + dimension), got {value!r}")
+
+
 class _AfterReply(MemoryBlock):
     """Runs a learning block's ``on_message`` on the background queue, after the reply.
 
@@ -240,10 +254,7 @@ class Memory:
             raise TypeError("dedupe must be True or False")
         if not isinstance(learn_in_background, bool):
             raise TypeError("learn_in_background must be True or False")
-        if embedder is not None and embedder != "auto" and not (
-            hasattr(embedder, "embed") and hasattr(embedder, "dimension")
-        ):
-            raise TypeError(f'embedder= must be "auto", an Embedder or None, got {embedder!r}')
+        _check_embedder(embedder)
         self.learn = _check_llm("learn", learn)
         self.summarize = _check_llm("summarize", summarize)
         if self.learn is not None and user_id is None:
