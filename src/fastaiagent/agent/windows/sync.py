@@ -66,6 +66,7 @@ class SharedWindows:
         self._syncs: weakref.WeakKeyDictionary[Any, _Sync] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._warned_outage = 0.0
+        self.conflicts = 0  # writes that lost a compare-and-set and re-applied their turn
 
     def key(self, user_id: str | None) -> WindowKey:
         """The store key of a user (a Memory without users has one window, user "")."""
@@ -145,6 +146,7 @@ class SharedWindows:
                         trace.annotate({"memory.window.conflicts": conflicts})
                         return
                     conflicts += 1
+                    self.conflicts += 1
                     if attempt:  # a busy user: let the other writer finish
                         time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
                     self._reload(state, sync)
