@@ -1,0 +1,237 @@
+"""Memory(windows=...) as a user sees it: two Memory objects stand in for two workers.
+
+Backend-parametrised tests run on the real SQLite file, Postgres and Redis
+(names unique per run; missing servers fail under CI=true).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+from test_shared_windows import make_memory, spec  # noqa: F401  (spec is a fixture)
+
+from fastaiagent.agent.agent import Agent
+from fastaiagent.agent.memory_blocks.summary import SUMMARY_PREFIX
+from fastaiagent.agent.tiered import Memory
+from fastaiagent.agent.windows import WindowKey
+from fastaiagent.agent.windows.sqlite import SQLiteWindowStore
+from fastaiagent.learn.sqlite import MemoryStore
+from fastaiagent.llm.message import Message
+from fastaiagent.testing import CannedLLM, FunctionLLM
+
+
+def _ack(messages: list[Message]) -> str:
+    return "ack " + (messages[-1].content or "")
+
+
+def _agent(memory: Memory) -> Agent:
+    return Agent("a", llm=FunctionLLM(_ack), memory=memory)
+
+
+def _window(memory: Memory, user: str) -> list[str | None]:
+    return [m.content for m in memory.for_user(user).messages]
+
+
+# -- on every backend -------------------------------------------------------------
+
+
+def test_two_workers_alternate_and_both_see_every_turn(spec) -> None:  # noqa: F811
+    a, b = _agent(make_memory(spec)), _agent(make_memory(spec))
+    for turn in range(4):
+        (a if turn % 2 == 0 else b).run(f"q{turn}", context="alice")
+        (b if turn % 2 == 0 else a).run(f"bob q{turn}", context="bob")
+    want = [x for t in range(4) for x in (f"q{t}", f"ack q{t}")]
+    assert _window(a.memory, "alice") == want  # type: ignore[arg-type]
+    assert _window(b.memory, "alice") == want  # type: ignore[arg-type]
+    assert len(_window(a.memory, "bob")) == 8  # type: ignore[arg-type]
+
+
+def test_forget_and_drop_user_clear_the_shared_window_for_every_worker(spec) -> None:  # noqa: F811
+    a, b = make_memory(spec), make_memory(spec)
+    for user in ("alice", "bob", "carol"):
+        _agent(a).run(f"hello from {user}", context=user)
+    assert _window(b, "alice")  # b has it cached now
+
+    b.forget(tier="user", id="alice")
+    assert _window(a, "alice") == [] and _window(b, "alice") == []
+    assert b.drop_user("bob") is True  # only the stored copy was there: still True
+    assert _window(a, "bob") == []
+    assert _window(a, "carol") == ["hello from carol", "ack hello from carol"]  # untouched
+    _agent(a).run("back again", context="alice")  # a forgotten user starts over
+    assert _window(b, "alice") == ["back again", "ack back again"]
+
+
+def test_forget_everyone_is_scoped_to_agent_and_project(spec) -> None:  # noqa: F811
+    mine, other = make_memory(spec), make_memory(spec)
+    other.agent_id = other._windows.agent_id = "other-bot"  # type: ignore[union-attr]
+    for user in ("alice", "bob"):
+        _agent(mine).run("hi", context=user)
+        _agent(other).run("hi", context=user)
+    mine.forget(tier="user", id="*")
+    fresh = make_memory(spec)
+    assert _window(fresh, "alice") == [] and _window(fresh, "bob") == []
+    assert len(_window(other, "alice")) == 2 and len(_window(other, "bob")) == 2
+
+
+def test_idle_windows_expire_after_the_ttl(spec) -> None:  # noqa: F811
+    memory = make_memory(spec)
+    memory._windows.ttl_seconds = 0.4  # type: ignore[union-attr]
+    _agent(memory).run("remember me", context="alice")
+    time.sleep(0.7)
+    assert _window(memory, "alice") == []  # the cached copy follows the store
+
+
+# -- behaviour shared by every backend: checked on SQLite ------------------------------
+
+
+class CountingStore(SQLiteWindowStore):
+    """The real SQLite window store, counting how often the state had to travel."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.transfers = 0
+
+    def load(self, key: WindowKey, known_version: str | None = None) -> Any:
+        found = super().load(key, known_version)
+        if found is not None and found.state is not None:
+            self.transfers += 1
+        return found
+
+
+def test_a_cached_state_is_reused_while_the_stored_version_is_unchanged(tmp_path) -> None:
+    facts = MemoryStore(tmp_path / "db.sqlite")
+    store_a, store_b = CountingStore(facts), CountingStore(MemoryStore(tmp_path / "db.sqlite"))
+    a = _agent(Memory(facts, user_id=str, windows=store_a))
+    b = _agent(Memory(store_b.store, user_id=str, windows=store_b))
+    for turn in range(5):
+        a.run(f"q{turn}", context="alice")
+    assert store_a.transfers == 0  # only its own writes: never re-read
+    b.run("q5", context="alice")
+    assert store_b.transfers == 1  # b had nothing cached
+    a.run("q6", context="alice")
+    assert store_a.transfers == 1  # b's turn changed the version: one reload
+    assert len(_window(a.memory, "alice")) == 14  # type: ignore[arg-type]
+
+
+def test_the_running_summary_travels_with_the_window(tmp_path) -> None:
+    location = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    summary_a, summary_b = CannedLLM("Alice likes tea."), CannedLLM("written by b")
+    seen: list[list[Message]] = []
+
+    def reply(messages: list[Message]) -> str:
+        seen.append(messages)
+        return "ok"
+
+    def memory(llm: CannedLLM) -> Memory:
+        return Memory(location, user_id=str, window=2, summarize=llm, windows="shared")
+
+    a = Agent("a", llm=FunctionLLM(reply), memory=memory(summary_a))
+    b = Agent("b", llm=FunctionLLM(reply), memory=memory(summary_b))
+    for turn in range(5):  # refreshes fall due (every 5 messages) on a's turns: 0, 2, 4
+        (a if turn % 2 == 0 else b).run(f"turn {turn}", context="alice")
+    b.run("what do I like?", context="alice")
+    assert summary_a.call_count >= 1 and summary_b.call_count == 0
+    system = [m.content or "" for m in seen[-1] if m.role == "system"]
+    assert SUMMARY_PREFIX + "Alice likes tea." in system  # b shows the summary a wrote
+
+
+def test_validation_happens_at_construction(tmp_path) -> None:
+    with pytest.raises(ValueError, match="windows="):
+        Memory(windows="memcached://x")
+    with pytest.raises(TypeError, match="windows="):
+        Memory(windows=42)
+    for bad in (0, -5, "1h", True):
+        with pytest.raises(ValueError, match="window_ttl_seconds"):
+            Memory(windows="shared", window_ttl_seconds=bad)
+
+    plain = Memory(f"sqlite:///{tmp_path / 'x.db'}", windows=None)
+    assert plain._windows is None
+    assert Memory(f"sqlite:///{tmp_path / 'x.db'}", windows="shared")._windows is not None
+
+
+def test_shared_windows_need_a_store_that_can_hold_them(tmp_path) -> None:
+    class WrappedFactStore:
+        """A custom FactStore (here wrapping SQLite): windows cannot live in it."""
+
+        def __init__(self, inner: MemoryStore) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    wrapped = WrappedFactStore(MemoryStore(tmp_path / "x.db"))
+    with pytest.raises(ValueError, match="cannot hold them"):
+        Memory(wrapped, windows="shared")  # type: ignore[arg-type]
+    # ...but a URL or a WindowStore puts the windows elsewhere.
+    assert Memory(wrapped, windows=f"sqlite:///{tmp_path / 'w.db'}")._windows is not None  # type: ignore[arg-type]
+
+
+def test_a_window_url_elsewhere_than_the_facts(tmp_path) -> None:
+    windows_db = tmp_path / "windows.db"
+    a = _agent(Memory(f"sqlite:///{tmp_path / 'a.db'}", user_id=str, windows=f"sqlite:///{windows_db}"))
+    b = _agent(Memory(f"sqlite:///{tmp_path / 'b.db'}", user_id=str, windows=f"sqlite:///{windows_db}"))
+    a.run("hi", context="alice")
+    assert _window(b.memory, "alice") == ["hi", "ack hi"]  # type: ignore[arg-type]
+
+
+def test_a_memory_with_one_window_shares_it_too(tmp_path) -> None:
+    location = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    a = _agent(Memory(location, user_id="alice", windows="shared"))
+    b = _agent(Memory(location, user_id="alice", windows="shared"))
+    a.run("one")
+    b.run("two")
+    assert [m.content for m in a.memory.start_turn().context_messages("")] == [  # type: ignore[union-attr]
+        "one", "ack one", "two", "ack two"
+    ]
+
+
+def test_unresolved_callers_store_nothing(tmp_path) -> None:
+    memory = Memory(f"sqlite:///{tmp_path / 'db.sqlite'}", user_id=lambda c: None, windows="shared")
+    _agent(memory).run("who am I?")
+    row = memory._windows.store._conn().execute(  # type: ignore[union-attr]
+        "SELECT count(*) FROM conversation_windows"
+    ).fetchone()
+    assert row[0] == 0
+
+
+def test_async_runs_share_windows(tmp_path) -> None:
+    location = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    a = _agent(Memory(location, user_id=str, windows="shared"))
+    b = _agent(Memory(location, user_id=str, windows="shared"))
+
+    async def main() -> None:
+        await a.arun("one", context="alice")
+        await b.arun("two", context="alice")
+        await asyncio.gather(*(a.arun(f"bob {i}", context="bob") for i in range(5)))
+
+    asyncio.run(main())
+    assert _window(b.memory, "alice") == ["one", "ack one", "two", "ack two"]  # type: ignore[arg-type]
+    assert len(_window(b.memory, "bob")) == 10  # type: ignore[arg-type]
+
+
+def test_load_from_a_file_is_pushed_to_every_worker(tmp_path) -> None:
+    location = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    a, b = Memory(location, user_id=str, windows="shared"), Memory(location, user_id=str, windows="shared")
+    _agent(a).run("saved turn", context="alice")
+    a.for_user("alice").save(tmp_path / "snap")
+    a.forget(tier="user", id="alice")
+    b.for_user("alice").load(tmp_path / "snap")
+    assert _window(a, "alice") == ["saved turn", "ack saved turn"]
+
+
+def test_a_store_outage_degrades_to_in_process_windows(tmp_path, caplog) -> None:
+    memory = Memory(
+        f"sqlite:///{tmp_path / 'db.sqlite'}", user_id=str, windows="redis://127.0.0.1:1/0"
+    )
+    agent = _agent(memory)
+    with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
+        agent.run("one", context="alice")
+        agent.run("two", context="alice")
+    assert [m.content for m in memory._state_for("alice").memory.primary.get_messages()] == [
+        "one", "ack one", "two", "ack two"
+    ]
+    assert any("shared window store" in r.getMessage() for r in caplog.records)
