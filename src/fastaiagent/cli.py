@@ -13,6 +13,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("fastaiagent.ui.cli", "register", "ui"),
     ("fastaiagent.learn.cli", "register", "learn"),
     ("fastaiagent.plane_server", "register", "plane"),
+    ("fastaiagent.demo", "register", "demo"),
 ]
 
 
