@@ -181,6 +181,7 @@ class PostgresFactStore:
                 if not self._schema_ready:
                     self._ensure_schema(conn)
                     self._schema_ready = True
+                self._compile(conn)
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
             raise ConnectionError(
@@ -258,12 +259,26 @@ class PostgresFactStore:
             sql.SQL(unique), sql.Identifier(name), self._t
         )
 
+    def _compile(self, conn: Any) -> None:
+        """Render the fixed queries to strings once, so a call doesn't re-compose them."""
+        self._queries = {
+            name: query if name == "cols" or isinstance(query, str) else query.as_string(conn)
+            for name, query in self._queries.items()
+        }
+
     def _q(self, name: str) -> Any:
         return self._queries[name]
 
     def _build_queries(self) -> dict[str, Any]:
         t = self._t
-        cols = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
+        # Empty metadata comes back as NULL: no JSON parse per row on the read path.
+        cols = sql.SQL(", ").join(
+            [*map(sql.Identifier, _COLUMNS[:-1]), sql.SQL("NULLIF(metadata, '{}'::jsonb)")]
+        )
+        newest = sql.SQL(
+            "SELECT {} FROM {} WHERE scope = %s AND project_id = %s {} "
+            "AND superseded_by IS NULL ORDER BY created_at DESC, id DESC LIMIT %s"
+        )
         # md5: a btree entry must stay small, and fact texts run to 10,000 chars.
         active_key = "(scope, scope_id, project_id, md5(fact_key)) WHERE superseded_by IS NULL"
         return {
@@ -292,6 +307,8 @@ class PostgresFactStore:
                 "SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
             ).format(cols, t),
             "mark_superseded": sql.SQL("UPDATE {} SET superseded_by = %s WHERE id = %s").format(t),
+            "list_subject": newest.format(cols, t, sql.SQL("AND scope_id = %s")),
+            "list_scope": newest.format(cols, t, sql.SQL("")),
             "cols": cols,
         }
 
@@ -423,11 +440,12 @@ class PostgresFactStore:
         selector = read_selector(scope, scope_id, project_id)
         if selector is None or limit == 0:
             return []
-        where, params = self._where(selector, active=True)
-        query = sql.SQL(
-            "SELECT {} FROM {} WHERE {} ORDER BY created_at DESC, id DESC LIMIT %s"
-        ).format(self._q("cols"), self._t, where)
-        params.append(limit)
+        if selector.scope_id is None:
+            query = self._q("list_scope")
+            params: list[Any] = [selector.scope, selector.project_id, limit]
+        else:
+            query = self._q("list_subject")
+            params = [selector.scope, selector.project_id, selector.scope_id, limit]
         return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
 
     def browse(

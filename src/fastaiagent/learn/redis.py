@@ -51,7 +51,10 @@ _T = TypeVar("_T")
 
 # Reads the newest active facts of one sorted index in a single round trip,
 # skipping entries whose hash is gone or superseded (left by an older writer),
-# so ``limit=n`` returns n facts whenever n exist.
+# so ``limit=n`` returns n facts whenever n exist. The reply is one JSON string
+# (id, [field, value, ...], id, ...): parsing it is one C call, where a nested
+# reply of 50 hashes costs milliseconds in redis-py's Python parser. Fields
+# come in _READ_FIELDS order, so facts are built positionally.
 _READ_NEWEST = """
 local limit = tonumber(ARGV[2])
 local out = {}
@@ -64,23 +67,22 @@ while limit < 0 or found < limit do
   if #ids == 0 then break end
   for _, member in ipairs(ids) do
     local id = string.format('%d', tonumber(member))
-    local h = redis.call('HGETALL', ARGV[1] .. id)
-    if #h > 0 then
-      local active = true
-      for i = 1, #h, 2 do
-        if h[i] == 'superseded_by' and h[i + 1] ~= '' then active = false end
+    local h = redis.call('HMGET', ARGV[1] .. id, 'fact', 'scope', 'scope_id', 'project_id',
+      'confidence', 'source', 'source_trace_id', 'metadata', 'created_at', 'superseded_by')
+    if h[1] and (not h[10] or h[10] == '') then
+      for i = 1, 10 do
+        if not h[i] then h[i] = '' end
       end
-      if active then
-        out[#out + 1] = id
-        out[#out + 1] = h
-        found = found + 1
-        if limit >= 0 and found >= limit then break end
-      end
+      out[#out + 1] = id
+      out[#out + 1] = h
+      found = found + 1
+      if limit >= 0 and found >= limit then break end
     end
   end
   start = start + batch
 end
-return out
+if found == 0 then return '[]' end
+return cjson.encode(out)
 """
 
 # Raises the id counter to at least ARGV[1] (after indexing older facts).
@@ -123,6 +125,23 @@ def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
         created_at=float(raw.get("created_at") or 0.0),
         superseded_by=int(superseded) if superseded else None,
         metadata=json.loads(raw["metadata"]) if raw.get("metadata") else {},
+    )
+
+
+def _fact_from_values(fact_id: int, v: list[str]) -> Fact:
+    """An active fact from the read script's values (fact .. superseded_by)."""
+    return Fact(
+        v[0],
+        v[1] or "agent",
+        v[2],
+        v[3],
+        float(v[4]) if v[4] else 1.0,
+        v[5] or "manual",
+        v[6] or None,
+        json.loads(v[7]) if v[7] and v[7] != "{}" else {},
+        fact_id,
+        float(v[8]) if v[8] else 0.0,
+        None,
     )
 
 
@@ -466,14 +485,11 @@ class RedisFactStore:
         return self._call(lambda: self._read_fact(self._client, fact_id))
 
     def _newest(self, index_key: str, limit: int | None) -> list[Fact]:
-        flat = self._read_newest(
+        reply = self._read_newest(
             keys=[index_key], args=[self._k("fact", ""), -1 if limit is None else limit]
         )
-        facts = []
-        for i in range(0, len(flat), 2):
-            raw = flat[i + 1]
-            facts.append(_parse_fact(int(flat[i]), dict(zip(raw[::2], raw[1::2], strict=False))))
-        return facts
+        flat = json.loads(reply)
+        return [_fact_from_values(int(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def list_active(
         self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50

@@ -1,0 +1,253 @@
+"""Fact store benchmark: SQLite, Postgres and Redis.
+
+Per backend it measures
+- add/s: single-threaded ``store.add`` of distinct facts (each a real write);
+- read p50: ``list_active(limit=50)`` of one subject holding 50 facts, with
+  10k facts stored (200 subjects) and again with 1M stored (20k subjects),
+  and the ratio of the two (a read should cost what it returns, not what is stored).
+
+The large data sets are bulk-loaded (executemany / COPY / pipelines) in the
+store's own layout, not through ``add``. Results go to bench/results/stores.json.
+
+    python bench/stores.py                 # all backends, 10k vs 1M
+    python bench/stores.py --quick         # 10k vs 100k, fewer samples
+    python bench/stores.py --backends sqlite,redis
+
+Targets: SQLite >= 5,000 adds/s and read p50 <= 0.1 ms; Postgres read p50
+<= 0.5 ms; Redis read p50 <= 0.3 ms; every ratio (1M / 10k) <= 1.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import summary, time_calls, write_results
+
+from fastaiagent.learn import Fact, FactStore, MemoryStore
+from fastaiagent.learn.scoping import normalize_text
+
+POSTGRES_URL = os.environ.get(
+    "FASTAIAGENT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
+)
+# A database number of its own, so other people's SCANs don't walk our million keys.
+REDIS_URL = os.environ.get("FASTAIAGENT_BENCH_REDIS", "redis://127.0.0.1:6379/13")
+PER_SUBJECT = 50
+TARGETS = {
+    "sqlite": {"adds_per_s": 5000, "read_p50_ms": 0.1},
+    "postgres": {"read_p50_ms": 0.5},
+    "redis": {"read_p50_ms": 0.3},
+}
+MAX_RATIO = 1.2
+
+
+def subject_id(n: int) -> str:
+    return f"user-{n:06d}"
+
+
+def rows(first_subject: int, last_subject: int, base: float) -> Iterator[tuple[str, str, float]]:
+    """(text, scope_id, created_at) of 50 facts per subject, oldest first."""
+    for s in range(first_subject, last_subject):
+        for k in range(PER_SUBJECT):
+            yield f"Fact {k} about {subject_id(s)}", subject_id(s), base + s * 1e-3 + k * 1e-6
+
+
+# -- bulk loaders (the store's own layout, fast paths) -----------------------
+
+
+def bulk_sqlite(store: MemoryStore, first: int, last: int, base: float) -> None:
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
+        "source, created_at, metadata) VALUES (?, ?, 'user', ?, '', 1.0, 'manual', ?, '{}')",
+        ((t, normalize_text(t), sid, ts) for t, sid, ts in rows(first, last, base)),
+    )
+    conn.execute("COMMIT")
+    conn.execute("ANALYZE")
+    conn.close()
+
+
+def bulk_postgres(store: Any, first: int, last: int, base: float) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        query = sql.SQL(
+            "COPY {} (fact, fact_key, scope, scope_id, project_id, created_at) FROM STDIN"
+        ).format(sql.Identifier(store.table))
+        with conn.cursor() as cur, cur.copy(query) as copy:
+            for text, sid, ts in rows(first, last, base):
+                copy.write_row((text, normalize_text(text), "user", sid, "", ts))
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(store.table)))
+
+
+def bulk_redis(store: Any, first: int, last: int, base: float) -> None:
+    client = store._client
+    next_id = int(client.get(store._k("seq")) or 0)
+    pipe = client.pipeline(transaction=False)
+    for i, (text, sid, ts) in enumerate(rows(first, last, base), start=1):
+        fact = Fact(text, scope="user", scope_id=sid, created_at=ts)
+        store._queue_create(pipe, next_id + i, fact, normalize_text(text))
+        if i % 2000 == 0:
+            pipe.execute()
+    pipe.execute()
+    client.set(store._k("seq"), next_id + (last - first) * PER_SUBJECT)
+
+
+# -- backends ------------------------------------------------------------------
+
+
+def open_sqlite(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
+    store = MemoryStore(workdir / "bench.db")
+    return store, store.close
+
+
+def open_postgres(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
+    import psycopg
+    from psycopg import sql
+
+    from fastaiagent.learn.postgres import PostgresFactStore
+
+    table = f"bench_{uuid.uuid4().hex[:10]}"
+    store = PostgresFactStore(POSTGRES_URL, table=table)
+
+    def cleanup() -> None:
+        store.close()
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+    return store, cleanup
+
+
+def open_redis(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
+    from fastaiagent.learn.redis import RedisFactStore
+
+    prefix = f"bench-{uuid.uuid4().hex[:10]}"
+    store = RedisFactStore(REDIS_URL, prefix=prefix)
+
+    def cleanup() -> None:
+        client = store._client
+        batch: list[str] = []
+        for key in client.scan_iter(match=prefix + ":*", count=5000):
+            batch.append(key)
+            if len(batch) >= 5000:
+                client.unlink(*batch)
+                batch = []
+        if batch:
+            client.unlink(*batch)
+        store.close()
+
+    return store, cleanup
+
+
+BACKENDS: dict[str, tuple[Callable[..., Any], Callable[..., None]]] = {
+    "sqlite": (open_sqlite, bulk_sqlite),
+    "postgres": (open_postgres, bulk_postgres),
+    "redis": (open_redis, bulk_redis),
+}
+
+
+def measure_adds(store: FactStore, count: int) -> float:
+    facts = [
+        Fact(
+            f"Add benchmark fact {i}", scope="user", scope_id=f"adder-{i % 100}", project_id="adds"
+        )
+        for i in range(count)
+    ]
+    store.add(Fact("warm up", scope="user", scope_id="adder", project_id="adds"))
+    start = time.perf_counter()
+    for fact in facts:
+        store.add(fact)
+    return count / (time.perf_counter() - start)
+
+
+def measure_reads(store: FactStore, subjects: int, samples: int, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    picks = [subject_id(rng.randrange(subjects)) for _ in range(samples + 200)]
+
+    def read(i: int) -> None:
+        got = store.list_active("user", picks[i], limit=50)
+        assert len(got) == PER_SUBJECT, (picks[i], len(got))
+
+    return summary(time_calls(read, samples, warmup=200))
+
+
+def run_backend(name: str, big_subjects: int, adds: int, samples: int) -> dict[str, Any]:
+    opener, bulk = BACKENDS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        store, cleanup = opener(Path(tmp))
+        try:
+            result: dict[str, Any] = {"adds_per_s": round(measure_adds(store, adds))}
+            base = time.time() - 10_000
+            small_subjects = 200
+            bulk(store, 0, small_subjects, base)
+            result["read_small"] = measure_reads(store, small_subjects, samples, seed=1)
+            started = time.perf_counter()
+            bulk(store, small_subjects, big_subjects, base)
+            result["bulk_load_s"] = round(time.perf_counter() - started, 1)
+            result["read_big"] = measure_reads(store, big_subjects, samples, seed=2)
+            result["small_facts"] = small_subjects * PER_SUBJECT
+            result["big_facts"] = big_subjects * PER_SUBJECT
+            result["ratio"] = round(
+                result["read_big"]["p50_ms"] / result["read_small"]["p50_ms"], 3
+            )
+            result["checks"] = check(name, result)
+            return result
+        finally:
+            cleanup()
+
+
+def check(name: str, result: dict[str, Any]) -> dict[str, bool]:
+    target = TARGETS[name]
+    out = {"ratio": result["ratio"] <= MAX_RATIO}
+    if "adds_per_s" in target:
+        out["adds_per_s"] = result["adds_per_s"] >= target["adds_per_s"]
+    out["read_p50"] = (
+        max(result["read_small"]["p50_ms"], result["read_big"]["p50_ms"]) <= target["read_p50_ms"]
+    )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="10k vs 100k facts, fewer samples")
+    parser.add_argument("--backends", default="sqlite,postgres,redis")
+    args = parser.parse_args()
+    big_subjects = 2_000 if args.quick else 20_000
+    adds = 2_000 if args.quick else 10_000
+    samples = 1_000 if args.quick else 5_000
+    results: dict[str, Any] = {}
+    for name in args.backends.split(","):
+        print(f"[{name}] running ...", flush=True)
+        results[name] = run_backend(name, big_subjects, adds, samples)
+        r = results[name]
+        print(
+            f"[{name}] add/s {r['adds_per_s']:>8,} | list_active(limit=50) p50 "
+            f"{r['read_small']['p50_ms']:.3f} ms at {r['small_facts']:,} facts, "
+            f"{r['read_big']['p50_ms']:.3f} ms at {r['big_facts']:,} ({big_subjects:,} subjects) "
+            f"| ratio {r['ratio']:.2f} | bulk load {r['bulk_load_s']} s | "
+            + " ".join(f"{k}={'ok' if v else 'MISS'}" for k, v in r["checks"].items()),
+            flush=True,
+        )
+    path = write_results(
+        "stores" + ("_quick" if args.quick else ""), {"quick": args.quick, "results": results}
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
