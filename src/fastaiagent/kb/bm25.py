@@ -112,15 +112,17 @@ class BM25Index:
             if not terms or n_docs == 0 or top_k <= 0:
                 return []
             avg = self._total_length / n_docs or 1.0
+            k1, b, lengths = self.k1, self.b, self._lengths
+            base, slope = k1 * (1.0 - b), k1 * b / avg
             scores: dict[str, float] = {}
             for term in terms:
                 docs = self._postings.get(term)
                 if not docs:
                     continue
                 idf = math.log(1.0 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5))
+                gain = idf * (k1 + 1)
                 for doc_id, tf in docs.items():
-                    norm = self.k1 * (1.0 - self.b + self.b * self._lengths[doc_id] / avg)
-                    scores[doc_id] = scores.get(doc_id, 0.0) + idf * tf * (self.k1 + 1) / (
-                        tf + norm
-                    )
-        return heapq.nlargest(top_k, scores.items(), key=lambda item: item[1])
+                    part = gain * tf / (tf + base + slope * lengths[doc_id])
+                    scores[doc_id] = scores.get(doc_id, 0.0) + part
+        best = heapq.nlargest(top_k, scores, key=scores.__getitem__)
+        return [(doc_id, scores[doc_id]) for doc_id in best]

@@ -19,6 +19,7 @@ Qdrant point ids); the fact id is kept in the chunk metadata.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -51,6 +52,7 @@ def store_identity(store: Any) -> str:
     return type(store).__name__
 
 
+@functools.lru_cache(maxsize=4096)
 def subject_namespace(subject: Subject) -> str:
     """The vector namespace of one subject (parts escaped so ids with ':' cannot collide)."""
     scope, scope_id, project_id = subject

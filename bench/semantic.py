@@ -1,0 +1,125 @@
+"""Semantic fact retrieval latency over one user's facts.
+
+Writes N facts (default 10,000) for one user to a SQLite store, then, as a
+freshly started process would, runs the first semantic search (which pays
+the backfill: reading the facts and embedding them in one batch) and then
+timed searches. Warm latency excludes the query embedding (query vectors are
+computed beforehand), so it measures the index, the store reads and fusion.
+
+    python bench/semantic.py [--facts 10000] [--queries 200] [--retrieval hybrid]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fastaiagent.kb.embedding import get_embedder
+from fastaiagent.learn.models import Fact
+from fastaiagent.learn.semantic import SemanticFactIndex
+from fastaiagent.learn.sqlite import MemoryStore
+
+TARGET_P50_MS = 5.0
+SUBJECTS = ["sister", "manager", "dentist", "neighbour", "coach", "landlord", "cousin", "doctor"]
+VERBS = ["likes", "dislikes", "recommended", "mentioned", "bought", "avoids", "collects", "booked"]
+OBJECTS = [
+    "spicy ramen", "jazz records", "a trip to Lisbon", "oat milk", "mountain bikes", "chess lessons",
+    "vintage cameras", "peanut snacks", "a standing desk", "yoga classes", "sci-fi novels",
+    "Thai curry", "rock climbing", "a Tesla", "houseplants", "marathon training",
+]  # fmt: skip
+QUERIES = [
+    "what food should we avoid?", "where is the next holiday?", "which hobbies are mentioned?",
+    "what did the doctor say?", "what car do they drive?", "what music do they enjoy?",
+    "any sports?", "what furniture was bought?",
+]  # fmt: skip
+
+
+class PreEmbedded:
+    """Serves precomputed query vectors, so timings exclude query embedding."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.dimension = inner.dimension
+        self.known: dict[str, list[float]] = {}
+
+    def prepare(self, texts: list[str]) -> None:
+        self.known.update(zip(texts, self.inner.embed(texts), strict=True))
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if all(t in self.known for t in texts):
+            return [self.known[t] for t in texts]
+        return self.inner.embed(texts)
+
+
+def fact_text(i: int, rng: random.Random) -> str:
+    return f"The user's {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} (note {i})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--retrieval", default="hybrid", choices=["hybrid", "dense"])
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "semantic.json"
+    )
+    args = parser.parse_args(argv)
+    rng = random.Random(7)
+    embedder = PreEmbedded(get_embedder("auto"))
+    embedder.inner.embed(["warm up the model"])  # model load is not backfill
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(Path(tmp) / "facts.db")
+        started = time.perf_counter()
+        for i in range(args.facts):
+            store.add(Fact(fact_text(i, rng), scope="user", scope_id="bench-user"))
+        write_s = time.perf_counter() - started
+
+        # A restarted process: empty in-process index, facts only in the store.
+        index = SemanticFactIndex(store, "auto", embedder, retrieval=args.retrieval)
+        started = time.perf_counter()
+        index.search("what food should we avoid?", "user", "bench-user")
+        backfill_s = time.perf_counter() - started
+
+        embedder.prepare(QUERIES)
+        timings = []
+        for n in range(args.queries):
+            started = time.perf_counter()
+            index.search(QUERIES[n % len(QUERIES)], "user", "bench-user", limit=10)
+            timings.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        store.list_active("user", "bench-user", limit=None)
+        full_read_ms = (time.perf_counter() - started) * 1000
+        store.close()
+    timings.sort()
+    result = {
+        "facts": args.facts,
+        "retrieval": args.retrieval,
+        "write_s": round(write_s, 2),
+        "first_query_backfill_s": round(backfill_s, 2),
+        "p50_ms": round(statistics.median(timings), 3),
+        "p99_ms": round(timings[int(len(timings) * 0.99) - 1], 3),
+        "full_read_ms": round(full_read_ms, 1),
+        "target_p50_ms": TARGET_P50_MS,
+    }
+    result["meets_target"] = result["p50_ms"] <= TARGET_P50_MS
+    print(f"{args.facts} facts of one user, retrieval={args.retrieval}")
+    print(f"  first query after restart (backfill): {backfill_s:.2f} s")
+    print(
+        f"  warm retrieve, excluding query embedding: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms"
+    )
+    print(f"  periodic full read of the subject's facts: {full_read_ms:.1f} ms")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
