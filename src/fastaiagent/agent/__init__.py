@@ -12,8 +12,10 @@ from fastaiagent.agent.memory import (
 from fastaiagent.agent.memory_blocks import (
     FactExtractionBlock,
     PersistentFactBlock,
+    PlaneFactBlock,
     StaticBlock,
     SummaryBlock,
+    VectorBlock,
 )
 from fastaiagent.agent.middleware import Middleware, RedactPII
 from fastaiagent.agent.tiered import Memory, UserMemory
@@ -31,6 +33,7 @@ __all__ = [
     "MemoryIsolationError",
     "Middleware",
     "PersistentFactBlock",
+    "PlaneFactBlock",
     "RedactPII",
     "RunContext",
     "SharedMemoryContext",
@@ -38,5 +41,6 @@ __all__ = [
     "StreamDelta",
     "SummaryBlock",
     "UserMemory",
+    "VectorBlock",
     "tool",
 ]

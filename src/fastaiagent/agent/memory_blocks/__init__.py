@@ -6,6 +6,7 @@ from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
 from fastaiagent.agent.memory_blocks.static import StaticBlock
 from fastaiagent.agent.memory_blocks.summary import SummaryBlock
+from fastaiagent.agent.memory_blocks.vector import VectorBlock
 
 __all__ = [
     "BackgroundQueue",
@@ -14,4 +15,5 @@ __all__ = [
     "PlaneFactBlock",
     "StaticBlock",
     "SummaryBlock",
+    "VectorBlock",
 ]
