@@ -235,3 +235,21 @@ def test_a_store_outage_degrades_to_in_process_windows(tmp_path, caplog) -> None
         "one", "ack one", "two", "ack two"
     ]
     assert any("shared window store" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unreadable_stored_window_starts_over_instead_of_failing(tmp_path, caplog) -> None:
+    location = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    memory = Memory(location, user_id=str, windows="shared")
+    agent = _agent(memory)
+    agent.run("before", context="alice")
+    agent.run("before", context="bob")
+    store = memory._windows.store  # type: ignore[union-attr]
+    for user, text in (("alice", "{not json"), ("bob", '{"format": 99, "blocks": {}}')):
+        key = memory._windows.key(user)  # type: ignore[union-attr]
+        store.save(key, text, store.load(key).version, None)
+    with caplog.at_level(logging.ERROR, logger="fastaiagent.memory"):
+        agent.run("after", context="alice")
+        agent.run("after", context="bob")
+    for user in ("alice", "bob"):
+        assert _window(Memory(location, user_id=str, windows="shared"), user) == ["after", "ack after"]
+    assert sum("unreadable" in r.getMessage() for r in caplog.records) == 2

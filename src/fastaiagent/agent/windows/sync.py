@@ -99,11 +99,23 @@ class SharedWindows:
 
     def _apply(self, state: Any, sync: _Sync, version: str | None, text: str | None) -> None:
         """Make the cached state match the stored one (``text`` None: nothing stored)."""
+        if text is not None:
+            try:
+                data = json.loads(text)
+                if not isinstance(data, dict) or data.get("format", STATE_FORMAT) > STATE_FORMAT:
+                    raise ValueError(f"unknown state format {data.get('format')!r}")
+                state.memory.load_state(data)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # Unreadable (corrupt, or written by a newer SDK): start the window over;
+                # keeping the version lets the next write replace it.
+                logger.error(
+                    "stored window of user %r is unreadable (%s); starting it over",
+                    state.user_id, exc,
+                )
+                text = None
         if text is None:
             fresh = self._rebuild(state.user_id)
             state.memory, state.own_blocks = fresh.memory, fresh.own_blocks
-        else:
-            state.memory.load_state(json.loads(text))
         sync.version = version
 
     def _reload(self, state: Any, sync: _Sync) -> None:
