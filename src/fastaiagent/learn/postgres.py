@@ -207,13 +207,20 @@ class PostgresFactStore:
         (restart, pg_terminate_backend), discard dead connections and retry once.
         Every operation is idempotent, so the retry cannot double-apply."""
         try:
-            with self._connection() as conn:
-                return operation(conn)
-        except psycopg.OperationalError:
-            pool = self.pool
-            pool.check()  # drops every idle connection that is broken too
-            with self._connection() as conn:
-                return operation(conn)
+            try:
+                with self._connection() as conn:
+                    return operation(conn)
+            except psycopg_pool.PoolTimeout:
+                raise
+            except psycopg.OperationalError:
+                self.pool.check()  # drops every idle connection that is broken too
+                with self._connection() as conn:
+                    return operation(conn)
+        except psycopg_pool.PoolTimeout as exc:
+            raise ConnectionError(
+                f"no Postgres connection for the fact store within {self.timeout} s "
+                f"({_redacted(self.url)}): {exc}"
+            ) from exc
 
     # -- schema ------------------------------------------------------------
 
