@@ -253,3 +253,14 @@ def test_an_unreadable_stored_window_starts_over_instead_of_failing(tmp_path, ca
     for user in ("alice", "bob"):
         assert _window(Memory(location, user_id=str, windows="shared"), user) == ["after", "ack after"]
     assert sum("unreadable" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_save_writes_the_latest_stored_window(tmp_path) -> None:
+    location = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    a, b = Memory(location, user_id=str, windows="shared"), Memory(location, user_id=str, windows="shared")
+    _agent(a).run("one", context="alice")
+    _agent(b).run("two", context="alice")  # a's cached copy is now behind
+    a.for_user("alice").save(tmp_path / "snap")
+    restored = Memory(f"sqlite:///{tmp_path / 'other.db'}", user_id=str)
+    restored.for_user("alice").load(tmp_path / "snap")
+    assert _window(restored, "alice") == ["one", "ack one", "two", "ack two"]

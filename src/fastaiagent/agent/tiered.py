@@ -191,7 +191,10 @@ class UserMemory:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Persist this user's window (and block state) to the directory ``path``."""
-        self._owner._state_for(self.user_id).memory.save(path)
+        state = self._owner._state_for(self.user_id)
+        if self._owner._windows is not None:
+            self._owner._windows.refresh(state)
+        state.memory.save(path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore state saved by :meth:`save`, before the user's next run."""
@@ -565,7 +568,10 @@ class Memory:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Save the window and block state to the directory ``path``."""
-        self._current_state("save").memory.save(path)
+        state = self._current_state("save")
+        if self._windows is not None:
+            self._windows.refresh(state)
+        state.memory.save(path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load state saved by :meth:`save`."""
