@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) bench/turn_overhead.py
 
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache
