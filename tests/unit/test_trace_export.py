@@ -61,13 +61,13 @@ def test_default_store_sits_beside_the_local_fact_db(tmp_path, monkeypatch):
 
 def test_batched_writes_happen_off_the_calling_thread(tmp_path, monkeypatch):
     writers: list[str] = []
-    original = TraceStore.write_rows
+    original = TraceStore.write_batches
 
-    def spy(self, rows):
+    def spy(self, *args):
         writers.append(threading.current_thread().name)
-        return original(self, rows)
+        return original(self, *args)
 
-    monkeypatch.setattr(TraceStore, "write_rows", spy)
+    monkeypatch.setattr(TraceStore, "write_batches", spy)
     trace.setup(store_path=tmp_path / "traces.db", batch_delay_ms=50)
     _agent().run("hi")
     assert writers == []  # nothing written during the run itself

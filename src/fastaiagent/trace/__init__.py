@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from fastaiagent.trace.recorder import RecordedSpan, current_span
+from fastaiagent.trace.recorder import LiveSpan, current_span
 from fastaiagent.trace.redaction import (
     ENV_PAYLOADS,
     PAYLOAD_KEYS,
@@ -94,7 +94,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Any:
     """A context manager for one span; a no-op when tracing is off."""
     sink = _state["sink"]
     if sink is not None:
-        return RecordedSpan(name, attributes, sink)
+        return LiveSpan(name, attributes, sink)
     if _state["tracer"] is None:
         return _NOOP
     return _open(name, attributes)

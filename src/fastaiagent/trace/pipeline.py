@@ -10,7 +10,6 @@ once) rather than growing without bound.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -22,14 +21,15 @@ from typing import Any
 
 from fastaiagent.trace.recorder import LiveSpan
 from fastaiagent.trace.redaction import RedactionPolicy, write_policy
-from fastaiagent.trace.store import SpanRecord, TraceStore
+from fastaiagent.trace.store import EncodedRun, SpanRecord, TraceStore
 
 logger = logging.getLogger("fastaiagent.trace")
 
 MAX_QUEUE = 50_000
 MAX_BATCH = 512
 _PRIMITIVES = (str, bool, int, float)
-_dumps = functools.partial(json.dumps, default=str, separators=(",", ":"))
+# One encoder reused: json.dumps with options would build a new one per call.
+_dumps = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 
 def _clean(value: Any) -> Any:
@@ -44,25 +44,42 @@ def _clean(value: Any) -> Any:
     return str(value)
 
 
-def to_row(span: LiveSpan, policy: RedactionPolicy | None) -> tuple[Any, ...]:
-    """A span in the store's column order, serialised in as few steps as possible."""
-    attributes = span.attributes if policy is None else policy.redact_attributes(span.attributes)
-    events = (
-        _dumps([{"name": n, "time_ns": t, "attributes": a} for n, t, a in span.events])
-        if span.events
-        else "[]"
-    )
-    return (
-        format(span.span_id, "016x"),
-        format(span.trace_id, "032x"),
-        format(span.parent_id, "016x") if span.parent_id is not None else None,
-        span.name,
-        span.start_ns,
-        span.end_ns or span.start_ns,
-        span.status,
-        _dumps(attributes),
-        events,
-    )
+def _present(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Attributes without None values (callers may pass None meaning "not set")."""
+    if None in attributes.values():
+        return {k: v for k, v in attributes.items() if v is not None}
+    return attributes
+
+
+def encode_batch(
+    batch: list[LiveSpan], policy: RedactionPolicy | None
+) -> tuple[list[tuple[str, int, str]], list[EncodedRun]]:
+    """Spans grouped per trace and JSON-encoded once per trace, plus run rows."""
+    grouped: dict[int, list[list[Any]]] = {}
+    runs: list[EncodedRun] = []
+    for span in batch:
+        attributes = _present(span.attributes)
+        if policy is not None:
+            attributes = policy.redact_attributes(attributes)
+        span_hex = format(span.span_id, "016x")
+        end_ns = span.end_ns or span.start_ns
+        events = (
+            [{"name": n, "time_ns": t, "attributes": a} for n, t, a in span.events]
+            if span.events
+            else None
+        )
+        parent = format(span.parent_id, "016x") if span.parent_id is not None else None
+        item = [span_hex, parent, span.name, span.start_ns, end_ns, span.status, attributes, events]
+        grouped.setdefault(span.trace_id, []).append(item)
+        if span.is_root:
+            trace_hex = format(span.trace_id, "032x")
+            runs.append(
+                (trace_hex, span_hex, span.name, span.start_ns, end_ns, span.status, _dumps(attributes))
+            )
+    batches = [
+        (format(trace_id, "032x"), len(items), _dumps(items)) for trace_id, items in grouped.items()
+    ]
+    return batches, runs
 
 
 def to_record(span: LiveSpan) -> SpanRecord:
@@ -75,10 +92,10 @@ def to_record(span: LiveSpan) -> SpanRecord:
         start_ns=span.start_ns,
         end_ns=span.end_ns or span.start_ns,
         status=span.status,
-        attributes={k: _clean(v) for k, v in span.attributes.items()},
+        attributes={k: _clean(v) for k, v in _present(span.attributes).items()},
         events=[
             {"name": name, "time_ns": when, "attributes": {k: _clean(v) for k, v in attrs.items()}}
-            for name, when, attrs in span.events
+            for name, when, attrs in span.events or ()
         ],
     )
 
@@ -114,10 +131,10 @@ class _Otel:
             context=context,
             parent=parent,
             resource=self.resource,
-            attributes={k: _clean(v) for k, v in span.attributes.items()},
+            attributes={k: _clean(v) for k, v in _present(span.attributes).items()},
             events=[
                 self.Event(name, {k: _clean(v) for k, v in attrs.items()}, when)
-                for name, when, attrs in span.events
+                for name, when, attrs in span.events or ()
             ],
             kind=self.kind,
             status=status,
@@ -209,7 +226,7 @@ class SpanPipeline:
         if self.store is not None:
             policy = write_policy()
             try:
-                self.store.write_rows([to_row(span, policy) for span in batch])
+                self.store.write_batches(*encode_batch(batch, policy))
             except Exception as exc:  # a full disk must not take the agent down
                 logger.warning("could not write %d spans to %s: %s", len(batch), self.store.path, exc)
         if self.exporters:

@@ -1,4 +1,4 @@
-"""The hot path of tracing: recording a span costs about a microsecond.
+"""The hot path of tracing: recording a span costs a couple of microseconds.
 
 Creating an OpenTelemetry SDK span costs tens of microseconds (sampler,
 locks, attribute validation), and a turn opens ten or more spans, which
@@ -54,12 +54,20 @@ def _otel_parent() -> tuple[int, int] | None:
 
 
 class LiveSpan:
-    """A span being recorded. Offers the subset of the OTel ``Span`` API blocks use."""
+    """A span being recorded, and the context manager that records it.
+
+    Offers the subset of the OTel ``Span`` API blocks use. ``None`` attribute
+    values are dropped when the span is exported, not here, to keep the hot
+    path short.
+    """
 
     __slots__ = (
+        "_sink",
+        "_token",
         "attributes",
         "end_ns",
         "events",
+        "is_root",
         "name",
         "parent_id",
         "span_id",
@@ -69,19 +77,47 @@ class LiveSpan:
         "trace_id",
     )
 
-    def __init__(
-        self, name: str, trace_id: int, span_id: int, parent_id: int | None, attributes: dict[str, Any]
-    ) -> None:
+    def __init__(self, name: str, attributes: Mapping[str, Any] | None, sink: Sink) -> None:
         self.name = name
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.parent_id = parent_id
-        self.attributes = attributes
-        self.events: list[tuple[str, int, dict[str, Any]]] = []
+        self.attributes: dict[str, Any] = dict(attributes) if attributes else {}
+        self._sink = sink
+        self.events: list[tuple[str, int, dict[str, Any]]] | None = None
         self.status = "UNSET"
         self.status_message = ""
-        self.start_ns = time.time_ns()
+        self.trace_id = 0
+        self.span_id = 0
+        self.parent_id: int | None = None
+        self.start_ns = 0
         self.end_ns = 0
+        self.is_root = False  # no fastaiagent parent: the span a stored run is listed by
+
+    def __enter__(self) -> LiveSpan:
+        parent = _current.get()
+        if parent is not None:
+            self.trace_id, self.parent_id = parent.trace_id, parent.span_id
+        else:
+            self.is_root = True
+            outer = _otel_parent()
+            if outer is not None:
+                self.trace_id, self.parent_id = outer
+            else:
+                self.trace_id = _new_id(16)
+        self.span_id = _new_id(8)
+        self._token = _current.set(self)
+        self.start_ns = time.time_ns()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.end_ns = time.time_ns()
+        if exc is not None:
+            self.record_exception(exc)
+            self.status = "ERROR"
+            self.status_message = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_CHARS]
+        try:
+            _current.reset(self._token)
+        except ValueError:  # closed from another context (an abandoned async generator)
+            _current.set(None)
+        self._sink(self)
 
     def set_attribute(self, key: str, value: Any) -> None:
         if value is not None:
@@ -93,6 +129,8 @@ class LiveSpan:
                 self.attributes[key] = value
 
     def add_event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        if self.events is None:
+            self.events = []
         self.events.append((name, time.time_ns(), dict(attributes or {})))
 
     def record_exception(self, exc: BaseException, attributes: Mapping[str, Any] | None = None) -> None:
@@ -119,50 +157,6 @@ class LiveSpan:
 
 
 Sink = Callable[[LiveSpan], None]
-
-
-class RecordedSpan:
-    """Context manager that records one span and hands it to ``sink`` when it ends."""
-
-    __slots__ = ("_attributes", "_name", "_sink", "_span", "_token")
-
-    def __init__(self, name: str, attributes: Mapping[str, Any] | None, sink: Sink) -> None:
-        self._name = name
-        self._attributes = attributes
-        self._sink = sink
-
-    def __enter__(self) -> LiveSpan:
-        parent = _current.get()
-        parent_id: int | None
-        if parent is not None:
-            trace_id, parent_id = parent.trace_id, parent.span_id
-        else:
-            outer = _otel_parent()
-            if outer is not None:
-                trace_id, parent_id = outer
-            else:
-                trace_id, parent_id = _new_id(16), None
-        given = self._attributes
-        attributes = dict(given) if given else {}
-        if None in attributes.values():
-            attributes = {k: v for k, v in attributes.items() if v is not None}
-        span = LiveSpan(self._name, trace_id, _new_id(8), parent_id, attributes)
-        self._span = span
-        self._token = _current.set(span)
-        return span
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        span = self._span
-        span.end_ns = time.time_ns()
-        if exc is not None:
-            span.record_exception(exc)
-            span.status = "ERROR"
-            span.status_message = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_CHARS]
-        try:
-            _current.reset(self._token)
-        except ValueError:  # closed from another context (an abandoned async generator)
-            _current.set(None)
-        self._sink(span)
 
 
 def current_span() -> LiveSpan | None:

@@ -20,26 +20,39 @@ from typing import Any
 ENV_TRACE_DB = "FASTAIAGENT_TRACE_DB"
 TRACE_FILE = "traces.db"
 
+# Spans are stored per trace and per export batch: one row holds every span
+# of one trace that arrived in one batch, as a JSON list. A turn opens ten or
+# more spans, so this writes one row where a row per span would write ten.
+# Each run (a trace's root span) also gets a row in ``runs`` for listing.
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS spans (
-    span_id TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS span_batches (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     trace_id TEXT NOT NULL,
-    parent_id TEXT,
+    n INTEGER NOT NULL,
+    spans TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_span_batches_trace ON span_batches (trace_id);
+CREATE TABLE IF NOT EXISTS runs (
+    trace_id TEXT PRIMARY KEY,
+    span_id TEXT NOT NULL,
     name TEXT NOT NULL,
     start_ns INTEGER NOT NULL,
     end_ns INTEGER NOT NULL,
-    status TEXT NOT NULL DEFAULT 'UNSET',
-    attributes TEXT NOT NULL DEFAULT '{}',
-    events TEXT NOT NULL DEFAULT '[]',
-    PRIMARY KEY (trace_id, span_id)
+    status TEXT NOT NULL,
+    attributes TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS idx_spans_roots ON spans (start_ns DESC) WHERE parent_id IS NULL;
+CREATE INDEX IF NOT EXISTS idx_runs_start ON runs (start_ns DESC);
+CREATE INDEX IF NOT EXISTS idx_runs_name ON runs (name, start_ns DESC);
 CREATE TABLE IF NOT EXISTS mined_traces (
     trace_id TEXT PRIMARY KEY,
     mined_at REAL NOT NULL
 );
 """
-_SPAN_COLUMNS = "span_id, trace_id, parent_id, name, start_ns, end_ns, status, attributes, events"
+_RUN_COLUMNS = "trace_id, span_id, name, start_ns, end_ns, status, attributes"
+
+# A stored span: [span_id, parent_id, name, start_ns, end_ns, status, attributes, events]
+EncodedSpan = list[Any]
+EncodedRun = tuple[str, str, str, int, int, str, str]
 
 
 def default_trace_db_path() -> Path:
@@ -124,18 +137,33 @@ def flatten(nodes: Iterable[SpanNode]) -> list[SpanNode]:
     return out
 
 
-def _row_to_span(row: tuple[Any, ...]) -> SpanRecord:
+def _decode(trace_id: str, item: EncodedSpan) -> SpanRecord:
+    span_id, parent_id, name, start_ns, end_ns, status, attributes, events = item
     return SpanRecord(
-        span_id=row[0],
-        trace_id=row[1],
-        parent_id=row[2],
-        name=row[3],
-        start_ns=row[4],
-        end_ns=row[5],
-        status=row[6],
-        attributes=json.loads(row[7]) if row[7] else {},
-        events=json.loads(row[8]) if row[8] else [],
+        span_id=span_id,
+        trace_id=trace_id,
+        parent_id=parent_id,
+        name=name,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        status=status,
+        attributes=attributes or {},
+        events=events or [],
     )
+
+
+def encode_record(record: SpanRecord) -> EncodedSpan:
+    """The stored list form of a span."""
+    return [
+        record.span_id,
+        record.parent_id,
+        record.name,
+        record.start_ns,
+        record.end_ns,
+        record.status,
+        record.attributes,
+        record.events,
+    ]
 
 
 class TraceStore:
@@ -194,34 +222,47 @@ class TraceStore:
     # -- writes ------------------------------------------------------------
 
     def write(self, spans: Iterable[SpanRecord]) -> int:
-        """Store spans (a re-sent span replaces its earlier copy); returns how many."""
-        return self.write_rows(
-            [
-            (
-                s.span_id,
-                s.trace_id,
-                s.parent_id,
-                s.name,
-                s.start_ns,
-                s.end_ns,
-                s.status,
-                json.dumps(s.attributes, default=str),
-                json.dumps(s.events, default=str),
-            )
-            for s in spans
-            ]
-        )
+        """Store spans; a span with no parent also makes its trace a listed run."""
+        grouped: dict[str, list[EncodedSpan]] = {}
+        runs: list[EncodedRun] = []
+        count = 0
+        for record in spans:
+            count += 1
+            grouped.setdefault(record.trace_id, []).append(encode_record(record))
+            if record.parent_id is None:
+                runs.append(
+                    (
+                        record.trace_id,
+                        record.span_id,
+                        record.name,
+                        record.start_ns,
+                        record.end_ns,
+                        record.status,
+                        json.dumps(record.attributes, default=str),
+                    )
+                )
+        batches = [
+            (trace_id, len(items), json.dumps(items, default=str)) for trace_id, items in grouped.items()
+        ]
+        self.write_batches(batches, runs)
+        return count
 
-    def write_rows(self, rows: list[tuple[Any, ...]]) -> int:
-        """Store rows already in column order (the export thread's fast path)."""
-        if not rows:
-            return 0
+    def write_batches(
+        self, batches: list[tuple[str, int, str]], runs: list[EncodedRun]
+    ) -> None:
+        """Store pre-encoded batches ``(trace_id, n, json list)`` and run rows."""
+        if not batches and not runs:
+            return
         with self._write() as conn:
-            conn.executemany(
-                f"INSERT OR REPLACE INTO spans ({_SPAN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        return len(rows)
+            if batches:
+                conn.executemany(
+                    "INSERT INTO span_batches (trace_id, n, spans) VALUES (?, ?, ?)", batches
+                )
+            if runs:
+                conn.executemany(
+                    f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    runs,
+                )
 
     def mark_mined(self, trace_ids: Iterable[str], when: float) -> None:
         """Remember that ``fastaiagent learn`` has mined these traces."""
@@ -237,52 +278,52 @@ class TraceStore:
         return self.path.exists()
 
     def count_runs(self) -> int:
-        """How many traces (root spans) the store holds."""
+        """How many runs (traces with a root span) the store holds."""
         if not self._exists():
             return 0
-        row = self._connection().execute(
-            "SELECT COUNT(*) FROM spans WHERE parent_id IS NULL"
-        ).fetchone()
+        row = self._connection().execute("SELECT COUNT(*) FROM runs").fetchone()
         return int(row[0])
 
     def list_runs(
         self, *, limit: int = 50, offset: int = 0, name: str | None = None
     ) -> list[RunSummary]:
-        """Traces newest first, summarised by their root span."""
+        """Runs newest first, summarised by their root span."""
         if not self._exists():
             return []
-        where = "parent_id IS NULL" + (" AND name = ?" if name else "")
+        where = "WHERE name = ?" if name else ""
         params: list[Any] = [name] if name else []
         rows = self._connection().execute(
-            f"SELECT {_SPAN_COLUMNS}, (SELECT COUNT(*) FROM spans c WHERE c.trace_id = r.trace_id) "
-            f"FROM spans r WHERE {where} ORDER BY start_ns DESC LIMIT ? OFFSET ?",
+            f"SELECT {_RUN_COLUMNS}, (SELECT COALESCE(SUM(n), 0) FROM span_batches b "
+            f"WHERE b.trace_id = r.trace_id) FROM runs r {where} "
+            "ORDER BY start_ns DESC LIMIT ? OFFSET ?",
             [*params, limit, max(0, offset)],
         )
-        out = []
-        for row in rows:
-            root = _row_to_span(row[:9])
-            out.append(
-                RunSummary(
-                    trace_id=root.trace_id,
-                    name=root.name,
-                    start_ns=root.start_ns,
-                    duration_ms=root.duration_ms,
-                    status=root.status,
-                    span_count=int(row[9]),
-                    attributes=root.attributes,
-                )
+        return [
+            RunSummary(
+                trace_id=row[0],
+                name=row[2],
+                start_ns=row[3],
+                duration_ms=max(0, row[4] - row[3]) / 1e6,
+                status=row[5],
+                span_count=int(row[7]),
+                attributes=json.loads(row[6]) if row[6] else {},
             )
-        return out
+            for row in rows
+        ]
 
     def get_trace(self, trace_id: str) -> list[SpanRecord]:
         """Every stored span of one trace, in start order ([] if unknown)."""
         if not self._exists():
             return []
         rows = self._connection().execute(
-            f"SELECT {_SPAN_COLUMNS} FROM spans WHERE trace_id = ? ORDER BY start_ns, span_id",
-            (trace_id,),
+            "SELECT spans FROM span_batches WHERE trace_id = ? ORDER BY id", (trace_id,)
         )
-        return [_row_to_span(row) for row in rows]
+        by_id: dict[str, SpanRecord] = {}
+        for (payload,) in rows:
+            for item in json.loads(payload):
+                record = _decode(trace_id, item)
+                by_id[record.span_id] = record  # a re-sent span replaces its earlier copy
+        return sorted(by_id.values(), key=lambda s: (s.start_ns, s.span_id))
 
     def mined_trace_ids(self, trace_ids: Iterable[str]) -> set[str]:
         """The subset of ``trace_ids`` already mined by ``fastaiagent learn``."""
