@@ -184,9 +184,11 @@ def test_a_memory_with_one_window_shares_it_too(tmp_path) -> None:
     b = _agent(Memory(location, user_id="alice", windows="shared"))
     a.run("one")
     b.run("two")
-    assert [m.content for m in a.memory.start_turn().context_messages("")] == [  # type: ignore[union-attr]
-        "one", "ack one", "two", "ack two"
-    ]
+    turn = a.memory.start_turn()  # type: ignore[union-attr]
+    try:
+        assert [m.content for m in turn.context_messages("")] == ["one", "ack one", "two", "ack two"]
+    finally:
+        turn.close()  # type: ignore[attr-defined]
 
 
 def test_unresolved_callers_store_nothing(tmp_path) -> None:
