@@ -21,12 +21,19 @@ from typing import Any
 
 from fastaiagent.trace.recorder import LiveSpan
 from fastaiagent.trace.redaction import RedactionPolicy, write_policy
-from fastaiagent.trace.store import EncodedRun, SpanRecord, TraceStore
+from fastaiagent.trace.store import (
+    EncodedRun,
+    EncodedSpan,
+    SpanRecord,
+    TraceStore,
+    encode_spans,
+)
 
 logger = logging.getLogger("fastaiagent.trace")
 
 MAX_QUEUE = 50_000
-MAX_BATCH = 512
+MAX_BATCH = 2048  # the thread wakes early once this many spans wait
+EXPORT_CHUNK = 256  # spans encoded and written per step
 _PRIMITIVES = (str, bool, int, float)
 # One encoder reused: json.dumps with options would build a new one per call.
 _dumps = json.JSONEncoder(default=str, separators=(",", ":")).encode
@@ -53,31 +60,46 @@ def _present(attributes: dict[str, Any]) -> dict[str, Any]:
 
 def encode_batch(
     batch: list[LiveSpan], policy: RedactionPolicy | None
-) -> tuple[list[tuple[str, int, str]], list[EncodedRun]]:
-    """Spans grouped per trace and JSON-encoded once per trace, plus run rows."""
-    grouped: dict[int, list[list[Any]]] = {}
+) -> tuple[list[tuple[str, int, bytes]], list[EncodedRun]]:
+    """Spans grouped per trace and encoded once per trace, plus run rows."""
+    grouped: dict[int, list[EncodedSpan]] = {}
     runs: list[EncodedRun] = []
     for span in batch:
         attributes = _present(span.attributes)
         if policy is not None:
             attributes = policy.redact_attributes(attributes)
-        span_hex = format(span.span_id, "016x")
         end_ns = span.end_ns or span.start_ns
         events = (
             [{"name": n, "time_ns": t, "attributes": a} for n, t, a in span.events]
             if span.events
             else None
         )
-        parent = format(span.parent_id, "016x") if span.parent_id is not None else None
-        item = [span_hex, parent, span.name, span.start_ns, end_ns, span.status, attributes, events]
+        item = (
+            span.span_id,
+            span.parent_id,
+            span.name,
+            span.start_ns,
+            end_ns,
+            span.status,
+            attributes,
+            events,
+        )
         grouped.setdefault(span.trace_id, []).append(item)
         if span.is_root:
-            trace_hex = format(span.trace_id, "032x")
             runs.append(
-                (trace_hex, span_hex, span.name, span.start_ns, end_ns, span.status, _dumps(attributes))
+                (
+                    format(span.trace_id, "032x"),
+                    format(span.span_id, "016x"),
+                    span.name,
+                    span.start_ns,
+                    end_ns,
+                    span.status,
+                    _dumps(attributes),
+                )
             )
     batches = [
-        (format(trace_id, "032x"), len(items), _dumps(items)) for trace_id, items in grouped.items()
+        (format(trace_id, "032x"), len(items), encode_spans(items))
+        for trace_id, items in grouped.items()
     ]
     return batches, runs
 
@@ -218,7 +240,7 @@ class SpanPipeline:
         with self._export_lock:
             while self._queue:
                 batch: list[LiveSpan] = []
-                while self._queue and len(batch) < MAX_BATCH:
+                while self._queue and len(batch) < EXPORT_CHUNK:
                     batch.append(self._queue.popleft())
                 self._export(batch)
 

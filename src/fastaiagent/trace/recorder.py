@@ -39,6 +39,13 @@ def _new_id(nbytes: int) -> int:
     return _ids.getrandbits(nbytes * 8) or 1
 
 
+# Bound once: the hot path below runs for every span of every turn.
+_randbits = _ids.getrandbits
+_time_ns = time.time_ns
+_get_parent = _current.get
+_set_current = _current.set
+
+
 _get_current_span: Callable[[], Any] | None = None
 
 
@@ -92,9 +99,10 @@ class LiveSpan:
         self.is_root = False  # no fastaiagent parent: the span a stored run is listed by
 
     def __enter__(self) -> LiveSpan:
-        parent = _current.get()
+        parent = _get_parent()
         if parent is not None:
-            self.trace_id, self.parent_id = parent.trace_id, parent.span_id
+            self.trace_id = parent.trace_id
+            self.parent_id = parent.span_id
         else:
             self.is_root = True
             outer = _otel_parent()
@@ -102,13 +110,13 @@ class LiveSpan:
                 self.trace_id, self.parent_id = outer
             else:
                 self.trace_id = _new_id(16)
-        self.span_id = _new_id(8)
-        self._token = _current.set(self)
-        self.start_ns = time.time_ns()
+        self.span_id = _randbits(64) or 1
+        self._token = _set_current(self)
+        self.start_ns = _time_ns()
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        self.end_ns = time.time_ns()
+        self.end_ns = _time_ns()
         if exc is not None:
             self.record_exception(exc)
             self.status = "ERROR"

@@ -8,6 +8,7 @@ the local fact database (``$FASTAIAGENT_TRACE_DB`` overrides it).
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import sqlite3
 import threading
@@ -21,15 +22,17 @@ ENV_TRACE_DB = "FASTAIAGENT_TRACE_DB"
 TRACE_FILE = "traces.db"
 
 # Spans are stored per trace and per export batch: one row holds every span
-# of one trace that arrived in one batch, as a JSON list. A turn opens ten or
-# more spans, so this writes one row where a row per span would write ten.
-# Each run (a trace's root span) also gets a row in ``runs`` for listing.
+# of one trace that arrived in one batch. A turn opens ten or more spans, so
+# this writes one row where a row per span would write ten. The list is
+# encoded with ``marshal`` (five times cheaper than JSON for these plain
+# values; the export thread shares the GIL with the agent). Each run (a
+# trace's root span) also gets a row in ``runs``, with JSON attributes.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS span_batches (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     trace_id TEXT NOT NULL,
     n INTEGER NOT NULL,
-    spans TEXT NOT NULL
+    spans BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS idx_span_batches_trace ON span_batches (trace_id);
 CREATE TABLE IF NOT EXISTS runs (
@@ -50,8 +53,9 @@ CREATE TABLE IF NOT EXISTS mined_traces (
 """
 _RUN_COLUMNS = "trace_id, span_id, name, start_ns, end_ns, status, attributes"
 
-# A stored span: [span_id, parent_id, name, start_ns, end_ns, status, attributes, events]
-EncodedSpan = list[Any]
+# A stored span: (span_id, parent_id, name, start_ns, end_ns, status, attributes, events)
+# with integer ids and events None when there are none.
+EncodedSpan = tuple[Any, ...]
 EncodedRun = tuple[str, str, str, int, int, str, str]
 
 
@@ -140,9 +144,9 @@ def flatten(nodes: Iterable[SpanNode]) -> list[SpanNode]:
 def _decode(trace_id: str, item: EncodedSpan) -> SpanRecord:
     span_id, parent_id, name, start_ns, end_ns, status, attributes, events = item
     return SpanRecord(
-        span_id=span_id,
+        span_id=format(span_id, "016x"),
         trace_id=trace_id,
-        parent_id=parent_id,
+        parent_id=format(parent_id, "016x") if parent_id is not None else None,
         name=name,
         start_ns=start_ns,
         end_ns=end_ns,
@@ -152,18 +156,37 @@ def _decode(trace_id: str, item: EncodedSpan) -> SpanRecord:
     )
 
 
+def _marshal_safe(value: Any) -> Any:
+    """``value`` with anything marshal cannot store turned into text."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_marshal_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _marshal_safe(v) for k, v in value.items()}
+    return str(value)
+
+
+def encode_spans(items: list[EncodedSpan]) -> bytes:
+    """The stored bytes of one trace's spans."""
+    try:
+        return marshal.dumps(items)
+    except ValueError:  # an attribute value marshal does not know: store it as text
+        return marshal.dumps(_marshal_safe(items))
+
+
 def encode_record(record: SpanRecord) -> EncodedSpan:
-    """The stored list form of a span."""
-    return [
-        record.span_id,
-        record.parent_id,
+    """The stored form of a span."""
+    return (
+        int(record.span_id, 16),
+        int(record.parent_id, 16) if record.parent_id else None,
         record.name,
         record.start_ns,
         record.end_ns,
         record.status,
         record.attributes,
-        record.events,
-    ]
+        record.events or None,
+    )
 
 
 class TraceStore:
@@ -241,16 +264,12 @@ class TraceStore:
                         json.dumps(record.attributes, default=str),
                     )
                 )
-        batches = [
-            (trace_id, len(items), json.dumps(items, default=str)) for trace_id, items in grouped.items()
-        ]
+        batches = [(trace_id, len(items), encode_spans(items)) for trace_id, items in grouped.items()]
         self.write_batches(batches, runs)
         return count
 
-    def write_batches(
-        self, batches: list[tuple[str, int, str]], runs: list[EncodedRun]
-    ) -> None:
-        """Store pre-encoded batches ``(trace_id, n, json list)`` and run rows."""
+    def write_batches(self, batches: list[tuple[str, int, bytes]], runs: list[EncodedRun]) -> None:
+        """Store pre-encoded batches ``(trace_id, n, encode_spans(...))`` and run rows."""
         if not batches and not runs:
             return
         with self._write() as conn:
@@ -320,7 +339,7 @@ class TraceStore:
         )
         by_id: dict[str, SpanRecord] = {}
         for (payload,) in rows:
-            for item in json.loads(payload):
+            for item in marshal.loads(payload):
                 record = _decode(trace_id, item)
                 by_id[record.span_id] = record  # a re-sent span replaces its earlier copy
         return sorted(by_id.values(), key=lambda s: (s.start_ns, s.span_id))
