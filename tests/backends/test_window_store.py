@@ -171,3 +171,17 @@ def test_bad_keys_and_ttls_are_refused(windows: WindowStore) -> None:
     for bad in (0, -1, True, "10"):
         with pytest.raises(ValueError):
             check_ttl(bad)  # type: ignore[arg-type]
+
+
+def test_a_repeated_write_that_already_landed_succeeds_again(windows, monkeypatch) -> None:
+    """What a retry after a dropped connection sees: its own write is already there."""
+    module = __import__(type(windows).__module__, fromlist=["new_version"])
+    monkeypatch.setattr(module, "new_version", lambda: "fixed-1")
+    assert windows.save(ALICE, "first", None, None) == "fixed-1"
+    assert windows.save(ALICE, "first", None, None) == "fixed-1"  # the create, repeated
+    monkeypatch.setattr(module, "new_version", lambda: "fixed-2")
+    assert windows.save(ALICE, "second", "fixed-1", None) == "fixed-2"
+    assert windows.save(ALICE, "second", "fixed-1", None) == "fixed-2"  # the update, repeated
+    assert windows.load(ALICE) == ("fixed-2", "second")
+    monkeypatch.setattr(module, "new_version", lambda: "fixed-3")
+    assert windows.save(ALICE, "stale", "fixed-1", None) is None  # a real conflict still loses

@@ -77,20 +77,22 @@ class SQLiteWindowStore:
         expires = None if ttl_seconds is None else now + ttl_seconds
         if expected_version is None:
             # Create, or take over a row that has expired (it is gone for readers).
+            # Finding our own new version means this is a repeat of a write that landed.
             cursor = conn.execute(
                 f"INSERT INTO {self.table} (agent_id, project_id, user_id, version, state, "
                 "updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (agent_id, project_id, user_id) DO UPDATE SET "
                 "version = excluded.version, state = excluded.state, "
                 "updated_at = excluded.updated_at, expires_at = excluded.expires_at "
-                f"WHERE {self.table}.expires_at IS NOT NULL AND {self.table}.expires_at <= ?",
+                f"WHERE ({self.table}.expires_at IS NOT NULL AND {self.table}.expires_at <= ?) "
+                f"OR {self.table}.version = excluded.version",
                 (*key, version, state, now, expires, now),
             )
         else:
             cursor = conn.execute(
                 f"UPDATE {self.table} SET version = ?, state = ?, updated_at = ?, expires_at = ? "
-                "WHERE agent_id = ? AND project_id = ? AND user_id = ? AND version = ?",
-                (version, state, now, expires, *key, expected_version),
+                "WHERE agent_id = ? AND project_id = ? AND user_id = ? AND version IN (?, ?)",
+                (version, state, now, expires, *key, expected_version, version),
             )
         if cursor.rowcount != 1:
             return None
