@@ -185,3 +185,25 @@ def test_a_repeated_write_that_already_landed_succeeds_again(windows, monkeypatc
     assert windows.load(ALICE) == ("fixed-2", "second")
     monkeypatch.setattr(module, "new_version", lambda: "fixed-3")
     assert windows.save(ALICE, "stale", "fixed-1", None) is None  # a real conflict still loses
+
+
+@pytest.mark.postgres
+def test_postgres_windows_survive_dropped_connections(postgres_url, pg_table) -> None:
+    import psycopg
+
+    from fastaiagent.learn.postgres import PostgresFactStore
+
+    facts = PostgresFactStore(f"{postgres_url}?application_name={pg_table}", table=pg_table, max_pool_size=2)
+    windows = window_store_for(facts)
+    try:
+        version = windows.save(ALICE, "before", None, None)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (pg_table,),
+            )
+        assert windows.load(ALICE) == (version, "before")  # reconnects and retries once
+        assert windows.save(ALICE, "after", version, None)
+    finally:
+        facts.close()
+        _drop_table(postgres_url, f"{pg_table}_windows")
