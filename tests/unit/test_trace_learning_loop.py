@@ -233,3 +233,24 @@ def test_cli_supersede_and_show_superseded(tmp_path, cli):
     missing = cli("learn", "supersede", "999", str(new), "--location", location)
     assert missing.exit_code == 1 and "no fact #999" in missing.output
     assert store.get(new).superseded_by is None and store.get(other).superseded_by is None
+
+
+def test_agent_scope_asks_for_operational_knowledge_not_personal_facts(tmp_path):
+    from fastaiagent.learn.extractor import EXTRACTION_PROMPT
+    from fastaiagent.learn.loop import AGENT_KNOWLEDGE_PROMPT
+
+    _seed_runs(tmp_path, "Keep reports under 800 words")
+    llm = _extractor()
+    learn_from_traces(llm, location=MemoryStore(tmp_path / "a.db"), trace_store=tmp_path / "traces.db")
+    assert llm.calls[-1][0].content == AGENT_KNOWLEDGE_PROMPT
+    assert "never extract personal information" in AGENT_KNOWLEDGE_PROMPT
+    learn_from_traces(
+        llm,
+        location=MemoryStore(tmp_path / "u.db"),
+        trace_store=tmp_path / "traces.db",
+        scope="user",
+        scope_id="alice",
+        allow_personal=True,
+        remine=True,
+    )
+    assert llm.calls[-1][0].content == EXTRACTION_PROMPT

@@ -1,14 +1,17 @@
 """The Trace Learning Loop (``fastaiagent learn``): durable facts mined from past runs.
 
-Each recent run in the local trace store is shown to an LLM extractor (the
-same prompt and tolerant parser as ``Memory(learn=)``, from
-:mod:`fastaiagent.learn.extractor`); the facts it finds are written to a fact
-store with confidence 1.0, source ``"learn"`` and the run's trace id. A fact
-the model says replaces a known one supersedes it, so history is kept.
+Each recent run in the local trace store is shown to an LLM extractor; the
+facts it finds are written to a fact store with confidence 1.0, source
+``"learn"`` and the run's trace id. A fact the model says replaces a known
+one supersedes it, so history is kept. Answers are read by the tolerant
+parser of :mod:`fastaiagent.learn.extractor`.
 
 Only what the user said in a run is mined, never the model's replies. Facts
-go to the agent scope by default (the run's agent name); user and project
-scopes hold personal data and need ``allow_personal=True``.
+go to the agent scope by default (the run's agent name), and there the model
+is asked for operational knowledge only (standing instructions, conventions,
+corrections), never personal details: an agent-scope fact is shown to every
+user of the agent. User and project scopes hold personal data; they need
+``allow_personal=True`` and use the personal-fact prompt of ``Memory(learn=)``.
 """
 
 from __future__ import annotations
@@ -19,17 +22,67 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastaiagent.learn.extractor import MAX_KNOWN_FACTS, extract_facts
+from fastaiagent.learn.extractor import (
+    MAX_KNOWN_FACTS,
+    MAX_MESSAGE_CHARS,
+    ExtractedFact,
+    build_extraction_messages,
+    known_fact_id,
+    parse_extraction,
+)
 from fastaiagent.learn.factory import make_fact_store
 from fastaiagent.learn.models import SCOPES, SOURCE_TRACE_LOOP, Fact
 from fastaiagent.learn.scoping import WILDCARD
 from fastaiagent.learn.store import FactStore
 from fastaiagent.llm.base import BaseLLM
+from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 from fastaiagent.trace.store import RunSummary, TraceStore
 
 RUN_SPAN = "agent.run"
 LOOP_CONFIDENCE = 1.0
 Progress = Callable[[int, int], None]
+
+AGENT_KNOWLEDGE_PROMPT = """\
+You review one message a user sent to an AI agent and extract operational \
+knowledge for the agent: standing instructions, conventions, policies and \
+corrections that should shape how it works with every user from now on. For \
+example: "Always cite a source for token-cost claims", "Keep reports under 800 \
+words", "Refunds need an order number".
+
+Every fact you write is shown to all users of the agent. So never extract \
+personal information about the user (names, contact details, health, \
+location, family, possessions, personal preferences), nor anything that is \
+true only for this conversation. Write each fact as one short standalone \
+instruction or statement.
+
+Known facts are listed with ids. Do not repeat a known fact. When the message \
+corrects a known fact, output the new fact and put the known fact's id in \
+"replaces". Otherwise "replaces" is null.
+
+Answer with JSON only, no other text:
+{"facts": [{"fact": "<statement>", "replaces": null}]}
+If the message holds no such knowledge, answer {"facts": []}."""
+
+
+def build_agent_messages(text: str, known: list[str]) -> list[Message]:
+    """The agent-scope prompt for one message (same layout as the personal prompt)."""
+    shown = known[:MAX_KNOWN_FACTS]
+    listing = "\n".join(f"{known_fact_id(i)}: {f}" for i, f in enumerate(shown)) or "(none)"
+    body = text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + " [...]"
+    return [
+        SystemMessage(AGENT_KNOWLEDGE_PROMPT),
+        UserMessage(f"Known facts:\n{listing}\n\nMessage from the user:\n<<<\n{body}\n>>>"),
+    ]
+
+
+def extract_for_scope(llm: BaseLLM, scope: str, text: str, known: list[str]) -> list[ExtractedFact]:
+    """Ask ``llm`` for the facts in ``text`` fit for ``scope``. LLM errors propagate."""
+    if scope == "agent":
+        messages = build_agent_messages(text, known)
+    else:
+        messages = build_extraction_messages(text, role="user", known=known)
+    response = llm.complete(messages)
+    return parse_extraction(response.content, min(len(known), MAX_KNOWN_FACTS))
 
 
 @dataclass
@@ -139,7 +192,7 @@ def _mine_run(
 ) -> None:
     known = store.list_active(scope, scope_id, project_id, limit=MAX_KNOWN_FACTS)
     try:
-        extracted = extract_facts(llm, text, role="user", known=[f.fact for f in known])
+        extracted = extract_for_scope(llm, scope, text, [f.fact for f in known])
     except Exception as exc:  # one bad run must not stop the pass
         report.failures.append((run.trace_id, f"{type(exc).__name__}: {exc}"))
         return
@@ -177,4 +230,11 @@ def _mine_run(
         traces.mark_mined([run.trace_id], time.time())
 
 
-__all__ = ["LearnReport", "check_target", "learn_from_traces"]
+__all__ = [
+    "AGENT_KNOWLEDGE_PROMPT",
+    "LearnReport",
+    "build_agent_messages",
+    "check_target",
+    "extract_for_scope",
+    "learn_from_traces",
+]
