@@ -77,6 +77,11 @@ def test_embeddings_are_batched(store, embedder):
     for i in range(40):
         block.on_message(UserMessage(f"more text {i} about cooking"))
     assert any(len(call) == 32 for call in embedder.calls)  # flushed when the batch filled
+    block.flush()
+    embedder.calls.clear()
+    block.on_message(UserMessage("what should I plant in spring?"))
+    block.on_message(AssistantMessage("Tulips and daffodils do well in spring."))
+    assert [len(call) for call in embedder.calls] == [2]  # a reply ends the turn: one batch
 
 
 def test_shared_store_namespaces_do_not_mix_and_busy_cannot_crowd_quiet(store, embedder):
@@ -227,34 +232,21 @@ def test_dedupe_against_upstream_drops_what_an_earlier_block_injected(store, emb
     assert "allergic" in plain.render_with_context("peanuts", shared)[0].content
 
 
-@pytest.fixture
-def spans():
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer(provider.get_tracer("test"))
-    yield exporter
-    trace.set_tracer(None)
-
-
-def test_trace_reports_scores_and_deduped_count(spans, embedder):
+def test_trace_reports_scores_and_deduped_count(embedder):
     block = VectorBlock(
         FaissVectorStore(dimension=64), embedder=embedder, dedupe_against_upstream=True
     )
     memory = ComposableMemory(blocks=[StaticBlock("User is allergic to peanuts"), block])
-    memory.add_message(UserMessage("User is allergic to peanuts"))
-    memory.add_message(UserMessage("User loves peanut butter cookies"))
-    memory.primary.clear()
-    memory.get_context("peanuts")
-    read = next(s for s in spans.get_finished_spans() if s.name == "memory.read.vector")
+    with trace.capture() as spans:
+        memory.add_message(UserMessage("User is allergic to peanuts"))
+        memory.add_message(UserMessage("User loves peanut butter cookies"))
+        memory.primary.clear()
+        memory.get_context("peanuts")
+    [read] = spans.named("memory.read.vector")
     assert read.attributes["memory.deduped_count"] == 1
     scores = list(read.attributes["memory.scores"])
     assert len(scores) == 1 and 0 < scores[0] <= 1
-    writes = [s for s in spans.get_finished_spans() if s.name == "memory.write.vector"]
+    writes = spans.named("memory.write.vector")
     assert [w.attributes["memory.action"] for w in writes] == ["embedded", "embedded"]
 
 

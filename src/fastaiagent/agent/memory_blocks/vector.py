@@ -8,9 +8,9 @@ Messages still in the conversation window are never recalled (they are in
 the prompt already), and with ``dedupe_against_upstream`` nothing an earlier
 block injected is repeated.
 
-Embeddings are batched: messages queue up and are embedded together at the
-next recall (or once ``batch_size`` are waiting), and the embedder loads on
-first use, so a broken embedder or store fails inside the memory's failure
+Embeddings are batched: messages queue up and are embedded together when a
+reply ends the turn, at the next recall, or once ``batch_size`` are waiting;
+the embedder loads on first use, so a broken embedder or store fails inside the memory's failure
 isolation instead of at construction.
 """
 
@@ -169,10 +169,12 @@ class VectorBlock(MemoryBlock):
         )
 
     def on_message(self, message: Message) -> None:
-        """Queue the message for embedding (flushed in batches)."""
+        """Queue the message for embedding (one batch per turn)."""
         chunk = self._make_chunk(message)
         if chunk is None:
             trace.annotate({"memory.action": "noop"})
+            if message.role == "assistant" and self._pending:
+                self.flush()  # a short reply ("Noted.") still ends the turn
             return
         chunk.metadata.setdefault(NAMESPACE_KEY, self.namespace)
         with self._lock:
@@ -183,9 +185,11 @@ class VectorBlock(MemoryBlock):
             self._recent.append(chunk.text)
             self._last_chunk_id = chunk.id
             self._pending.append(chunk)
-            full = len(self._pending) >= self.batch_size
+            # A reply ends a turn: embed the turn's messages together then, so
+            # a shared store (and an evicted or restarted user) loses nothing.
+            due = message.role == "assistant" or len(self._pending) >= self.batch_size
         trace.annotate({"memory.action": "embedded", "memory.detail": 1})
-        if full:
+        if due:
             self.flush()
 
     def _embedding_text(self, chunk: Chunk) -> str:
