@@ -208,3 +208,67 @@ def test_otlp_export_reaches_a_collector_and_honours_payloads(tmp_path, monkeypa
     body = b"".join(b for _, b in _Collector.bodies)
     assert b"memory.read.static" in body
     assert (b"question about ferrets" in body) is (payloads == "1")
+
+
+def test_set_tracer_keeps_real_sdk_spans_for_apps_that_want_them():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    trace.set_tracer(provider.get_tracer("my-app"))
+    try:
+        result = _agent().run("through the sdk")
+    finally:
+        trace.set_tracer(None)
+    names = [s.name for s in exported.get_finished_spans()]
+    assert {"agent.run", "memory.read", "memory.read.static", "llm.call"} <= set(names)
+    assert result.trace_id == format(exported.get_finished_spans()[0].context.trace_id, "032x")
+    assert not trace.is_enabled()
+
+
+def test_runs_join_the_callers_active_opentelemetry_trace(tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+
+    exported = InMemorySpanExporter()
+    trace.setup(store_path=tmp_path / "traces.db", exporters=[exported])
+    outer_tracer = TracerProvider().get_tracer("web")
+    with outer_tracer.start_as_current_span("POST /chat") as outer:
+        result = _agent().run("inside a request")
+    trace.shutdown()
+    context = outer.get_span_context()
+    assert result.trace_id == format(context.trace_id, "032x")
+    run = next(s for s in exported.get_finished_spans() if s.name == "agent.run")
+    assert run.parent is not None and run.parent.span_id == context.span_id
+    stored = TraceStore(tmp_path / "traces.db")
+    assert [r.trace_id for r in stored.list_runs()] == [result.trace_id]  # still listed as a run
+
+
+def test_odd_attribute_values_are_stored_as_text(tmp_path):
+    trace.setup(store_path=tmp_path / "traces.db")
+    with trace.span("custom", {"when": object, "mixed": [1, "a"], "none": None}) as s:
+        s.set_attribute("flag", True)
+        trace_id = trace.current_trace_id()
+    trace.shutdown()
+    (span,) = TraceStore(tmp_path / "traces.db").get_trace(trace_id)
+    assert span.attributes["when"] == str(object)
+    assert span.attributes["mixed"] == [1, "a"] and span.attributes["flag"] is True
+    assert "none" not in span.attributes
+
+
+def test_an_abandoned_stream_leaves_tracing_usable(tmp_path):
+    import asyncio
+
+    async def first_delta_only() -> None:
+        stream = _agent().astream("stream please")
+        async for _ in stream:
+            break
+        await stream.aclose()
+
+    with trace.capture() as spans:
+        asyncio.run(first_delta_only())
+        _agent().run("after")
+    runs = spans.named("agent.run")
+    assert runs and runs[-1].attributes["agent.input"] == "after"
+    assert runs[-1].parent_id is None
