@@ -217,3 +217,21 @@ def test_a_write_cut_before_exec_leaves_nothing_half_written(
         assert direct.get(kept).active  # type: ignore[union-attr]
     finally:
         proxy.close()
+
+
+def test_an_indexed_fact_without_a_doc_is_read_field_by_field(
+    redis_url: str, redis_prefix: str
+) -> None:
+    raw = _raw(redis_url)
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    ids = [
+        store.add(Fact(f"f{i}", scope="user", scope_id="u", metadata={"i": i})) for i in range(3)
+    ]
+    raw.hdel(f"{redis_prefix}:fact:{ids[1]}", "doc")
+    got = store.list_active("user", "u")
+    assert [(f.id, f.fact, f.metadata) for f in got] == [
+        (ids[2], "f2", {"i": 2}),
+        (ids[1], "f1", {"i": 1}),
+        (ids[0], "f0", {"i": 0}),
+    ]
+    assert got == [store.get(i) for i in reversed(ids)]

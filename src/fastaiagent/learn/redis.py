@@ -51,10 +51,11 @@ _T = TypeVar("_T")
 
 # Reads the newest active facts of one sorted index in a single round trip,
 # skipping entries whose hash is gone or superseded (left by an older writer),
-# so ``limit=n`` returns n facts whenever n exist. The reply is one JSON string
-# (id, [field, value, ...], id, ...): parsing it is one C call, where a nested
-# reply of 50 hashes costs milliseconds in redis-py's Python parser. Fields
-# come in _READ_FIELDS order, so facts are built positionally.
+# so ``limit=n`` returns n facts whenever n exist. Each fact hash carries its
+# immutable fields pre-serialised in ``doc`` (a JSON array), so the reply is one
+# JSON string joined from those docs: no per-field work on the server, and one
+# C-speed parse in Python. A hash without ``doc`` comes back as null and is
+# read field by field.
 _READ_NEWEST = """
 local limit = tonumber(ARGV[2])
 local out = {}
@@ -67,22 +68,16 @@ while limit < 0 or found < limit do
   if #ids == 0 then break end
   for _, member in ipairs(ids) do
     local id = string.format('%d', tonumber(member))
-    local h = redis.call('HMGET', ARGV[1] .. id, 'fact', 'scope', 'scope_id', 'project_id',
-      'confidence', 'source', 'source_trace_id', 'metadata', 'created_at', 'superseded_by')
-    if h[1] and (not h[10] or h[10] == '') then
-      for i = 1, 10 do
-        if not h[i] then h[i] = '' end
-      end
-      out[#out + 1] = id
-      out[#out + 1] = h
+    local h = redis.call('HMGET', ARGV[1] .. id, 'doc', 'superseded_by', 'fact')
+    if h[3] and (not h[2] or h[2] == '') then
+      out[#out + 1] = '[' .. id .. ',' .. (h[1] or 'null') .. ']'
       found = found + 1
       if limit >= 0 and found >= limit then break end
     end
   end
   start = start + batch
 end
-if found == 0 then return '[]' end
-return cjson.encode(out)
+return '[' .. table.concat(out, ',') .. ']'
 """
 
 # Raises the id counter to at least ARGV[1] (after indexing older facts).
@@ -128,21 +123,27 @@ def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
     )
 
 
-def _fact_from_values(fact_id: int, v: list[str]) -> Fact:
-    """An active fact from the read script's values (fact .. superseded_by)."""
-    return Fact(
-        v[0],
-        v[1] or "agent",
-        v[2],
-        v[3],
-        float(v[4]) if v[4] else 1.0,
-        v[5] or "manual",
-        v[6] or None,
-        json.loads(v[7]) if v[7] and v[7] != "{}" else {},
-        fact_id,
-        float(v[8]) if v[8] else 0.0,
-        None,
+def _doc(fact: Fact) -> str:
+    """The immutable fields of a fact as one JSON array (the read path's format)."""
+    return json.dumps(
+        [
+            fact.fact,
+            fact.scope,
+            fact.scope_id,
+            fact.project_id,
+            float(fact.confidence),
+            fact.source,
+            fact.source_trace_id or None,
+            fact.metadata,
+            float(fact.created_at),
+        ],
+        separators=(",", ":"),
     )
+
+
+def _fact_from_doc(fact_id: int, d: list[Any]) -> Fact:
+    """An active fact from its ``doc`` array."""
+    return Fact(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], fact_id, d[8], None)
 
 
 class RedisFactStore:
@@ -278,6 +279,7 @@ class RedisFactStore:
             "created_at": repr(float(fact.created_at)),
             "superseded_by": "",
             "metadata": json.dumps(fact.metadata),
+            "doc": _doc(fact),
         }
 
     def _queue_create(self, pipe: Any, fact_id: int, fact: Fact, key: str) -> None:
@@ -488,8 +490,15 @@ class RedisFactStore:
         reply = self._read_newest(
             keys=[index_key], args=[self._k("fact", ""), -1 if limit is None else limit]
         )
-        flat = json.loads(reply)
-        return [_fact_from_values(int(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
+        facts = []
+        for fact_id, doc in json.loads(reply):
+            if doc is not None:
+                facts.append(_fact_from_doc(fact_id, doc))
+            else:  # a fact hash from before docs: read it field by field
+                fact = self._read_fact(self._client, fact_id)
+                if fact is not None:
+                    facts.append(fact)
+        return facts
 
     def list_active(
         self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
@@ -611,7 +620,12 @@ class RedisFactStore:
             member = {_member(fact.id): fact.created_at}
             text_key = normalize_text(fact.fact)
             writer.hset(
-                key, mapping={"fact_key": text_key, "superseded_by": raw.get("superseded_by") or ""}
+                key,
+                mapping={
+                    "fact_key": text_key,
+                    "superseded_by": raw.get("superseded_by") or "",
+                    "doc": _doc(fact),
+                },
             )
             writer.zadd(self._k("all"), member)
             writer.sadd(self._hist_key(*subject), fact.id)
