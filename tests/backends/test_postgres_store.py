@@ -274,3 +274,34 @@ def test_password_is_not_echoed_in_errors() -> None:
 
 if os.name != "posix":  # pragma: no cover
     pytest.skip("fork tests need POSIX", allow_module_level=True)
+
+
+def test_an_older_table_is_upgraded_in_place(postgres_url: str, pg_table: str) -> None:
+    """A table from an older SDK: no fact_key column, and duplicate active rows
+    (written before adds were idempotent). The first open fills the key and
+    folds the duplicates into the oldest row, keeping them as history."""
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(
+            f"CREATE TABLE {pg_table} (id BIGSERIAL PRIMARY KEY, fact TEXT NOT NULL, "
+            "scope TEXT NOT NULL, scope_id TEXT NOT NULL DEFAULT '', "
+            "project_id TEXT NOT NULL DEFAULT '', confidence DOUBLE PRECISION NOT NULL DEFAULT 1, "
+            "source TEXT NOT NULL DEFAULT 'manual', source_trace_id TEXT, "
+            "created_at DOUBLE PRECISION NOT NULL, superseded_by BIGINT, "
+            "metadata JSONB NOT NULL DEFAULT '{}')"
+        )
+        for i, (text, who) in enumerate(
+            [("Likes tea", "u"), ("likes  TEA", "u"), ("Likes tea", "v"), ("Other", "u")]
+        ):
+            admin.execute(
+                f"INSERT INTO {pg_table} (fact, scope, scope_id, created_at) "
+                "VALUES (%s, 'user', %s, %s)",
+                (text, who, 1000.0 + i),
+            )
+    store = PostgresFactStore(postgres_url, table=pg_table)
+    active_u = store.list_active("user", "u")
+    assert [f.fact for f in active_u] == ["Other", "Likes tea"]
+    first = active_u[1].id
+    assert store.get(first + 1).superseded_by == first  # type: ignore[operator,union-attr]
+    assert store.add(Fact("LIKES tea", scope="user", scope_id="u")) == first
+    assert [f.fact for f in store.list_active("user", "v")] == ["Likes tea"]
+    store.close()

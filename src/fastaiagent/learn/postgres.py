@@ -237,9 +237,41 @@ class PostgresFactStore:
             if exists is None:
                 conn.execute(self._q("create_table"))
             present = self._present_indexes(conn)
+            if exists is not None and names["active_key"] not in present:
+                self._upgrade_table(conn)
             for kind, name in names.items():
                 if name not in present:
                     conn.execute(self._index_ddl(kind, name))
+
+    def _upgrade_table(self, conn: Any) -> None:
+        """Prepare a table written by an older SDK for the unique active-key index:
+        add and fill ``fact_key`` when it is missing, and fold duplicate active
+        rows of one text into the oldest (the others stay as its history)."""
+        t = self._t
+        has_key = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = %s AND column_name = 'fact_key'",
+            (self.table,),
+        ).fetchone()
+        if not has_key:
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN fact_key TEXT").format(t))
+        missing = conn.execute(
+            sql.SQL("SELECT id, fact FROM {} WHERE fact_key IS NULL").format(t)
+        ).fetchall()
+        if missing:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    sql.SQL("UPDATE {} SET fact_key = %s WHERE id = %s").format(t),
+                    [(normalize_text(fact), fact_id) for fact_id, fact in missing],
+                )
+        conn.execute(
+            sql.SQL(
+                "UPDATE {t} SET superseded_by = d.keep FROM ("
+                "SELECT id, first_value(id) OVER (PARTITION BY scope, scope_id, project_id, "
+                "md5(fact_key) ORDER BY id) AS keep FROM {t} WHERE superseded_by IS NULL) d "
+                "WHERE {t}.id = d.id AND d.id <> d.keep"
+            ).format(t=t)
+        )
 
     def _present_indexes(self, conn: Any) -> set[str]:
         rows = conn.execute(
