@@ -232,6 +232,56 @@ def test_user_created_indexes_are_found_and_kept(postgres_url: str, pg_table: st
             ).fetchall()
         )
     assert after == oids  # the same index objects: nothing was rebuilt
+    with psycopg.connect(postgres_url) as admin:  # the store's own two were built
+        valid = {
+            r[0]
+            for r in admin.execute(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE i.indrelid = %s::regclass AND i.indisvalid",
+                (pg_table,),
+            )
+        }
+    assert set(names.values()) <= valid
+    store.close()
+
+
+def test_missing_indexes_on_an_existing_table_build_without_blocking_writers(
+    postgres_url: str, pg_table: str
+) -> None:
+    """On a table that already exists the store builds missing indexes
+    CONCURRENTLY: a writer can insert while the first open is under way."""
+    PostgresFactStore(postgres_url, table=pg_table).list_active("user", "u")
+    names = index_names(pg_table)
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP INDEX {names['subject_all']}")
+        admin.execute(f"DROP INDEX {names['scope_active']}")
+    writer = psycopg.connect(postgres_url)
+    writer.execute(  # an open write transaction: CONCURRENTLY waits for it, others don't
+        f"INSERT INTO {pg_table} (fact, fact_key, scope, scope_id, created_at) "
+        "VALUES ('w', 'w', 'user', 'w', 1)"
+    )
+    opened = threading.Event()
+    store = PostgresFactStore(f"{postgres_url}?options=-c%20lock_timeout%3D20000", table=pg_table)
+    opener = threading.Thread(target=lambda: (store.list_active("user", "u"), opened.set()))
+    opener.start()
+    time.sleep(0.5)
+    with psycopg.connect(f"{postgres_url}?options=-c%20lock_timeout%3D2000") as other:
+        other.execute(  # a second writer is not blocked by the index build
+            f"INSERT INTO {pg_table} (fact, fact_key, scope, scope_id, created_at) "
+            "VALUES ('x', 'x', 'user', 'x', 2)"
+        )
+    writer.commit()
+    writer.close()
+    opener.join(30)
+    assert opened.is_set()
+    with psycopg.connect(postgres_url) as admin:
+        present = {
+            r[0]
+            for r in admin.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = %s", (pg_table,)
+            )
+        }
+    assert set(names.values()) <= present
     store.close()
 
 

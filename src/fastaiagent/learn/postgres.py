@@ -225,23 +225,45 @@ class PostgresFactStore:
     # -- schema ------------------------------------------------------------
 
     def _ensure_schema(self, conn: Any) -> None:
+        """Create what is missing, and nothing else: with every index in place
+        (found in pg_indexes) no DDL runs and no lock is taken."""
         names = index_names(self.table)
         if self._schema_complete(conn, names):
             return
-        with conn.transaction():
-            # Serialise first opens from many processes; re-check under the lock.
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fastaiagent:{self.table}",)
-            )
+        lock_key = f"fastaiagent:{self.table}"
+        # Serialise first opens from many processes; re-check under the lock.
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
+        try:
             exists = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
             if exists is None:
-                conn.execute(self._q("create_table"))
+                with conn.transaction():  # a new, empty table: plain DDL is instant
+                    conn.execute(self._q("create_table"))
+                    for kind, name in names.items():
+                        conn.execute(self._index_ddl(kind, name))
+                return
+            # An existing table may be large and busy: build indexes CONCURRENTLY,
+            # so writers are never blocked while they build.
             present = self._present_indexes(conn)
-            if exists is not None and names["active_key"] not in present:
-                self._upgrade_table(conn)
+            if names["active_key"] not in present:
+                with conn.transaction():
+                    self._upgrade_table(conn)
             for kind, name in names.items():
                 if name not in present:
-                    conn.execute(self._index_ddl(kind, name))
+                    self._build_concurrently(conn, kind, name)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+
+    def _build_concurrently(self, conn: Any, kind: str, name: str) -> None:
+        drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name))
+        conn.execute(drop)  # an invalid leftover of an interrupted build
+        try:
+            conn.execute(self._index_ddl(kind, name, concurrently=True))
+        except psycopg.errors.UniqueViolation:
+            # An older writer added a duplicate while the index built: fold, retry once.
+            conn.execute(drop)
+            with conn.transaction():
+                self._upgrade_table(conn)
+            conn.execute(self._index_ddl(kind, name, concurrently=True))
 
     def _upgrade_table(self, conn: Any) -> None:
         """Prepare a table written by an older SDK for the unique active-key index:
@@ -274,9 +296,13 @@ class PostgresFactStore:
         )
 
     def _present_indexes(self, conn: Any) -> set[str]:
+        """Valid indexes on the table (an interrupted CONCURRENTLY build leaves an invalid one)."""
         rows = conn.execute(
-            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND tablename = %s",
+            "SELECT p.indexname FROM pg_indexes p "
+            "JOIN pg_class c ON c.relname = p.indexname "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = p.schemaname "
+            "JOIN pg_index i ON i.indexrelid = c.oid "
+            "WHERE p.schemaname = current_schema() AND p.tablename = %s AND i.indisvalid",
             (self.table,),
         ).fetchall()
         return {row[0] for row in rows}
@@ -284,7 +310,7 @@ class PostgresFactStore:
     def _schema_complete(self, conn: Any, names: dict[str, str]) -> bool:
         return set(names.values()) <= self._present_indexes(conn)
 
-    def _index_ddl(self, kind: str, name: str) -> Any:
+    def _index_ddl(self, kind: str, name: str, *, concurrently: bool = False) -> Any:
         columns = {
             "subject_active": "(scope, scope_id, project_id, created_at DESC) "
             "WHERE superseded_by IS NULL",
@@ -294,8 +320,9 @@ class PostgresFactStore:
             "subject_all": "(scope, scope_id, project_id)",
         }[kind]
         unique = "UNIQUE " if kind == "active_key" else ""
-        return sql.SQL("CREATE {}INDEX IF NOT EXISTS {} ON {} " + columns).format(
-            sql.SQL(unique), sql.Identifier(name), self._t
+        how = "CONCURRENTLY " if concurrently else ""
+        return sql.SQL("CREATE {}INDEX {}IF NOT EXISTS {} ON {} " + columns).format(
+            sql.SQL(unique), sql.SQL(how), sql.Identifier(name), self._t
         )
 
     def _compile(self, conn: Any) -> None:
