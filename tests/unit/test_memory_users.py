@@ -55,7 +55,7 @@ def test_a_flipping_resolver_cannot_split_a_run_between_users():  # H13
     agent = Agent(name="a", llm=echo_prompt(), memory=mem)
     agent.run("from first run", context=ctx("?"))
     assert mem.cached_users == ["alice"]
-    assert [m.content for m in mem.for_user("alice").messages][0] == "from first run"
+    assert mem.for_user("alice").messages[0].content == "from first run"
 
 
 def test_users_get_separate_windows_and_facts():  # 39, 40
