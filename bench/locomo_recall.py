@@ -69,17 +69,6 @@ class TurnTaggedBlock(VectorBlock):
         return chunk
 
 
-class ContextEmbeddedBlock(TurnTaggedBlock):
-    """Experiment: embed each turn together with the turn before it."""
-
-    def _embedding_text(self, chunk: Chunk) -> str:
-        context = chunk.metadata.get("context")
-        return f"{context}\n{chunk.text}" if context else chunk.text
-
-
-BLOCK_CLASS: type[VectorBlock] = TurnTaggedBlock
-
-
 def turns_of(conversation: dict[str, Any]) -> list[dict[str, Any]]:
     """Every turn in session order, each with its session date."""
     sessions = sorted((int(m.group(1)), key) for key in conversation if (m := _SESSION.match(key)))
@@ -124,7 +113,7 @@ def evaluate(samples: list[dict[str, Any]], embedder: Any, retrieval: str) -> di
     counts: dict[Any, int] = defaultdict(int)
     for sample in samples:
         turns = turns_of(sample["conversation"])
-        block = BLOCK_CLASS(
+        block = TurnTaggedBlock(
             FaissVectorStore(dimension=embedder.dimension),
             embedder=embedder,
             top_k=max(KS),
@@ -165,16 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cache", type=Path, default=None, help="keep vectors in this file (outside the repo)"
     )
     parser.add_argument("--dense-weight", type=float, default=None)
-    parser.add_argument("--embed-context", action="store_true", help="experiment")
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "locomo_recall.json"
     )
     args = parser.parse_args(argv)
     samples = json.loads(args.data.read_text(encoding="utf-8"))
     embedder = CachingEmbedder(get_embedder("auto"), args.cache)
-    if args.embed_context:
-        global BLOCK_CLASS
-        BLOCK_CLASS = ContextEmbeddedBlock
     if args.dense_weight is not None:
         BLOCK_OPTIONS["dense_weight"] = args.dense_weight
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}

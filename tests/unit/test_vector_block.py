@@ -336,3 +336,36 @@ def test_hybrid_finds_exact_terms_that_dense_similarity_ranks_low(store):
     for i in range(5):
         block.on_message(UserMessage(f"order shipped to my home address, variant {i} {i}"))
     assert texts(block.recall("where is order 99812")) == ["order 99812 shipped to my home address"]
+
+
+def test_keywords_of_the_previous_turn_help_find_an_answer(store, embedder):
+    block = VectorBlock(store, embedder=embedder, top_k=2, retrieval="bm25")
+    block.on_message(AssistantMessage("What pet did you adopt last month?"))
+    block.on_message(UserMessage("A tiny grey kitten called Smudge"))
+    for i in range(5):
+        block.on_message(UserMessage(f"filler line {i} about groceries and errands"))
+    assert "A tiny grey kitten called Smudge" in texts(block.recall("which pet was adopted?"))
+    plain = VectorBlock(FaissVectorStore(dimension=64), embedder=embedder, retrieval="bm25",
+                        top_k=2, context_turns=0)  # fmt: skip
+    plain.on_message(AssistantMessage("What pet did you adopt last month?"))
+    plain.on_message(UserMessage("A tiny grey kitten called Smudge"))
+    assert texts(plain.recall("which pet was adopted?")) == ["What pet did you adopt last month?"]
+
+
+def test_save_keeps_the_recent_turn_context(tmp_path, store, embedder):
+    block = VectorBlock(store, embedder=embedder, retrieval="bm25", top_k=2)
+    block.on_message(AssistantMessage("Which city are you moving to?"))
+    block.save(tmp_path / "v.json")
+    again = VectorBlock(store, embedder=embedder, retrieval="bm25", top_k=2)
+    again.load(tmp_path / "v.json")
+    again.on_message(UserMessage("Probably Vancouver next spring"))
+    assert "Probably Vancouver next spring" in texts(again.recall("which city is the move to?"))
+
+
+def test_a_dead_embedder_keeps_a_bounded_queue(store):
+    block = VectorBlock(store, embedder=BrokenEmbedder(), batch_size=10_000)
+    for i in range(1500):
+        block.on_message(UserMessage(f"message {i} that cannot be embedded"))
+    with pytest.raises(RuntimeError):
+        block.flush()
+    assert len(block._pending) == 1000

@@ -37,7 +37,8 @@ from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
-_FETCH_FACTOR = 4  # candidates per wanted item, before window and dedupe filtering
+_FETCH_FACTOR = 4
+_MAX_PENDING = 1000  # candidates per wanted item, before window and dedupe filtering
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,10 @@ class VectorBlock(MemoryBlock):
     """Semantic recall over past messages, from a (possibly shared) VectorStore.
 
     ``retrieval="hybrid"`` (default) fuses dense and BM25 scores;
-    ``"dense"`` is pure vector search; ``"bm25"`` is keyword-only (no
-    embedder needed). ``embedder=None`` resolves ``"auto"`` at first use.
+    ``"dense"`` is pure vector search; ``"bm25"`` ranks by keywords only
+    (messages are still embedded into the store). ``embedder=None`` resolves
+    ``"auto"`` at first use. ``context_turns`` previous messages are indexed
+    with each message's keywords (0 = none).
     Blocks sharing a store see only their ``namespace``; chunks with no
     namespace tag are visible to the ``"default"`` namespace only.
     """
@@ -114,7 +117,6 @@ class VectorBlock(MemoryBlock):
         self._pending: list[Chunk] = []
         self._keywords: BM25Index | None = None
         self._keyword_chunks: dict[str, Chunk] = {}
-        self._last_chunk_id: str | None = None
         self._recent: deque[str] = deque(maxlen=self.context_turns or 1)
         self._lock = threading.RLock()
 
@@ -178,12 +180,9 @@ class VectorBlock(MemoryBlock):
             return
         chunk.metadata.setdefault(NAMESPACE_KEY, self.namespace)
         with self._lock:
-            if self._last_chunk_id is not None:
-                chunk.metadata.setdefault("prev_id", self._last_chunk_id)
             if self.context_turns and self._recent:
                 chunk.metadata.setdefault("context", " ".join(self._recent))
             self._recent.append(chunk.text)
-            self._last_chunk_id = chunk.id
             self._pending.append(chunk)
             # A reply ends a turn: embed the turn's messages together then, so
             # a shared store (and an evicted or restarted user) loses nothing.
@@ -212,7 +211,8 @@ class VectorBlock(MemoryBlock):
                     chunk.vector = list(vector)
                 self.store.add(pending)
             except BaseException:
-                self._pending = pending + self._pending  # keep them for the next attempt
+                # Kept for the next attempt, but bounded: a dead embedder must not grow memory.
+                self._pending = (pending + self._pending)[-_MAX_PENDING:]
                 raise
             if self._keywords is not None:
                 for chunk in pending:
@@ -235,11 +235,13 @@ class VectorBlock(MemoryBlock):
     def _keyword_index(self) -> BM25Index:
         # Built once from the store (this namespace only), then kept up to date
         # by flush; a restarted process or a shared store starts complete.
-        if self._keywords is None:
-            self._keywords = BM25Index()
-            for chunk in self.store.chunks(self.namespace, include_untagged=self._reads_untagged):
-                self._index_keywords(chunk)
-        return self._keywords
+        with self._lock:
+            if self._keywords is None:
+                self._keywords = BM25Index()
+                untagged = self._reads_untagged
+                for chunk in self.store.chunks(self.namespace, include_untagged=untagged):
+                    self._index_keywords(chunk)
+            return self._keywords
 
     @property
     def _reads_untagged(self) -> bool:
@@ -337,27 +339,30 @@ class VectorBlock(MemoryBlock):
         """Delete this namespace's chunks from the store (untagged chunks stay)."""
         with self._lock:
             self._pending.clear()
-            self._last_chunk_id = None
             self._recent.clear()
             self._keywords = None
             self._keyword_chunks.clear()
             self.store.delete_namespace(self.namespace)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Embed anything queued (the chunks live in the store) and note the namespace."""
+        """Embed anything queued (the chunks themselves live in the store) and keep
+        the recent turns that give the next message its keyword context."""
         self.flush()
-        write_json_atomic(
-            path,
-            {"version": 1, "namespace": self.namespace, "last_chunk_id": self._last_chunk_id},
-        )
+        with self._lock:
+            recent = list(self._recent)
+        write_json_atomic(path, {"version": 1, "namespace": self.namespace, "recent": recent})
 
     def load(self, path: str | os.PathLike[str]) -> None:
         data = read_json(path, what="vector block file")
         if not isinstance(data, dict):
             raise ValueError(f"vector block file {path} is corrupt")
+        recent = data.get("recent", [])
+        if not isinstance(recent, list) or not all(isinstance(t, str) for t in recent):
+            raise ValueError(f"vector block file {path} is corrupt")
         if data.get("namespace") == self.namespace:
             with self._lock:
-                self._last_chunk_id = data.get("last_chunk_id")
+                self._recent.clear()
+                self._recent.extend(recent)
 
     def isolated_copy(self) -> MemoryBlock:
         raise MemoryIsolationError(
