@@ -60,7 +60,18 @@ def _otel_parent() -> tuple[int, int] | None:
     return (context.trace_id, context.span_id) if context.is_valid else None
 
 
-class LiveSpan:
+class _RareFields:
+    """Defaults of the fields most spans never set: class attributes, so the hot
+    path does not assign them; a span that does set one gets its own value."""
+
+    parent_id: int | None = None
+    is_root: bool = False  # no fastaiagent parent: the span a stored run is listed by
+    events: list[tuple[str, int, dict[str, Any]]] | None = None
+    status: str = "UNSET"
+    status_message: str = ""
+
+
+class LiveSpan(_RareFields):
     """A span being recorded, and the context manager that records it.
 
     Offers the subset of the OTel ``Span`` API blocks use. ``None`` attribute
@@ -68,35 +79,20 @@ class LiveSpan:
     path short.
     """
 
-    __slots__ = (
-        "_sink",
-        "_token",
-        "attributes",
-        "end_ns",
-        "events",
-        "is_root",
-        "name",
-        "parent_id",
-        "span_id",
-        "start_ns",
-        "status",
-        "status_message",
-        "trace_id",
-    )
+    __slots__ = ("_sink", "_token", "attributes", "end_ns", "name", "span_id", "start_ns", "trace_id")
+    name: str
+    attributes: dict[str, Any]
+    trace_id: int
+    span_id: int
+    start_ns: int
+    end_ns: int
+    _token: Any
 
     def __init__(self, name: str, attributes: Mapping[str, Any] | None, sink: Sink) -> None:
         self.name = name
-        self.attributes: dict[str, Any] = dict(attributes) if attributes else {}
+        self.attributes = dict(attributes) if attributes else {}
         self._sink = sink
-        self.events: list[tuple[str, int, dict[str, Any]]] | None = None
-        self.status = "UNSET"
-        self.status_message = ""
-        self.trace_id = 0
-        self.span_id = 0
-        self.parent_id: int | None = None
-        self.start_ns = 0
         self.end_ns = 0
-        self.is_root = False  # no fastaiagent parent: the span a stored run is listed by
 
     def __enter__(self) -> LiveSpan:
         parent = _get_parent()
