@@ -51,6 +51,7 @@ _COLUMNS = (
     "metadata",
 )
 _T = TypeVar("_T")
+_PARENT_POOLS: list[Any] = []  # pools inherited through fork, never used or closed here
 
 
 def index_names(table: str) -> dict[str, str]:
@@ -157,7 +158,9 @@ class PostgresFactStore:
             return holder.pool
         with self._lock:
             if holder.pool is not None and holder.pid != os.getpid():
-                # Forked child: drop the parent's pool without closing its sockets.
+                # Forked child: set the parent's pool aside without closing (or even
+                # collecting) it, so nothing here can touch the parent's sockets.
+                _PARENT_POOLS.append(holder.pool)
                 holder.pool = None
                 self._schema_ready = True  # the parent already set the table up
             if holder.pool is None:
