@@ -524,6 +524,8 @@ class FactStoreConformance:
     def test_4_processes_adding_the_same_fact_get_one_id(self, store: FactStore) -> None:
         """Forked children (as under gunicorn --preload) share one row, and each
         opens its own connections: the store was used before the fork."""
+        if "fork" not in multiprocessing.get_all_start_methods():
+            pytest.skip("needs the fork start method (POSIX)")
         store.add(_user("warm up"))
         ctx = multiprocessing.get_context("fork")
         barrier, out = ctx.Barrier(4), ctx.Queue()
