@@ -230,6 +230,8 @@ def main() -> int:
     adds = 2_000 if args.quick else 10_000
     samples = 1_000 if args.quick else 5_000
     results: dict[str, Any] = {}
+    load_before = os.getloadavg()
+    print(f"load average {load_before[0]:.1f} on {os.cpu_count()} cores", flush=True)
     for name in args.backends.split(","):
         print(f"[{name}] running ...", flush=True)
         results[name] = run_backend(name, big_subjects, adds, samples)
@@ -242,8 +244,16 @@ def main() -> int:
             + " ".join(f"{k}={'ok' if v else 'MISS'}" for k, v in r["checks"].items()),
             flush=True,
         )
+    load_after = os.getloadavg()
+    print(f"load average {load_after[0]:.1f} at the end", flush=True)
     path = write_results(
-        "stores" + ("_quick" if args.quick else ""), {"quick": args.quick, "results": results}
+        "stores" + ("_quick" if args.quick else ""),
+        {
+            "quick": args.quick,
+            "cores": os.cpu_count(),
+            "load_average": [round(load_before[0], 2), round(load_after[0], 2)],
+            "results": results,
+        },
     )
     print(f"wrote {path}")
     return 0
