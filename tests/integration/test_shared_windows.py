@@ -142,25 +142,33 @@ def _serve(spec: tuple[str, str, str], tasks: Any, results: Any) -> None:
             time.sleep(600)
         return _ack(messages)
 
-    agent = Agent("worker", llm=FunctionLLM(reply), memory=make_memory(spec))
-    while True:
-        task = tasks.get()
-        if task is None:
-            return
-        user, turn, hang = task
-        hanging["on"] = hang
-        agent.run(_question(user, turn), context=user)
-        results.put((user, turn))
+    try:
+        agent = Agent("worker", llm=FunctionLLM(reply), memory=make_memory(spec))
+        results.put(("ready", os.getpid()))
+        while True:
+            task = tasks.get()
+            if task is None:
+                return
+            user, turn, hang = task
+            hanging["on"] = hang
+            agent.run(_question(user, turn), context=user)
+            results.put((user, turn))
+    except BaseException:
+        import traceback
+
+        results.put(("error", traceback.format_exc()))
 
 
-def _collect(results: Any, count: int) -> list[Any]:
+def _collect(results: Any, count: int, wait: float = WAIT) -> list[Any]:
     got = []
-    deadline = time.monotonic() + WAIT
+    deadline = time.monotonic() + wait
     while len(got) < count:
         try:
             got.append(results.get(timeout=max(0.1, deadline - time.monotonic())))
+            if got[-1][0] == "error":
+                raise AssertionError(f"a worker failed:\n{got[-1][1]}")
         except queue.Empty:
-            raise AssertionError(f"workers answered {len(got)} of {count} turns in {WAIT}s") from None
+            raise AssertionError(f"workers answered {len(got)} of {count} in {wait}s") from None
     return got
 
 
@@ -171,6 +179,8 @@ def test_four_workers_round_robin_and_one_killed_mid_turn(spec) -> None:
     workers = [ctx.Process(target=_serve, args=(spec, q, results), daemon=True) for q in queues]
     for worker in workers:
         worker.start()
+    # Spawned interpreters start slowly on a busy machine: wait for all four first.
+    assert sorted(r[0] for r in _collect(results, 4, wait=180)) == ["ready"] * 4
     alive = [0, 1, 2, 3]
     victim_user = USERS[7]
     try:

@@ -51,10 +51,20 @@ class SQLiteWindowStore:
     def _conn(self) -> Any:
         conn = self.store._connection()
         if not self._ready:
-            with self._lock:
-                conn.executescript(_SCHEMA.format(t=self.table))
+            with self._lock, self.store._write() as locked:
+                for statement in _SCHEMA.format(t=self.table).split(";"):
+                    if statement.strip():
+                        locked.execute(statement)
                 self._ready = True
         return conn
+
+    def _execute_write(self, query: str, params: Any) -> int:
+        """One write under BEGIN IMMEDIATE: in WAL mode a plain autocommit write can
+        fail at once with SQLITE_BUSY when another process committed meanwhile,
+        while an immediate transaction waits for the lock (busy_timeout)."""
+        self._conn()
+        with self.store._write() as conn:
+            return int(conn.execute(query, params).rowcount)
 
     def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
         """The live stored window (see :class:`WindowStore`)."""
@@ -72,13 +82,12 @@ class SQLiteWindowStore:
     ) -> str | None:
         """Compare-and-set write (see :class:`WindowStore`)."""
         check_key(key)
-        conn = self._conn()
         now, version = time.time(), new_version()
         expires = None if ttl_seconds is None else now + ttl_seconds
         if expected_version is None:
             # Create, or take over a row that has expired (it is gone for readers).
             # Finding our own new version means this is a repeat of a write that landed.
-            cursor = conn.execute(
+            count = self._execute_write(
                 f"INSERT INTO {self.table} (agent_id, project_id, user_id, version, state, "
                 "updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (agent_id, project_id, user_id) DO UPDATE SET "
@@ -89,12 +98,12 @@ class SQLiteWindowStore:
                 (*key, version, state, now, expires, now),
             )
         else:
-            cursor = conn.execute(
+            count = self._execute_write(
                 f"UPDATE {self.table} SET version = ?, state = ?, updated_at = ?, expires_at = ? "
                 "WHERE agent_id = ? AND project_id = ? AND user_id = ? AND version IN (?, ?)",
                 (version, state, now, expires, *key, expected_version, version),
             )
-        if cursor.rowcount != 1:
+        if count != 1:
             return None
         self._writes += 1
         if self._writes % PURGE_EVERY == 0:
@@ -104,25 +113,22 @@ class SQLiteWindowStore:
     def delete(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
         check_key(key)
-        cursor = self._conn().execute(
+        return self._execute_write(
             f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ? AND user_id = ?", key
-        )
-        return cursor.rowcount > 0
+        ) > 0
 
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete an agent and project's windows (see :class:`WindowStore`)."""
-        cursor = self._conn().execute(
+        return self._execute_write(
             f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ?", (agent_id, project_id)
         )
-        return int(cursor.rowcount)
 
     def purge_expired(self) -> int:
         """Delete rows past their TTL now; returns the count."""
-        cursor = self._conn().execute(
+        return self._execute_write(
             f"DELETE FROM {self.table} WHERE expires_at IS NOT NULL AND expires_at <= ?",
             (time.time(),),
         )
-        return int(cursor.rowcount)
 
     def close(self) -> None:
         """Nothing to release: the connections belong to the fact store."""
