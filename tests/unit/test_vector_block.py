@@ -369,3 +369,28 @@ def test_a_dead_embedder_keeps_a_bounded_queue(store):
     with pytest.raises(RuntimeError):
         block.flush()
     assert len(block._pending) == 1000
+
+
+def test_concurrent_messages_and_recalls_on_one_block(store, embedder):
+    import threading
+
+    block = VectorBlock(store, embedder=embedder, top_k=3, batch_size=4)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(20):
+                block.on_message(UserMessage(f"thread {n} message {i} about sailing"))
+                block.recall("sailing")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    block.flush()
+    assert not errors, errors
+    assert store.count("default") == 80
+    assert len({c.id for c in store.chunks("default")}) == 80

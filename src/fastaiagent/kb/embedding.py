@@ -8,11 +8,12 @@ fallback: vectors that carry no meaning would make recall silently useless.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,6 +62,24 @@ def local_model_path() -> str:
     return str(package.get_model_path())
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Hide transformers' "Loading weights" progress bar: a library loading a
+    bundled model should not draw on the application's terminal."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def _load_local_model(path: str, device: str) -> Any:
     key = (path, device)
     model = _MODELS.get(key)
@@ -80,7 +99,8 @@ def _load_local_model(path: str, device: str) -> Any:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             st = require("sentence_transformers", "local")
-            model = st.SentenceTransformer(path, device=device)
+            with _quiet_transformers():
+                model = st.SentenceTransformer(path, device=device)
             _MODELS[key] = model
     return model
 
