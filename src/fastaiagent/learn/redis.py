@@ -152,6 +152,8 @@ class RedisFactStore:
     The first use of a namespace written by an older SDK (fact hashes with no
     index entries) indexes those facts once; call :meth:`reindex` again if an
     old writer keeps writing. An unreachable server raises ConnectionError.
+    ``client`` lets you pass your own ``redis.Redis`` (it must be created with
+    ``decode_responses=True``); otherwise one is built from ``url``.
     """
 
     def __init__(
@@ -166,6 +168,8 @@ class RedisFactStore:
             raise ValueError("url must be a non-empty redis:// or rediss:// URL")
         if not isinstance(prefix, str) or not prefix:
             raise ValueError("prefix must be a non-empty string")
+        if client is not None and not client.get_encoder().decode_responses:
+            raise ValueError("pass a redis.Redis created with decode_responses=True")
         self.url = url
         self.prefix = escape_part(prefix)
         # Names the connections in CLIENT LIST, so operators can tell them apart.
