@@ -272,3 +272,23 @@ def test_an_abandoned_stream_leaves_tracing_usable(tmp_path):
     runs = spans.named("agent.run")
     assert runs and runs[-1].attributes["agent.input"] == "after"
     assert runs[-1].parent_id is None
+
+
+def test_the_sqlite_exporter_serves_an_sdk_provider_too(tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from fastaiagent.trace.exporters import SQLiteSpanExporter
+
+    store = TraceStore(tmp_path / "sdk.db")
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(SQLiteSpanExporter(store)))
+    trace.set_tracer(provider.get_tracer("my-app"))
+    try:
+        result = _agent().run("sdk spans into the local store")
+    finally:
+        trace.set_tracer(None)
+        provider.shutdown()
+    (run,) = TraceStore(tmp_path / "sdk.db").list_runs()
+    assert run.trace_id == result.trace_id and run.span_count == 8
+    assert run.attributes["agent.input"] == "sdk spans into the local store"
