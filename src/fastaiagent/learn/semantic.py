@@ -100,12 +100,13 @@ class SemanticFactIndex:
             raise ValueError("full_sync_seconds must be >= 0")
         if head_size < 1:
             raise ValueError("head_size must be >= 1")
+        if not 0.0 <= dense_weight <= 1.0:
+            raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
         self.store = store
         self.full_sync_seconds = full_sync_seconds
         self.head_size = head_size
         self.retrieval = retrieval
         self.dense_weight = dense_weight
-        self._vectors_spec = vectors
         self._vectors: VectorStore | None = None if isinstance(vectors, str) else vectors
         self._embedder_spec = embedder
         self._embedder: Any = None if embedder is None or isinstance(embedder, str) else embedder
@@ -117,6 +118,7 @@ class SemanticFactIndex:
 
     @property
     def embedder(self) -> Any:
+        """The embedder; ``"auto"`` is resolved on first use."""
         if self._embedder is None:
             from fastaiagent.kb.embedding import get_embedder
 
@@ -125,6 +127,8 @@ class SemanticFactIndex:
 
     @property
     def vectors(self) -> VectorStore:
+        """The vector store (``"auto"``: in-process FAISS made on first use), checked
+        against the embedder's dimension."""
         if self._vectors is None:
             from fastaiagent.kb.backends.faiss import FaissVectorStore
 
@@ -273,12 +277,16 @@ class SemanticFactIndex:
             else:
                 subject = (scope, selector.scope_id, project_id)
                 subjects = [subject] if self._sync_subject(subject) else []
-            if not subjects:
-                return []
-            query_vector = self.embedder.embed([query])[0]
+        if not subjects:
+            return []
+        # Embedding the query is the slow part: other users' searches need not wait for it.
+        query_vector = self.embedder.embed([query])[0]
+        with self._lock:
             ranked: list[tuple[float, Subject, int]] = []
             for subject in subjects:
-                state = self._subjects[subject_namespace(subject)]
+                state = self._subjects.get(subject_namespace(subject))
+                if state is None:  # forgotten while the query was being embedded
+                    continue
                 found = self._search_subject(subject, state, query, query_vector, limit)
                 ranked.extend((score, subject, fact_id) for score, fact_id in found)
             ranked.sort(key=lambda item: item[0], reverse=True)
