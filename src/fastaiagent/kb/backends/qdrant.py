@@ -100,7 +100,15 @@ class QdrantVectorStore:
                     "same size or another collection"
                 )
             self._dimension = size
+        self._index_namespaces()  # a collection made elsewhere may lack it; creating is idempotent
         self._ready = True
+
+    def _index_namespaces(self) -> None:
+        """The payload index that lets a server filter namespaces without a scan."""
+        if self._server:  # local mode has no payload indexes (and warns about them)
+            self._client.create_payload_index(
+                self.collection_name, NS_FIELD, field_schema=self._models.PayloadSchemaType.KEYWORD
+            )
 
     def _ensure_collection(self, dimension: int) -> None:
         if self._ready:
@@ -110,10 +118,7 @@ class QdrantVectorStore:
             self.collection_name,
             vectors_config=models.VectorParams(size=dimension, distance=models.Distance.COSINE),
         )
-        if self._server:  # local mode has no payload indexes (and warns about them)
-            self._client.create_payload_index(
-                self.collection_name, NS_FIELD, field_schema=models.PayloadSchemaType.KEYWORD
-            )
+        self._index_namespaces()
         self._dimension = dimension
         self._ready = True
 
