@@ -183,3 +183,36 @@ def test_head_check_finds_new_writes_and_full_sync_finds_backdated_ones(store, e
     add(store, "Alice adopted a parrot")  # ...while new writes are found at once
     index.full_sync_seconds = 3600
     assert found(index.search("parrot", "user", "alice", limit=1)) == ["Alice adopted a parrot"]
+
+
+def test_one_users_backfill_does_not_block_another_users_search(store):
+    import threading
+
+    class GatedEmbedder(WordHashEmbedder):
+        """Holds any batch that embeds Alice's facts until released."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = threading.Event()
+            self.entered = threading.Event()
+
+        def embed(self, texts):
+            if any(t.startswith("Alice fact") for t in texts):
+                self.entered.set()
+                assert self.gate.wait(10)
+            return super().embed(texts)
+
+    embedder = GatedEmbedder()
+    add(store, "Bob likes sailing", "bob")
+    index = SemanticFactIndex(store, "auto", embedder)
+    index.search("sailing", "user", "bob")  # bob is indexed
+    for i in range(50):
+        add(store, f"Alice fact number {i}")
+    backfill = threading.Thread(target=index.search, args=("fact", "user", "alice"))
+    backfill.start()
+    assert embedder.entered.wait(10)  # alice's backfill is in progress (and held)
+    assert found(index.search("sailing", "user", "bob")) == ["Bob likes sailing"]
+    embedder.gate.set()
+    backfill.join(10)
+    assert not backfill.is_alive()
+    assert len(index.search("fact", "user", "alice", limit=100)) == 50

@@ -67,6 +67,9 @@ class _SubjectIndex:
     vector_to_fact: dict[str, int] = field(default_factory=dict)
     keywords: BM25Index = field(default_factory=BM25Index)
     synced_at: float | None = None  # monotonic time of the last full read
+    loaded: bool = False  # what the vector store already held has been read
+    # One lock per subject: a 10k-fact backfill of one user must not stall the others.
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class SemanticFactIndex:
@@ -150,18 +153,21 @@ class SemanticFactIndex:
     # -- index maintenance -----------------------------------------------------
 
     def _state(self, namespace: str) -> _SubjectIndex:
-        state = self._subjects.get(namespace)
-        if state is None:
-            # First touch of this subject in this process: learn what a shared
-            # (or persistent) vector store already holds for it.
-            state = _SubjectIndex()
-            for chunk in self.vectors.chunks(namespace):
-                fact_id = chunk.metadata.get("fact_id")
-                if isinstance(fact_id, int):
-                    state.fact_to_vector[fact_id] = chunk.id
-                    state.vector_to_fact[chunk.id] = fact_id
-                    state.keywords.add(chunk.id, chunk.text)
-            self._subjects[namespace] = state
+        with self._lock:
+            state = self._subjects.get(namespace)
+            if state is None:
+                state = self._subjects[namespace] = _SubjectIndex()
+        with state.lock:
+            if not state.loaded:
+                # First touch of this subject in this process: learn what a shared
+                # (or persistent) vector store already holds for it.
+                for chunk in self.vectors.chunks(namespace):
+                    fact_id = chunk.metadata.get("fact_id")
+                    if isinstance(fact_id, int):
+                        state.fact_to_vector[fact_id] = chunk.id
+                        state.vector_to_fact[chunk.id] = fact_id
+                        state.keywords.add(chunk.id, chunk.text)
+                state.loaded = True
         return state
 
     def _add(self, namespace: str, state: _SubjectIndex, facts: Sequence[Fact]) -> None:
@@ -203,10 +209,11 @@ class SemanticFactIndex:
         """Make the subject's index match its active facts (one embedding batch)."""
         namespace = subject_namespace(subject)
         state = self._state(namespace)
-        active_ids = {f.id for f in active}
-        stale = [i for i in state.fact_to_vector if i not in active_ids]
-        self._drop(state, stale)
-        self._add(namespace, state, [f for f in active if f.id not in state.fact_to_vector])
+        with state.lock:
+            active_ids = {f.id for f in active}
+            stale = [i for i in state.fact_to_vector if i not in active_ids]
+            self._drop(state, stale)
+            self._add(namespace, state, [f for f in active if f.id not in state.fact_to_vector])
         return state
 
     def index(self, facts: Iterable[Fact]) -> int:
@@ -216,13 +223,13 @@ class SemanticFactIndex:
             if fact.id is not None and fact.active:
                 by_subject.setdefault((fact.scope, fact.scope_id, fact.project_id), []).append(fact)
         added = 0
-        with self._lock:
-            for subject, items in by_subject.items():
-                namespace = subject_namespace(subject)
-                state = self._state(namespace)
+        for subject, items in by_subject.items():
+            namespace = subject_namespace(subject)
+            state = self._state(namespace)
+            with state.lock:
                 new = [f for f in items if f.id not in state.fact_to_vector]
                 self._add(namespace, state, new)
-                added += len(new)
+            added += len(new)
         return added
 
     def remove(self, fact_ids: Iterable[int]) -> int:
@@ -230,14 +237,16 @@ class SemanticFactIndex:
         ids = set(fact_ids)
         removed = 0
         with self._lock:
-            for state in self._subjects.values():
+            states = list(self._subjects.values())
+        for state in states:
+            with state.lock:
                 hit = ids.intersection(state.fact_to_vector)
                 removed += len(hit)
                 self._drop(state, hit)
-            # Vectors written by another process for subjects this one never touched.
-            leftovers = [self.vector_id(i) for i in ids]
-            if self._vectors is not None and leftovers:
-                removed += self.vectors.delete(leftovers)
+        # Vectors written by another process for subjects this one never touched.
+        leftovers = [self.vector_id(i) for i in ids]
+        if self._vectors is not None and leftovers:
+            removed += self.vectors.delete(leftovers)
         return removed
 
     def forget(self, scope: str, scope_id: str, project_id: str = "") -> int:
@@ -249,11 +258,9 @@ class SemanticFactIndex:
             else:
                 prefix = subject_namespace((scope, "", project_id))
                 namespaces = [ns for ns in self._subjects if ns.startswith(prefix)]
-            count = 0
             for namespace in namespaces:
                 self._subjects.pop(namespace, None)
-                count += self.vectors.delete_namespace(namespace)
-            return count
+        return sum(self.vectors.delete_namespace(namespace) for namespace in namespaces)
 
     # -- search ------------------------------------------------------------------
 
@@ -271,26 +278,24 @@ class SemanticFactIndex:
         selector = read_selector(scope, scope_id, project_id)
         if selector is None or not query.strip() or limit == 0:
             return []
-        with self._lock:
-            if selector.scope_id is None:
-                subjects = self._sync_all(scope, scope_id, project_id)
-            else:
-                subject = (scope, selector.scope_id, project_id)
-                subjects = [subject] if self._sync_subject(subject) else []
+        if selector.scope_id is None:
+            subjects = self._sync_all(scope, scope_id, project_id)
+        else:
+            subject = (scope, selector.scope_id, project_id)
+            subjects = [subject] if self._sync_subject(subject) else []
         if not subjects:
             return []
-        # Embedding the query is the slow part: other users' searches need not wait for it.
-        query_vector = self.embedder.embed([query])[0]
-        with self._lock:
-            ranked: list[tuple[float, Subject, int]] = []
-            for subject in subjects:
-                state = self._subjects.get(subject_namespace(subject))
-                if state is None:  # forgotten while the query was being embedded
-                    continue
+        query_vector = self.embedder.embed([query])[0]  # outside every lock: the slow part
+        ranked: list[tuple[float, Subject, int]] = []
+        for subject in subjects:
+            state = self._subjects.get(subject_namespace(subject))
+            if state is None:  # forgotten while the query was being embedded
+                continue
+            with state.lock:
                 found = self._search_subject(subject, state, query, query_vector, limit)
-                ranked.extend((score, subject, fact_id) for score, fact_id in found)
-            ranked.sort(key=lambda item: item[0], reverse=True)
-            return self._verified(ranked, limit)
+            ranked.extend((score, subject, fact_id) for score, fact_id in found)
+        ranked.sort(key=lambda item: item[0], reverse=True)
+        return self._verified(ranked, limit)
 
     def _sync_subject(self, subject: Subject) -> bool:
         """Bring one subject's index up to date with the store; False when it has no facts.
@@ -302,15 +307,16 @@ class SemanticFactIndex:
         """
         namespace = subject_namespace(subject)
         state = self._state(namespace)
-        now = time.monotonic()
-        if state.synced_at is None or now - state.synced_at >= self.full_sync_seconds:
-            return self._full_sync(subject, state, now)
-        head = self.store.list_active(*subject, limit=self.head_size)
-        unknown = [f for f in head if f.id not in state.fact_to_vector]
-        if len(unknown) == self.head_size:  # more may hide past the head
-            return self._full_sync(subject, state, now)
-        self._add(namespace, state, unknown)
-        return bool(state.fact_to_vector)
+        with state.lock:
+            now = time.monotonic()
+            if state.synced_at is None or now - state.synced_at >= self.full_sync_seconds:
+                return self._full_sync(subject, state, now)
+            head = self.store.list_active(*subject, limit=self.head_size)
+            unknown = [f for f in head if f.id not in state.fact_to_vector]
+            if len(unknown) == self.head_size:  # more may hide past the head
+                return self._full_sync(subject, state, now)
+            self._add(namespace, state, unknown)
+            return bool(state.fact_to_vector)
 
     def _full_sync(self, subject: Subject, state: _SubjectIndex, now: float) -> bool:
         active = self.store.list_active(*subject, limit=None)
@@ -344,8 +350,9 @@ class SemanticFactIndex:
             ):
                 state = self._subjects.get(subject_namespace(subject))
                 if state is not None:
-                    self._drop(state, [fact_id])
-                    state.synced_at = None  # something changed behind our back: full read next
+                    with state.lock:
+                        self._drop(state, [fact_id])
+                        state.synced_at = None  # changed behind our back: full read next
                 continue
             out.append(fact)
             if len(out) == limit:
