@@ -77,6 +77,20 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     )
 
 
+_SUBJECT_READ = (
+    "SELECT fact, confidence, source, source_trace_id, NULLIF(metadata, '{}'), id, created_at "
+    "FROM learned_memory WHERE scope = ? AND project_id = ? AND scope_id = ? "
+    "AND superseded_by IS NULL ORDER BY created_at DESC, id DESC LIMIT ?"
+)
+
+
+def _subject_row_to_fact(row: tuple[Any, ...], scope: str, scope_id: str, project_id: str) -> Fact:
+    metadata = json.loads(row[4]) if row[4] else {}
+    return Fact(
+        row[0], scope, scope_id, project_id, row[1], row[2], row[3], metadata, row[5], row[6], None
+    )
+
+
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
     clauses, params = ["scope = ?", "project_id = ?"], [selector.scope, selector.project_id]
     if selector.scope_id is not None:
@@ -136,7 +150,7 @@ class MemoryStore:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         # Reads straight from the OS page cache: a large table costs no extra syscalls.
-        conn.execute("PRAGMA mmap_size=268435456")
+        conn.execute("PRAGMA mmap_size=1073741824")
         conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         if not self._schema_ready:
             with self._lock:
@@ -271,10 +285,16 @@ class MemoryStore:
         if selector is None or limit == 0:
             return []
         where, params = _where(selector, active_only=True)
+        params.append(-1 if limit is None else limit)
+        if selector.scope_id is not None:
+            # One subject (the per-turn read): its scope, id and project are known
+            # and the rows are active, so only the varying columns are read.
+            rows = self._connection().execute(_SUBJECT_READ, params)
+            return [_subject_row_to_fact(row, scope, scope_id, project_id) for row in rows]
         rows = self._connection().execute(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
             "ORDER BY created_at DESC, id DESC LIMIT ?",
-            [*params, -1 if limit is None else limit],
+            params,
         )
         return [_row_to_fact(row) for row in rows]
 
