@@ -376,7 +376,16 @@ class PostgresFactStore:
                 "SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
             ).format(cols, t),
             "mark_superseded": sql.SQL("UPDATE {} SET superseded_by = %s WHERE id = %s").format(t),
-            "list_subject": newest.format(cols, t, sql.SQL("AND scope_id = %s")),
+            # One subject (the per-turn read): scope, id and project are known and
+            # the rows are active, so only the varying columns cross the wire.
+            "list_subject": newest.format(
+                sql.SQL(
+                    "fact, confidence, source, source_trace_id, "
+                    "NULLIF(metadata, '{}'::jsonb), id, created_at"
+                ),
+                t,
+                sql.SQL("AND scope_id = %s"),
+            ),
             "list_scope": newest.format(cols, t, sql.SQL("")),
             "cols": cols,
         }
@@ -512,10 +521,15 @@ class PostgresFactStore:
         if selector.scope_id is None:
             query = self._q("list_scope")
             params: list[Any] = [selector.scope, selector.project_id, limit]
-        else:
-            query = self._q("list_subject")
-            params = [selector.scope, selector.project_id, selector.scope_id, limit]
-        return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
+            return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
+        query = self._q("list_subject")
+        params = [scope, project_id, scope_id, limit]
+        return self._run(
+            lambda conn: [
+                Fact(r[0], scope, scope_id, project_id, r[1], r[2], r[3], r[4] or {}, r[5], r[6])
+                for r in conn.execute(query, params)
+            ]
+        )
 
     def browse(
         self,
