@@ -68,7 +68,7 @@ while limit < 0 or found < limit do
   if #ids == 0 then break end
   for _, member in ipairs(ids) do
     local id = string.format('%d', tonumber(member))
-    local h = redis.call('HMGET', ARGV[1] .. id, 'doc', 'superseded_by', 'fact')
+    local h = redis.call('HMGET', ARGV[1] .. id, 'doc', 'superseded_by', 'scope')
     if h[3] and (not h[2] or h[2] == '') then
       out[#out + 1] = '[' .. id .. ',' .. (h[1] or 'null') .. ']'
       found = found + 1
