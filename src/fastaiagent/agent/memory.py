@@ -101,9 +101,7 @@ class MemoryBlock:
     async def aon_message(self, message: Message) -> None:
         await asyncio.to_thread(self.on_message, message)
 
-    async def arender_with_context(
-        self, query: str, shared: SharedMemoryContext
-    ) -> list[Message]:
+    async def arender_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
         return await asyncio.to_thread(self.render_with_context, query, shared)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -223,15 +221,10 @@ class AgentMemory:
         A missing or corrupt file raises and leaves the current window as it was.
         """
         data = read_json(path, what="memory file")
-        records = data.get("messages") if isinstance(data, dict) else data
-        if not isinstance(records, list):
-            raise ValueError(f"memory file {path} holds no message list")
         try:
-            messages = [Message.from_dict(record) for record in records]
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ValueError(f"memory file {path} is corrupt: {exc}") from exc
-        with self._lock:
-            self._messages = deque(messages, maxlen=self.max_messages)
+            self.load_state(data)
+        except ValueError as exc:
+            raise ValueError(f"memory file {path}: {exc}") from exc
 
     # The Agent's view of memory: one turn at a time.
     def start_turn(self, context: Any = None) -> MemoryTurn:
@@ -294,22 +287,32 @@ class ComposableMemory:
 
     # -- reading -----------------------------------------------------------
 
+    @staticmethod
+    def _rendered(
+        block: MemoryBlock, block_span: Any, rendered: Any, error: Exception | None
+    ) -> list[Message]:
+        """Trace and return one block's render; a failure injects nothing (and no count, H12)."""
+        if error is not None:
+            logger.warning("memory block %r failed to render; skipped: %s", block.name, error)
+            if block_span is not None:
+                block_span.record_exception(error)
+                block_span.set_attribute("memory.error", str(error)[:SNIPPET_CHARS])
+            return []
+        messages = list(rendered or [])
+        if block_span is not None:
+            block_span.set_attribute("memory.rendered_count", len(messages))
+            block_span.set_attribute("memory.snippets", snippets(messages))
+        return messages
+
     def _render_block(
         self, block: MemoryBlock, query: str, shared: SharedMemoryContext
     ) -> list[Message]:
         with trace.span(f"memory.read.{block.trace_name}") as block_span:
             try:
-                rendered = list(block.render_with_context(query, shared) or [])
+                rendered, error = block.render_with_context(query, shared), None
             except Exception as exc:
-                logger.warning("memory block %r failed to render; skipped: %s", block.name, exc)
-                if block_span is not None:
-                    block_span.record_exception(exc)
-                    block_span.set_attribute("memory.error", str(exc)[:SNIPPET_CHARS])
-                return []
-            if block_span is not None:
-                block_span.set_attribute("memory.rendered_count", len(rendered))
-                block_span.set_attribute("memory.snippets", snippets(rendered))
-        return rendered
+                rendered, error = None, exc
+            return self._rendered(block, block_span, rendered, error)
 
     def render_blocks(self, query: str) -> list[Message]:
         """Only the blocks' messages for ``query``, in declaration order."""
@@ -343,17 +346,10 @@ class ComposableMemory:
             for block in self.blocks:
                 with trace.span(f"memory.read.{block.trace_name}") as block_span:
                     try:
-                        rendered = list(await block.arender_with_context(query, shared) or [])
+                        result, error = await block.arender_with_context(query, shared), None
                     except Exception as exc:
-                        logger.warning("memory block %r failed to render; skipped: %s", block.name, exc)
-                        rendered = []
-                        if block_span is not None:  # no rendered_count: nothing was injected
-                            block_span.record_exception(exc)
-                            block_span.set_attribute("memory.error", str(exc)[:SNIPPET_CHARS])
-                    else:
-                        if block_span is not None:
-                            block_span.set_attribute("memory.rendered_count", len(rendered))
-                            block_span.set_attribute("memory.snippets", snippets(rendered))
+                        result, error = None, exc
+                    rendered = self._rendered(block, block_span, result, error)
                 shared._add(block.name, rendered)
                 out.extend(rendered)
             messages = out + self.primary.get_messages()
@@ -377,8 +373,12 @@ class ComposableMemory:
             try:
                 block.on_message(message)
             except Exception as exc:
-                logger.warning("memory block %r failed on a message; skipped: %s", block.name, exc)
-                trace.annotate({"memory.action": "failed", "memory.error": str(exc)[:SNIPPET_CHARS]})
+                self._feed_failed(block, exc)
+
+    @staticmethod
+    def _feed_failed(block: MemoryBlock, error: Exception) -> None:
+        logger.warning("memory block %r failed on a message; skipped: %s", block.name, error)
+        trace.annotate({"memory.action": "failed", "memory.error": str(error)[:SNIPPET_CHARS]})
 
     def add_message(self, message: Message) -> None:
         """Store one message in the window and show it to every block."""
@@ -399,23 +399,21 @@ class ComposableMemory:
         if not any(block._has_native_async() for block in self.blocks):
             await asyncio.to_thread(self.record, messages)
             return
-        for message in messages:
-            with trace.span("memory.write", {"memory.role": message.role}):
-                self.primary.add(message)
-                for block in self.blocks:
-                    with trace.span(
-                        f"memory.write.{block.trace_name}",
-                        self._write_attributes(block) if trace.is_enabled() else None,
-                    ):
-                        try:
-                            await block.aon_message(message)
-                        except Exception as exc:
-                            logger.warning(
-                                "memory block %r failed on a message; skipped: %s", block.name, exc
-                            )
-                            trace.annotate(
-                                {"memory.action": "failed", "memory.error": str(exc)[:SNIPPET_CHARS]}
-                            )
+        # The same lock as record(), taken off the loop: concurrent turns never interleave.
+        await asyncio.to_thread(self._record_lock.acquire)
+        try:
+            for message in messages:
+                with trace.span("memory.write", {"memory.role": message.role}):
+                    self.primary.add(message)
+                    for block in self.blocks:
+                        attributes = self._write_attributes(block) if trace.is_enabled() else None
+                        with trace.span(f"memory.write.{block.trace_name}", attributes):
+                            try:
+                                await block.aon_message(message)
+                            except Exception as exc:
+                                self._feed_failed(block, exc)
+        finally:
+            self._record_lock.release()
 
     def clear(self) -> None:
         """Empty the window and every block."""
