@@ -224,6 +224,14 @@ def test_the_plane_serves_any_fact_store(kind):
 
             with psycopg.connect(store.url, autocommit=True) as conn:
                 conn.execute(f"DROP TABLE IF EXISTS {store.table}")
+        else:  # the store's own bookkeeping keys (layout marker, id sequence) go too
+            import redis
+
+            client = redis.Redis.from_url(os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0"))
+            leftovers = list(client.scan_iter(match=f"{store.prefix}:*"))
+            if leftovers:
+                client.delete(*leftovers)
+            client.close()
 
 
 # -- the block and Memory reading it ------------------------------------------------------------
