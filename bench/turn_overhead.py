@@ -7,6 +7,10 @@ Cases:
   the memory held per cached user (RSS growth / users).
 - ``memory_users_traced``: the same warm agent with tracing on (local trace
   store) — target: tracing adds <= 15% to the per-turn time.
+- ``learn_inline`` / ``learn_background``: Memory(learn=<instant extractor>)
+  over 1,000 users, each turn learning one fact, with extraction in the turn
+  or on the background queue; ``learn_added`` is the reply latency each adds
+  over the same Memory without learn= (the queue's drain time is reported too).
 
 Overhead = run time with memory minus run time of the same agent without memory.
 Run: ``python bench/turn_overhead.py [--turns N] [--users N] [--facts N]``.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
 import tempfile
 import time
@@ -113,6 +118,48 @@ def memory_users_case(turns: int, users: int, facts_per_user: int, db: Path) -> 
     return stats
 
 
+def learn_cases(turns: int, db_dir: Path) -> dict[str, dict[str, float]]:
+    """Reply latency of learn= (one fact learned per turn), inline vs background."""
+    from fastaiagent.testing import FunctionLLM
+
+    def extract(messages: list) -> str:
+        said = messages[-1].content or ""
+        return json.dumps({"facts": [{"fact": f"Mentioned {said.split()[-1]}", "replaces": None}]})
+
+    users = 1000
+    contexts = [RunContext(state=Session(f"user-{u}")) for u in range(users)]
+    out: dict[str, dict[str, float]] = {}
+    for name, learn, background in (
+        ("no_learn", None, True),
+        ("learn_inline", FunctionLLM(extract), False),
+        ("learn_background", FunctionLLM(extract), True),
+    ):
+        memory = Memory(
+            location=MemoryStore(db_dir / f"{name}.db"),
+            user_id=lambda ctx: ctx.state.user_id,
+            agent_id="support",
+            learn=learn,
+            learn_in_background=background,
+        )
+        agent = Agent(name="bench", llm=CannedLLM("ok"), memory=memory)
+        samples = time_calls(
+            lambda i, agent=agent: agent.run(f"I like item {i}", context=contexts[i % users]), turns, warmup=100
+        )
+        started = time.perf_counter()
+        memory.flush()
+        stats = summary(samples)
+        stats["drain_after_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        out[name] = stats
+    base = out["no_learn"]
+    out["learn_added"] = {
+        "inline_p50_ms": round(out["learn_inline"]["p50_ms"] - base["p50_ms"], 4),
+        "inline_p99_ms": round(out["learn_inline"]["p99_ms"] - base["p99_ms"], 4),
+        "background_p50_ms": round(out["learn_background"]["p50_ms"] - base["p50_ms"], 4),
+        "background_p99_ms": round(out["learn_background"]["p99_ms"] - base["p99_ms"], 4),
+    }
+    return out
+
+
 def overhead(case: dict[str, float], base: dict[str, float]) -> dict[str, float]:
     return {
         **case,
@@ -134,6 +181,7 @@ def main() -> None:
         results["memory_users"] = overhead(
             memory_users_case(args.turns, args.users, args.facts, Path(tmp) / "bench.db"), base
         )
+        results.update(learn_cases(min(args.turns, 5000), Path(tmp)))
     users_case = results["memory_users"]
     traced = users_case.pop("traced")
     results["memory_users_traced"] = overhead(traced, base)
@@ -165,6 +213,12 @@ def main() -> None:
         f"{tracing['added_pct_of_turn_p50']}% of the turn, "
         f"{tracing['added_pct_of_memory_overhead_p50']}% of the memory overhead; "
         f"CPU per turn +{tracing['added_cpu_pct_of_turn']}% (target <= 15%)"
+    )
+    added = results["learn_added"]
+    print(
+        f"learn= adds p50/p99 {added['inline_p50_ms']}/{added['inline_p99_ms']} ms inline, "
+        f"{added['background_p50_ms']}/{added['background_p99_ms']} ms with the background queue "
+        f"(queue drained {results['learn_background']['drain_after_ms']} ms after the last turn)"
     )
     print(f"results: {path}")
 
