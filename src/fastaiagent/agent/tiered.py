@@ -14,26 +14,31 @@ import contextvars
 import logging
 import os
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fastaiagent import trace
+from fastaiagent.agent._checks import (
+    check_embedder,
+    check_llm,
+    check_vector_option,
+    optional_id,
+    positive_int_or_none,
+)
 from fastaiagent.agent.memory import AgentMemory, ComposableMemory, MemoryBlock, MemoryTurn
+from fastaiagent.agent.memory_blocks.background import AfterReplyBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
+from fastaiagent.agent.verbs import DirectVerbs
 from fastaiagent.agent.windows import DEFAULT_WINDOW_TTL
 from fastaiagent.agent.windows.sync import shared_windows
 from fastaiagent.learn.factory import make_fact_store
-from fastaiagent.learn.models import Fact
-from fastaiagent.learn.scoping import WILDCARD, normalize_text
+from fastaiagent.learn.scoping import WILDCARD
 from fastaiagent.learn.store import FactStore
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
 
-TIERS = ("global", "user", "session")
 DEFAULT_WINDOW = 20
 DEFAULT_MAX_USERS = 10_000
 DEFAULT_MAX_LEARNED = 200
@@ -46,90 +51,6 @@ UserResolver = Callable[[Any], "str | None"]
 _current_user: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "fastaiagent_memory_user", default=None
 )
-
-
-def _positive_int_or_none(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-
-
-def _optional_id(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{name} cannot be empty; leave it out (None) instead")
-    if value == WILDCARD:
-        raise ValueError(f'{name} cannot be "*"')
-    return value
-
-
-def _check_llm(name: str, value: Any) -> BaseLLM | None:
-    if value is not None and not isinstance(value, BaseLLM):
-        raise TypeError(f"{name}= needs an LLM (LLMClient or BaseLLM), got {type(value).__name__}")
-    return value
-
-
-def _check_vector_option(name: str, value: Any) -> Any:
-    if value is None or value == "auto":
-        return value
-    if isinstance(value, str) or not (hasattr(value, "search") and hasattr(value, "add")):
-        raise TypeError(f'{name}= must be "auto", a VectorStore instance or None, got {value!r}')
-    return value
-
-
-def _check_embedder(value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, str):
-        if value in ("auto", "local", "openai") or value.startswith("openai:"):
-            return
-        raise ValueError(
-            f"unknown embedder {value!r}: use 'auto', 'local', 'openai', 'openai:<model>' "
-            "or an Embedder instance"
-        )
-    if not (callable(getattr(value, "embed", None)) and hasattr(value, "dimension")):
-        raise TypeError(f"embedder= must be a name or an Embedder (embed + dimension), got {value!r}")
-
-
-class _AfterReply(MemoryBlock):
-    """Runs a learning block's ``on_message`` on the background queue, after the reply.
-
-    Rendering, saving and clearing go straight to the wrapped block; only the
-    slow part (LLM extraction or summary) leaves the run's critical path.
-    """
-
-    def __init__(self, block: MemoryBlock, queue: Any) -> None:
-        self.block = block
-        self.name = block.name
-        self._queue = queue
-
-    @property
-    def trace_name(self) -> str:
-        return self.block.trace_name
-
-    def on_message(self, message: Message) -> None:
-        self._queue.submit(
-            lambda: self.block.on_message(message), span=f"memory.write.{self.block.trace_name}"
-        )
-
-    def render_with_context(self, query: str, shared: Any) -> list[Message]:
-        return self.block.render_with_context(query, shared)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        self.block.save(path)
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        self.block.load(path)
-
-    def clear(self) -> None:
-        self.block.clear()
-
-    def isolated_copy(self) -> MemoryBlock:
-        return self.block.isolated_copy()
 
 
 class _UserState:
@@ -212,7 +133,7 @@ class UserMemory:
         return state.memory.primary.get_messages()
 
 
-class Memory:
+class Memory(DirectVerbs):
     """Agent memory with tiers: global facts, per-user facts, and the session window.
 
     See the keyword table in the docs (``docs/how-memory-works.md``). Every
@@ -242,28 +163,28 @@ class Memory:
         learn_in_background: bool = True,
     ) -> None:
         if user_id is not None and not callable(user_id):
-            user_id = _optional_id("user_id", user_id)
-        self.agent_id = _optional_id("agent_id", agent_id)
-        self.plane_agent_id = _optional_id("plane_agent_id", plane_agent_id)
+            user_id = optional_id("user_id", user_id)
+        self.agent_id = optional_id("agent_id", agent_id)
+        self.plane_agent_id = optional_id("plane_agent_id", plane_agent_id)
         if not isinstance(project_id, str) or project_id == WILDCARD:
             raise ValueError('project_id must be a str (not "*")')
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive int, got {window!r}")
-        _positive_int_or_none("max_learned_facts", max_learned_facts)
-        _positive_int_or_none("max_users", max_users)
+        positive_int_or_none("max_learned_facts", max_learned_facts)
+        positive_int_or_none("max_users", max_users)
         if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
             raise ValueError(f"max_facts must be a positive int, got {max_facts!r}")
         if not isinstance(dedupe, bool):
             raise TypeError("dedupe must be True or False")
         if not isinstance(learn_in_background, bool):
             raise TypeError("learn_in_background must be True or False")
-        _check_embedder(embedder)
-        self.learn = _check_llm("learn", learn)
-        self.summarize = _check_llm("summarize", summarize)
+        check_embedder(embedder)
+        self.learn = check_llm("learn", learn)
+        self.summarize = check_llm("summarize", summarize)
         if self.learn is not None and user_id is None:
             raise ValueError("learn= stores facts per user: set user_id= (a string or a resolver)")
-        self.recall = _check_vector_option("recall", recall)
-        self.semantic = _check_vector_option("semantic", semantic)
+        self.recall = check_vector_option("recall", recall)
+        self.semantic = check_vector_option("semantic", semantic)
         self.user_id = user_id
         self.project_id = project_id
         self.window = window
@@ -353,7 +274,7 @@ class Memory:
         return [b for b in built if b is not None]
 
     def _after_reply(self, block: MemoryBlock) -> MemoryBlock:
-        return _AfterReply(block, self.background_queue()) if self.learn_in_background else block
+        return AfterReplyBlock(block, self.background_queue()) if self.learn_in_background else block
 
     def background_queue(self) -> Any:
         """The queue that runs extraction and summaries after replies, made on first use."""
@@ -534,7 +455,7 @@ class Memory:
                 "for_user() is for a Memory with a user_id resolver; this Memory has one "
                 "window: call save()/load() on it directly"
             )
-        return UserMemory(self, _optional_id("user_id", user_id) or "")
+        return UserMemory(self, optional_id("user_id", user_id) or "")
 
     def drop_user(self, user_id: str) -> bool:
         """Drop a user's in-process state (window, summary, recall index), and with
@@ -557,7 +478,7 @@ class Memory:
 
     def _current_state(self, verb: str) -> _UserState:
         if not self.per_user:
-            return self._state_for(self.user_id)  # type: ignore[arg-type]
+            return self._state_for(self.user_id)
         user = _current_user.get()
         if user is None:
             raise RuntimeError(
@@ -579,168 +500,6 @@ class Memory:
         state.memory.load(path)
         if self._windows is not None:
             self._windows.push(state)
-
-    # -- direct verbs ------------------------------------------------------
-
-    def _subject(self, verb: str, tier: str, id: str | None) -> tuple[str, str | None]:
-        """The store (scope, scope_id) of a tier; scope_id None when there is none."""
-        if tier == "session":
-            raise NotImplementedError(
-                f"the session tier is the conversation window, not a durable store: it cannot "
-                f"be {verb}; use the window (Memory(window=...)) or tier='user'/'global'"
-            )
-        if tier not in TIERS:
-            raise ValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
-        if id is not None and not isinstance(id, str):
-            raise TypeError(f"id must be a str, got {type(id).__name__}")
-        if tier == "global":
-            return "agent", id or self.agent_id
-        static_user = self.user_id if isinstance(self.user_id, str) else None
-        return "user", id or static_user
-
-    def _warn_global_without_agent(self, verb: str, tier: str, scope_id: str | None) -> None:
-        if tier == "global" and not scope_id:
-            warnings.warn(
-                f'{verb}(tier="global") on a Memory with no agent_id: the fact is filed under an '
-                "empty agent id and no Memory(agent_id=...) will inject it. "
-                "Set Memory(agent_id=...) or pass id=",
-                UserWarning,
-                stacklevel=3,
-            )
-
-    def _write_scope_id(self, verb: str, tier: str, id: str | None) -> tuple[str, str]:
-        scope, scope_id = self._subject(verb, tier, id)
-        if scope_id == WILDCARD:
-            raise ValueError(f'{verb}: "*" is a read/delete wildcard, not an id to write under')
-        if scope == "user" and not scope_id:
-            raise ValueError(f'{verb}(tier="user") needs id= (the user the fact is about)')
-        self._warn_global_without_agent(verb, tier, scope_id)
-        return scope, scope_id or ""
-
-    def persist(
-        self,
-        text: str,
-        tier: str = "user",
-        id: str | None = None,
-        *,
-        confidence: float = 1.0,
-        metadata: dict[str, Any] | None = None,
-    ) -> int:
-        """Store a durable fact in a tier; returns its id (the same id for the same text)."""
-        scope, scope_id = self._write_scope_id("persist", tier, id)
-        with trace.span(
-            "memory.persist", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
-        ):
-            fact_id = self.store.add(
-                Fact(
-                    fact=text,
-                    scope=scope,
-                    scope_id=scope_id,
-                    project_id=self.project_id,
-                    confidence=confidence,
-                    metadata=dict(metadata or {}),
-                )
-            )
-            trace.annotate({"memory.fact_id": fact_id})
-        return fact_id
-
-    def retrieve(
-        self,
-        query: str | None = None,
-        *,
-        tier: str = "user",
-        id: str | None = None,
-        limit: int | None = None,
-    ) -> list[Fact]:
-        """Active facts of a tier, newest first; with ``query``, the closest by meaning
-        (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
-        scope, scope_id = self._subject("retrieved", tier, id)
-        if query is not None and self.semantic is None:
-            raise ValueError(
-                'retrieve(query) searches by meaning and needs Memory(semantic="auto") or a '
-                "VectorStore; without it call retrieve(tier=..., id=...) for the list"
-            )
-        with trace.span(
-            "memory.retrieve",
-            {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id or "", "memory.query": query},
-        ):
-            if scope == "user" and not scope_id:
-                facts: list[Fact] = []
-            elif query is not None:
-                facts = self.semantic_index().search(
-                    query, scope, scope_id or "", self.project_id, limit=limit or 10
-                )
-            else:
-                facts = self.store.list_active(scope, scope_id or "", self.project_id, limit)
-            trace.annotate({"memory.count": len(facts)})
-        return facts
-
-    def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
-        if isinstance(old, bool) or not isinstance(old, (int, str)):
-            raise TypeError("old= must be the old fact's text or its int id")
-        if isinstance(old, int):
-            return old
-        key = normalize_text(old)
-        for fact in self.store.list_active(scope, scope_id, self.project_id, None):
-            if normalize_text(fact.fact) == key:
-                return int(fact.id or 0)
-        raise ValueError(f"no active {scope}:{scope_id} fact matches old={old!r}")
-
-    def update(
-        self,
-        new: str,
-        old: int | str,
-        tier: str = "user",
-        id: str | None = None,
-        *,
-        confidence: float = 1.0,
-    ) -> int:
-        """Replace ``old`` (its text or id) with ``new``; the old fact stays as history.
-
-        Returns the new fact's id. Updating a fact to its own text changes nothing.
-        """
-        scope, scope_id = self._write_scope_id("update", tier, id)
-        with trace.span(
-            "memory.update", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
-        ):
-            old_id = self._resolve_old(old, scope, scope_id)
-            fact = Fact(fact=new, scope=scope, scope_id=scope_id, project_id=self.project_id, confidence=confidence)
-            try:
-                new_id = self.store.update(fact, old_id)
-            except KeyError as exc:
-                raise ValueError(f"cannot update: {exc.args[0] if exc.args else exc}") from exc
-            if new_id != old_id and self._semantic_index is not None:
-                self._semantic_index.remove([old_id])
-            trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
-        return new_id
-
-    def forget(self, tier: str = "user", id: str | None = None, *, fact: str | None = None) -> int:
-        """Hard-delete a subject's facts (history included) or one ``fact``; returns the count.
-
-        ``id="*"`` deletes every subject of the tier, on purpose. Forgetting a
-        user also drops their window, summary, extracted facts and recall
-        entries, in process and in shared vector stores.
-        """
-        scope, scope_id = self._subject("forgotten", tier, id)
-        if not scope_id:
-            if tier == "user":
-                raise ValueError('forget(tier="user") needs id= (or id="*" for every user)')
-            raise ValueError(
-                'forget(tier="global") needs Memory(agent_id=...) or id=; an empty id would '
-                'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
-            )
-        # Learning queued before the forget must not write the user's facts back after it.
-        self.flush()
-        with trace.span(
-            "memory.forget", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
-        ):
-            count = self.store.delete(scope, scope_id, self.project_id, fact=fact)
-            if self._semantic_index is not None:
-                self._semantic_index.forget(scope, scope_id, self.project_id)
-            if scope == "user" and fact is None:
-                self._forget_user_state(scope_id)
-            trace.annotate({"memory.count": count})
-        return count
 
     def _forget_user_state(self, user_id: str) -> None:
         users = self.cached_users if user_id == WILDCARD else [user_id]

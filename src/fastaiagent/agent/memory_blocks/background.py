@@ -22,6 +22,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from fastaiagent.agent.memory import MemoryBlock
+from fastaiagent.llm.message import Message
+
 logger = logging.getLogger("fastaiagent.memory")
 
 DEFAULT_MAX_PENDING = 1_000
@@ -223,4 +226,41 @@ class BackgroundQueue:
         return drained
 
 
-__all__ = ["BackgroundQueue"]
+class AfterReplyBlock(MemoryBlock):
+    """Runs a learning block's ``on_message`` on the background queue, after the reply.
+
+    Rendering, saving and clearing go straight to the wrapped block; only the
+    slow part (LLM extraction or summary) leaves the run's critical path.
+    """
+
+    def __init__(self, block: MemoryBlock, queue: Any) -> None:
+        self.block = block
+        self.name = block.name
+        self._queue = queue
+
+    @property
+    def trace_name(self) -> str:
+        return self.block.trace_name
+
+    def on_message(self, message: Message) -> None:
+        self._queue.submit(
+            lambda: self.block.on_message(message), span=f"memory.write.{self.block.trace_name}"
+        )
+
+    def render_with_context(self, query: str, shared: Any) -> list[Message]:
+        return self.block.render_with_context(query, shared)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        self.block.save(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        self.block.load(path)
+
+    def clear(self) -> None:
+        self.block.clear()
+
+    def isolated_copy(self) -> MemoryBlock:
+        return self.block.isolated_copy()
+
+
+__all__ = ["AfterReplyBlock", "BackgroundQueue"]

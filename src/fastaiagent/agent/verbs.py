@@ -1,0 +1,197 @@
+"""Memory's direct verbs: persist, retrieve, update, forget, with their guard rails.
+
+A mixin of :class:`fastaiagent.agent.tiered.Memory`; tiers map to store
+scopes here (global -> agent, user -> user; session is the window, not a store).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from fastaiagent import trace
+from fastaiagent.learn.models import Fact
+from fastaiagent.learn.scoping import WILDCARD, normalize_text
+from fastaiagent.learn.store import FactStore
+
+TIERS = ("global", "user", "session")
+
+
+class DirectVerbs:
+    """The direct store verbs of Memory (the attributes below are Memory's)."""
+
+    store: FactStore
+    agent_id: str | None
+    user_id: Any
+    project_id: str
+    semantic: Any
+    _semantic_index: Any
+
+    def flush(self, timeout: float | None = None) -> bool:
+        raise NotImplementedError
+
+    def semantic_index(self) -> Any:
+        raise NotImplementedError
+
+    def _forget_user_state(self, user_id: str) -> None:
+        raise NotImplementedError
+
+    def _subject(self, verb: str, tier: str, id: str | None) -> tuple[str, str | None]:
+        """The store (scope, scope_id) of a tier; scope_id None when there is none."""
+        if tier == "session":
+            raise NotImplementedError(
+                f"the session tier is the conversation window, not a durable store: it cannot "
+                f"be {verb}; use the window (Memory(window=...)) or tier='user'/'global'"
+            )
+        if tier not in TIERS:
+            raise ValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
+        if id is not None and not isinstance(id, str):
+            raise TypeError(f"id must be a str, got {type(id).__name__}")
+        if tier == "global":
+            return "agent", id or self.agent_id
+        static_user = self.user_id if isinstance(self.user_id, str) else None
+        return "user", id or static_user
+
+    def _warn_global_without_agent(self, verb: str, tier: str, scope_id: str | None) -> None:
+        if tier == "global" and not scope_id:
+            warnings.warn(
+                f'{verb}(tier="global") on a Memory with no agent_id: the fact is filed under an '
+                "empty agent id and no Memory(agent_id=...) will inject it. "
+                "Set Memory(agent_id=...) or pass id=",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _write_scope_id(self, verb: str, tier: str, id: str | None) -> tuple[str, str]:
+        scope, scope_id = self._subject(verb, tier, id)
+        if scope_id == WILDCARD:
+            raise ValueError(f'{verb}: "*" is a read/delete wildcard, not an id to write under')
+        if scope == "user" and not scope_id:
+            raise ValueError(f'{verb}(tier="user") needs id= (the user the fact is about)')
+        self._warn_global_without_agent(verb, tier, scope_id)
+        return scope, scope_id or ""
+
+    def persist(
+        self,
+        text: str,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        confidence: float = 1.0,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Store a durable fact in a tier; returns its id (the same id for the same text)."""
+        scope, scope_id = self._write_scope_id("persist", tier, id)
+        with trace.span(
+            "memory.persist", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
+        ):
+            fact_id = self.store.add(
+                Fact(
+                    fact=text,
+                    scope=scope,
+                    scope_id=scope_id,
+                    project_id=self.project_id,
+                    confidence=confidence,
+                    metadata=dict(metadata or {}),
+                )
+            )
+            trace.annotate({"memory.fact_id": fact_id})
+        return fact_id
+
+    def retrieve(
+        self,
+        query: str | None = None,
+        *,
+        tier: str = "user",
+        id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Fact]:
+        """Active facts of a tier, newest first; with ``query``, the closest by meaning
+        (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
+        scope, scope_id = self._subject("retrieved", tier, id)
+        if query is not None and self.semantic is None:
+            raise ValueError(
+                'retrieve(query) searches by meaning and needs Memory(semantic="auto") or a '
+                "VectorStore; without it call retrieve(tier=..., id=...) for the list"
+            )
+        with trace.span(
+            "memory.retrieve",
+            {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id or "", "memory.query": query},
+        ):
+            if scope == "user" and not scope_id:
+                facts: list[Fact] = []
+            elif query is not None:
+                facts = self.semantic_index().search(
+                    query, scope, scope_id or "", self.project_id, limit=limit or 10
+                )
+            else:
+                facts = self.store.list_active(scope, scope_id or "", self.project_id, limit)
+            trace.annotate({"memory.count": len(facts)})
+        return facts
+
+    def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
+        if isinstance(old, bool) or not isinstance(old, (int, str)):
+            raise TypeError("old= must be the old fact's text or its int id")
+        if isinstance(old, int):
+            return old
+        key = normalize_text(old)
+        for fact in self.store.list_active(scope, scope_id, self.project_id, None):
+            if normalize_text(fact.fact) == key:
+                return int(fact.id or 0)
+        raise ValueError(f"no active {scope}:{scope_id} fact matches old={old!r}")
+
+    def update(
+        self,
+        new: str,
+        old: int | str,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        confidence: float = 1.0,
+    ) -> int:
+        """Replace ``old`` (its text or id) with ``new``; the old fact stays as history.
+
+        Returns the new fact's id. Updating a fact to its own text changes nothing.
+        """
+        scope, scope_id = self._write_scope_id("update", tier, id)
+        with trace.span(
+            "memory.update", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
+        ):
+            old_id = self._resolve_old(old, scope, scope_id)
+            fact = Fact(fact=new, scope=scope, scope_id=scope_id, project_id=self.project_id, confidence=confidence)
+            try:
+                new_id = self.store.update(fact, old_id)
+            except KeyError as exc:
+                raise ValueError(f"cannot update: {exc.args[0] if exc.args else exc}") from exc
+            if new_id != old_id and self._semantic_index is not None:
+                self._semantic_index.remove([old_id])
+            trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
+        return new_id
+
+    def forget(self, tier: str = "user", id: str | None = None, *, fact: str | None = None) -> int:
+        """Hard-delete a subject's facts (history included) or one ``fact``; returns the count.
+
+        ``id="*"`` deletes every subject of the tier, on purpose. Forgetting a
+        user also drops their window, summary, extracted facts and recall
+        entries, in process and in shared vector stores.
+        """
+        scope, scope_id = self._subject("forgotten", tier, id)
+        if not scope_id:
+            if tier == "user":
+                raise ValueError('forget(tier="user") needs id= (or id="*" for every user)')
+            raise ValueError(
+                'forget(tier="global") needs Memory(agent_id=...) or id=; an empty id would '
+                'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
+            )
+        # Learning queued before the forget must not write the user's facts back after it.
+        self.flush()
+        with trace.span(
+            "memory.forget", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
+        ):
+            count = self.store.delete(scope, scope_id, self.project_id, fact=fact)
+            if self._semantic_index is not None:
+                self._semantic_index.forget(scope, scope_id, self.project_id)
+            if scope == "user" and fact is None:
+                self._forget_user_state(scope_id)
+            trace.annotate({"memory.count": count})
+        return count
