@@ -136,8 +136,31 @@ class UserMemory:
 class Memory(DirectVerbs):
     """Agent memory with tiers: global facts, per-user facts, and the session window.
 
-    See the keyword table in the docs (``docs/how-memory-works.md``). Every
-    keyword is checked here, before any run.
+    Use it as ``Agent(memory=Memory(...))``. Every keyword is checked here,
+    before any run (see ``docs/how-memory-works.md``):
+
+    - ``location``: where durable facts live: ``"sqlite"`` (default, a local
+      file), ``postgres://``, ``redis://`` or any FactStore instance.
+    - ``user_id``: a string, or a ``(ctx) -> str`` resolver called once per
+      run with the run's ``context=``; unresolved callers get global facts only.
+    - ``agent_id``: the global tier's id (facts true for everyone using the agent).
+    - ``project_id``: a tenant partition applied to every tier.
+    - ``window``: recent messages kept per user (default 20).
+    - ``learn``: an LLM that extracts durable facts from each user message and
+      persists them (confidence 0.6), at most ``max_learned_facts`` per user.
+    - ``summarize``: an LLM folding messages that left the window into a summary.
+    - ``recall``: ``"auto"`` (in-process index per user) or a shared VectorStore
+      (namespaced per user) for semantic recall of past exchanges.
+    - ``dedupe``: drop recalled items an earlier block already injected.
+    - ``semantic``: ``"auto"`` or a VectorStore: ``retrieve(query, ...)`` by meaning.
+    - ``embedder``: the embedder for recall and semantic (default ``"auto"``).
+    - ``max_users``: users whose in-process state is kept (LRU; default 10,000).
+    - ``plane_agent_id``: also inject a connected plane's curated facts.
+    - ``max_facts``: facts injected per tier per turn (default 50).
+    - ``learn_in_background``: run extraction and summaries after the reply
+      (default True); ``flush()`` / ``aflush()`` wait for them.
+    - ``windows`` / ``window_ttl_seconds``: share windows across processes
+      (see ``docs/production.md``).
     """
 
     def __init__(
