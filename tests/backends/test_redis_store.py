@@ -1,4 +1,5 @@
-"""RedisFactStore specifics: older-layout indexing, reindex, key escaping, atomic writes."""
+"""RedisFactStore specifics: older-layout indexing, reindex, per-subject rows,
+key escaping, atomic writes."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ import time
 
 import pytest
 
-from fastaiagent.learn import Fact, make_fact_store
+from fastaiagent.learn import SOURCE_LEARNED, Fact, make_fact_store
 
 pytestmark = pytest.mark.redis
 redis = pytest.importorskip("redis")
 
 
-from fastaiagent.learn.redis import RedisFactStore, escape_part, unescape_part  # noqa: E402
+from fastaiagent.learn.redis import (  # noqa: E402
+    LAYOUT_VERSION,
+    ROW_FIELDS,
+    RedisFactStore,
+    escape_part,
+    unescape_part,
+)
 
 
 def _raw(url: str):  # type: ignore[no-untyped-def]
@@ -67,7 +74,8 @@ def test_first_open_indexes_an_older_namespace_once(redis_url: str, redis_prefix
     assert store.add(Fact("old fact ONE", scope="user", scope_id="alice")) == 1  # idempotent
     new_id = store.add(Fact("New fact", scope="user", scope_id="alice"))
     assert new_id > 4  # the id counter continues past the old ids
-    assert raw.get(f"{redis_prefix}:layout") == "2"
+    assert raw.get(f"{redis_prefix}:layout") == LAYOUT_VERSION
+    _assert_rows_match(raw, redis_prefix, "", "user", "alice")
 
     # An old writer keeps writing: a second store on the marked namespace does
     # not scan again, so the fact stays invisible until reindex().
@@ -99,24 +107,34 @@ def test_reindex_drops_facts_an_old_writer_superseded(redis_url: str, redis_pref
     raw = _raw(redis_url)
     store = RedisFactStore(redis_url, prefix=redis_prefix)
     a = store.add(Fact("A", scope="user", scope_id="u"))
+    store.add(Fact("B", scope="user", scope_id="other"))
     raw.hset(f"{redis_prefix}:fact:{a}", "superseded_by", "999")  # an old SDK's supersede
-    assert store.list_active("user", "u") == []  # reads skip non-active hashes already
+    # The cross-subject read checks every hash; a subject's rows wait for reindex.
+    assert [f.fact for f in store.list_active("user", "*")] == ["B"]
     store.reindex()
+    assert store.list_active("user", "u") == []
     assert raw.zcard(f"{redis_prefix}:active::user:u") == 0
+    assert raw.zcard(f"{redis_prefix}:rows::user:u") == 0
+    assert [f.fact for f in store.list_active("user", "other")] == ["B"]  # untouched
 
 
 def test_limit_n_returns_n_despite_dangling_index_entries(
     redis_url: str, redis_prefix: str
 ) -> None:
-    """H19: entries whose hash was removed by someone else never shorten a page."""
+    """H19: entries whose hash was removed by someone else never shorten a page:
+    the cross-subject read skips them, and reindex drops them from a subject's rows."""
     raw = _raw(redis_url)
     store = RedisFactStore(redis_url, prefix=redis_prefix)
     ids = [store.add(Fact(f"f{i}", scope="user", scope_id="u")) for i in range(10)]
     for fact_id in ids[5:]:
         raw.delete(f"{redis_prefix}:fact:{fact_id}")  # newest five vanish behind our back
+    assert [f.fact for f in store.list_active("user", "*", limit=3)] == ["f4", "f3", "f2"]
+    assert len(store.list_active("user", "*", limit=5)) == 5
+    store.reindex()
     assert [f.fact for f in store.list_active("user", "u", limit=3)] == ["f4", "f3", "f2"]
     assert len(store.list_active("user", "u", limit=5)) == 5
-    assert len(store.list_active("user", "*", limit=5)) == 5
+    assert len(store.list_active("user", "u", limit=8)) == 5
+    _assert_rows_match(raw, redis_prefix, "", "user", "u")
 
 
 def test_colliding_looking_ids_have_distinct_keys(redis_url: str, redis_prefix: str) -> None:
@@ -219,7 +237,7 @@ def test_a_write_cut_before_exec_leaves_nothing_half_written(
         proxy.close()
 
 
-def test_an_indexed_fact_without_a_doc_is_read_field_by_field(
+def test_an_indexed_fact_without_a_row_is_read_field_by_field(
     redis_url: str, redis_prefix: str
 ) -> None:
     raw = _raw(redis_url)
@@ -227,11 +245,89 @@ def test_an_indexed_fact_without_a_doc_is_read_field_by_field(
     ids = [
         store.add(Fact(f"f{i}", scope="user", scope_id="u", metadata={"i": i})) for i in range(3)
     ]
-    raw.hdel(f"{redis_prefix}:fact:{ids[1]}", "doc")
-    got = store.list_active("user", "u")
+    raw.hdel(f"{redis_prefix}:fact:{ids[1]}", "row")
+    got = store.list_active("user", "*")
     assert [(f.id, f.fact, f.metadata) for f in got] == [
         (ids[2], "f2", {"i": 2}),
         (ids[1], "f1", {"i": 1}),
         (ids[0], "f0", {"i": 0}),
     ]
     assert got == [store.get(i) for i in reversed(ids)]
+    assert store.list_active("user", "u") == got
+
+
+# -- per-subject rows ---------------------------------------------------------
+
+
+def _assert_rows_match(raw, prefix: str, project: str, scope: str, scope_id: str) -> None:  # type: ignore[no-untyped-def]
+    """A subject's rows index lists exactly its active ids, in the same order,
+    each with the row its fact hash holds (the read path trusts this)."""
+    subject = ":".join(escape_part(p) for p in (project, scope, scope_id))
+    rows = raw.zrevrange(f"{prefix}:rows:{subject}", 0, -1, withscores=True)
+    active = raw.zrevrange(f"{prefix}:active:{subject}", 0, -1, withscores=True)
+    assert [(entry[:20], score) for entry, score in rows] == active
+    for entry, _ in rows:
+        stored = raw.hgetall(f"{prefix}:fact:{int(entry[:20])}")
+        assert stored["superseded_by"] == ""
+        assert entry[20:] == stored["row"]
+        assert len(json.loads(entry[20:])) == len(ROW_FIELDS)
+
+
+def test_rows_follow_every_write(redis_url: str, redis_prefix: str) -> None:
+    raw = _raw(redis_url)
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+
+    def check() -> None:
+        for subject in ("u", "v:w"):
+            _assert_rows_match(raw, redis_prefix, "p", "user", subject)
+            got = store.list_active("user", subject, "p", limit=None)
+            assert got == [store.get(f.id) for f in got]  # type: ignore[arg-type]
+            assert all(f.active for f in got)
+
+    a = store.add(Fact("A", scope="user", scope_id="u", project_id="p", metadata={"k": [1]}))
+    b = store.add(Fact("B", scope="user", scope_id="u", project_id="p", source=SOURCE_LEARNED))
+    store.add(Fact("C", scope="user", scope_id="u", project_id="p", source=SOURCE_LEARNED))
+    store.add(Fact("W", scope="user", scope_id="v:w", project_id="p", source_trace_id="t1"))
+    check()
+    a2 = store.update(Fact("A two", scope="user", scope_id="u", project_id="p"), a)
+    check()
+    store.supersede(b, a2)
+    check()
+    assert [f.fact for f in store.list_active("user", "u", "p")] == ["A two", "C"]
+    assert store.prune_learned("user", "u", "p", keep=0) == 1  # C
+    check()
+    assert store.delete("user", "u", "p", fact="a two") == 1
+    check()
+    assert store.list_active("user", "u", "p") == []
+    assert [f.fact for f in store.list_active("user", "v:w", "p")] == ["W"]
+    store.add(Fact("D", scope="user", scope_id="u", project_id="p"))
+    check()
+    assert store.delete("user", "u", "p") >= 1
+    assert not raw.exists(f"{redis_prefix}:rows:p:user:u")
+    check()
+    assert [f.fact for f in store.list_active("user", "v:w", "p")] == ["W"]
+
+
+def test_a_layout_2_namespace_gets_rows_on_first_open(redis_url: str, redis_prefix: str) -> None:
+    """A namespace indexed by the previous layout (active indexes, a ``doc``
+    field, no rows) is given rows once, on first open; reads then use them."""
+    raw = _raw(redis_url)
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    ids = [store.add(Fact(f"f{i}", scope="user", scope_id="u")) for i in range(3)]
+    old = store.update(Fact("f1 new", scope="user", scope_id="u"), ids[1])
+    store.add(Fact("elsewhere", scope="user", scope_id="x"))
+    expected = store.list_active("user", "u")
+    for key in raw.scan_iter(match=f"{redis_prefix}:rows:*"):
+        raw.delete(key)
+    for fact_id in [*ids, old]:
+        raw.hdel(f"{redis_prefix}:fact:{fact_id}", "row")
+        raw.hset(f"{redis_prefix}:fact:{fact_id}", "doc", "[]")
+    raw.set(f"{redis_prefix}:layout", "2")
+
+    reopened = RedisFactStore(redis_url, prefix=redis_prefix)
+    assert reopened.list_active("user", "u") == expected
+    assert [f.fact for f in expected] == ["f1 new", "f2", "f0"]
+    assert raw.get(f"{redis_prefix}:layout") == LAYOUT_VERSION
+    assert not any(raw.hexists(f"{redis_prefix}:fact:{i}", "doc") for i in [*ids, old])
+    _assert_rows_match(raw, redis_prefix, "", "user", "u")
+    _assert_rows_match(raw, redis_prefix, "", "user", "x")

@@ -4,22 +4,30 @@ Key layout under ``<prefix>`` (every variable part escaped, so an id that
 contains ``:`` can never collide with another subject):
 
 - ``<prefix>:seq`` - the id counter
-- ``<prefix>:fact:<id>`` - one hash per fact (active or superseded)
+- ``<prefix>:fact:<id>`` - one hash per fact (active or superseded); its ``row``
+  field is the fact as one JSON array (see ``ROW_FIELDS``)
 - ``<prefix>:active:<project>:<scope>:<scope_id>`` - a subject's active ids, newest first
+- ``<prefix>:rows:<project>:<scope>:<scope_id>`` - a subject's active facts as
+  rows, newest first (member: zero-padded id + row), so reading a subject is
+  one ZREVRANGE with nothing to look up per fact
 - ``<prefix>:scope:<project>:<scope>`` - a scope's active ids across subjects (``"*"`` reads)
 - ``<prefix>:hist:<project>:<scope>:<scope_id>`` - every id of a subject (history, delete)
 - ``<prefix>:key:<project>:<scope>:<scope_id>:<digest>`` - active id of a normalised text
 - ``<prefix>:all`` - every id, newest first (browse); ``<prefix>:subjects`` - known subjects
-- ``<prefix>:layout`` - set once the namespace is indexed
+- ``<prefix>:layout`` - the layout version, set once the namespace is indexed
 
-Sorted-set members are zero-padded ids, so facts written in the same instant
-still come back newest (highest id) first. Every multi-key change runs as one
-MULTI/EXEC transaction guarded by WATCH, so a crash or a dropped connection
-leaves nothing half-written.
+Sorted-set members are (or start with) zero-padded ids, scored by
+``created_at``, so facts written in the same instant still come back newest
+(highest id) first. Every multi-key change runs as one MULTI/EXEC
+transaction guarded by WATCH, so a crash or a dropped connection leaves
+nothing half-written. The rows are written in the same transactions as the
+active index, so the two always agree; the upgrade of an older namespace (and
+:meth:`RedisFactStore.reindex`) builds them from the fact hashes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -45,39 +53,77 @@ from fastaiagent.learn.store import SubjectCount
 
 redis_lib = require("redis", "redis")
 
-LAYOUT_VERSION = "2"
+LAYOUT_VERSION = "3"  # 3: per-subject row hashes
 _MAX_TRANSACTION_ATTEMPTS = 200
 _T = TypeVar("_T")
 
+# A row lists these Fact fields in the dataclass's own order, so building a
+# Fact from a row is one positional call (``superseded_by`` is None: rows are
+# only read for active facts).
+ROW_FIELDS = (
+    "fact",
+    "scope",
+    "scope_id",
+    "project_id",
+    "confidence",
+    "source",
+    "source_trace_id",
+    "metadata",
+    "id",
+    "created_at",
+)
+if tuple(f.name for f in dataclasses.fields(Fact))[: len(ROW_FIELDS)] != ROW_FIELDS:
+    raise ImportError("Fact's fields changed: update ROW_FIELDS in fastaiagent.learn.redis")
+_ROW_LEN = len(ROW_FIELDS)
+
 # Reads the newest active facts of one sorted index in a single round trip,
-# skipping entries whose hash is gone or superseded (left by an older writer),
-# so ``limit=n`` returns n facts whenever n exist. Each fact hash carries its
-# immutable fields pre-serialised in ``doc`` (a JSON array), so the reply is one
-# JSON string joined from those docs: no per-field work on the server, and one
-# C-speed parse in Python. A hash without ``doc`` comes back as null and is
-# read field by field.
+# skipping entries whose hash is gone or superseded (left by another writer),
+# so ``limit=n`` returns n facts whenever n exist. The reply is one JSON array
+# of rows, parsed in one call; ``[id]`` stands for a fact with no row (an
+# older writer's), to read field by field.
 _READ_NEWEST = """
 local limit = tonumber(ARGV[2])
 local out = {}
-local found = 0
 local start = 0
-local batch = 64
-if limit > 0 then batch = limit end
-while limit < 0 or found < limit do
+local batch = 1000
+if limit > 0 and limit < batch then batch = limit end
+while limit < 0 or #out < limit do
   local ids = redis.call('ZREVRANGE', KEYS[1], start, start + batch - 1)
   if #ids == 0 then break end
   for _, member in ipairs(ids) do
     local id = string.format('%d', tonumber(member))
-    local h = redis.call('HMGET', ARGV[1] .. id, 'doc', 'superseded_by', 'scope')
+    local h = redis.call('HMGET', ARGV[1] .. id, 'row', 'superseded_by', 'scope')
     if h[3] and (not h[2] or h[2] == '') then
-      out[#out + 1] = '[' .. id .. ',' .. (h[1] or 'null') .. ']'
-      found = found + 1
-      if limit >= 0 and found >= limit then break end
+      out[#out + 1] = h[1] or ('[' .. id .. ']')
+      if #out == limit then break end
     end
   end
   start = start + batch
 end
 return '[' .. table.concat(out, ',') .. ']'
+"""
+
+# Drops the rows of one subject that no longer match an active fact hash
+# (superseded, deleted or rewritten by another writer), and the active-index
+# entries of facts that are gone or superseded.
+# KEYS: rows, active index, scope index; ARGV[1]: the fact key prefix.
+_PRUNE_ROWS = """
+local dropped = 0
+for _, entry in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local member = string.sub(entry, 1, 20)
+  local h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
+                       'superseded_by', 'scope', 'row')
+  local live = h[2] and (not h[1] or h[1] == '')
+  if not live then
+    redis.call('ZREM', KEYS[2], member)
+    redis.call('ZREM', KEYS[3], member)
+  end
+  if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
+    redis.call('ZREM', KEYS[1], entry)
+    dropped = dropped + 1
+  end
+end
+return dropped
 """
 
 # Raises the id counter to at least ARGV[1] (after indexing older facts).
@@ -102,8 +148,11 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
+_ID_WIDTH = 20  # digits of a sorted-set member; the Lua scripts hard-code it too
+
+
 def _member(fact_id: int) -> str:
-    return f"{fact_id:020d}"
+    return str(fact_id).zfill(_ID_WIDTH)
 
 
 def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
@@ -123,8 +172,8 @@ def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
     )
 
 
-def _doc(fact: Fact) -> str:
-    """The immutable fields of a fact as one JSON array (the read path's format)."""
+def _row(fact_id: int, fact: Fact) -> str:
+    """The fact as one JSON array of its ``ROW_FIELDS`` (the read path's format)."""
     return json.dumps(
         [
             fact.fact,
@@ -135,15 +184,11 @@ def _doc(fact: Fact) -> str:
             fact.source,
             fact.source_trace_id or None,
             fact.metadata,
+            fact_id,
             float(fact.created_at),
         ],
         separators=(",", ":"),
     )
-
-
-def _fact_from_doc(fact_id: int, d: list[Any]) -> Fact:
-    """An active fact from its ``doc`` array."""
-    return Fact(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], fact_id, d[8], None)
 
 
 class RedisFactStore:
@@ -184,6 +229,7 @@ class RedisFactStore:
             socket_connect_timeout=min(socket_timeout, 5.0),
         )
         self._read_newest = self._client.register_script(_READ_NEWEST)
+        self._prune_rows = self._client.register_script(_PRUNE_ROWS)
         self._raise_seq = self._client.register_script(_RAISE_SEQ)
         self._layout_checked = False
         self._layout_lock = threading.Lock()
@@ -204,6 +250,9 @@ class RedisFactStore:
 
     def _active_key(self, scope: str, scope_id: str, project_id: str) -> str:
         return self._k("active", *self._subject(scope, scope_id, project_id))
+
+    def _rows_key(self, scope: str, scope_id: str, project_id: str) -> str:
+        return self._k("rows", *self._subject(scope, scope_id, project_id))
 
     def _hist_key(self, scope: str, scope_id: str, project_id: str) -> str:
         return self._k("hist", *self._subject(scope, scope_id, project_id))
@@ -283,24 +332,28 @@ class RedisFactStore:
             "created_at": repr(float(fact.created_at)),
             "superseded_by": "",
             "metadata": json.dumps(fact.metadata),
-            "doc": _doc(fact),
         }
 
     def _queue_create(self, pipe: Any, fact_id: int, fact: Fact, key: str) -> None:
         subject = (fact.scope, fact.scope_id, fact.project_id)
         member = {_member(fact_id): fact.created_at}
-        pipe.hset(self._fact_key(fact_id), mapping=self._fields(fact, key))
+        row = _row(fact_id, fact)
+        pipe.hset(self._fact_key(fact_id), mapping={**self._fields(fact, key), "row": row})
         pipe.set(self._content_key(fact, key), fact_id)
         pipe.zadd(self._active_key(*subject), member)
+        pipe.zadd(self._rows_key(*subject), {_member(fact_id) + row: fact.created_at})
         pipe.zadd(self._scope_key(fact.scope, fact.project_id), member)
         pipe.zadd(self._k("all"), member)
         pipe.sadd(self._hist_key(*subject), fact_id)
         pipe.sadd(self._k("subjects"), self._subject_member(*subject))
 
-    def _queue_retire(self, pipe: Any, old: Fact, new_id: int, drop_content: bool) -> None:
+    def _queue_retire(
+        self, pipe: Any, old: Fact, row: str, new_id: int, drop_content: bool
+    ) -> None:
         assert old.id is not None
         pipe.hset(self._fact_key(old.id), "superseded_by", new_id)
         pipe.zrem(self._active_key(old.scope, old.scope_id, old.project_id), _member(old.id))
+        pipe.zrem(self._rows_key(old.scope, old.scope_id, old.project_id), _member(old.id) + row)
         pipe.zrem(self._scope_key(old.scope, old.project_id), _member(old.id))
         if drop_content:
             pipe.delete(self._content_key(old, normalize_text(old.fact)))
@@ -308,6 +361,11 @@ class RedisFactStore:
     def _read_fact(self, pipe: Any, fact_id: int) -> Fact | None:
         raw = pipe.hgetall(self._fact_key(fact_id))
         return _parse_fact(fact_id, raw) if raw else None
+
+    def _stored_row(self, pipe: Any, fact: Fact) -> str:
+        """The row a fact was written with (its rows-index member is id + row)."""
+        assert fact.id is not None
+        return pipe.hget(self._fact_key(fact.id), "row") or _row(fact.id, fact)
 
     def _active_id(self, pipe: Any, content_key: str) -> int | None:
         """The id the content key names, when that fact still exists and is active."""
@@ -349,8 +407,9 @@ class RedisFactStore:
             old_content = self._content_key(old, normalize_text(old.fact))
             pipe.watch(old_content)
             drop = pipe.get(old_content) == str(old_id)
+            row = self._stored_row(pipe, old)
             pipe.multi()
-            self._queue_retire(pipe, old, new_id, drop)
+            self._queue_retire(pipe, old, row, new_id, drop)
 
         self._call(lambda: self._transact(attempt, self._fact_key(old_id), self._fact_key(new_id)))
 
@@ -376,11 +435,12 @@ class RedisFactStore:
             old_content = self._content_key(old, normalize_text(old.fact))
             pipe.watch(old_content)
             drop = pipe.get(old_content) == str(old_id)
+            row = self._stored_row(pipe, old)
             pipe.multi()
             if existing is None:
                 self._queue_create(pipe, new_id, new, key)
             if old.superseded_by != new_id:
-                self._queue_retire(pipe, old, new_id, drop)
+                self._queue_retire(pipe, old, row, new_id, drop)
             return new_id
 
         return self._call(lambda: self._transact(attempt, content, self._fact_key(old_id)))
@@ -396,19 +456,27 @@ class RedisFactStore:
                 found.append((scope, scope_id, project))
         return found
 
-    def _load_facts(self, ids: list[int]) -> list[Fact]:
+    def _load_raw(self, ids: list[int]) -> list[tuple[Fact, dict[str, str]]]:
         reader = self._client.pipeline(transaction=False)
         for fact_id in ids:
             reader.hgetall(self._fact_key(fact_id))
-        return [_parse_fact(i, raw) for i, raw in zip(ids, reader.execute(), strict=False) if raw]
+        return [
+            (_parse_fact(i, raw), raw) for i, raw in zip(ids, reader.execute(), strict=False) if raw
+        ]
 
-    def _queue_delete(self, pipe: Any, facts: list[Fact], contents: dict[str, str]) -> None:
+    def _load_facts(self, ids: list[int]) -> list[Fact]:
+        return [fact for fact, _ in self._load_raw(ids)]
+
+    def _queue_delete(
+        self, pipe: Any, facts: list[Fact], rows: dict[int, str], contents: dict[str, str]
+    ) -> None:
         for fact in facts:
             assert fact.id is not None
             subject = (fact.scope, fact.scope_id, fact.project_id)
             member = _member(fact.id)
             pipe.delete(self._fact_key(fact.id))
             pipe.zrem(self._active_key(*subject), member)
+            pipe.zrem(self._rows_key(*subject), member + rows[fact.id])
             pipe.zrem(self._scope_key(fact.scope, fact.project_id), member)
             pipe.zrem(self._k("all"), member)
             pipe.srem(self._hist_key(*subject), fact.id)
@@ -424,14 +492,16 @@ class RedisFactStore:
 
         def attempt(pipe: Any) -> int:
             ids = sorted({int(i) for key in hist_keys for i in pipe.smembers(key)})
-            doomed = choose(self._load_facts(ids))
+            loaded = self._load_raw(ids)
+            rows = {f.id: raw.get("row") or _row(f.id, f) for f, raw in loaded if f.id}
+            doomed = choose([fact for fact, _ in loaded])
             contents = [self._content_key(f, normalize_text(f.fact)) for f in doomed]
             if contents:
                 pipe.watch(*contents)
             values = dict(zip(contents, pipe.mget(contents), strict=False)) if contents else {}
             remaining = {key: len(pipe.smembers(key)) for key in hist_keys}
             pipe.multi()
-            self._queue_delete(pipe, doomed, values)
+            self._queue_delete(pipe, doomed, rows, values)
             gone = {self._hist_key(f.scope, f.scope_id, f.project_id) for f in doomed}
             for subject, key in zip(subjects, hist_keys, strict=False):
                 left = remaining[key] - sum(
@@ -439,7 +509,7 @@ class RedisFactStore:
                 )
                 if key in gone and left <= 0:
                     pipe.srem(self._k("subjects"), self._subject_member(*subject))
-                    pipe.delete(self._active_key(*subject))
+                    pipe.delete(self._active_key(*subject), self._rows_key(*subject))
             return len(doomed)
 
         if not hist_keys:
@@ -491,18 +561,24 @@ class RedisFactStore:
         return self._call(lambda: self._read_fact(self._client, fact_id))
 
     def _newest(self, index_key: str, limit: int | None) -> list[Fact]:
+        """Facts of an active index, read one by one on the server (the slow path)."""
         reply = self._read_newest(
             keys=[index_key], args=[self._k("fact", ""), -1 if limit is None else limit]
         )
         facts = []
-        for fact_id, doc in json.loads(reply):
-            if doc is not None:
-                facts.append(_fact_from_doc(fact_id, doc))
-            else:  # a fact hash from before docs: read it field by field
-                fact = self._read_fact(self._client, fact_id)
-                if fact is not None:
-                    facts.append(fact)
+        for row in json.loads(reply):
+            if len(row) == _ROW_LEN:
+                facts.append(Fact(*row))
+            elif (fact := self._read_fact(self._client, row[0])) is not None:
+                facts.append(fact)
         return facts
+
+    def _subject_newest(self, subject: tuple[str, str, str], limit: int | None) -> list[Fact]:
+        """A subject's newest facts from its rows: one ZREVRANGE, one JSON parse."""
+        stop = -1 if limit is None else limit - 1
+        entries = self._client.zrevrange(self._k("rows", *subject), 0, stop)
+        rows = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in entries]) + "]")
+        return [Fact(*row) for row in rows]
 
     def list_active(
         self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
@@ -514,9 +590,9 @@ class RedisFactStore:
             return []
         if selector.scope_id is None:
             index = self._scope_key(selector.scope, selector.project_id)
-        else:
-            index = self._active_key(selector.scope, selector.scope_id, selector.project_id)
-        return self._call(lambda: self._newest(index, limit))
+            return self._call(lambda: self._newest(index, limit))
+        subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
+        return self._call(lambda: self._subject_newest(subject, limit))
 
     def browse(
         self,
@@ -587,17 +663,21 @@ class RedisFactStore:
 
     def reindex(self) -> int:
         """Index every fact hash in the namespace (e.g. written by an older SDK
-        that kept no index entries); safe to repeat. Returns how many facts it saw."""
+        that kept no index entries or rows), then drop rows of facts that are no
+        longer active; safe to repeat. Returns how many facts it saw."""
         with self._errors():
             count = self._reindex()
             self._client.set(self._k("layout"), LAYOUT_VERSION)
             return count
 
+    def _scan(self, kind: str) -> Iterator[str]:
+        """Keys ``<prefix>:<kind>:*`` of this namespace only."""
+        return self._client.scan_iter(match=_glob_escape(self._k(kind)) + ":*", count=1000)
+
     def _reindex(self) -> int:
-        pattern = _glob_escape(self._k("fact")) + ":*"
         batch: list[str] = []
         seen = highest = 0
-        for key in self._client.scan_iter(match=pattern, count=1000):
+        for key in self._scan("fact"):
             if key.rsplit(":", 1)[1].isdigit():
                 batch.append(key)
             if len(batch) >= 500:
@@ -607,39 +687,72 @@ class RedisFactStore:
             seen, highest = self._index_batch(batch, seen, highest)
         if highest:
             self._raise_seq(keys=[self._k("seq")], args=[highest])
+        self._prune_stale_rows()
         return seen
 
     def _index_batch(self, keys: list[str], seen: int, highest: int) -> tuple[int, int]:
-        reader = self._client.pipeline(transaction=False)
-        for key in keys:
-            reader.hgetall(key)
-        writer = self._client.pipeline(transaction=True)
-        for key, raw in zip(keys, reader.execute(), strict=False):
-            if not raw or "fact" not in raw:
-                continue
-            fact = _parse_fact(int(key.rsplit(":", 1)[1]), raw)
-            assert fact.id is not None
-            seen, highest = seen + 1, max(highest, fact.id)
-            subject = (fact.scope, fact.scope_id, fact.project_id)
-            member = {_member(fact.id): fact.created_at}
-            text_key = normalize_text(fact.fact)
-            writer.hset(
-                key,
-                mapping={
-                    "fact_key": text_key,
-                    "superseded_by": raw.get("superseded_by") or "",
-                    "doc": _doc(fact),
-                },
+        """Index these fact hashes in one MULTI/EXEC. The hashes are WATCHed, so a
+        fact another writer supersedes meanwhile is never put back as active."""
+
+        def attempt(pipe: Any) -> tuple[int, int]:
+            # Read on a second connection: the WATCH on ``pipe`` still covers it.
+            reader = self._client.pipeline(transaction=False)
+            for key in keys:
+                reader.hgetall(key)
+            raws = reader.execute()
+            pipe.multi()
+            count, top = seen, highest
+            for key, raw in zip(keys, raws, strict=False):
+                if raw and "fact" in raw:
+                    fact_id = self._queue_index(pipe, key, raw)
+                    count, top = count + 1, max(top, fact_id)
+            return count, top
+
+        return self._transact(attempt, *keys)
+
+    def _queue_index(self, pipe: Any, key: str, raw: dict[str, str]) -> int:
+        """Queue the index entries (and row) of one fact hash; returns its id."""
+        fact = _parse_fact(int(key.rsplit(":", 1)[1]), raw)
+        assert fact.id is not None
+        subject = (fact.scope, fact.scope_id, fact.project_id)
+        member = _member(fact.id)
+        text_key = normalize_text(fact.fact)
+        row = raw.get("row") or _row(fact.id, fact)
+        pipe.hset(
+            key,
+            mapping={
+                "fact_key": text_key,
+                "superseded_by": raw.get("superseded_by") or "",
+                "row": row,
+            },
+        )
+        pipe.hdel(key, "doc")  # layout 2's row, without the id; no reader needs it now
+        pipe.zadd(self._k("all"), {member: fact.created_at})
+        pipe.sadd(self._hist_key(*subject), fact.id)
+        pipe.sadd(self._k("subjects"), self._subject_member(*subject))
+        if fact.active:
+            pipe.zadd(self._active_key(*subject), {member: fact.created_at})
+            pipe.zadd(self._scope_key(fact.scope, fact.project_id), {member: fact.created_at})
+            pipe.zadd(self._rows_key(*subject), {member + row: fact.created_at})
+            pipe.set(self._content_key(fact, text_key), fact.id, nx=True)
+        else:
+            pipe.zrem(self._active_key(*subject), member)
+            pipe.zrem(self._scope_key(fact.scope, fact.project_id), member)
+            pipe.zrem(self._rows_key(*subject), member + row)
+        return fact.id
+
+    def _prune_stale_rows(self) -> None:
+        """Drop rows (and active entries) of facts an older writer superseded or
+        deleted; each subject is checked by one atomic script."""
+        rows_prefix = self._k("rows") + ":"
+        pruner = self._client.pipeline(transaction=False)
+        for queued, rows_key in enumerate(self._scan("rows"), start=1):
+            subject = rows_key[len(rows_prefix) :]  # project:scope:scope_id, escaped
+            project, scope, _ = subject.split(":")
+            index_keys = [self._k("active", subject), self._k("scope", project, scope)]
+            self._prune_rows(
+                keys=[rows_key, *index_keys], args=[self._k("fact", "")], client=pruner
             )
-            writer.zadd(self._k("all"), member)
-            writer.sadd(self._hist_key(*subject), fact.id)
-            writer.sadd(self._k("subjects"), self._subject_member(*subject))
-            if fact.active:
-                writer.zadd(self._active_key(*subject), member)
-                writer.zadd(self._scope_key(fact.scope, fact.project_id), member)
-                writer.set(self._content_key(fact, text_key), fact.id, nx=True)
-            else:
-                writer.zrem(self._active_key(*subject), _member(fact.id))
-                writer.zrem(self._scope_key(fact.scope, fact.project_id), _member(fact.id))
-        writer.execute()
-        return seen, highest
+            if queued % 200 == 0:
+                pruner.execute()
+        pruner.execute()
