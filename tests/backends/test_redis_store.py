@@ -331,3 +331,24 @@ def test_a_layout_2_namespace_gets_rows_on_first_open(redis_url: str, redis_pref
     assert not any(raw.hexists(f"{redis_prefix}:fact:{i}", "doc") for i in [*ids, old])
     _assert_rows_match(raw, redis_prefix, "", "user", "u")
     _assert_rows_match(raw, redis_prefix, "", "user", "x")
+
+
+def test_reindex_prunes_a_large_subject_in_steps(redis_url: str, redis_prefix: str) -> None:
+    """Rows are checked a few hundred at a time; entries removed mid-way must not
+    make the next step skip any."""
+    raw = _raw(redis_url)
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    store.list_active("user", "nobody")  # first open
+    writer = raw.pipeline(transaction=False)
+    for fact_id in range(1, 1301):
+        fact = Fact(f"fact {fact_id}", scope="user", scope_id="big", created_at=1000.0 + fact_id)
+        store._queue_create(writer, fact_id, fact, f"fact {fact_id}")
+    writer.set(f"{redis_prefix}:seq", 1300)
+    writer.execute()
+    gone = set(range(1, 1301, 7))  # spread over every step
+    for fact_id in gone:
+        raw.delete(f"{redis_prefix}:fact:{fact_id}")
+    store.reindex()
+    _assert_rows_match(raw, redis_prefix, "", "user", "big")
+    got = store.list_active("user", "big", limit=None)
+    assert [f.id for f in got] == [i for i in range(1300, 0, -1) if i not in gone]

@@ -105,11 +105,15 @@ return '[' .. table.concat(out, ',') .. ']'
 
 # Drops the rows of one subject that no longer match an active fact hash
 # (superseded, deleted or rewritten by another writer), and the active-index
-# entries of facts that are gone or superseded.
+# entries of facts that are gone or superseded. Checks at most ARGV[3] rows
+# from rank ARGV[2] per call, so a huge subject never blocks the server long;
+# returns the rank to go on from, or -1 when done.
 # KEYS: rows, active index, scope index; ARGV[1]: the fact key prefix.
 _PRUNE_ROWS = """
-local dropped = 0
-for _, entry in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+local start, count = tonumber(ARGV[2]), tonumber(ARGV[3])
+local entries = redis.call('ZRANGE', KEYS[1], start, start + count - 1)
+local kept = 0
+for _, entry in ipairs(entries) do
   local member = string.sub(entry, 1, 20)
   local h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
                        'superseded_by', 'scope', 'row')
@@ -120,10 +124,12 @@ for _, entry in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   end
   if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
     redis.call('ZREM', KEYS[1], entry)
-    dropped = dropped + 1
+  else
+    kept = kept + 1
   end
 end
-return dropped
+if #entries < count then return -1 end
+return start + kept
 """
 
 # Raises the id counter to at least ARGV[1] (after indexing older facts).
@@ -743,16 +749,21 @@ class RedisFactStore:
 
     def _prune_stale_rows(self) -> None:
         """Drop rows (and active entries) of facts an older writer superseded or
-        deleted; each subject is checked by one atomic script."""
+        deleted; up to 200 subjects a round trip, each checked by atomic steps."""
         rows_prefix = self._k("rows") + ":"
-        pruner = self._client.pipeline(transaction=False)
-        for queued, rows_key in enumerate(self._scan("rows"), start=1):
-            subject = rows_key[len(rows_prefix) :]  # project:scope:scope_id, escaped
-            project, scope, _ = subject.split(":")
-            index_keys = [self._k("active", subject), self._k("scope", project, scope)]
-            self._prune_rows(
-                keys=[rows_key, *index_keys], args=[self._k("fact", "")], client=pruner
-            )
-            if queued % 200 == 0:
-                pruner.execute()
-        pruner.execute()
+        fact_prefix = self._k("fact", "")
+        subjects = self._scan("rows")
+        while batch := [key for _, key in zip(range(200), subjects, strict=False)]:
+            work: list[tuple[list[str], int]] = []
+            for rows_key in batch:
+                subject = rows_key[len(rows_prefix) :]  # project:scope:scope_id, escaped
+                project, scope, _ = subject.split(":")
+                keys = [rows_key, self._k("active", subject), self._k("scope", project, scope)]
+                work.append((keys, 0))
+            while work:
+                pruner = self._client.pipeline(transaction=False)
+                for keys, rank in work:
+                    self._prune_rows(keys=keys, args=[fact_prefix, rank, 500], client=pruner)
+                done = pruner.execute()
+                work = [(keys, int(rank)) for (keys, _), rank in zip(work, done, strict=False)]
+                work = [(keys, rank) for keys, rank in work if rank >= 0]
