@@ -53,7 +53,7 @@ from fastaiagent.learn.store import SubjectCount
 
 redis_lib = require("redis", "redis")
 
-LAYOUT_VERSION = "3"  # 3: per-subject row hashes
+LAYOUT_VERSION = "3"  # 3: per-subject rows (2: indexes and a doc field; 1: bare hashes)
 _MAX_TRANSACTION_ATTEMPTS = 200
 _T = TypeVar("_T")
 
