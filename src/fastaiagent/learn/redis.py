@@ -724,15 +724,12 @@ class RedisFactStore:
         member = _member(fact.id)
         text_key = normalize_text(fact.fact)
         row = raw.get("row") or _row(fact.id, fact)
-        pipe.hset(
-            key,
-            mapping={
-                "fact_key": text_key,
-                "superseded_by": raw.get("superseded_by") or "",
-                "row": row,
-            },
-        )
-        pipe.hdel(key, "doc")  # layout 2's row, without the id; no reader needs it now
+        wanted = {"fact_key": text_key, "superseded_by": raw.get("superseded_by") or "", "row": row}
+        missing = {field: value for field, value in wanted.items() if raw.get(field) != value}
+        if missing:  # a repeat reindex writes nothing here
+            pipe.hset(key, mapping=missing)
+        if "doc" in raw:  # layout 2's row, without the id; no reader needs it now
+            pipe.hdel(key, "doc")
         pipe.zadd(self._k("all"), {member: fact.created_at})
         pipe.sadd(self._hist_key(*subject), fact.id)
         pipe.sadd(self._k("subjects"), self._subject_member(*subject))
