@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from fastaiagent._sqlite import ThreadConnections
 from fastaiagent.learn.models import SOURCE_LEARNED, SOURCE_MANUAL, Fact
 from fastaiagent.learn.scoping import (
     Selector,
@@ -146,12 +145,11 @@ class MemoryStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
         self._explicit_path = Path(path).expanduser() if path is not None else None
         self._path: Path | None = None
-        self._timeout = timeout
-        self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
-        self._schema_ready = False
-        self._pid = os.getpid()
+        # mmap: reads straight from the OS page cache, no extra syscalls on a large table.
+        self._db = ThreadConnections(
+            lambda: self.path, _SCHEMA, timeout=timeout, pragmas=["PRAGMA mmap_size=1073741824"]
+        )
 
     def __repr__(self) -> str:
         return f"MemoryStore(path={str(self._path or self._explicit_path or '<default>')!r})"
@@ -169,51 +167,15 @@ class MemoryStore:
     # -- connections -------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        if os.getpid() != self._pid:  # a forked child must not share the parent's handles
-            self._local = threading.local()
-            self._connections = []
-            self._pid = os.getpid()
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            str(self.path), timeout=self._timeout, isolation_level=None, check_same_thread=False
-        )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        # Reads straight from the OS page cache: a large table costs no extra syscalls.
-        conn.execute("PRAGMA mmap_size=1073741824")
-        conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
-        if not self._schema_ready:
-            with self._lock:
-                conn.executescript(_SCHEMA)
-                self._schema_ready = True
-        self._local.conn = conn
-        with self._lock:
-            self._connections.append(conn)
-        return conn
+        return self._db.get()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         """A write transaction that takes the database lock up front."""
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        return self._db.write()
 
     def close(self) -> None:
         """Close every connection; the next call opens new ones."""
-        with self._lock:
-            connections, self._connections = self._connections, []
-            self._local = threading.local()
-        for conn in connections:
-            with contextlib.suppress(sqlite3.Error):  # already closed by its thread
-                conn.close()
+        self._db.close()
 
     # -- writes ------------------------------------------------------------
 

@@ -11,12 +11,13 @@ import json
 import marshal
 import os
 import sqlite3
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fastaiagent._sqlite import ThreadConnections
 
 ENV_TRACE_DB = "FASTAIAGENT_TRACE_DB"
 TRACE_FILE = "traces.db"
@@ -198,49 +199,20 @@ class TraceStore:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
         self.path = Path(path).expanduser().resolve() if path else default_trace_db_path()
-        self._timeout = timeout
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        self._db = ThreadConnections(lambda: self.path, _SCHEMA, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"TraceStore(path={str(self.path)!r})"
 
     def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            str(self.path), timeout=self._timeout, isolation_level=None, check_same_thread=False
-        )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        with self._lock:
-            conn.executescript(_SCHEMA)
-            self._connections.append(conn)
-        self._local.conn = conn
-        return conn
+        return self._db.get()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._db.write()
 
     def close(self) -> None:
         """Close every connection; the store reopens on its next use."""
-        with self._lock:
-            connections, self._connections = self._connections, []
-            self._local = threading.local()
-        for conn in connections:
-            with suppress(sqlite3.Error):
-                conn.close()
+        self._db.close()
 
     # -- writes ------------------------------------------------------------
 
