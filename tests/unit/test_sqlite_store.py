@@ -65,7 +65,7 @@ def test_wal_and_partial_indexes(tmp_path) -> None:
             "AND project_id='' AND superseded_by IS NULL ORDER BY created_at DESC, id DESC LIMIT 50"
         )
     )
-    assert "idx_learned_memory_subject_active" in plan
+    assert "idx_learned_memory_subject_read" in plan
     conn.close()
     store.close()
 

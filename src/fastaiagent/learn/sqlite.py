@@ -46,9 +46,7 @@ CREATE TABLE IF NOT EXISTS learned_memory (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS idx_learned_memory_active_key
     ON learned_memory (scope, scope_id, project_id, fact_key) WHERE superseded_by IS NULL;
-CREATE INDEX IF NOT EXISTS idx_learned_memory_subject_active
-    ON learned_memory (scope, scope_id, project_id, created_at DESC, id DESC)
-    WHERE superseded_by IS NULL;
+DROP INDEX IF EXISTS idx_learned_memory_subject_active;
 CREATE INDEX IF NOT EXISTS idx_learned_memory_scope_active
     ON learned_memory (scope, project_id, created_at DESC, id DESC)
     WHERE superseded_by IS NULL;
@@ -64,8 +62,9 @@ CREATE INDEX IF NOT EXISTS idx_learned_memory_subject_read
 # superseded_by too, since SQLite only treats an index as covering when it holds every
 # column the query names. scope_id leads so reads of a whole scope (no scope_id) cannot
 # pick it and sort; they keep idx_learned_memory_scope_active, which is in their order.
-# It costs a second copy of each active fact (about 20% fewer adds/s, a larger file); an
-# existing database gets it at its first open (about 2 s per million facts, once).
+# It costs a second copy of each active fact; it replaces the narrower subject index of
+# earlier versions (dropped at open), which would only slow every add. An existing
+# database gets it at its first open (about 2 s per million facts, once).
 
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = (
