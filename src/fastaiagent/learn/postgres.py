@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
+from fastaiagent.learn._sql import browse_where, selector_where
 from fastaiagent.learn.models import SOURCE_LEARNED, Fact
 from fastaiagent.learn.scoping import (
     Selector,
@@ -491,14 +492,8 @@ class PostgresFactStore:
     # -- reads -------------------------------------------------------------
 
     def _where(self, selector: Selector, *, active: bool) -> tuple[Any, list[Any]]:
-        parts = ["scope = %s", "project_id = %s"]
-        params: list[Any] = [selector.scope, selector.project_id]
-        if selector.scope_id is not None:
-            parts.append("scope_id = %s")
-            params.append(selector.scope_id)
-        if active:
-            parts.append("superseded_by IS NULL")
-        return sql.SQL(" AND ".join(parts)), params
+        where, params = selector_where(selector, active_only=active, mark="%s")
+        return sql.SQL(where), params
 
     def get(self, fact_id: int) -> Fact | None:
         """The fact with this id, active or superseded, or None."""
@@ -543,14 +538,9 @@ class PostgresFactStore:
     ) -> list[Fact]:
         """Facts across subjects, newest first; filters apply before the limit."""
         check_limit(limit)
-        parts: list[str] = []
-        params: list[Any] = []
-        for column, value in (("scope", scope), ("scope_id", scope_id), ("project_id", project_id)):
-            if value is not None:
-                parts.append(f"{column} = %s")
-                params.append(value)
-        if not include_superseded:
-            parts.append("superseded_by IS NULL")
+        parts, params = browse_where(
+            scope, scope_id, project_id, include_superseded=include_superseded, mark="%s"
+        )
         query = sql.SQL(
             "SELECT {} FROM {} WHERE {} ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
         ).format(self._q("cols"), self._t, sql.SQL(" AND ".join(parts) or "TRUE"))

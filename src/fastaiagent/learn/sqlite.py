@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent._sqlite import ThreadConnections
+from fastaiagent.learn._sql import browse_where, selector_where
 from fastaiagent.learn.models import SOURCE_LEARNED, SOURCE_MANUAL, Fact
 from fastaiagent.learn.scoping import (
     Selector,
@@ -123,13 +124,7 @@ def _subject_facts(
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
-    clauses, params = ["scope = ?", "project_id = ?"], [selector.scope, selector.project_id]
-    if selector.scope_id is not None:
-        clauses.append("scope_id = ?")
-        params.append(selector.scope_id)
-    if active_only:
-        clauses.append("superseded_by IS NULL")
-    return " AND ".join(clauses), params
+    return selector_where(selector, active_only=active_only, mark="?")
 
 
 class MemoryStore:
@@ -302,14 +297,9 @@ class MemoryStore:
         offset: int = 0,
     ) -> list[Fact]:
         check_limit(limit)
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (("scope", scope), ("scope_id", scope_id), ("project_id", project_id)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if not include_superseded:
-            clauses.append("superseded_by IS NULL")
+        clauses, params = browse_where(
+            scope, scope_id, project_id, include_superseded=include_superseded, mark="?"
+        )
         where = " AND ".join(clauses) or "1"
         rows = self._connection().execute(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
