@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import summary, time_calls, write_results
 
 import fastaiagent as fa
-from fastaiagent import plane
+from fastaiagent.plane import client as plane
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
 
 FACTS = json.dumps({"facts": [{"id": 1, "fact": "Refunds take 30 days"}]}).encode()

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent.kb.embedding import get_embedder
-from fastaiagent.learn.models import Fact
-from fastaiagent.learn.semantic import SemanticFactIndex
-from fastaiagent.learn.sqlite import MemoryStore
+from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.semantic import SemanticFactIndex
+from fastaiagent.facts.sqlite import MemoryStore
 
 TARGET_P50_MS = 5.0
 SUBJECTS = ["sister", "manager", "dentist", "neighbour", "coach", "landlord", "cousin", "doctor"]

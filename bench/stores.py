@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import summary, time_calls, write_results
 
 from fastaiagent.learn import Fact, FactStore, MemoryStore
-from fastaiagent.learn.scoping import normalize_text
+from fastaiagent.facts.scoping import normalize_text
 
 POSTGRES_URL = os.environ.get(
     "FASTAIAGENT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
@@ -119,7 +119,7 @@ def open_postgres(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
     import psycopg
     from psycopg import sql
 
-    from fastaiagent.learn.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres import PostgresFactStore
 
     table = f"bench_{uuid.uuid4().hex[:10]}"
     store = PostgresFactStore(POSTGRES_URL, table=table)
@@ -133,7 +133,7 @@ def open_postgres(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
 
 
 def open_redis(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
-    from fastaiagent.learn.redis import RedisFactStore
+    from fastaiagent.facts.redis import RedisFactStore
 
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     store = RedisFactStore(REDIS_URL, prefix=prefix)

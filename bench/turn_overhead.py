@@ -54,7 +54,7 @@ def static_case(turns: int) -> dict[str, float]:
 
 def seed_facts(store: MemoryStore, users: int, facts_per_user: int, agent_id: str) -> None:
     """Bulk-load facts straight into the table (add() one by one would take minutes)."""
-    from fastaiagent.learn.scoping import normalize_text
+    from fastaiagent.facts.scoping import normalize_text
 
     now = time.time() - users * facts_per_user
     rows = []

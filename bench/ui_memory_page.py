@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import summary, write_results
 
 from fastaiagent.learn import MemoryStore
-from fastaiagent.learn.scoping import normalize_text
+from fastaiagent.facts.scoping import normalize_text
 
 TARGET_MS = 200.0
 

@@ -22,7 +22,7 @@ from fastaiagent import Agent, AgentMemory, ComposableMemory, RunContext
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
 from fastaiagent.learn import Fact, MemoryStore
 from fastaiagent.llm.message import Message
-from fastaiagent.plane_server import start_plane
+from fastaiagent.plane.server import start_plane
 from fastaiagent.testing import FunctionLLM
 
 PLANE_AGENT_ID = "support-bot"

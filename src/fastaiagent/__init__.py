@@ -9,17 +9,19 @@ from fastaiagent.agent import (
     RunContext,
     StaticBlock,
 )
-from fastaiagent.agent.tiered import Memory
+from fastaiagent.agent.memory import Memory
+from fastaiagent.errors import FastAIAgentError
 from fastaiagent.llm import LLMClient
 from fastaiagent.plane import connect, disconnect
+from fastaiagent._version import __version__
 
-__version__ = "1.80.0"
 
 __all__ = [
     "Agent",
     "AgentMemory",
     "AgentResult",
     "ComposableMemory",
+    "FastAIAgentError",
     "LLMClient",
     "Memory",
     "MemoryBlock",

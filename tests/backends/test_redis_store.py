@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from fastaiagent.learn import SOURCE_LEARNED, Fact, make_fact_store
+from fastaiagent.learn import SOURCE_CONVERSATION, Fact, make_fact_store
 
 pytestmark = pytest.mark.redis
 redis = pytest.importorskip("redis")
 
 
-from fastaiagent.learn.redis import (  # noqa: E402
+from fastaiagent.facts.redis import (  # noqa: E402
     LAYOUT_VERSION,
     ROW_FIELDS,
     RedisFactStore,
@@ -285,8 +285,8 @@ def test_rows_follow_every_write(redis_url: str, redis_prefix: str) -> None:
             assert all(f.active for f in got)
 
     a = store.add(Fact("A", scope="user", scope_id="u", project_id="p", metadata={"k": [1]}))
-    b = store.add(Fact("B", scope="user", scope_id="u", project_id="p", source=SOURCE_LEARNED))
-    store.add(Fact("C", scope="user", scope_id="u", project_id="p", source=SOURCE_LEARNED))
+    b = store.add(Fact("B", scope="user", scope_id="u", project_id="p", source=SOURCE_CONVERSATION))
+    store.add(Fact("C", scope="user", scope_id="u", project_id="p", source=SOURCE_CONVERSATION))
     store.add(Fact("W", scope="user", scope_id="v:w", project_id="p", source_trace_id="t1"))
     check()
     a2 = store.update(Fact("A two", scope="user", scope_id="u", project_id="p"), a)

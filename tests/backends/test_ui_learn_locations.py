@@ -14,7 +14,7 @@ from fastaiagent import Agent, trace
 from fastaiagent.cli import _register, app
 from fastaiagent.learn import Fact
 from fastaiagent.learn.loop import learn_from_traces
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.store import FactStore
 from fastaiagent.testing import FunctionLLM
 from fastaiagent.ui import create_app
 
@@ -28,12 +28,12 @@ EXTRACTED = '{"facts": [{"fact": "Answers in British English", "replaces": null}
 @pytest.fixture(params=SERVERS)
 def store(request, tmp_path) -> Iterator[FactStore]:
     if request.param == "postgres":
-        from fastaiagent.learn.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres import PostgresFactStore
 
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
         s: FactStore = PostgresFactStore(url, table=table, max_pool_size=2)
     else:
-        from fastaiagent.learn.redis import RedisFactStore
+        from fastaiagent.facts.redis import RedisFactStore
 
         url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
         s = RedisFactStore(url, prefix=prefix)

@@ -14,7 +14,7 @@ import pytest
 
 from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
 from fastaiagent.agent.windows.base import check_ttl
-from fastaiagent.learn.sqlite import MemoryStore
+from fastaiagent.facts.sqlite import MemoryStore
 
 ALICE = WindowKey("agent", "proj", "alice")
 
@@ -33,7 +33,7 @@ def windows(request, tmp_path) -> Iterator[WindowStore]:
     if request.param == "sqlite":
         yield window_store_for(MemoryStore(tmp_path / "w.db"))
     elif request.param == "postgres":
-        from fastaiagent.learn.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres import PostgresFactStore
 
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
         facts = PostgresFactStore(url, table=table, max_pool_size=4)
@@ -41,7 +41,7 @@ def windows(request, tmp_path) -> Iterator[WindowStore]:
         facts.close()
         _drop_table(url, f"{table}_windows")
     else:
-        from fastaiagent.learn.redis import RedisFactStore
+        from fastaiagent.facts.redis import RedisFactStore
 
         url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
         facts = RedisFactStore(url, prefix=prefix)
@@ -191,7 +191,7 @@ def test_a_repeated_write_that_already_landed_succeeds_again(windows, monkeypatc
 def test_postgres_windows_survive_dropped_connections(postgres_url, pg_table) -> None:
     import psycopg
 
-    from fastaiagent.learn.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres import PostgresFactStore
 
     facts = PostgresFactStore(f"{postgres_url}?application_name={pg_table}", table=pg_table, max_pool_size=2)
     windows = window_store_for(facts)

@@ -11,7 +11,7 @@ from live_server import LiveServer
 
 from fastaiagent import Agent, trace
 from fastaiagent.agent import ComposableMemory, StaticBlock
-from fastaiagent.learn import SOURCE_LEARNED, Fact, MemoryStore
+from fastaiagent.learn import SOURCE_CONVERSATION, Fact, MemoryStore
 from fastaiagent.testing import CannedLLM
 from fastaiagent.trace import RedactionPolicy
 from fastaiagent.ui import create_app
@@ -41,7 +41,7 @@ def site(tmp_path_factory) -> Iterator[dict[str, Any]]:
             "Lives in Oslo",
             scope="user",
             scope_id="alice",
-            source=SOURCE_LEARNED,
+            source=SOURCE_CONVERSATION,
             confidence=0.6,
             source_trace_id=run.trace_id,
         ),

@@ -27,8 +27,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import fastaiagent as fa
-from fastaiagent import plane, trace
-from fastaiagent.agent.memory import ComposableMemory
+from fastaiagent import trace
+from fastaiagent.plane import client as plane
+from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
 from fastaiagent.testing import CannedLLM
 

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 import fastaiagent as fa
-from fastaiagent.agent.memory import ComposableMemory
+from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
 from fastaiagent.learn import Fact, MemoryStore
-from fastaiagent.plane_server import (
+from fastaiagent.plane.server import (
     FACTS_PATH,
     EmbeddingRanker,
     create_plane_app,
@@ -365,7 +365,7 @@ def test_example_87_runs_offline_against_the_self_hosted_plane():
 
 @pytest.mark.embedder
 def test_semantic_ranking_with_the_offline_embedder(store):
-    from fastaiagent.plane_server import semantic_ranker
+    from fastaiagent.plane.server import semantic_ranker
 
     with start_plane(store, KEY, ranker=semantic_ranker()) as running:
         # No word in common with the refund fact: only meaning can rank it first.

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from fastaiagent.agent.agent import Agent
-from fastaiagent.agent.tiered import Memory
+from fastaiagent.agent.memory import Memory
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
 
@@ -96,15 +96,15 @@ def make_memory(spec: tuple[str, str, str], window: int = 2 * ROUNDS) -> Memory:
     kind, url, name = spec
     store: Any
     if kind == "sqlite":
-        from fastaiagent.learn.sqlite import MemoryStore
+        from fastaiagent.facts.sqlite import MemoryStore
 
         store = MemoryStore(url)
     elif kind == "postgres":
-        from fastaiagent.learn.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres import PostgresFactStore
 
         store = PostgresFactStore(url, table=name, min_pool_size=1, max_pool_size=2)
     else:
-        from fastaiagent.learn.redis import RedisFactStore
+        from fastaiagent.facts.redis import RedisFactStore
 
         store = RedisFactStore(url, prefix=name)
     return Memory(store, user_id=_user_of, agent_id="bot", windows="shared", window=window)

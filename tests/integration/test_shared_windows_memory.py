@@ -16,10 +16,10 @@ from test_shared_windows import make_memory, spec  # noqa: F401  (spec is a fixt
 
 from fastaiagent.agent.agent import Agent
 from fastaiagent.agent.memory_blocks.summary import SUMMARY_PREFIX
-from fastaiagent.agent.tiered import Memory
+from fastaiagent.agent.memory import Memory
 from fastaiagent.agent.windows import WindowKey
 from fastaiagent.agent.windows.sqlite import SQLiteWindowStore
-from fastaiagent.learn.sqlite import MemoryStore
+from fastaiagent.facts.sqlite import MemoryStore
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import CannedLLM, FunctionLLM
 

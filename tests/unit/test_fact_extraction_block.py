@@ -14,7 +14,7 @@ from fastaiagent import trace
 from fastaiagent.agent import Agent, ComposableMemory, MemoryIsolationError
 from fastaiagent.agent.memory_blocks.background import BackgroundQueue
 from fastaiagent.agent.memory_blocks.facts import HEADING, FactExtractionBlock
-from fastaiagent.learn import SOURCE_LEARNED, Fact, MemoryStore
+from fastaiagent.learn import SOURCE_CONVERSATION, Fact, MemoryStore
 from fastaiagent.llm.base import BaseLLM, LLMResponse
 from fastaiagent.llm.message import AssistantMessage, Message, UserMessage
 from fastaiagent.testing import CannedLLM, FunctionLLM, echo_llm
@@ -254,7 +254,7 @@ def test_persisted_facts_carry_confidence_source_and_the_runs_trace_id(store):
         agent.run("FACT: Has a beagle named Biscuit")
     [fact] = store.list_active("user", "alice")
     assert fact.fact == "Has a beagle named Biscuit"
-    assert fact.confidence == 0.6 and fact.source == SOURCE_LEARNED
+    assert fact.confidence == 0.6 and fact.source == SOURCE_CONVERSATION
     run_trace_ids = {s.trace_id for s in spans.spans}
     assert fact.source_trace_id in run_trace_ids and len(run_trace_ids) == 1
 

@@ -11,7 +11,7 @@ import pytest
 
 from fastaiagent import Agent, RunContext, trace
 from fastaiagent.agent import Memory
-from fastaiagent.learn import SOURCE_LEARNED, MemoryStore
+from fastaiagent.learn import SOURCE_CONVERSATION, MemoryStore
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
 
@@ -108,7 +108,7 @@ def test_learned_facts_have_confidence_source_and_the_runs_trace_id(store):
         agent.run("FACT: Speaks Dutch")
         settle(mem)
     [fact] = store.list_active("user", "alice")
-    assert fact.confidence == 0.6 and fact.source == SOURCE_LEARNED
+    assert fact.confidence == 0.6 and fact.source == SOURCE_CONVERSATION
     assert fact.source_trace_id is not None
     assert fact.source_trace_id in {s.trace_id for s in spans.spans}
 

@@ -9,10 +9,10 @@ import threading
 import pytest
 
 import fastaiagent as fa
-from fastaiagent import plane
-from fastaiagent.agent.memory import ComposableMemory
+from fastaiagent.plane import client as plane
+from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
-from fastaiagent.agent.memory_blocks.plane import (
+from fastaiagent.plane.protocol import (
     PlaneFact,
     dedupe,
     parse_facts,

@@ -1,11 +1,11 @@
-"""The shared scoping rules (fastaiagent.learn.scoping), tested directly."""
+"""The shared scoping rules (fastaiagent.facts.scoping), tested directly."""
 
 from __future__ import annotations
 
 import pytest
 
 from fastaiagent.learn import Fact
-from fastaiagent.learn.scoping import (
+from fastaiagent.facts.scoping import (
     MAX_ID_CHARS,
     Selector,
     check_fact_id,

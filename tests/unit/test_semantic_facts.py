@@ -9,9 +9,9 @@ from _vector_fakes import WordHashEmbedder
 
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.protocols import DimensionMismatchError
-from fastaiagent.learn.models import Fact
-from fastaiagent.learn.semantic import SemanticFactIndex, subject_namespace
-from fastaiagent.learn.sqlite import MemoryStore
+from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.semantic import SemanticFactIndex, subject_namespace
+from fastaiagent.facts.sqlite import MemoryStore
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from _vector_fakes import WordHashEmbedder
 from fastaiagent import Agent, Memory, RunContext, trace
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.learn import MemoryStore
-from fastaiagent.learn.semantic import subject_namespace
+from fastaiagent.facts.semantic import subject_namespace
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
 

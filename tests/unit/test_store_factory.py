@@ -81,9 +81,9 @@ def test_non_string_non_store_is_a_type_error(location: object) -> None:
 @pytest.mark.parametrize(
     ("url", "driver", "module", "extra"),
     [
-        ("postgres://u@h/db", "psycopg", "fastaiagent.learn.postgres", "postgres"),
-        ("postgresql://u@h/db", "psycopg_pool", "fastaiagent.learn.postgres", "postgres"),
-        ("redis://h:6379/0", "redis", "fastaiagent.learn.redis", "redis"),
+        ("postgres://u@h/db", "psycopg", "fastaiagent.facts.postgres", "postgres"),
+        ("postgresql://u@h/db", "psycopg_pool", "fastaiagent.facts.postgres", "postgres"),
+        ("redis://h:6379/0", "redis", "fastaiagent.facts.redis", "redis"),
     ],
 )
 def test_missing_driver_names_the_extra(monkeypatch, url, driver, module, extra) -> None:  # type: ignore[no-untyped-def]

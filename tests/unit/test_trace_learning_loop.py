@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from fastaiagent import Agent, trace
 from fastaiagent.cli import _register, app
-from fastaiagent.learn import SOURCE_TRACE_LOOP, Fact, MemoryStore
+from fastaiagent.learn import SOURCE_TRACES, Fact, MemoryStore
 from fastaiagent.learn.loop import learn_from_traces
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import CannedLLM, FunctionLLM
@@ -68,7 +68,7 @@ def test_runs_are_mined_into_agent_facts_with_their_trace(tmp_path):
     facts = {f.fact: f for f in store.list_active("agent", "writer")}
     assert set(facts) == set(FACTS)
     cite = facts["Always cite sources for token-cost claims"]
-    assert cite.confidence == 1.0 and cite.source == SOURCE_TRACE_LOOP
+    assert cite.confidence == 1.0 and cite.source == SOURCE_TRACES
     assert cite.source_trace_id == ids[0]
     assert facts["Keep reports under 800 words"].source_trace_id == ids[2]
     assert store.list_active("user", "*") == []  # nothing personal by default

@@ -9,7 +9,7 @@ import pytest
 
 from fastaiagent import Agent, Memory, RunContext, trace
 from fastaiagent.agent import ComposableMemory, MemoryBlock, StaticBlock
-from fastaiagent.agent.memory import MAX_SNIPPETS, SNIPPET_CHARS
+from fastaiagent.agent.memory_blocks.base import MAX_SNIPPETS, SNIPPET_CHARS
 from fastaiagent.learn import MemoryStore
 from fastaiagent.llm.message import Message, SystemMessage
 from fastaiagent.testing import CannedLLM, FunctionLLM

@@ -9,12 +9,7 @@ import pytest
 from _vector_fakes import BrokenEmbedder, WordHashEmbedder
 
 from fastaiagent import trace
-from fastaiagent.agent.memory import (
-    AgentMemory,
-    ComposableMemory,
-    MemoryIsolationError,
-    SharedMemoryContext,
-)
+from fastaiagent.agent import AgentMemory, ComposableMemory, MemoryIsolationError, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.static import StaticBlock
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.kb.backends.faiss import FaissVectorStore

@@ -2,13 +2,8 @@
 
 from fastaiagent.agent.agent import Agent, AgentResult, StreamDelta
 from fastaiagent.agent.context import RunContext
-from fastaiagent.agent.memory import (
-    AgentMemory,
-    ComposableMemory,
-    MemoryBlock,
-    MemoryIsolationError,
-    SharedMemoryContext,
-)
+from fastaiagent.agent.composable import ComposableMemory
+from fastaiagent.agent.memory import Memory, UserMemory
 from fastaiagent.agent.memory_blocks import (
     FactExtractionBlock,
     PersistentFactBlock,
@@ -17,9 +12,11 @@ from fastaiagent.agent.memory_blocks import (
     SummaryBlock,
     VectorBlock,
 )
+from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.middleware import Middleware, RedactPII
-from fastaiagent.agent.tiered import Memory, UserMemory
 from fastaiagent.agent.tools import FunctionTool, tool
+from fastaiagent.agent.window import AgentMemory
+from fastaiagent.errors import MemoryIsolationError
 
 __all__ = [
     "Agent",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.learn.scoping import WILDCARD
+from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.llm.base import BaseLLM
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent.agent.memory import MemoryTurn
+from fastaiagent.agent.window import MemoryTurn
 from fastaiagent.agent.middleware import Middleware
 from fastaiagent.agent.tools import FunctionTool, as_tool
 from fastaiagent.llm.base import BaseLLM, LLMResponse, Usage

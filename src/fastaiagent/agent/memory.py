@@ -1,486 +1,551 @@
-"""Conversation memory: the sliding window, memory blocks and their composition."""
+"""Memory: the recommended front door (tiers, per-user routing, direct verbs).
+
+One object composes the blocks of :mod:`fastaiagent.agent.memory_blocks` for
+each user: global facts, plane facts, user facts, summary, recall, then the
+window. Everything durable lives in the FactStore at ``location``; windows,
+summaries and recall indexes are per-user, in-process state (an LRU of at
+most ``max_users`` users) that can be dropped at any time.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import copy
-import json
+import contextvars
 import logging
 import os
-import tempfile
 import threading
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
-from typing import Any, Protocol
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from fastaiagent import trace
-from fastaiagent._io import read_json, write_json_atomic
+from fastaiagent.agent._checks import (
+    check_embedder,
+    check_llm,
+    check_vector_option,
+    optional_id,
+    positive_int_or_none,
+)
+from fastaiagent.agent.composable import ComposableMemory
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.agent.window import AgentMemory, MemoryTurn
+from fastaiagent.agent.memory_blocks.background import AfterReplyBlock
+from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
+from fastaiagent.agent.verbs import DirectVerbs
+from fastaiagent.agent.windows import DEFAULT_WINDOW_TTL
+from fastaiagent.agent.windows.sync import shared_windows
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.store import FactStore
+from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
 
-SNIPPET_CHARS = 200
-MAX_SNIPPETS = 10
 DEFAULT_WINDOW = 20
+DEFAULT_MAX_USERS = 10_000
+DEFAULT_MAX_LEARNED = 200
+DEFAULT_MAX_FACTS = 50
+LEARNED_CONFIDENCE = 0.6
+GLOBAL_HEADING = "Facts true for everyone using this agent:"
+USER_HEADING = "Facts about this user:"
+
+UserResolver = Callable[[Any], "str | None"]
+_current_user: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "fastaiagent_memory_user", default=None
+)
 
 
-@contextlib.contextmanager
-def _scratch_dir() -> Iterator[str]:
-    """A throwaway directory, in RAM (/dev/shm) when there is one: file-based block
-    state goes through it on every shared-window turn."""
-    shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="fastaiagent-", dir=base) as scratch:
-        yield scratch
+class _UserState:
+    """One user's in-process memory: their ComposableMemory and its own blocks."""
+
+    def __init__(self, user_id: str | None, memory: ComposableMemory, own_blocks: list[MemoryBlock]):
+        self.user_id = user_id
+        self.memory = memory
+        self.own_blocks = own_blocks
 
 
-class MemoryIsolationError(RuntimeError):
-    """A block that writes to an external store cannot be copied in isolation."""
+class _Turn:
+    """A run pinned to one user's state (resolved once, H13)."""
 
-
-def snippets(messages: Iterable[Message]) -> list[str]:
-    """Bounded previews of injected content, for trace attributes."""
-    out: list[str] = []
-    for message in messages:
-        if len(out) >= MAX_SNIPPETS:
-            break
-        out.append((message.content or "")[:SNIPPET_CHARS])
-    return out
-
-
-class SharedMemoryContext:
-    """What earlier blocks rendered this turn: a one-way pipe down the block chain.
-
-    Block N sees blocks 1..N-1. The primary window is not part of the pipe;
-    ``window`` exposes it separately so recall can skip what is already there.
-    """
-
-    def __init__(self, window: Sequence[Message] = ()) -> None:
-        self._rendered: list[tuple[str, list[Message]]] = []
-        self.window: tuple[Message, ...] = tuple(window)
-
-    def _add(self, block_name: str, messages: list[Message]) -> None:
-        self._rendered.append((block_name, list(messages)))
-
-    def upstream_messages(self) -> list[Message]:
-        """Every message earlier blocks rendered, in order."""
-        return [m for _, messages in self._rendered for m in messages]
-
-    def upstream_text(self) -> str:
-        """The content of every upstream message, joined by newlines."""
-        return "\n".join(m.content or "" for m in self.upstream_messages())
-
-    def by_block(self, name: str) -> list[Message]:
-        """Messages rendered by the earlier block called ``name`` ([] if none)."""
-        return [m for block, messages in self._rendered if block == name for m in messages]
-
-
-class MemoryBlock:
-    """Base class of long-term memory blocks.
-
-    Implement ``on_message`` (see each stored message) and ``render`` (return
-    SystemMessages for this turn). Everything else has a working default:
-    ``render_with_context`` ignores upstream output, the async methods run the
-    sync ones in a worker thread, and ``save``/``load`` keep nothing.
-    """
-
-    name: str = "block"
-
-    def on_message(self, message: Message) -> None:
-        """Called with each message stored in memory (the user's, then the reply)."""
-
-    def render(self, query: str) -> list[Message]:
-        """Messages to inject before the window for this turn's ``query``."""
-        return []
-
-    def render_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
-        return self.render(query)
-
-    async def aon_message(self, message: Message) -> None:
-        await asyncio.to_thread(self.on_message, message)
-
-    async def arender_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
-        return await asyncio.to_thread(self.render_with_context, query, shared)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Persist state to the file ``path`` (default: nothing to keep, no file)."""
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore state saved by :meth:`save`."""
-
-    def clear(self) -> None:
-        """Forget everything this block holds (used by ``Memory.forget``)."""
-
-    def dump_state(self) -> Any:
-        """This block's state as JSON-ready data, or None when it keeps nothing.
-
-        The default goes through :meth:`save` and a scratch file, so any block
-        that can save can be shared across processes; override it to skip the file.
-        """
-        if type(self).save is MemoryBlock.save:
-            return None
-        with _scratch_dir() as scratch:
-            file = Path(scratch) / "block.json"
-            self.save(file)
-            return read_json(file, what="block state") if file.exists() else None
-
-    def load_state(self, data: Any) -> None:
-        """Restore state from :meth:`dump_state` output (None leaves the state as it is)."""
-        if data is None or type(self).load is MemoryBlock.load:
-            return
-        with _scratch_dir() as scratch:
-            file = Path(scratch) / "block.json"
-            file.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-            self.load(file)
-
-    def isolated_copy(self) -> MemoryBlock:
-        """An independent copy for side-by-side experiments."""
-        return copy.deepcopy(self)
+    def __init__(self, owner: Memory, state: _UserState | None, shared: ComposableMemory | None):
+        self.owner = owner
+        self.state = state
+        self._shared = shared  # unresolved callers: shared blocks only, nothing kept
+        self._token = _current_user.set(state.user_id if state else None)
 
     @property
-    def trace_name(self) -> str:
-        return self.name
+    def _view(self) -> ComposableMemory:
+        return self.state.memory if self.state else self._shared  # type: ignore[return-value]
 
-    def _has_native_async(self) -> bool:
-        cls = type(self)
-        return (
-            cls.aon_message is not MemoryBlock.aon_message
-            or cls.arender_with_context is not MemoryBlock.arender_with_context
-        )
+    def context_messages(self, query: str) -> list[Message]:
+        if self.state is not None and self.owner._windows is not None:
+            self.owner._windows.refresh(self.state)
+        return self._view.get_context(query)
+
+    async def acontext_messages(self, query: str) -> list[Message]:
+        if self.state is not None and self.owner._windows is not None:
+            await self.owner._windows.arefresh(self.state)
+        return await self._view.aget_context(query)
+
+    def record(self, messages: Sequence[Message]) -> None:
+        if self.state is not None and self.owner._windows is not None:
+            self.owner._windows.record(self.state, messages)
+        elif self.state is not None:
+            self.state.memory.record(messages)
+
+    async def arecord(self, messages: Sequence[Message]) -> None:
+        if self.state is not None and self.owner._windows is not None:
+            await self.owner._windows.arecord(self.state, messages)
+        elif self.state is not None:
+            await self.state.memory.arecord(messages)
+
+    def close(self) -> None:
+        # A turn closed from another context cannot reset; the var dies with that context.
+        with contextlib.suppress(ValueError):
+            _current_user.reset(self._token)
 
 
-class AgentMemory:
-    """A sliding window of raw messages. ``max_messages=None`` keeps everything."""
+class UserMemory:
+    """One user's window on a per-user :class:`Memory`, from ``Memory.for_user``."""
 
-    def __init__(self, max_messages: int | None = None) -> None:
-        if max_messages is not None and (
-            not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
-        ):
-            raise ValueError(f"max_messages must be a positive int or None, got {max_messages!r}")
-        self.max_messages = max_messages
-        self._messages: deque[Message] = deque(maxlen=max_messages)
-        self._lock = threading.Lock()
+    def __init__(self, owner: Memory, user_id: str) -> None:
+        self._owner = owner
+        self.user_id = user_id
 
-    def __len__(self) -> int:
-        return len(self._messages)
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Persist this user's window (and block state) to the directory ``path``."""
+        state = self._owner._state_for(self.user_id)
+        if self._owner._windows is not None:
+            self._owner._windows.refresh(state)
+        state.memory.save(path)
 
-    def __bool__(self) -> bool:
-        return True
-
-    def add(self, message: Message) -> None:
-        """Append a message; the oldest drop first once ``max_messages`` is reached."""
-        if not isinstance(message, Message):
-            raise TypeError(f"expected a Message, got {type(message).__name__}")
-        with self._lock:
-            self._messages.append(message)
-
-    add_message = add
-
-    def get_messages(self) -> list[Message]:
-        with self._lock:
-            return list(self._messages)
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore state saved by :meth:`save`, before the user's next run."""
+        state = self._owner._state_for(self.user_id)
+        state.memory.load(path)
+        if self._owner._windows is not None:
+            self._owner._windows.push(state)
 
     @property
     def messages(self) -> list[Message]:
-        return self.get_messages()
-
-    def clear(self) -> None:
-        with self._lock:
-            self._messages.clear()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "max_messages": self.max_messages,
-            "messages": [m.to_dict() for m in self.get_messages()],
-        }
-
-    dump_state = to_dict
-
-    def load_state(self, data: Any) -> None:
-        """Replace the window with :meth:`to_dict` output; bad data raises and changes nothing."""
-        records = data.get("messages") if isinstance(data, dict) else data
-        if not isinstance(records, list):
-            raise ValueError("window state holds no message list")
-        try:
-            messages = [Message.from_dict(record) for record in records]
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ValueError(f"window state is corrupt: {exc}") from exc
-        with self._lock:
-            self._messages = deque(messages, maxlen=self.max_messages)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the window to ``path`` as JSON, atomically."""
-        write_json_atomic(path, self.to_dict())
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Replace the window with the one saved at ``path``.
-
-        A missing or corrupt file raises and leaves the current window as it was.
-        """
-        data = read_json(path, what="memory file")
-        try:
-            self.load_state(data)
-        except ValueError as exc:
-            raise ValueError(f"memory file {path}: {exc}") from exc
-
-    # The Agent's view of memory: one turn at a time.
-    def start_turn(self, context: Any = None) -> MemoryTurn:
-        return _WindowTurn(self)
+        """The messages in this user's window now."""
+        state = self._owner._state_for(self.user_id)
+        if self._owner._windows is not None:
+            self._owner._windows.refresh(state)
+        return state.memory.primary.get_messages()
 
 
-class MemoryTurn(Protocol):
-    """One run's pinned view of memory: what to prepend, where to record."""
+class Memory(DirectVerbs):
+    """Agent memory with tiers: global facts, per-user facts, and the session window.
 
-    def context_messages(self, query: str) -> list[Message]: ...
+    Use it as ``Agent(memory=Memory(...))``. Every keyword is checked here,
+    before any run (see ``docs/how-memory-works.md``):
 
-    async def acontext_messages(self, query: str) -> list[Message]: ...
-
-    def record(self, messages: Sequence[Message]) -> None: ...
-
-    async def arecord(self, messages: Sequence[Message]) -> None: ...
-
-
-class _WindowTurn:
-    def __init__(self, window: AgentMemory) -> None:
-        self.window = window
-
-    def context_messages(self, query: str) -> list[Message]:
-        return self.window.get_messages()
-
-    async def acontext_messages(self, query: str) -> list[Message]:
-        return self.window.get_messages()  # in memory, nothing to wait for
-
-    def record(self, messages: Sequence[Message]) -> None:
-        for message in messages:
-            self.window.add(message)
-
-    async def arecord(self, messages: Sequence[Message]) -> None:
-        self.record(messages)
-
-
-class ComposableMemory:
-    """A primary window plus long-term blocks that inject SystemMessages each turn.
-
-    Blocks render in declaration order, before the window. A block that
-    raises (in ``on_message`` or ``render``) is logged and skipped; its state
-    is kept and the run goes on.
+    - ``location``: where durable facts live: ``"sqlite"`` (default, a local
+      file), ``postgres://``, ``redis://`` or any FactStore instance.
+    - ``user_id``: a string, or a ``(ctx) -> str`` resolver called once per
+      run with the run's ``context=``; unresolved callers get global facts only.
+    - ``agent_id``: the global tier's id (facts true for everyone using the agent).
+    - ``project_id``: a tenant partition applied to every tier.
+    - ``window``: recent messages kept per user (default 20).
+    - ``learn``: an LLM that extracts durable facts from each user message and
+      persists them (confidence 0.6), at most ``max_learned_facts`` per user.
+    - ``summarize``: an LLM folding messages that left the window into a summary.
+    - ``recall``: ``"auto"`` (in-process index per user) or a shared VectorStore
+      (namespaced per user) for semantic recall of past exchanges.
+    - ``dedupe``: drop recalled items an earlier block already injected.
+    - ``semantic``: ``"auto"`` or a VectorStore: ``retrieve(query, ...)`` by meaning.
+    - ``embedder``: the embedder for recall and semantic (default ``"auto"``).
+    - ``max_users``: users whose in-process state is kept (LRU; default 10,000).
+    - ``plane_agent_id``: also inject a connected plane's curated facts.
+    - ``max_facts``: facts injected per tier per turn (default 50).
+    - ``learn_in_background``: run extraction and summaries after the reply
+      (default True); ``flush()`` / ``aflush()`` wait for them.
+    - ``windows`` / ``window_ttl_seconds``: share windows across processes
+      (see ``docs/production.md``).
     """
 
     def __init__(
         self,
-        blocks: Sequence[MemoryBlock] | None = None,
-        primary: AgentMemory | None = None,
+        location: str | FactStore = "sqlite",
+        *,
+        user_id: str | UserResolver | None = None,
+        agent_id: str | None = None,
+        project_id: str = "",
+        window: int = DEFAULT_WINDOW,
+        learn: BaseLLM | None = None,
+        max_learned_facts: int | None = DEFAULT_MAX_LEARNED,
+        summarize: BaseLLM | None = None,
+        recall: Any = None,
+        dedupe: bool = False,
+        semantic: Any = None,
+        embedder: Any = None,
+        max_users: int | None = DEFAULT_MAX_USERS,
+        plane_agent_id: str | None = None,
+        max_facts: int = DEFAULT_MAX_FACTS,
+        windows: Any = None,
+        window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
+        learn_in_background: bool = True,
     ) -> None:
-        self.blocks: list[MemoryBlock] = []
-        for block in blocks or []:
-            if not isinstance(block, MemoryBlock):
-                raise TypeError(f"blocks must be MemoryBlock instances, got {type(block).__name__}")
-            self.blocks.append(block)
-        self.primary = primary if primary is not None else AgentMemory(max_messages=DEFAULT_WINDOW)
-        self._record_lock = threading.Lock()
+        if user_id is not None and not callable(user_id):
+            user_id = optional_id("user_id", user_id)
+        self.agent_id = optional_id("agent_id", agent_id)
+        self.plane_agent_id = optional_id("plane_agent_id", plane_agent_id)
+        if not isinstance(project_id, str) or project_id == WILDCARD:
+            raise ValueError('project_id must be a str (not "*")')
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive int, got {window!r}")
+        positive_int_or_none("max_learned_facts", max_learned_facts)
+        positive_int_or_none("max_users", max_users)
+        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
+            raise ValueError(f"max_facts must be a positive int, got {max_facts!r}")
+        if not isinstance(dedupe, bool):
+            raise TypeError("dedupe must be True or False")
+        if not isinstance(learn_in_background, bool):
+            raise TypeError("learn_in_background must be True or False")
+        check_embedder(embedder)
+        self.learn = check_llm("learn", learn)
+        self.summarize = check_llm("summarize", summarize)
+        if self.learn is not None and user_id is None:
+            raise ValueError("learn= stores facts per user: set user_id= (a string or a resolver)")
+        self.recall = check_vector_option("recall", recall)
+        self.semantic = check_vector_option("semantic", semantic)
+        self.user_id = user_id
+        self.project_id = project_id
+        self.window = window
+        self.max_learned_facts = max_learned_facts
+        self.dedupe = dedupe
+        self.embedder_spec = embedder
+        self.max_users = max_users
+        self.max_facts = max_facts
+        self.learn_in_background = learn_in_background
+        self.store: FactStore = make_fact_store(location)
+        # windows=: None keeps windows in process; else the LRU caches a shared store.
+        self._windows = shared_windows(self, windows, location, window_ttl_seconds)
+
+        self._lock = threading.RLock()
+        self._users: OrderedDict[str, _UserState] = OrderedDict()
+        self._single: _UserState | None = None
+        self._shared_blocks: list[MemoryBlock] | None = None
+        self._warned_resolvers: set[int] = set()
+        self._warned_drop = False
+        self._embedder: Any = None
+        self._semantic_index: Any = None
+        self._queue: Any = None
 
     def __bool__(self) -> bool:
         return True
 
-    # -- reading -----------------------------------------------------------
-
-    @staticmethod
-    def _rendered(
-        block: MemoryBlock, block_span: Any, rendered: Any, error: Exception | None
-    ) -> list[Message]:
-        """Trace and return one block's render; a failure injects nothing (and no count, H12)."""
-        if error is not None:
-            logger.warning("memory block %r failed to render; skipped: %s", block.name, error)
-            if block_span is not None:
-                block_span.record_exception(error)
-                block_span.set_attribute("memory.error", str(error)[:SNIPPET_CHARS])
-            return []
-        messages = list(rendered or [])
-        if block_span is not None:
-            block_span.set_attribute("memory.rendered_count", len(messages))
-            block_span.set_attribute("memory.snippets", snippets(messages))
-        return messages
-
-    def _render_block(
-        self, block: MemoryBlock, query: str, shared: SharedMemoryContext
-    ) -> list[Message]:
-        with trace.span(f"memory.read.{block.trace_name}") as block_span:
-            try:
-                rendered, error = block.render_with_context(query, shared), None
-            except Exception as exc:
-                rendered, error = None, exc
-            return self._rendered(block, block_span, rendered, error)
-
-    def render_blocks(self, query: str) -> list[Message]:
-        """Only the blocks' messages for ``query``, in declaration order."""
-        window = self.primary.get_messages()
-        shared = SharedMemoryContext(window)
-        out: list[Message] = []
-        for block in self.blocks:
-            rendered = self._render_block(block, query, shared)
-            shared._add(block.name, rendered)
-            out.extend(rendered)
-        return out
-
-    def get_context(self, query: str = "") -> list[Message]:
-        """Block messages (declaration order) followed by the primary window."""
-        with trace.span(
-            "memory.read", {"memory.block_count": len(self.blocks), "memory.query": query}
-        ) as read_span:
-            messages = self.render_blocks(query) + self.primary.get_messages()
-            if read_span is not None:
-                read_span.set_attribute("memory.message_count", len(messages))
-        return messages
-
-    async def aget_context(self, query: str = "") -> list[Message]:
-        if not any(block._has_native_async() for block in self.blocks):
-            return await asyncio.to_thread(self.get_context, query)
-        with trace.span(
-            "memory.read", {"memory.block_count": len(self.blocks), "memory.query": query}
-        ) as read_span:
-            shared = SharedMemoryContext(self.primary.get_messages())
-            out: list[Message] = []
-            for block in self.blocks:
-                with trace.span(f"memory.read.{block.trace_name}") as block_span:
-                    try:
-                        result, error = await block.arender_with_context(query, shared), None
-                    except Exception as exc:
-                        result, error = None, exc
-                    rendered = self._rendered(block, block_span, result, error)
-                shared._add(block.name, rendered)
-                out.extend(rendered)
-            messages = out + self.primary.get_messages()
-            if read_span is not None:
-                read_span.set_attribute("memory.message_count", len(messages))
-        return messages
-
-    # -- writing -----------------------------------------------------------
-
-    @staticmethod
-    def _write_attributes(block: MemoryBlock) -> dict[str, Any]:
-        # Blocks overwrite action and detail with what they did (e.g. a count).
-        native = type(block).on_message is not MemoryBlock.on_message or (
-            type(block).aon_message is not MemoryBlock.aon_message
+    def __repr__(self) -> str:
+        return (
+            f"Memory(store={self.store!r}, agent_id={self.agent_id!r}, "
+            f"per_user={self.per_user}, window={self.window})"
         )
-        return {"memory.action": "stored" if native else "noop", "memory.detail": "{}"}
 
-    def _feed_block(self, block: MemoryBlock, message: Message) -> None:
-        attributes = self._write_attributes(block) if trace.is_enabled() else None
-        with trace.span(f"memory.write.{block.trace_name}", attributes):
-            try:
-                block.on_message(message)
-            except Exception as exc:
-                self._feed_failed(block, exc)
+    @property
+    def per_user(self) -> bool:
+        """True when ``user_id`` is a resolver: one window per resolved user."""
+        return callable(self.user_id)
 
-    @staticmethod
-    def _feed_failed(block: MemoryBlock, error: Exception) -> None:
-        logger.warning("memory block %r failed on a message; skipped: %s", block.name, error)
-        trace.annotate({"memory.action": "failed", "memory.error": str(error)[:SNIPPET_CHARS]})
+    # -- composition ---------------------------------------------------------
 
-    def add_message(self, message: Message) -> None:
-        """Store one message in the window and show it to every block."""
-        with trace.span("memory.write", {"memory.role": message.role}):
-            self.primary.add(message)
-            for block in self.blocks:
-                self._feed_block(block, message)
-
-    add = add_message
-
-    def record(self, messages: Sequence[Message]) -> None:
-        """Store a turn's messages together, so concurrent turns never interleave."""
-        with self._record_lock:
-            for message in messages:
-                self.add_message(message)
-
-    async def arecord(self, messages: Sequence[Message]) -> None:
-        if not any(block._has_native_async() for block in self.blocks):
-            await asyncio.to_thread(self.record, messages)
-            return
-        # The same lock as record(), taken off the loop: concurrent turns never interleave.
-        await asyncio.to_thread(self._record_lock.acquire)
+    def _build(self, label: str, factory: Callable[[], MemoryBlock]) -> MemoryBlock | None:
         try:
-            for message in messages:
-                with trace.span("memory.write", {"memory.role": message.role}):
-                    self.primary.add(message)
-                    for block in self.blocks:
-                        attributes = self._write_attributes(block) if trace.is_enabled() else None
-                        with trace.span(f"memory.write.{block.trace_name}", attributes):
-                            try:
-                                await block.aon_message(message)
-                            except Exception as exc:
-                                self._feed_failed(block, exc)
-        finally:
-            self._record_lock.release()
+            return factory()
+        except Exception as exc:  # a block that cannot start degrades memory, not the run
+            logger.warning("memory block %s could not be built; running without it: %s", label, exc)
+            return None
 
-    def clear(self) -> None:
-        """Empty the window and every block."""
-        self.primary.clear()
-        for block in self.blocks:
+    def shared_blocks(self) -> list[MemoryBlock]:
+        """Blocks every caller sees, resolved or not: global facts, then plane facts."""
+        with self._lock:
+            if self._shared_blocks is None:
+                blocks: list[MemoryBlock | None] = []
+                if self.agent_id:
+                    blocks.append(self._build("global facts", self._global_block))
+                if self.plane_agent_id:
+                    blocks.append(self._build("plane facts", self._plane_block))
+                self._shared_blocks = [b for b in blocks if b is not None]
+            return self._shared_blocks
+
+    def _global_block(self) -> MemoryBlock:
+        return PersistentFactBlock(
+            scope="agent",
+            scope_id=self.agent_id or WILDCARD,
+            project_id=self.project_id,
+            max_facts=self.max_facts,
+            store=self.store,
+            heading=GLOBAL_HEADING,
+            name="persistent_facts",
+        )
+
+    def _plane_block(self) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
+
+        return PlaneFactBlock(agent_id=self.plane_agent_id or "")
+
+    def user_blocks(self, user_id: str | None) -> list[MemoryBlock]:
+        """One user's own blocks in prompt order: user facts, summary, recall, learning."""
+        builders: list[tuple[str, Callable[[], MemoryBlock]]] = []
+        if user_id is not None:
+            builders.append(("user facts", lambda: self._user_fact_block(user_id)))
+        if self.summarize is not None:
+            builders.append(("summary", lambda: self._after_reply(self._summary_block())))
+        if self.recall is not None:
+            builders.append(("recall", lambda: self._recall_block(user_id)))
+        if self.learn is not None and user_id is not None:
+            builders.append(("learn", lambda: self._after_reply(self._learn_block(user_id))))
+        built = [self._build(label, factory) for label, factory in builders]
+        return [b for b in built if b is not None]
+
+    def _after_reply(self, block: MemoryBlock) -> MemoryBlock:
+        return AfterReplyBlock(block, self.background_queue()) if self.learn_in_background else block
+
+    def background_queue(self) -> Any:
+        """The queue that runs extraction and summaries after replies, made on first use."""
+        with self._lock:
+            if self._queue is None:
+                from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+
+                self._queue = BackgroundQueue(name="fastaiagent-memory-learning")
+            return self._queue
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for background learning (extraction, summaries) queued so far.
+
+        Returns False if ``timeout`` passed first. Queued work is also drained
+        at normal interpreter exit, so no learned fact is lost.
+        """
+        return True if self._queue is None else bool(self._queue.flush(timeout))
+
+    async def aflush(self, timeout: float | None = None) -> bool:
+        """Async :meth:`flush`; waits without holding the event loop."""
+        return True if self._queue is None else bool(await self._queue.aflush(timeout))
+
+    def _user_fact_block(self, user_id: str) -> MemoryBlock:
+        return PersistentFactBlock(
+            scope="user",
+            scope_id=user_id,
+            project_id=self.project_id,
+            max_facts=self.max_facts,
+            store=self.store,
+            heading=USER_HEADING,
+            name="persistent_facts.user",
+        )
+
+    def _summary_block(self) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.summary import SummaryBlock
+
+        # The summary covers what left the window, never what is still in it.
+        assert self.summarize is not None
+        return SummaryBlock(llm=self.summarize, keep_last=self.window)
+
+    def recall_namespace(self, user_id: str | None) -> str:
+        """``user:<id>`` (``<project>:user:<id>`` with a project); ``default`` without a user."""
+        if user_id is None:
+            return "default"
+        base = f"user:{user_id}"
+        return f"{self.project_id}:{base}" if self.project_id else base
+
+    def embedder(self) -> Any:
+        """The embedder shared by recall and semantic retrieval, made on first use."""
+        with self._lock:
+            if self._embedder is None:
+                from fastaiagent.kb.embedding import get_embedder
+
+                self._embedder = get_embedder(self.embedder_spec or "auto")
+            return self._embedder
+
+    def _recall_block(self, user_id: str | None) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.vector import VectorBlock
+
+        embedder = self.embedder()
+        if self.recall == "auto":
+            from fastaiagent.kb.backends.faiss import FaissVectorStore
+
+            store = FaissVectorStore(dimension=embedder.dimension)
+        else:
+            store = self.recall
+        return VectorBlock(
+            store=store,
+            embedder=embedder,
+            namespace=self.recall_namespace(user_id),
+            dedupe_against_upstream=self.dedupe,
+        )
+
+    def _learn_block(self, user_id: str) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
+
+        assert self.learn is not None
+        return FactExtractionBlock(
+            llm=self.learn,
+            roles=("user",),
+            inject=False,  # the user fact block injects them, once
+            persist=True,
+            scope="user",
+            scope_id=user_id,
+            project_id=self.project_id,
+            confidence=LEARNED_CONFIDENCE,
+            max_persisted=self.max_learned_facts,
+            store=self.store,
+        )
+
+    def _new_state(self, user_id: str | None) -> _UserState:
+        own = self.user_blocks(user_id)
+        if self._windows is not None:
+            own = self._windows.inline_summaries(own)
+        memory = ComposableMemory(
+            blocks=[*self.shared_blocks(), *own], primary=AgentMemory(max_messages=self.window)
+        )
+        return _UserState(user_id, memory, own)
+
+    # -- per-user routing --------------------------------------------------
+
+    def resolve_user(self, context: Any) -> str | None:
+        """The user a run belongs to, or None for an unresolved caller."""
+        if not callable(self.user_id):
+            return self.user_id
+        if context is None:
+            return None
+        try:
+            resolved = self.user_id(context)
+        except Exception as exc:
+            key = id(self.user_id)
+            if key not in self._warned_resolvers:
+                self._warned_resolvers.add(key)
+                hint = ""
+                if isinstance(getattr(context, "state", None), dict):
+                    hint = (
+                        ' The run state is a dict: read it with ctx.state["user_id"], '
+                        "not ctx.state.user_id."
+                    )
+                logger.warning(
+                    "user_id resolver raised %s: %s; the run gets no conversation memory.%s",
+                    type(exc).__name__,
+                    exc,
+                    hint,
+                )
+            return None
+        if resolved is None or resolved == "":
+            return None
+        if not isinstance(resolved, str):
+            resolved = str(resolved)
+        return resolved
+
+    def _state_for(self, user_id: str | None) -> _UserState:
+        with self._lock:
+            if not self.per_user:
+                if self._single is None:
+                    self._single = self._new_state(user_id)
+                return self._single
+            assert user_id is not None
+            state = self._users.get(user_id)
+            if state is not None:
+                self._users.move_to_end(user_id)
+                return state
+            state = self._new_state(user_id)
+            self._users[user_id] = state
+            if self.max_users is not None:
+                while len(self._users) > self.max_users:
+                    dropped, _ = self._users.popitem(last=False)
+                    if not self._warned_drop:
+                        self._warned_drop = True
+                        logger.warning(
+                            "Memory holds windows for max_users=%d users; dropped the least "
+                            "recently used (%s). Its durable facts stay in the store. "
+                            "This warning is shown once.",
+                            self.max_users,
+                            dropped,
+                        )
+            return state
+
+    def start_turn(self, context: Any = None) -> MemoryTurn:
+        """Pin a run to its user: resolved once, used for the run's read and write."""
+        user = self.resolve_user(context)
+        if self.per_user and user is None:
+            shared = ComposableMemory(blocks=self.shared_blocks(), primary=AgentMemory(max_messages=1))
+            return _Turn(self, None, shared)
+        return _Turn(self, self._state_for(user), None)
+
+    @property
+    def cached_users(self) -> list[str]:
+        """Users whose windows are held now, least recently used first."""
+        with self._lock:
+            return list(self._users)
+
+    def for_user(self, user_id: str) -> UserMemory:
+        """One user's window, for save/load outside a run (per-user Memory only)."""
+        if not self.per_user:
+            raise RuntimeError(
+                "for_user() is for a Memory with a user_id resolver; this Memory has one "
+                "window: call save()/load() on it directly"
+            )
+        return UserMemory(self, optional_id("user_id", user_id) or "")
+
+    def drop_user(self, user_id: str) -> bool:
+        """Drop a user's in-process state (window, summary, recall index), and with
+        ``windows=`` their stored window too, for every worker. Facts stay."""
+        stored = self._windows.drop(user_id) if self._windows is not None else False
+        with self._lock:
+            state = self._users.pop(user_id, None)
+            if state is None and self._single is not None and self._single.user_id == user_id:
+                state, self._single = self._single, None
+        if state is None:
+            return stored
+        for block in state.own_blocks:
             try:
                 block.clear()
             except Exception as exc:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
+        return True
 
-    # -- persistence -------------------------------------------------------
+    # -- save / load -------------------------------------------------------
+
+    def _current_state(self, verb: str) -> _UserState:
+        if not self.per_user:
+            return self._state_for(self.user_id)
+        user = _current_user.get()
+        if user is None:
+            raise RuntimeError(
+                f"{verb}() on a per-user Memory needs a current user, and there is none outside "
+                f'a run: use mem.for_user("alice").{verb}(path)'
+            )
+        return self._state_for(user)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``primary.json`` and ``blocks/<name>.json`` under the directory ``path``."""
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        self.primary.save(root / "primary.json")
-        for block in self.blocks:
-            block.save(root / "blocks" / f"{block.name}.json")
+        """Save the window and block state to the directory ``path``."""
+        state = self._current_state("save")
+        if self._windows is not None:
+            self._windows.refresh(state)
+        state.memory.save(path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore state saved by :meth:`save` into the same-named blocks.
+        """Load state saved by :meth:`save`."""
+        state = self._current_state("load")
+        state.memory.load(path)
+        if self._windows is not None:
+            self._windows.push(state)
 
-        Every file is checked before any state changes, so a corrupt file
-        leaves the memory as it was. Unknown files are ignored; missing files
-        leave a block's state as it is.
-        """
-        root = Path(path)
-        if not root.is_dir():
-            raise FileNotFoundError(f"memory directory not found: {root}")
-        files = [root / "primary.json"] + [root / "blocks" / f"{b.name}.json" for b in self.blocks]
-        for file in files:
-            if file.exists():
-                read_json(file)  # raises on a corrupt file before anything is replaced
-        if files[0].exists():
-            self.primary.load(files[0])
-        for block, file in zip(self.blocks, files[1:], strict=True):
-            if file.exists():
-                block.load(file)
+    def _forget_user_state(self, user_id: str) -> None:
+        users = self.cached_users if user_id == WILDCARD else [user_id]
+        if user_id == WILDCARD and self._windows is not None:
+            self._windows.drop_all()
+        for user in users:
+            self.drop_user(user)
+        if self._single is not None and user_id in (WILDCARD, self._single.user_id):
+            self.drop_user(self._single.user_id or "")
+        if self.recall not in (None, "auto"):
+            purge = getattr(self.recall, "delete_namespace", None)
+            if user_id == WILDCARD:
+                logger.warning("forget(id='*') cannot enumerate recall namespaces of a shared store")
+            elif purge is not None:
+                purge(self.recall_namespace(user_id))
 
-    def dump_state(self, blocks: Sequence[MemoryBlock] | None = None) -> dict[str, Any]:
-        """The window and block state (``blocks``, default all) as JSON-ready data:
-        the dict form of :meth:`save`'s directory."""
-        chosen = self.blocks if blocks is None else blocks
-        states = {b.name: b.dump_state() for b in chosen}
-        return {
-            "version": 1,
-            "primary": self.primary.dump_state(),
-            "blocks": {name: state for name, state in states.items() if state is not None},
-        }
+    def semantic_index(self) -> Any:
+        """The semantic fact index (``semantic=``), made on first use."""
+        with self._lock:
+            if self._semantic_index is None:
+                from fastaiagent.facts.semantic import SemanticFactIndex
 
-    def load_state(self, data: dict[str, Any]) -> None:
-        """Restore :meth:`dump_state` output into the same-named blocks (like :meth:`load`:
-        unknown names are ignored, missing ones leave a block as it is)."""
-        if not isinstance(data, dict) or not isinstance(data.get("blocks", {}), dict):
-            raise ValueError("memory state must be a dict with a 'blocks' dict")
-        self.primary.load_state(data.get("primary") or {"messages": []})
-        blocks = data.get("blocks", {})
-        for block in self.blocks:
-            if block.name in blocks:
-                block.load_state(blocks[block.name])
-
-    def start_turn(self, context: Any = None) -> MemoryTurn:
-        return self
-
-    def context_messages(self, query: str) -> list[Message]:
-        return self.get_context(query)
-
-    async def acontext_messages(self, query: str) -> list[Message]:
-        return await self.aget_context(query)
+                self._semantic_index = SemanticFactIndex(self.store, self.semantic, self.embedder())
+            return self._semantic_index

@@ -1,6 +1,6 @@
 """Memory's direct verbs: persist, retrieve, update, forget, with their guard rails.
 
-A mixin of :class:`fastaiagent.agent.tiered.Memory`; tiers map to store
+A mixin of :class:`fastaiagent.agent.memory.Memory`; tiers map to store
 scopes here (global -> agent, user -> user; session is the window, not a store).
 """
 
@@ -10,9 +10,9 @@ import warnings
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent.learn.models import Fact
-from fastaiagent.learn.scoping import WILDCARD, normalize_text
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.scoping import WILDCARD, normalize_text
+from fastaiagent.facts.store import FactStore
 
 TIERS = ("global", "user", "session")
 

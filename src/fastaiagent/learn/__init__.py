@@ -1,54 +1,50 @@
-"""Durable facts: the Fact record, the FactStore contract and its backends.
+"""Learning: durable facts extracted from conversations and mined from traces.
 
-The Postgres and Redis stores import their drivers only when used, so this
-package imports with no extras installed.
+:mod:`fastaiagent.learn.extractor` asks an LLM for facts; :mod:`fastaiagent.learn.loop`
+is the ``fastaiagent learn`` job over stored traces. The fact stores themselves
+live in :mod:`fastaiagent.facts`; they are re-exported here because the spec
+imports them from this package (``from fastaiagent.learn import PostgresFactStore``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fastaiagent.learn.factory import make_fact_store
-from fastaiagent.learn.models import (
+from fastaiagent import facts as _facts
+from fastaiagent.facts import (
     SCOPES,
-    SOURCE_LEARNED,
+    SOURCE_CONVERSATION,
     SOURCE_MANUAL,
-    SOURCE_TRACE_LOOP,
+    SOURCE_TRACES,
+    WILDCARD,
     Fact,
+    FactStore,
+    MemoryStore,
+    SQLiteFactStore,
+    SubjectCount,
+    make_fact_store,
+    normalize_text,
 )
-from fastaiagent.learn.scoping import WILDCARD, normalize_text
-from fastaiagent.learn.sqlite import MemoryStore
-from fastaiagent.learn.store import FactStore, SubjectCount
-
-if TYPE_CHECKING:
-    from fastaiagent.learn.postgres import PostgresFactStore
-    from fastaiagent.learn.redis import RedisFactStore
-
-_LAZY = {
-    "PostgresFactStore": "fastaiagent.learn.postgres",
-    "RedisFactStore": "fastaiagent.learn.redis",
-}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in ("PostgresFactStore", "RedisFactStore"):
+        return getattr(_facts, name)
     raise AttributeError(f"module 'fastaiagent.learn' has no attribute {name!r}")
 
 
 __all__ = [
     "SCOPES",
-    "SOURCE_LEARNED",
+    "SOURCE_CONVERSATION",
     "SOURCE_MANUAL",
-    "SOURCE_TRACE_LOOP",
+    "SOURCE_TRACES",
     "WILDCARD",
     "Fact",
     "FactStore",
     "MemoryStore",
     "PostgresFactStore",
     "RedisFactStore",
+    "SQLiteFactStore",
     "SubjectCount",
     "make_fact_store",
     "normalize_text",

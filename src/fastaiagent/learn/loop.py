@@ -30,10 +30,10 @@ from fastaiagent.learn.extractor import (
     known_fact_id,
     parse_extraction,
 )
-from fastaiagent.learn.factory import make_fact_store
-from fastaiagent.learn.models import SCOPES, SOURCE_TRACE_LOOP, Fact
-from fastaiagent.learn.scoping import WILDCARD
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.facts.fact import SCOPES, SOURCE_TRACES, Fact
+from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 from fastaiagent.trace.store import RunSummary, TraceStore
@@ -208,7 +208,7 @@ def _mine_run(
             scope_id=scope_id,
             project_id=project_id,
             confidence=LOOP_CONFIDENCE,
-            source=SOURCE_TRACE_LOOP,
+            source=SOURCE_TRACES,
             source_trace_id=run.trace_id,
         )
         old = known[item.replaces] if item.replaces is not None else None

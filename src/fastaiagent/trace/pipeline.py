@@ -131,7 +131,7 @@ class _Otel:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-        from fastaiagent import __version__
+        from fastaiagent._version import __version__
 
         self.Event, self.ReadableSpan, self.SpanContext = Event, ReadableSpan, SpanContext
         self.Status, self.StatusCode, self.kind = Status, StatusCode, SpanKind.INTERNAL

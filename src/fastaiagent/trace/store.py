@@ -65,7 +65,7 @@ def default_trace_db_path() -> Path:
     env = os.environ.get(ENV_TRACE_DB)
     if env:
         return Path(env).expanduser().resolve()
-    from fastaiagent.learn.sqlite import default_db_path
+    from fastaiagent.facts.sqlite import default_db_path
 
     return default_db_path().parent / TRACE_FILE
 

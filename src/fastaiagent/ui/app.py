@@ -9,8 +9,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastaiagent._optional import require
-from fastaiagent.learn.factory import make_fact_store
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.facts.store import FactStore
 from fastaiagent.trace.redaction import RedactionPolicy, get_redaction_policy
 from fastaiagent.trace.store import TraceStore
 from fastaiagent.ui import views

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, unquote
 
-from fastaiagent.learn.models import SCOPES, SOURCE_MANUAL, Fact
-from fastaiagent.learn.store import FactStore, SubjectCount
+from fastaiagent.facts.fact import SCOPES, SOURCE_MANUAL, Fact
+from fastaiagent.facts.store import FactStore, SubjectCount
 from fastaiagent.trace.redaction import RedactionPolicy
 from fastaiagent.trace.store import SpanNode, TraceStore, build_tree, flatten
 

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from fastaiagent.agent.memory import MemoryBlock
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")

@@ -14,16 +14,17 @@ from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._io import read_json, write_json_atomic
-from fastaiagent.agent.memory import MemoryBlock, MemoryIsolationError
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.errors import MemoryIsolationError
 from fastaiagent.learn.extractor import (
     MAX_KNOWN_FACTS,
     ExtractedFact,
     aextract_facts,
     extract_facts,
 )
-from fastaiagent.learn.models import SCOPES, SOURCE_LEARNED, Fact
-from fastaiagent.learn.scoping import WILDCARD, normalize_text
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.scoping import WILDCARD, normalize_text
+from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import ROLES, Message, SystemMessage
 
@@ -142,9 +143,9 @@ class FactExtractionBlock(MemoryBlock):
         self.max_persisted = max_persisted
         self.name = name
         if store is None and self.persist:
-            from fastaiagent.learn.sqlite import MemoryStore
+            from fastaiagent.facts.sqlite import SQLiteFactStore
 
-            store = MemoryStore()  # touches no file until the first write
+            store = SQLiteFactStore()  # touches no file until the first write
         self.store = store
         self.facts: list[str] = []
         self.inspected = 0
@@ -175,7 +176,7 @@ class FactExtractionBlock(MemoryBlock):
                 stored = self.store.list_active(
                     self.scope, self.scope_id, self.project_id, limit=MAX_KNOWN_FACTS
                 )
-                return [KnownFact(f.fact, f.id, f.source == SOURCE_LEARNED) for f in stored]
+                return [KnownFact(f.fact, f.id, f.source == SOURCE_CONVERSATION) for f in stored]
             except Exception as exc:
                 logger.warning("FactExtractionBlock: could not read known facts: %s", exc)
         with self._lock:
@@ -222,7 +223,7 @@ class FactExtractionBlock(MemoryBlock):
             scope_id=self.scope_id,
             project_id=self.project_id,
             confidence=self.confidence,
-            source=SOURCE_LEARNED,
+            source=SOURCE_CONVERSATION,
             source_trace_id=trace_id,
         )
         if old is not None and old.store_id is not None and old.learned:

@@ -6,10 +6,10 @@ import threading
 import warnings
 
 from fastaiagent import trace
-from fastaiagent.agent.memory import MemoryBlock
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
-from fastaiagent.learn.models import SCOPES, Fact
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.fact import SCOPES, Fact
+from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_HEADING = "Known facts:"
@@ -78,9 +78,9 @@ class PersistentFactBlock(MemoryBlock):
     @property
     def store(self) -> FactStore:
         if self._store is None:
-            from fastaiagent.learn.sqlite import MemoryStore
+            from fastaiagent.facts.sqlite import SQLiteFactStore
 
-            self._store = MemoryStore()
+            self._store = SQLiteFactStore()
         return self._store
 
     def fetch(self) -> list[Fact]:

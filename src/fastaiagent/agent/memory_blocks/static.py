@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastaiagent.agent.memory import MemoryBlock
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.llm.message import Message, SystemMessage
 
 

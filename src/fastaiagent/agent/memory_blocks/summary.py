@@ -12,7 +12,7 @@ from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._io import read_json, write_json_atomic
-from fastaiagent.agent.memory import MemoryBlock
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 

@@ -27,12 +27,13 @@ from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._io import read_json, write_json_atomic
-from fastaiagent.agent.memory import MemoryBlock, MemoryIsolationError, SharedMemoryContext
+from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
+from fastaiagent.errors import MemoryIsolationError
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
-from fastaiagent.learn.scoping import normalize_text
+from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_NAMESPACE = "default"

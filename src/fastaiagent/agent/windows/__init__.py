@@ -17,8 +17,8 @@ from fastaiagent.agent.windows.base import (
     check_ttl,
     new_version,
 )
-from fastaiagent.learn.factory import POSTGRES_SCHEMES, REDIS_SCHEMES, make_fact_store
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.factory import POSTGRES_SCHEMES, REDIS_SCHEMES, make_fact_store
+from fastaiagent.facts.store import FactStore
 
 DEFAULT_WINDOW_TTL = 7 * 24 * 3600.0  # a week idle and a window is gone (facts stay)
 SHARED = "shared"
@@ -26,9 +26,9 @@ SHARED = "shared"
 
 def window_store_for(fact_store: Any) -> WindowStore:
     """The WindowStore that lives next to a fact store, on its connections."""
-    from fastaiagent.learn.sqlite import MemoryStore
+    from fastaiagent.facts.sqlite import SQLiteFactStore
 
-    if isinstance(fact_store, MemoryStore):
+    if isinstance(fact_store, SQLiteFactStore):
         from fastaiagent.agent.windows.sqlite import SQLiteWindowStore
 
         return SQLiteWindowStore(fact_store)

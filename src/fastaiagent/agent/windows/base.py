@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from fastaiagent.learn.scoping import WILDCARD
+from fastaiagent.facts.scoping import WILDCARD
 
 
 class WindowKey(NamedTuple):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
-from fastaiagent.learn.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
-from fastaiagent.learn.postgres import PostgresFactStore, sql
+from fastaiagent.facts.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
+from fastaiagent.facts.postgres import PostgresFactStore, sql
 
 DEFAULT_TABLE = "conversation_windows"
 PURGE_EVERY = 500  # writes per process between sweeps of expired rows (reads ignore them)

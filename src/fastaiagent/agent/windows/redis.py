@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
-from fastaiagent.learn.redis import RedisFactStore, _glob_escape, escape_part
+from fastaiagent.facts.redis import RedisFactStore, _glob_escape, escape_part
 
 # Returns {} when missing, {v} when the caller holds that version, else {v, s}.
 _LOAD = """

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
-from fastaiagent.learn.sqlite import MemoryStore
+from fastaiagent.facts.sqlite import SQLiteFactStore
 
 DEFAULT_TABLE = "conversation_windows"
 PURGE_EVERY = 500  # writes between sweeps of expired rows (reads ignore them anyway)
@@ -28,15 +28,15 @@ CREATE INDEX IF NOT EXISTS idx_{t}_expires ON {t} (expires_at) WHERE expires_at 
 
 
 class SQLiteWindowStore:
-    """Windows in a table of a :class:`~fastaiagent.learn.sqlite.MemoryStore` file.
+    """Windows in a table of a :class:`~fastaiagent.facts.sqlite.SQLiteFactStore` file.
 
     Several processes on one machine can share the file (WAL mode); writes are
     compare-and-set in one statement, so no lock is held across a turn.
     """
 
-    def __init__(self, store: MemoryStore, *, table: str = DEFAULT_TABLE) -> None:
-        if not isinstance(store, MemoryStore):
-            raise TypeError(f"SQLiteWindowStore needs a MemoryStore, got {type(store).__name__}")
+    def __init__(self, store: SQLiteFactStore, *, table: str = DEFAULT_TABLE) -> None:
+        if not isinstance(store, SQLiteFactStore):
+            raise TypeError(f"SQLiteWindowStore needs a SQLiteFactStore, got {type(store).__name__}")
         if not table.replace("_", "").isalnum() or not table[0].isalpha():
             raise ValueError(f"table {table!r} must be a plain identifier")
         self.store = store

@@ -1,4 +1,4 @@
-"""MemoryStore: the default fact store, a local SQLite file."""
+"""SQLiteFactStore: the default fact store, a local SQLite file."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent._sqlite import ThreadConnections
-from fastaiagent.learn._sql import browse_where, selector_where
-from fastaiagent.learn.models import SOURCE_LEARNED, SOURCE_MANUAL, Fact
-from fastaiagent.learn.scoping import (
+from fastaiagent.facts._sql import browse_where, selector_where
+from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
+from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
@@ -24,7 +24,7 @@ from fastaiagent.learn.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.learn.store import SubjectCount
+from fastaiagent.facts.store import SubjectCount
 
 DEFAULT_DIR = ".fastaiagent"
 DEFAULT_FILE = "local.db"
@@ -127,7 +127,7 @@ def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
     return selector_where(selector, active_only=active_only, mark="?")
 
 
-class MemoryStore:
+class SQLiteFactStore:
     """SQLite fact store (the default ``location="sqlite"``).
 
     ``path=None`` means ``$FASTAIAGENT_LOCAL_DB`` or ``.fastaiagent/local.db``
@@ -146,7 +146,7 @@ class MemoryStore:
         )
 
     def __repr__(self) -> str:
-        return f"MemoryStore(path={str(self._path or self._explicit_path or '<default>')!r})"
+        return f"SQLiteFactStore(path={str(self._path or self._explicit_path or '<default>')!r})"
 
     @property
     def path(self) -> Path:
@@ -252,7 +252,7 @@ class MemoryStore:
             return conn.execute(
                 f"DELETE FROM learned_memory WHERE id IN (SELECT id FROM learned_memory WHERE "
                 f"{where} AND source = ? ORDER BY created_at DESC, id DESC LIMIT -1 OFFSET ?)",
-                [*params, SOURCE_LEARNED, keep],
+                [*params, SOURCE_CONVERSATION, keep],
             ).rowcount
 
     # -- reads -------------------------------------------------------------
@@ -315,3 +315,7 @@ class MemoryStore:
             "GROUP BY scope, scope_id, project_id ORDER BY scope, scope_id, project_id"
         )
         return [SubjectCount(*row) for row in rows]
+
+
+MemoryStore = SQLiteFactStore
+"""The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""

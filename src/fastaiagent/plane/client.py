@@ -44,7 +44,7 @@ class PlaneConnection:
 
     @property
     def headers(self) -> dict[str, str]:
-        from fastaiagent import __version__
+        from fastaiagent._version import __version__
 
         return {
             "Authorization": f"Bearer {self.api_key}",

@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
-from fastaiagent.learn.models import SOURCE_LEARNED, Fact
-from fastaiagent.learn.scoping import (
+from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
@@ -49,7 +49,7 @@ from fastaiagent.learn.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.learn.store import SubjectCount
+from fastaiagent.facts.store import SubjectCount
 
 redis_lib = require("redis", "redis")
 
@@ -73,7 +73,7 @@ ROW_FIELDS = (
     "created_at",
 )
 if tuple(f.name for f in dataclasses.fields(Fact))[: len(ROW_FIELDS)] != ROW_FIELDS:
-    raise ImportError("Fact's fields changed: update ROW_FIELDS in fastaiagent.learn.redis")
+    raise ImportError("Fact's fields changed: update ROW_FIELDS in fastaiagent.facts.redis")
 _ROW_LEN = len(ROW_FIELDS)
 
 # Reads the newest active facts of one sorted index in a single round trip,
@@ -553,7 +553,7 @@ class RedisFactStore:
         selector = delete_selector(scope, scope_id, project_id)
 
         def choose(facts: list[Fact]) -> list[Fact]:
-            learned = [f for f in facts if f.active and f.source == SOURCE_LEARNED]
+            learned = [f for f in facts if f.active and f.source == SOURCE_CONVERSATION]
             learned.sort(key=lambda f: (f.created_at, f.id or 0), reverse=True)
             return learned[keep:]
 

@@ -10,8 +10,8 @@ from typing import Any
 SCOPES = ("user", "project", "agent")
 SOURCE_MANUAL = "manual"  # written directly (Memory.persist, store.add)
 # learned during a run: Memory(learn=), FactExtractionBlock(persist=True)
-SOURCE_LEARNED = "learned"
-SOURCE_TRACE_LOOP = "learn"  # mined from past traces by `fastaiagent learn`
+SOURCE_CONVERSATION = "learned"
+SOURCE_TRACES = "learn"  # mined from past traces by `fastaiagent learn`
 
 
 @dataclass

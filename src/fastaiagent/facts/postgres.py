@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
-from fastaiagent.learn._sql import browse_where, selector_where
-from fastaiagent.learn.models import SOURCE_LEARNED, Fact
-from fastaiagent.learn.scoping import (
+from fastaiagent.facts._sql import browse_where, selector_where
+from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
@@ -29,7 +29,7 @@ from fastaiagent.learn.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.learn.store import SubjectCount
+from fastaiagent.facts.store import SubjectCount
 
 psycopg = require("psycopg", "postgres")
 psycopg_pool = require("psycopg_pool", "postgres")
@@ -486,7 +486,7 @@ class PostgresFactStore:
             "ORDER BY created_at DESC, id DESC OFFSET %s)"
         ).format(t=self._t, w=where)
         return self._run(
-            lambda conn: int(conn.execute(query, [*params, SOURCE_LEARNED, keep]).rowcount)
+            lambda conn: int(conn.execute(query, [*params, SOURCE_CONVERSATION, keep]).rowcount)
         )
 
     # -- reads -------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.store import FactStore
 
 POSTGRES_SCHEMES = ("postgres://", "postgresql://")
 REDIS_SCHEMES = ("redis://", "rediss://")
@@ -19,19 +19,19 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
     """
     if isinstance(location, str):
         if location == "sqlite":
-            from fastaiagent.learn.sqlite import MemoryStore
+            from fastaiagent.facts.sqlite import SQLiteFactStore
 
-            return MemoryStore()
+            return SQLiteFactStore()
         if location.startswith("sqlite:///"):
-            from fastaiagent.learn.sqlite import MemoryStore
+            from fastaiagent.facts.sqlite import SQLiteFactStore
 
-            return MemoryStore(location[len("sqlite:///") :])
+            return SQLiteFactStore(location[len("sqlite:///") :])
         if location.startswith(POSTGRES_SCHEMES):
-            from fastaiagent.learn.postgres import PostgresFactStore
+            from fastaiagent.facts.postgres import PostgresFactStore
 
             return PostgresFactStore(location)
         if location.startswith(REDIS_SCHEMES):
-            from fastaiagent.learn.redis import RedisFactStore
+            from fastaiagent.facts.redis import RedisFactStore
 
             return RedisFactStore(location)
         raise ValueError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fastaiagent.learn.models import SCOPES
+from fastaiagent.facts.fact import SCOPES
 
 learn_app = typer.Typer(
     help="The Trace Learning Loop: durable facts from past runs, and the facts it keeps.",
@@ -118,7 +118,7 @@ def list_facts(
     from rich.console import Console
     from rich.table import Table
 
-    from fastaiagent.learn.factory import make_fact_store
+    from fastaiagent.facts.factory import make_fact_store
     from fastaiagent.ui.views import format_time
 
     try:
@@ -152,7 +152,7 @@ def supersede(
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
 ) -> None:
     """Mark fact OLD as replaced by fact NEW (OLD stays as history)."""
-    from fastaiagent.learn.factory import make_fact_store
+    from fastaiagent.facts.factory import make_fact_store
 
     try:
         make_fact_store(location).supersede(old, new)

@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from fastaiagent.learn.models import SCOPES, Fact
+from fastaiagent.facts.fact import SCOPES, Fact
 
 WILDCARD = "*"
 MAX_FACT_CHARS = 10_000

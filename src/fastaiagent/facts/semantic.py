@@ -31,9 +31,9 @@ from urllib.parse import quote
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
-from fastaiagent.learn.models import Fact
-from fastaiagent.learn.scoping import check_limit, delete_selector, read_selector
-from fastaiagent.learn.store import FactStore
+from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
+from fastaiagent.facts.store import FactStore
 
 _UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
 _FETCH_FACTOR = 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from fastaiagent.learn.models import Fact
+from fastaiagent.facts.fact import Fact
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,8 @@ class SubjectCount:
 class FactStore(Protocol):
     """Durable facts, scoped by (scope, scope_id, project_id).
 
-    The scoping rules live in :mod:`fastaiagent.learn.scoping`; run
-    :mod:`fastaiagent.learn.conformance` to check an implementation.
+    The scoping rules live in :mod:`fastaiagent.facts.scoping`; run
+    :mod:`fastaiagent.facts.conformance` to check an implementation.
     """
 
     def add(self, fact: Fact) -> int:

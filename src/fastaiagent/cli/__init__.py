@@ -10,9 +10,9 @@ app = typer.Typer(help="fastaiagent: agent memory tools.", no_args_is_help=True)
 
 # (module, attribute): each module defines a typer app or command function.
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
-    ("fastaiagent.ui.cli", "register", "ui"),
-    ("fastaiagent.learn.cli", "register", "learn"),
-    ("fastaiagent.plane_server", "register", "plane"),
+    ("fastaiagent.cli.ui", "register", "ui"),
+    ("fastaiagent.cli.learn", "register", "learn"),
+    ("fastaiagent.cli.plane", "register", "plane"),
     ("fastaiagent.demo", "register", "demo"),
 ]
 
@@ -26,7 +26,7 @@ def _register() -> None:
 @app.command()
 def version() -> None:
     """Print the installed version."""
-    from fastaiagent import __version__
+    from fastaiagent._version import __version__
 
     typer.echo(__version__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.learn.scoping import Selector
+from fastaiagent.facts.scoping import Selector
 
 
 def selector_where(selector: Selector, *, active_only: bool, mark: str) -> tuple[str, list[Any]]:

@@ -1,0 +1,251 @@
+"""ComposableMemory: a window plus long-term blocks, rendered and fed each turn."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fastaiagent import trace
+from fastaiagent._io import read_json
+from fastaiagent.agent.memory_blocks.base import (
+    SNIPPET_CHARS,
+    MemoryBlock,
+    SharedMemoryContext,
+    snippets,
+)
+from fastaiagent.agent.window import AgentMemory, MemoryTurn
+from fastaiagent.llm.message import Message
+
+logger = logging.getLogger("fastaiagent.memory")
+
+DEFAULT_WINDOW = 20
+
+
+class ComposableMemory:
+    """A primary window plus long-term blocks that inject SystemMessages each turn.
+
+    Blocks render in declaration order, before the window. A block that
+    raises (in ``on_message`` or ``render``) is logged and skipped; its state
+    is kept and the run goes on.
+    """
+
+    def __init__(
+        self,
+        blocks: Sequence[MemoryBlock] | None = None,
+        primary: AgentMemory | None = None,
+    ) -> None:
+        self.blocks: list[MemoryBlock] = []
+        for block in blocks or []:
+            if not isinstance(block, MemoryBlock):
+                raise TypeError(f"blocks must be MemoryBlock instances, got {type(block).__name__}")
+            self.blocks.append(block)
+        self.primary = primary if primary is not None else AgentMemory(max_messages=DEFAULT_WINDOW)
+        self._record_lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return True
+
+    # -- reading -----------------------------------------------------------
+
+    @staticmethod
+    def _rendered(
+        block: MemoryBlock, block_span: Any, rendered: Any, error: Exception | None
+    ) -> list[Message]:
+        """Trace and return one block's render; a failure injects nothing (and no count, H12)."""
+        if error is not None:
+            logger.warning("memory block %r failed to render; skipped: %s", block.name, error)
+            if block_span is not None:
+                block_span.record_exception(error)
+                block_span.set_attribute("memory.error", str(error)[:SNIPPET_CHARS])
+            return []
+        messages = list(rendered or [])
+        if block_span is not None:
+            block_span.set_attribute("memory.rendered_count", len(messages))
+            block_span.set_attribute("memory.snippets", snippets(messages))
+        return messages
+
+    def _render_block(
+        self, block: MemoryBlock, query: str, shared: SharedMemoryContext
+    ) -> list[Message]:
+        with trace.span(f"memory.read.{block.trace_name}") as block_span:
+            try:
+                rendered, error = block.render_with_context(query, shared), None
+            except Exception as exc:
+                rendered, error = None, exc
+            return self._rendered(block, block_span, rendered, error)
+
+    def render_blocks(self, query: str) -> list[Message]:
+        """Only the blocks' messages for ``query``, in declaration order."""
+        window = self.primary.get_messages()
+        shared = SharedMemoryContext(window)
+        out: list[Message] = []
+        for block in self.blocks:
+            rendered = self._render_block(block, query, shared)
+            shared._add(block.name, rendered)
+            out.extend(rendered)
+        return out
+
+    def get_context(self, query: str = "") -> list[Message]:
+        """Block messages (declaration order) followed by the primary window."""
+        with trace.span(
+            "memory.read", {"memory.block_count": len(self.blocks), "memory.query": query}
+        ) as read_span:
+            messages = self.render_blocks(query) + self.primary.get_messages()
+            if read_span is not None:
+                read_span.set_attribute("memory.message_count", len(messages))
+        return messages
+
+    async def aget_context(self, query: str = "") -> list[Message]:
+        if not any(block._has_native_async() for block in self.blocks):
+            return await asyncio.to_thread(self.get_context, query)
+        with trace.span(
+            "memory.read", {"memory.block_count": len(self.blocks), "memory.query": query}
+        ) as read_span:
+            shared = SharedMemoryContext(self.primary.get_messages())
+            out: list[Message] = []
+            for block in self.blocks:
+                with trace.span(f"memory.read.{block.trace_name}") as block_span:
+                    try:
+                        result, error = await block.arender_with_context(query, shared), None
+                    except Exception as exc:
+                        result, error = None, exc
+                    rendered = self._rendered(block, block_span, result, error)
+                shared._add(block.name, rendered)
+                out.extend(rendered)
+            messages = out + self.primary.get_messages()
+            if read_span is not None:
+                read_span.set_attribute("memory.message_count", len(messages))
+        return messages
+
+    # -- writing -----------------------------------------------------------
+
+    @staticmethod
+    def _write_attributes(block: MemoryBlock) -> dict[str, Any]:
+        # Blocks overwrite action and detail with what they did (e.g. a count).
+        native = type(block).on_message is not MemoryBlock.on_message or (
+            type(block).aon_message is not MemoryBlock.aon_message
+        )
+        return {"memory.action": "stored" if native else "noop", "memory.detail": "{}"}
+
+    def _feed_block(self, block: MemoryBlock, message: Message) -> None:
+        attributes = self._write_attributes(block) if trace.is_enabled() else None
+        with trace.span(f"memory.write.{block.trace_name}", attributes):
+            try:
+                block.on_message(message)
+            except Exception as exc:
+                self._feed_failed(block, exc)
+
+    @staticmethod
+    def _feed_failed(block: MemoryBlock, error: Exception) -> None:
+        logger.warning("memory block %r failed on a message; skipped: %s", block.name, error)
+        trace.annotate({"memory.action": "failed", "memory.error": str(error)[:SNIPPET_CHARS]})
+
+    def add_message(self, message: Message) -> None:
+        """Store one message in the window and show it to every block."""
+        with trace.span("memory.write", {"memory.role": message.role}):
+            self.primary.add(message)
+            for block in self.blocks:
+                self._feed_block(block, message)
+
+    add = add_message
+
+    def record(self, messages: Sequence[Message]) -> None:
+        """Store a turn's messages together, so concurrent turns never interleave."""
+        with self._record_lock:
+            for message in messages:
+                self.add_message(message)
+
+    async def arecord(self, messages: Sequence[Message]) -> None:
+        if not any(block._has_native_async() for block in self.blocks):
+            await asyncio.to_thread(self.record, messages)
+            return
+        # The same lock as record(), taken off the loop: concurrent turns never interleave.
+        await asyncio.to_thread(self._record_lock.acquire)
+        try:
+            for message in messages:
+                with trace.span("memory.write", {"memory.role": message.role}):
+                    self.primary.add(message)
+                    for block in self.blocks:
+                        attributes = self._write_attributes(block) if trace.is_enabled() else None
+                        with trace.span(f"memory.write.{block.trace_name}", attributes):
+                            try:
+                                await block.aon_message(message)
+                            except Exception as exc:
+                                self._feed_failed(block, exc)
+        finally:
+            self._record_lock.release()
+
+    def clear(self) -> None:
+        """Empty the window and every block."""
+        self.primary.clear()
+        for block in self.blocks:
+            try:
+                block.clear()
+            except Exception as exc:
+                logger.warning("memory block %r failed to clear: %s", block.name, exc)
+
+    # -- persistence -------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``primary.json`` and ``blocks/<name>.json`` under the directory ``path``."""
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        self.primary.save(root / "primary.json")
+        for block in self.blocks:
+            block.save(root / "blocks" / f"{block.name}.json")
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore state saved by :meth:`save` into the same-named blocks.
+
+        Every file is checked before any state changes, so a corrupt file
+        leaves the memory as it was. Unknown files are ignored; missing files
+        leave a block's state as it is.
+        """
+        root = Path(path)
+        if not root.is_dir():
+            raise FileNotFoundError(f"memory directory not found: {root}")
+        files = [root / "primary.json"] + [root / "blocks" / f"{b.name}.json" for b in self.blocks]
+        for file in files:
+            if file.exists():
+                read_json(file)  # raises on a corrupt file before anything is replaced
+        if files[0].exists():
+            self.primary.load(files[0])
+        for block, file in zip(self.blocks, files[1:], strict=True):
+            if file.exists():
+                block.load(file)
+
+    def dump_state(self, blocks: Sequence[MemoryBlock] | None = None) -> dict[str, Any]:
+        """The window and block state (``blocks``, default all) as JSON-ready data:
+        the dict form of :meth:`save`'s directory."""
+        chosen = self.blocks if blocks is None else blocks
+        states = {b.name: b.dump_state() for b in chosen}
+        return {
+            "version": 1,
+            "primary": self.primary.dump_state(),
+            "blocks": {name: state for name, state in states.items() if state is not None},
+        }
+
+    def load_state(self, data: dict[str, Any]) -> None:
+        """Restore :meth:`dump_state` output into the same-named blocks (like :meth:`load`:
+        unknown names are ignored, missing ones leave a block as it is)."""
+        if not isinstance(data, dict) or not isinstance(data.get("blocks", {}), dict):
+            raise ValueError("memory state must be a dict with a 'blocks' dict")
+        self.primary.load_state(data.get("primary") or {"messages": []})
+        blocks = data.get("blocks", {})
+        for block in self.blocks:
+            if block.name in blocks:
+                block.load_state(blocks[block.name])
+
+    def start_turn(self, context: Any = None) -> MemoryTurn:
+        return self
+
+    def context_messages(self, query: str) -> list[Message]:
+        return self.get_context(query)
+
+    async def acontext_messages(self, query: str) -> list[Message]:
+        return await self.aget_context(query)

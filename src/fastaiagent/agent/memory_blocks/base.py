@@ -1,0 +1,125 @@
+"""The block contract: MemoryBlock, and what earlier blocks rendered this turn."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fastaiagent.llm.message import Message
+
+SNIPPET_CHARS = 200
+MAX_SNIPPETS = 10
+
+
+def snippets(messages: Iterable[Message]) -> list[str]:
+    """Bounded previews of injected content, for trace attributes."""
+    out: list[str] = []
+    for message in messages:
+        if len(out) >= MAX_SNIPPETS:
+            break
+        out.append((message.content or "")[:SNIPPET_CHARS])
+    return out
+
+
+class SharedMemoryContext:
+    """What earlier blocks rendered this turn: a one-way pipe down the block chain.
+
+    Block N sees blocks 1..N-1. The primary window is not part of the pipe;
+    ``window`` exposes it separately so recall can skip what is already there.
+    """
+
+    def __init__(self, window: Sequence[Message] = ()) -> None:
+        self._rendered: list[tuple[str, list[Message]]] = []
+        self.window: tuple[Message, ...] = tuple(window)
+
+    def _add(self, block_name: str, messages: list[Message]) -> None:
+        self._rendered.append((block_name, list(messages)))
+
+    def upstream_messages(self) -> list[Message]:
+        """Every message earlier blocks rendered, in order."""
+        return [m for _, messages in self._rendered for m in messages]
+
+    def upstream_text(self) -> str:
+        """The content of every upstream message, joined by newlines."""
+        return "\n".join(m.content or "" for m in self.upstream_messages())
+
+    def by_block(self, name: str) -> list[Message]:
+        """Messages rendered by the earlier block called ``name`` ([] if none)."""
+        return [m for block, messages in self._rendered if block == name for m in messages]
+
+
+class MemoryBlock:
+    """Base class of long-term memory blocks.
+
+    Implement ``on_message`` (see each stored message) and ``render`` (return
+    SystemMessages for this turn). Everything else has a working default:
+    ``render_with_context`` ignores upstream output, the async methods run the
+    sync ones in a worker thread, and ``save``/``load`` keep nothing.
+    """
+
+    name: str = "block"
+
+    def on_message(self, message: Message) -> None:
+        """Called with each message stored in memory (the user's, then the reply)."""
+
+    def render(self, query: str) -> list[Message]:
+        """Messages to inject before the window for this turn's ``query``."""
+        return []
+
+    def render_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
+        return self.render(query)
+
+    async def aon_message(self, message: Message) -> None:
+        await asyncio.to_thread(self.on_message, message)
+
+    async def arender_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
+        return await asyncio.to_thread(self.render_with_context, query, shared)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Persist state to the file ``path`` (default: nothing to keep, no file)."""
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore state saved by :meth:`save`."""
+
+    def clear(self) -> None:
+        """Forget everything this block holds (used by ``Memory.forget``)."""
+
+    def dump_state(self) -> Any:
+        """This block's state as JSON-ready data, or None when it keeps nothing.
+
+        The default goes through :meth:`save` and a scratch file, so any block
+        that can save can be shared across processes; override it to skip the file.
+        """
+        if type(self).save is MemoryBlock.save:
+            return None
+        with _scratch_dir() as scratch:
+            file = Path(scratch) / "block.json"
+            self.save(file)
+            return read_json(file, what="block state") if file.exists() else None
+
+    def load_state(self, data: Any) -> None:
+        """Restore state from :meth:`dump_state` output (None leaves the state as it is)."""
+        if data is None or type(self).load is MemoryBlock.load:
+            return
+        with _scratch_dir() as scratch:
+            file = Path(scratch) / "block.json"
+            file.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+            self.load(file)
+
+    def isolated_copy(self) -> MemoryBlock:
+        """An independent copy for side-by-side experiments."""
+        return copy.deepcopy(self)
+
+    @property
+    def trace_name(self) -> str:
+        return self.name
+
+    def _has_native_async(self) -> bool:
+        cls = type(self)
+        return (
+            cls.aon_message is not MemoryBlock.aon_message
+            or cls.arender_with_context is not MemoryBlock.arender_with_context
+        )

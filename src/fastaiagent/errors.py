@@ -1,0 +1,64 @@
+"""Every error this library raises on purpose, under one base: :class:`FastAIAgentError`.
+
+Each class also derives from the built-in exception a caller would expect
+(``ValueError`` for a bad value, ``ConnectionError`` for an outage, ...), so
+``except ValueError`` keeps working while ``except FastAIAgentError`` catches
+everything the library raises deliberately. Messages name the fix.
+"""
+
+from __future__ import annotations
+
+
+class FastAIAgentError(Exception):
+    """Base class of every error fastaiagent raises on purpose."""
+
+
+class InvalidValueError(FastAIAgentError, ValueError):
+    """An argument or setting has a value the library cannot use."""
+
+
+class InvalidTypeError(FastAIAgentError, TypeError):
+    """An argument or setting has the wrong type."""
+
+
+class NotFoundError(InvalidValueError, LookupError):
+    """What a call names (a fact, a file, a folder) does not exist."""
+
+
+class UnsupportedTierError(InvalidValueError, NotImplementedError):
+    """The session tier is the conversation window: it has no durable store to
+    persist to, retrieve from or forget from."""
+
+
+class PolicyError(FastAIAgentError, PermissionError):
+    """A guard rail refused the operation (for example a write to a shared scope)."""
+
+
+class StoreUnavailableError(FastAIAgentError, ConnectionError):
+    """The fact or window store could not be reached, or the connection was lost."""
+
+
+class ConflictError(FastAIAgentError, RuntimeError):
+    """Concurrent writers kept changing the same data; the operation was not applied."""
+
+
+class MemoryIsolationError(FastAIAgentError, RuntimeError):
+    """A block that writes to an external store cannot be copied in isolation."""
+
+
+class SchemaVersionError(FastAIAgentError, RuntimeError):
+    """A store was written by a newer fastaiagent than this one: upgrade the package."""
+
+
+__all__ = [
+    "ConflictError",
+    "FastAIAgentError",
+    "InvalidTypeError",
+    "InvalidValueError",
+    "MemoryIsolationError",
+    "NotFoundError",
+    "PolicyError",
+    "SchemaVersionError",
+    "StoreUnavailableError",
+    "UnsupportedTierError",
+]

@@ -1,0 +1,58 @@
+"""Durable facts: the Fact record, scoping rules, the FactStore contract and its stores.
+
+``SQLiteFactStore`` (the default), ``PostgresFactStore`` and ``RedisFactStore``
+implement :class:`FactStore`; :mod:`fastaiagent.facts.conformance` checks any
+implementation. The Postgres and Redis stores import their drivers only when
+used, so this package imports with no extras installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastaiagent.facts.fact import (
+    SCOPES,
+    SOURCE_CONVERSATION,
+    SOURCE_MANUAL,
+    SOURCE_TRACES,
+    Fact,
+)
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.facts.scoping import WILDCARD, normalize_text
+from fastaiagent.facts.sqlite import MemoryStore, SQLiteFactStore
+from fastaiagent.facts.store import FactStore, SubjectCount
+
+if TYPE_CHECKING:
+    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.redis import RedisFactStore
+
+_LAZY = {
+    "PostgresFactStore": "fastaiagent.facts.postgres",
+    "RedisFactStore": "fastaiagent.facts.redis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fastaiagent.facts' has no attribute {name!r}")
+
+
+__all__ = [
+    "SCOPES",
+    "SOURCE_CONVERSATION",
+    "SOURCE_MANUAL",
+    "SOURCE_TRACES",
+    "WILDCARD",
+    "Fact",
+    "FactStore",
+    "MemoryStore",
+    "PostgresFactStore",
+    "RedisFactStore",
+    "SQLiteFactStore",
+    "SubjectCount",
+    "make_fact_store",
+    "normalize_text",
+]

@@ -1,0 +1,297 @@
+"""A small self-hosted plane: serves curated facts from any FactStore.
+
+``fastaiagent plane serve --location URL --api-key KEY`` answers
+``GET /public/v1/memory/facts`` the way :class:`PlaneFactBlock` reads it:
+
+    ?agent_id=ID [&category=C] [&max=N] [&query=Q] [&score_threshold=S]
+    -> {"agent_id": ID, "facts": [{"id", "fact", "category", "importance", "score"}]}
+
+Facts are the store's active agent-scope facts for ``agent_id`` (importance is
+the fact's confidence, category is ``metadata["category"]``). Without a query
+they come most important first (newest first among equals); with one, a
+pluggable ranker scores them against it. The API key is required, as
+``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (401 when missing, 403
+when wrong).
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import re
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastaiagent._optional import require
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.store import FactStore
+
+FACTS_PATH = "/public/v1/memory/facts"
+MAX_FACTS_LIMIT = 200
+DEFAULT_CANDIDATES = 1000
+
+# (query, fact texts) -> one similarity in [0, 1] per text
+Ranker = Callable[[str, Sequence[str]], list[float]]
+
+_WORD = re.compile(r"\w+")
+_STOPWORDS = frozenset(
+    {
+        "a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "how",
+        "i", "in", "is", "it", "me", "my", "of", "on", "or", "our", "the", "this", "to",
+        "was", "we", "what", "when", "where", "which", "who", "why", "with", "you", "your",
+    }
+)
+
+
+def _stem(word: str) -> str:
+    # Crude, but enough for "refunds" to meet "refund".
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _words(text: str) -> set[str]:
+    return {_stem(w) for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS}
+
+
+def keyword_ranker(query: str, texts: Sequence[str]) -> list[float]:
+    """Share of the question's content words each text contains (0..1)."""
+    wanted = _words(query)
+    if not wanted:
+        return [0.0 for _ in texts]
+    return [len(wanted & _words(text)) / len(wanted) for text in texts]
+
+
+class EmbeddingRanker:
+    """Cosine similarity of embeddings, clipped to [0, 1].
+
+    ``embedder`` is anything with ``embed(list[str]) -> list[list[float]]``
+    (e.g. :func:`fastaiagent.kb.embedding.get_embedder`). Fact embeddings are
+    cached by text, so a steady set of facts is embedded once.
+    """
+
+    def __init__(self, embedder: Any, cache_size: int = 10_000) -> None:
+        if not hasattr(embedder, "embed"):
+            raise TypeError("embedder must have an embed(texts) method")
+        self.embedder = embedder
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _vectors(self, texts: Sequence[str]) -> list[list[float]]:
+        with self._lock:
+            found = {t: self._cache[t] for t in texts if t in self._cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            found.update(zip(missing, (list(v) for v in self.embedder.embed(missing)), strict=True))
+            with self._lock:
+                for text in missing:
+                    self._cache[text] = found[text]
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return [found[t] for t in texts]
+
+    def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
+        if not texts:
+            return []
+        question = self.embedder.embed([query])[0]
+        return [max(0.0, min(1.0, _cosine(question, v))) for v in self._vectors(texts)]
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+def semantic_ranker() -> Ranker:
+    """An :class:`EmbeddingRanker` over the library's default embedder."""
+    from fastaiagent.kb.embedding import get_embedder
+
+    embedder = get_embedder("auto")
+    embedder.embed(["warm up"])  # load the model now, not inside the first request
+    return EmbeddingRanker(embedder)
+
+
+RANKERS: dict[str, Callable[[], Ranker | None]] = {
+    "keyword": lambda: keyword_ranker,
+    "semantic": semantic_ranker,
+    "none": lambda: None,
+}
+
+
+@dataclass(frozen=True)
+class ServedFact:
+    """One fact as the plane serves it."""
+
+    id: int | None
+    fact: str
+    category: str | None
+    importance: float
+    score: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "fact": self.fact,
+            "category": self.category,
+            "importance": self.importance,
+            "score": self.score,
+        }
+
+
+def _category(fact: Fact) -> str | None:
+    value = fact.metadata.get("category")
+    return value if isinstance(value, str) else None
+
+
+def select_facts(
+    store: FactStore,
+    agent_id: str,
+    *,
+    project_id: str = "",
+    category: str | None = None,
+    max_facts: int = 50,
+    query: str | None = None,
+    score_threshold: float = 0.0,
+    ranker: Ranker | None = keyword_ranker,
+    candidates: int = DEFAULT_CANDIDATES,
+) -> list[ServedFact]:
+    """The facts the plane serves for one request (see the module docstring)."""
+    if not agent_id or agent_id == WILDCARD:
+        raise ValueError("agent_id must name one agent")
+    facts = store.list_active("agent", agent_id, project_id, limit=candidates)
+    if category is not None:
+        facts = [f for f in facts if _category(f) == category]
+    scores: list[float | None] = [None] * len(facts)
+    if query and ranker is not None and facts:
+        ranked = ranker(query, [f.fact for f in facts])
+        if len(ranked) != len(facts):
+            raise ValueError(f"the ranker scored {len(ranked)} of {len(facts)} facts")
+        scores = [float(s) for s in ranked]
+    served = [
+        ServedFact(f.id, f.fact, _category(f), float(f.confidence), s)
+        for f, s in zip(facts, scores, strict=True)
+    ]
+    if query and ranker is not None:
+        served = [s for s in served if s.score is not None and s.score >= score_threshold]
+        served.sort(key=lambda s: (-(s.score or 0.0), -s.importance))
+    else:
+        served.sort(key=lambda s: -s.importance)  # stable: newest first among equals
+    return served[:max_facts]
+
+
+def create_plane_app(
+    location: Any,
+    api_key: str | Sequence[str],
+    *,
+    project_id: str = "",
+    ranker: Ranker | None = keyword_ranker,
+    candidates: int = DEFAULT_CANDIDATES,
+) -> Any:
+    """A FastAPI app serving ``location``'s curated facts (a store or a location string)."""
+    fastapi = require("fastapi", "ui")
+    keys = [api_key] if isinstance(api_key, str) else list(api_key)
+    if not keys or not all(isinstance(k, str) and k.strip() for k in keys):
+        raise ValueError("the plane needs at least one non-empty API key")
+    store = make_fact_store(location)
+    app = fastapi.FastAPI(title="fastaiagent plane", docs_url=None, redoc_url=None)
+    from fastapi import Header, HTTPException, Query
+
+    def check_key(authorization: str | None, x_api_key: str | None) -> None:
+        given = x_api_key
+        if authorization and authorization.lower().startswith("bearer "):
+            given = authorization[7:].strip()
+        if not given:
+            raise HTTPException(401, "missing API key", headers={"WWW-Authenticate": "Bearer"})
+        if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
+            raise HTTPException(403, "this API key is not allowed to read these facts")
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get(FACTS_PATH)
+    def facts(
+        agent_id: str = Query(..., min_length=1, max_length=500),
+        category: str | None = Query(None, min_length=1),
+        max: int = Query(50, ge=1, le=MAX_FACTS_LIMIT),
+        query: str | None = Query(None, max_length=10_000),
+        score_threshold: float = Query(0.0, ge=0.0, le=1.0),
+        authorization: str | None = Header(None),
+        x_api_key: str | None = Header(None),
+    ) -> dict[str, Any]:
+        check_key(authorization, x_api_key)
+        if agent_id == WILDCARD:
+            raise HTTPException(400, 'agent_id must name one agent ("*" is not allowed)')
+        served = select_facts(
+            store,
+            agent_id,
+            project_id=project_id,
+            category=category,
+            max_facts=max,
+            query=query,
+            score_threshold=score_threshold,
+            ranker=ranker,
+            candidates=candidates,
+        )
+        return {"agent_id": agent_id, "facts": [s.to_dict() for s in served]}
+
+    app.state.store = store
+    return app
+
+
+class RunningPlane:
+    """A plane served by uvicorn in a background thread (tests, examples)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        uvicorn = require("uvicorn", "ui")
+        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self.host, self.port = host, self._socket.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the plane server did not start")
+            time.sleep(0.01)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread to end."""
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._socket.close()
+
+    def __enter__(self) -> RunningPlane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_plane(
+    location: Any,
+    api_key: str | Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    **options: Any,
+) -> RunningPlane:
+    """Serve ``location`` in a background thread; ``port=0`` picks a free port."""
+    return RunningPlane(create_plane_app(location, api_key, **options), host, port)
