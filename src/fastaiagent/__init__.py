@@ -1,5 +1,6 @@
 """fastaiagent: agents that remember, per user and across sessions."""
 
+from fastaiagent._version import __version__
 from fastaiagent.agent import (
     Agent,
     AgentMemory,
@@ -13,8 +14,6 @@ from fastaiagent.agent.memory import Memory
 from fastaiagent.errors import FastAIAgentError
 from fastaiagent.llm import LLMClient
 from fastaiagent.plane import connect, disconnect
-from fastaiagent._version import __version__
-
 
 __all__ = [
     "Agent",

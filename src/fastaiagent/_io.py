@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fastaiagent.errors import InvalidValueError
+
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write ``data`` as JSON through a temp file in the same directory, then rename."""
@@ -33,4 +35,4 @@ def read_json(path: str | os.PathLike[str], *, what: str = "memory file") -> Any
     try:
         return json.loads(source.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{what} {source} is corrupt: {exc}") from exc
+        raise InvalidValueError(f"{what} {source} is corrupt: {exc}") from exc

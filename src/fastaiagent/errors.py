@@ -30,6 +30,10 @@ class UnsupportedTierError(InvalidValueError, NotImplementedError):
     persist to, retrieve from or forget from."""
 
 
+class UsageError(FastAIAgentError, RuntimeError):
+    """The call is valid in general but not on this object or in this state."""
+
+
 class PolicyError(FastAIAgentError, PermissionError):
     """A guard rail refused the operation (for example a write to a shared scope)."""
 
@@ -61,4 +65,5 @@ __all__ = [
     "SchemaVersionError",
     "StoreUnavailableError",
     "UnsupportedTierError",
+    "UsageError",
 ]

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
 from fastaiagent.llm.message import Message, ToolCall
 
@@ -36,13 +37,13 @@ def _to_response(reply: Reply, model: str) -> LLMResponse:
         return LLMResponse(tool_calls=list(reply), model=model, finish_reason="tool_calls")
     if isinstance(reply, str):
         return LLMResponse(content=reply, model=model, finish_reason="stop")
-    raise TypeError(f"cannot turn {type(reply).__name__} into an LLM reply")
+    raise InvalidTypeError(f"cannot turn {type(reply).__name__} into an LLM reply")
 
 
 class _RecordingLLM(BaseLLM):
     def __init__(self, model: str, delay: float) -> None:
         if delay < 0:
-            raise ValueError("delay must be >= 0")
+            raise InvalidValueError("delay must be >= 0")
         self.model = model
         self.delay = delay
         self.calls: list[list[Message]] = []
@@ -83,7 +84,7 @@ class CannedLLM(_RecordingLLM):
             else list(replies)
         )
         if not script:
-            raise ValueError("CannedLLM needs at least one reply")
+            raise InvalidValueError("CannedLLM needs at least one reply")
         self.replies: list[Reply] = script
         self.repeat_last = repeat_last
         self._next = 0
@@ -115,7 +116,7 @@ class FunctionLLM(_RecordingLLM):
     ) -> None:
         super().__init__(model, delay)
         if not callable(fn):
-            raise TypeError("FunctionLLM needs a callable taking the message list")
+            raise InvalidTypeError("FunctionLLM needs a callable taking the message list")
         self.fn = fn
 
     def complete(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
-from fastaiagent.agent.windows.base import check_ttl
+from fastaiagent.facts.windows import check_ttl
 from fastaiagent.facts.sqlite import MemoryStore
 
 ALICE = WindowKey("agent", "proj", "alice")

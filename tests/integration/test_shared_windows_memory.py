@@ -18,7 +18,7 @@ from fastaiagent.agent.agent import Agent
 from fastaiagent.agent.memory_blocks.summary import SUMMARY_PREFIX
 from fastaiagent.agent.memory import Memory
 from fastaiagent.agent.windows import WindowKey
-from fastaiagent.agent.windows.sqlite import SQLiteWindowStore
+from fastaiagent.facts.sqlite_windows import SQLiteWindowStore
 from fastaiagent.facts.sqlite import MemoryStore
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import CannedLLM, FunctionLLM
@@ -153,21 +153,36 @@ def test_validation_happens_at_construction(tmp_path) -> None:
     assert Memory(f"sqlite:///{tmp_path / 'x.db'}", windows="shared")._windows is not None
 
 
+class _WrappedFactStore:
+    """A user's own FactStore (here wrapping SQLite) that offers no window capability."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "window_store":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
 def test_shared_windows_need_a_store_that_can_hold_them(tmp_path) -> None:
-    class WrappedFactStore:
-        """A custom FactStore (here wrapping SQLite): windows cannot live in it."""
-
-        def __init__(self, inner: MemoryStore) -> None:
-            self.inner = inner
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
-    wrapped = WrappedFactStore(MemoryStore(tmp_path / "x.db"))
-    with pytest.raises(ValueError, match="cannot hold them"):
+    wrapped = _WrappedFactStore(MemoryStore(tmp_path / "x.db"))
+    with pytest.raises(ValueError, match="cannot hold them: give it a window_store"):
         Memory(wrapped, windows="shared")  # type: ignore[arg-type]
     # ...but a URL or a WindowStore puts the windows elsewhere.
     assert Memory(wrapped, windows=f"sqlite:///{tmp_path / 'w.db'}")._windows is not None  # type: ignore[arg-type]
+
+
+def test_a_users_own_store_offers_shared_windows_through_the_capability(tmp_path) -> None:
+    class OwnStore(_WrappedFactStore):
+        def window_store(self) -> Any:  # the HoldsWindows capability
+            return SQLiteWindowStore(self.inner)
+
+    location = OwnStore(MemoryStore(tmp_path / "own.db"))
+    a = _agent(Memory(location, user_id=str, windows="shared"))  # type: ignore[arg-type]
+    b = _agent(Memory(location, user_id=str, windows="shared"))  # type: ignore[arg-type]
+    a.run("hi", context="alice")
+    assert _window(b.memory, "alice") == ["hi", "ack hi"]  # type: ignore[arg-type]
 
 
 def test_a_window_url_elsewhere_than_the_facts(tmp_path) -> None:

@@ -1,8 +1,8 @@
 """The agent runtime and the composable memory blocks."""
 
 from fastaiagent.agent.agent import Agent, AgentResult, StreamDelta
-from fastaiagent.agent.context import RunContext
 from fastaiagent.agent.composable import ComposableMemory
+from fastaiagent.agent.context import RunContext
 from fastaiagent.agent.memory import Memory, UserMemory
 from fastaiagent.agent.memory_blocks import (
     FactExtractionBlock,

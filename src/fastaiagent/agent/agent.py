@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent.agent.window import MemoryTurn
 from fastaiagent.agent.middleware import Middleware
 from fastaiagent.agent.tools import FunctionTool, as_tool
+from fastaiagent.agent.window import MemoryTurn
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, Usage
 from fastaiagent.llm.message import (
     AssistantMessage,
@@ -133,15 +134,15 @@ class Agent:
         max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
     ) -> None:
         if not isinstance(name, str) or not name:
-            raise ValueError("an agent needs a non-empty name")
+            raise InvalidValueError("an agent needs a non-empty name")
         if not isinstance(llm, BaseLLM):
-            raise TypeError(f"llm must be an LLMClient or BaseLLM, got {type(llm).__name__}")
+            raise InvalidTypeError(f"llm must be an LLMClient or BaseLLM, got {type(llm).__name__}")
         if memory is not None and not hasattr(memory, "start_turn"):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"memory must be Memory, AgentMemory or ComposableMemory, got {type(memory).__name__}"
             )
         if max_tool_rounds < 1:
-            raise ValueError("max_tool_rounds must be >= 1")
+            raise InvalidValueError("max_tool_rounds must be >= 1")
         self.name = name
         self.llm = llm
         self.system_prompt = system_prompt
@@ -176,7 +177,7 @@ class Agent:
 
     def _start(self, query: str, context: Any, history: list[Message] | None = None) -> _Run:
         if not isinstance(query, str):
-            raise TypeError(f"query must be a str, got {type(query).__name__}")
+            raise InvalidTypeError(f"query must be a str, got {type(query).__name__}")
         return _Run(self, query, context, history if history is not None else [UserMessage(query)])
 
     def _after_reply(self, run: _Run, response: LLMResponse) -> LLMResponse:

@@ -19,6 +19,7 @@ from fastaiagent.agent.memory_blocks.base import (
     snippets,
 )
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -42,7 +43,7 @@ class ComposableMemory:
         self.blocks: list[MemoryBlock] = []
         for block in blocks or []:
             if not isinstance(block, MemoryBlock):
-                raise TypeError(f"blocks must be MemoryBlock instances, got {type(block).__name__}")
+                raise InvalidTypeError(f"blocks must be MemoryBlock instances, got {type(block).__name__}")
             self.blocks.append(block)
         self.primary = primary if primary is not None else AgentMemory(max_messages=DEFAULT_WINDOW)
         self._record_lock = threading.Lock()
@@ -234,7 +235,7 @@ class ComposableMemory:
         """Restore :meth:`dump_state` output into the same-named blocks (like :meth:`load`:
         unknown names are ignored, missing ones leave a block as it is)."""
         if not isinstance(data, dict) or not isinstance(data.get("blocks", {}), dict):
-            raise ValueError("memory state must be a dict with a 'blocks' dict")
+            raise InvalidValueError("memory state must be a dict with a 'blocks' dict")
         self.primary.load_state(data.get("primary") or {"messages": []})
         blocks = data.get("blocks", {})
         for block in self.blocks:

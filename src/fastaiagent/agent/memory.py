@@ -26,13 +26,14 @@ from fastaiagent.agent._checks import (
     positive_int_or_none,
 )
 from fastaiagent.agent.composable import ComposableMemory
-from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.agent.window import AgentMemory, MemoryTurn
 from fastaiagent.agent.memory_blocks.background import AfterReplyBlock
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.verbs import DirectVerbs
+from fastaiagent.agent.window import AgentMemory, MemoryTurn
 from fastaiagent.agent.windows import DEFAULT_WINDOW_TTL
 from fastaiagent.agent.windows.sync import shared_windows
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, UsageError
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
@@ -192,22 +193,22 @@ class Memory(DirectVerbs):
         self.agent_id = optional_id("agent_id", agent_id)
         self.plane_agent_id = optional_id("plane_agent_id", plane_agent_id)
         if not isinstance(project_id, str) or project_id == WILDCARD:
-            raise ValueError('project_id must be a str (not "*")')
+            raise InvalidValueError('project_id must be a str (not "*")')
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive int, got {window!r}")
+            raise InvalidValueError(f"window must be a positive int, got {window!r}")
         positive_int_or_none("max_learned_facts", max_learned_facts)
         positive_int_or_none("max_users", max_users)
         if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
-            raise ValueError(f"max_facts must be a positive int, got {max_facts!r}")
+            raise InvalidValueError(f"max_facts must be a positive int, got {max_facts!r}")
         if not isinstance(dedupe, bool):
-            raise TypeError("dedupe must be True or False")
+            raise InvalidTypeError("dedupe must be True or False")
         if not isinstance(learn_in_background, bool):
-            raise TypeError("learn_in_background must be True or False")
+            raise InvalidTypeError("learn_in_background must be True or False")
         check_embedder(embedder)
         self.learn = check_llm("learn", learn)
         self.summarize = check_llm("summarize", summarize)
         if self.learn is not None and user_id is None:
-            raise ValueError("learn= stores facts per user: set user_id= (a string or a resolver)")
+            raise InvalidValueError("learn= stores facts per user: set user_id= (a string or a resolver)")
         self.recall = check_vector_option("recall", recall)
         self.semantic = check_vector_option("semantic", semantic)
         self.user_id = user_id
@@ -476,7 +477,7 @@ class Memory(DirectVerbs):
     def for_user(self, user_id: str) -> UserMemory:
         """One user's window, for save/load outside a run (per-user Memory only)."""
         if not self.per_user:
-            raise RuntimeError(
+            raise UsageError(
                 "for_user() is for a Memory with a user_id resolver; this Memory has one "
                 "window: call save()/load() on it directly"
             )
@@ -506,7 +507,7 @@ class Memory(DirectVerbs):
             return self._state_for(self.user_id)
         user = _current_user.get()
         if user is None:
-            raise RuntimeError(
+            raise UsageError(
                 f"{verb}() on a per-user Memory needs a current user, and there is none outside "
                 f'a run: use mem.for_user("alice").{verb}(path)'
             )

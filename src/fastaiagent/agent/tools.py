@@ -10,6 +10,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from fastaiagent.errors import InvalidTypeError
 from fastaiagent.llm.base import ToolSpec
 
 _JSON_TYPES: dict[Any, str] = {
@@ -50,7 +51,7 @@ class FunctionTool:
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None):
         if not callable(fn):
-            raise TypeError("a tool must be callable")
+            raise InvalidTypeError("a tool must be callable")
         self.fn = fn
         self.name = name or fn.__name__
         doc = inspect.getdoc(fn) or ""
@@ -87,7 +88,7 @@ class FunctionTool:
         """Run the tool; the result is returned to the model as text."""
         result = self.fn(**self._arguments(arguments, context))
         if inspect.isawaitable(result):
-            raise TypeError(f"tool {self.name!r} is async: use arun/astream")
+            raise InvalidTypeError(f"tool {self.name!r} is async: use arun/astream")
         return _as_text(result)
 
     async def acall(self, arguments: dict[str, Any], context: Any = None) -> str:

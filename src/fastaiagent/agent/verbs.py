@@ -10,6 +10,7 @@ import warnings
 from typing import Any
 
 from fastaiagent import trace
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, UnsupportedTierError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
 from fastaiagent.facts.store import FactStore
@@ -39,14 +40,14 @@ class DirectVerbs:
     def _subject(self, verb: str, tier: str, id: str | None) -> tuple[str, str | None]:
         """The store (scope, scope_id) of a tier; scope_id None when there is none."""
         if tier == "session":
-            raise NotImplementedError(
+            raise UnsupportedTierError(
                 f"the session tier is the conversation window, not a durable store: it cannot "
                 f"be {verb}; use the window (Memory(window=...)) or tier='user'/'global'"
             )
         if tier not in TIERS:
-            raise ValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
+            raise InvalidValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
         if id is not None and not isinstance(id, str):
-            raise TypeError(f"id must be a str, got {type(id).__name__}")
+            raise InvalidTypeError(f"id must be a str, got {type(id).__name__}")
         if tier == "global":
             return "agent", id or self.agent_id
         static_user = self.user_id if isinstance(self.user_id, str) else None
@@ -65,9 +66,9 @@ class DirectVerbs:
     def _write_scope_id(self, verb: str, tier: str, id: str | None) -> tuple[str, str]:
         scope, scope_id = self._subject(verb, tier, id)
         if scope_id == WILDCARD:
-            raise ValueError(f'{verb}: "*" is a read/delete wildcard, not an id to write under')
+            raise InvalidValueError(f'{verb}: "*" is a read/delete wildcard, not an id to write under')
         if scope == "user" and not scope_id:
-            raise ValueError(f'{verb}(tier="user") needs id= (the user the fact is about)')
+            raise InvalidValueError(f'{verb}(tier="user") needs id= (the user the fact is about)')
         self._warn_global_without_agent(verb, tier, scope_id)
         return scope, scope_id or ""
 
@@ -110,7 +111,7 @@ class DirectVerbs:
         (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
         scope, scope_id = self._subject("retrieved", tier, id)
         if query is not None and self.semantic is None:
-            raise ValueError(
+            raise InvalidValueError(
                 'retrieve(query) searches by meaning and needs Memory(semantic="auto") or a '
                 "VectorStore; without it call retrieve(tier=..., id=...) for the list"
             )
@@ -131,14 +132,14 @@ class DirectVerbs:
 
     def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
         if isinstance(old, bool) or not isinstance(old, (int, str)):
-            raise TypeError("old= must be the old fact's text or its int id")
+            raise InvalidTypeError("old= must be the old fact's text or its int id")
         if isinstance(old, int):
             return old
         key = normalize_text(old)
         for fact in self.store.list_active(scope, scope_id, self.project_id, None):
             if normalize_text(fact.fact) == key:
                 return int(fact.id or 0)
-        raise ValueError(f"no active {scope}:{scope_id} fact matches old={old!r}")
+        raise InvalidValueError(f"no active {scope}:{scope_id} fact matches old={old!r}")
 
     def update(
         self,
@@ -162,7 +163,7 @@ class DirectVerbs:
             try:
                 new_id = self.store.update(fact, old_id)
             except KeyError as exc:
-                raise ValueError(f"cannot update: {exc.args[0] if exc.args else exc}") from exc
+                raise InvalidValueError(f"cannot update: {exc.args[0] if exc.args else exc}") from exc
             if new_id != old_id and self._semantic_index is not None:
                 self._semantic_index.remove([old_id])
             trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
@@ -178,8 +179,8 @@ class DirectVerbs:
         scope, scope_id = self._subject("forgotten", tier, id)
         if not scope_id:
             if tier == "user":
-                raise ValueError('forget(tier="user") needs id= (or id="*" for every user)')
-            raise ValueError(
+                raise InvalidValueError('forget(tier="user") needs id= (or id="*" for every user)')
+            raise InvalidValueError(
                 'forget(tier="global") needs Memory(agent_id=...) or id=; an empty id would '
                 'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
             )

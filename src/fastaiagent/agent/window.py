@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fastaiagent._io import read_json, write_json_atomic
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.message import Message
 
 
@@ -19,7 +20,7 @@ class AgentMemory:
         if max_messages is not None and (
             not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
         ):
-            raise ValueError(f"max_messages must be a positive int or None, got {max_messages!r}")
+            raise InvalidValueError(f"max_messages must be a positive int or None, got {max_messages!r}")
         self.max_messages = max_messages
         self._messages: deque[Message] = deque(maxlen=max_messages)
         self._lock = threading.Lock()
@@ -33,7 +34,7 @@ class AgentMemory:
     def add(self, message: Message) -> None:
         """Append a message; the oldest drop first once ``max_messages`` is reached."""
         if not isinstance(message, Message):
-            raise TypeError(f"expected a Message, got {type(message).__name__}")
+            raise InvalidTypeError(f"expected a Message, got {type(message).__name__}")
         with self._lock:
             self._messages.append(message)
 
@@ -64,11 +65,11 @@ class AgentMemory:
         """Replace the window with :meth:`to_dict` output; bad data raises and changes nothing."""
         records = data.get("messages") if isinstance(data, dict) else data
         if not isinstance(records, list):
-            raise ValueError("window state holds no message list")
+            raise InvalidValueError("window state holds no message list")
         try:
             messages = [Message.from_dict(record) for record in records]
         except (ValueError, TypeError, KeyError) as exc:
-            raise ValueError(f"window state is corrupt: {exc}") from exc
+            raise InvalidValueError(f"window state is corrupt: {exc}") from exc
         with self._lock:
             self._messages = deque(messages, maxlen=self.max_messages)
 
@@ -85,7 +86,7 @@ class AgentMemory:
         try:
             self.load_state(data)
         except ValueError as exc:
-            raise ValueError(f"memory file {path}: {exc}") from exc
+            raise InvalidValueError(f"memory file {path}: {exc}") from exc
 
     # The Agent's view of memory: one turn at a time.
     def start_turn(self, context: Any = None) -> MemoryTurn:

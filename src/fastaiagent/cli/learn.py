@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES
 
 learn_app = typer.Typer(
@@ -102,7 +103,7 @@ def _parse_filter(value: str | None) -> tuple[str | None, str | None]:
         return None, None
     scope, _, scope_id = value.partition(":")
     if scope not in SCOPES:
-        raise ValueError(f"--scope must be one of {SCOPES}, optionally with :id (e.g. user:alice)")
+        raise InvalidValueError(f"--scope must be one of {SCOPES}, optionally with :id (e.g. user:alice)")
     return scope, (scope_id if _ else None)
 
 
@@ -124,7 +125,7 @@ def list_facts(
     try:
         scope_name, scope_id = _parse_filter(scope)
         if limit < 1:
-            raise ValueError("--limit must be >= 1")
+            raise InvalidValueError("--limit must be >= 1")
         store = make_fact_store(location)
         facts = store.browse(
             scope=scope_name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.store import FactStore
 
 POSTGRES_SCHEMES = ("postgres://", "postgresql://")
@@ -34,13 +35,13 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
             from fastaiagent.facts.redis import RedisFactStore
 
             return RedisFactStore(location)
-        raise ValueError(
+        raise InvalidValueError(
             f"unsupported location {location!r}: use 'sqlite', 'sqlite:///path.db', "
             "'postgres://...', 'postgresql://...', 'redis://...', 'rediss://...' "
             "or a FactStore instance"
         )
     if isinstance(location, FactStore):
         return location
-    raise TypeError(
+    raise InvalidTypeError(
         f"location must be a string or a FactStore instance, got {type(location).__name__}"
     )

@@ -16,6 +16,12 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
+from fastaiagent.errors import (
+    ConflictError,
+    InvalidTypeError,
+    InvalidValueError,
+    StoreUnavailableError,
+)
 from fastaiagent.facts._sql import browse_where, selector_where
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import (
@@ -120,20 +126,20 @@ class PostgresFactStore:
         timeout: float = 30.0,
     ) -> None:
         if not isinstance(url, str) or not url:
-            raise ValueError("url must be a non-empty postgres:// or postgresql:// URL")
+            raise InvalidValueError("url must be a non-empty postgres:// or postgresql:// URL")
         if not isinstance(table, str) or not _IDENTIFIER.match(table):
-            raise ValueError(
+            raise InvalidValueError(
                 f"table {table!r} must be a plain identifier (letters, digits, _; <= 41 chars)"
             )
         if not (isinstance(min_pool_size, int) and isinstance(max_pool_size, int)):
-            raise TypeError("min_pool_size and max_pool_size must be ints")
+            raise InvalidTypeError("min_pool_size and max_pool_size must be ints")
         if min_pool_size < 0 or max_pool_size < 1 or min_pool_size > max_pool_size:
-            raise ValueError(
+            raise InvalidValueError(
                 f"need 0 <= min_pool_size <= max_pool_size and max_pool_size >= 1, "
                 f"got {min_pool_size}..{max_pool_size}"
             )
         if timeout <= 0:
-            raise ValueError("timeout must be > 0 seconds")
+            raise InvalidValueError("timeout must be > 0 seconds")
         self.url = url
         self.table = table
         self.min_pool_size = min_pool_size
@@ -188,7 +194,7 @@ class PostgresFactStore:
                 self._compile(conn)
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
-            raise ConnectionError(
+            raise StoreUnavailableError(
                 f"cannot connect to Postgres for the fact store ({_redacted(self.url)}): {exc}"
             ) from exc
         except BaseException:
@@ -221,7 +227,7 @@ class PostgresFactStore:
                 with self._connection() as conn:
                     return operation(conn)
         except psycopg_pool.PoolTimeout as exc:
-            raise ConnectionError(
+            raise StoreUnavailableError(
                 f"no Postgres connection for the fact store within {self.timeout} s "
                 f"({_redacted(self.url)}): {exc}"
             ) from exc
@@ -418,7 +424,7 @@ class PostgresFactStore:
             ).fetchone()
             if found is not None:
                 return int(found[0])
-        raise RuntimeError("could not add the fact: its active row kept changing")
+        raise ConflictError("could not add the fact: its active row kept changing")
 
     def add(self, fact: Fact) -> int:
         """Store ``fact`` and return its id; the same normalised text in the same
@@ -479,7 +485,7 @@ class PostgresFactStore:
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
         if not isinstance(keep, int) or keep < 0:
-            raise ValueError("keep must be an int >= 0")
+            raise InvalidValueError("keep must be an int >= 0")
         where, params = self._where(delete_selector(scope, scope_id, project_id), active=True)
         query = sql.SQL(
             "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE {w} AND source = %s "
@@ -558,6 +564,12 @@ class PostgresFactStore:
             lambda conn: [SubjectCount(r[0], r[1], r[2], int(r[3])) for r in conn.execute(query)]
         )
 
+    def window_store(self) -> Any:
+        """Shared conversation windows on this store's connections (the
+        :class:`~fastaiagent.facts.windows.HoldsWindows` capability)."""
+        from fastaiagent.facts.postgres_windows import PostgresWindowStore
+
+        return PostgresWindowStore(self)
 
 def _redacted(url: str) -> str:
     """The URL without its password, for error messages."""

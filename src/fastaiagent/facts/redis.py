@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
+from fastaiagent.errors import ConflictError, InvalidValueError, StoreUnavailableError
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import (
     Selector,
@@ -216,11 +217,11 @@ class RedisFactStore:
         client: Any = None,
     ) -> None:
         if not isinstance(url, str) or not url:
-            raise ValueError("url must be a non-empty redis:// or rediss:// URL")
+            raise InvalidValueError("url must be a non-empty redis:// or rediss:// URL")
         if not isinstance(prefix, str) or not prefix:
-            raise ValueError("prefix must be a non-empty string")
+            raise InvalidValueError("prefix must be a non-empty string")
         if client is not None and not client.get_encoder().decode_responses:
-            raise ValueError("pass a redis.Redis created with decode_responses=True")
+            raise InvalidValueError("pass a redis.Redis created with decode_responses=True")
         self.url = url
         self.prefix = escape_part(prefix)
         # Names the connections in CLIENT LIST, so operators can tell them apart.
@@ -280,7 +281,7 @@ class RedisFactStore:
         try:
             yield
         except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
-            raise ConnectionError(f"cannot reach Redis for the fact store: {exc}") from exc
+            raise StoreUnavailableError(f"cannot reach Redis for the fact store: {exc}") from exc
 
     def _call(self, operation: Callable[[], _T]) -> _T:
         with self._errors():
@@ -301,12 +302,12 @@ class RedisFactStore:
                     return value
                 except redis_lib.WatchError as exc:
                     if "occurred while watching" in str(exc):
-                        raise ConnectionError(
+                        raise StoreUnavailableError(
                             f"lost the Redis connection mid-write: {exc}"
                         ) from exc
             if attempt >= 8:  # heavy contention: back off a little
                 time.sleep(0.001 * min(attempt, 20))
-        raise RuntimeError("gave up after too many concurrent changes to the same keys")
+        raise ConflictError("gave up after too many concurrent changes to the same keys")
 
     def _ensure_layout(self) -> None:
         if self._layout_checked:
@@ -549,7 +550,7 @@ class RedisFactStore:
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
         if not isinstance(keep, int) or keep < 0:
-            raise ValueError("keep must be an int >= 0")
+            raise InvalidValueError("keep must be an int >= 0")
         selector = delete_selector(scope, scope_id, project_id)
 
         def choose(facts: list[Fact]) -> list[Fact]:
@@ -764,3 +765,10 @@ class RedisFactStore:
                 done = pruner.execute()
                 work = [(keys, int(rank)) for (keys, _), rank in zip(work, done, strict=False)]
                 work = [(keys, rank) for keys, rank in work if rank >= 0]
+
+    def window_store(self) -> Any:
+        """Shared conversation windows on this store's connections (the
+        :class:`~fastaiagent.facts.windows.HoldsWindows` capability)."""
+        from fastaiagent.facts.redis_windows import RedisWindowStore
+
+        return RedisWindowStore(self)

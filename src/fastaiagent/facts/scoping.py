@@ -18,6 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
 WILDCARD = "*"
@@ -33,55 +34,55 @@ def normalize_text(text: str) -> str:
 
 def check_scope(scope: str) -> None:
     if scope not in SCOPES:
-        raise ValueError(f"unknown scope {scope!r}; expected one of {SCOPES}")
+        raise InvalidValueError(f"unknown scope {scope!r}; expected one of {SCOPES}")
 
 
 def _check_str(name: str, value: object) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        raise InvalidTypeError(f"{name} must be a str, got {type(value).__name__}")
     return value
 
 
 def validate_for_write(fact: Fact) -> Fact:
     """Check a fact before it is stored; returns it with ``created_at`` stamped."""
     if not isinstance(fact, Fact):
-        raise TypeError(f"expected a Fact, got {type(fact).__name__}")
+        raise InvalidTypeError(f"expected a Fact, got {type(fact).__name__}")
     check_scope(fact.scope)
     text = _check_str("fact", fact.fact)
     _check_str("scope_id", fact.scope_id)
     _check_str("project_id", fact.project_id)
     if not normalize_text(text):
-        raise ValueError("fact text is empty")
+        raise InvalidValueError("fact text is empty")
     if len(text) > MAX_FACT_CHARS:
-        raise ValueError(f"fact text is {len(text)} characters; the limit is {MAX_FACT_CHARS}")
+        raise InvalidValueError(f"fact text is {len(text)} characters; the limit is {MAX_FACT_CHARS}")
     for name, value in (
         ("fact", text),
         ("scope_id", fact.scope_id),
         ("project_id", fact.project_id),
     ):
         if "\x00" in value:
-            raise ValueError(f"{name} cannot contain NUL characters")
+            raise InvalidValueError(f"{name} cannot contain NUL characters")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise ValueError(f"{name} is not valid Unicode text: {exc.reason}") from None
+            raise InvalidValueError(f"{name} is not valid Unicode text: {exc.reason}") from None
     for name, value in (("scope_id", fact.scope_id), ("project_id", fact.project_id)):
         if len(value) > MAX_ID_CHARS:
-            raise ValueError(f"{name} is {len(value)} characters; the limit is {MAX_ID_CHARS}")
+            raise InvalidValueError(f"{name} is {len(value)} characters; the limit is {MAX_ID_CHARS}")
     if fact.scope_id == WILDCARD or fact.project_id == WILDCARD:
-        raise ValueError('"*" is a read/delete wildcard and cannot be written as an id')
+        raise InvalidValueError('"*" is a read/delete wildcard and cannot be written as an id')
     if fact.scope in ("user", "project") and not fact.scope_id:
-        raise ValueError(f"a {fact.scope}-scope fact needs a non-empty scope_id")
+        raise InvalidValueError(f"a {fact.scope}-scope fact needs a non-empty scope_id")
     if not isinstance(fact.confidence, (int, float)) or not (
         math.isfinite(fact.confidence) and 0.0 <= fact.confidence <= 1.0
     ):
-        raise ValueError(f"confidence must be a number in [0, 1], got {fact.confidence!r}")
+        raise InvalidValueError(f"confidence must be a number in [0, 1], got {fact.confidence!r}")
     if not isinstance(fact.metadata, dict):
-        raise TypeError("metadata must be a dict")
+        raise InvalidTypeError("metadata must be a dict")
     try:
         json.dumps(fact.metadata)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from None
+        raise InvalidTypeError(f"metadata must be JSON-serialisable: {exc}") from None
     return fact.stamped()
 
 
@@ -112,7 +113,7 @@ def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector
     _check_str("scope_id", scope_id)
     _check_str("project_id", project_id)
     if not scope_id:
-        raise ValueError(
+        raise InvalidValueError(
             f"refusing to delete {scope}-scope facts with an empty id; "
             'pass scope_id="*" to delete every subject on purpose'
         )
@@ -122,7 +123,7 @@ def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector
 def check_fact_id(value: object) -> int:
     """A fact id must be a plain int (not a bool, not a numeric string)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"a fact id must be an int, got {type(value).__name__}")
+        raise InvalidTypeError(f"a fact id must be an int, got {type(value).__name__}")
     return value
 
 
@@ -133,23 +134,23 @@ def check_fact_text(value: object) -> str:
 
 def check_limit(limit: int | None) -> None:
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
+        raise InvalidValueError(f"limit must be a non-negative int or None, got {limit!r}")
 
 
 def check_supersede(old: Fact | None, new: Fact | None, old_id: int, new_id: int) -> None:
     """The rules of ``supersede``: both exist, same subject, new active, no self or cycle."""
     if old_id == new_id:
-        raise ValueError(f"fact #{old_id} cannot supersede itself")
+        raise InvalidValueError(f"fact #{old_id} cannot supersede itself")
     if old is None:
         raise KeyError(f"no fact #{old_id}")
     if new is None:
         raise KeyError(f"no fact #{new_id}")
     if (old.scope, old.scope_id, old.project_id) != (new.scope, new.scope_id, new.project_id):
-        raise ValueError(
+        raise InvalidValueError(
             f"fact #{new_id} ({new.subject}) cannot supersede #{old_id} ({old.subject}): "
             "a fact can only replace one of the same scope, id and project"
         )
     if new.superseded_by is not None:
-        raise ValueError(f"fact #{new_id} is itself superseded and cannot replace another")
+        raise InvalidValueError(f"fact #{new_id} is itself superseded and cannot replace another")
     if old.superseded_by is not None and old.superseded_by != new_id:
-        raise ValueError(f"fact #{old_id} is already superseded by #{old.superseded_by}")
+        raise InvalidValueError(f"fact #{old_id} is already superseded by #{old.superseded_by}")

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from fastaiagent.kb.bm25 import BM25Index
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
-from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
+from fastaiagent.kb.bm25 import BM25Index
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
+from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
 
 _UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
 _FETCH_FACTOR = 4
@@ -94,17 +95,17 @@ class SemanticFactIndex:
         head_size: int = 32,
     ) -> None:
         if isinstance(vectors, str) and vectors != "auto":
-            raise ValueError(f'vectors must be "auto" or a VectorStore, got {vectors!r}')
+            raise InvalidValueError(f'vectors must be "auto" or a VectorStore, got {vectors!r}')
         if not isinstance(vectors, str) and not callable(getattr(vectors, "search", None)):
-            raise TypeError(f"vectors must be a VectorStore, got {type(vectors).__name__}")
+            raise InvalidTypeError(f"vectors must be a VectorStore, got {type(vectors).__name__}")
         if check_mode(retrieval) == "bm25":
-            raise ValueError('retrieval must be "hybrid" or "dense" for semantic facts')
+            raise InvalidValueError('retrieval must be "hybrid" or "dense" for semantic facts')
         if full_sync_seconds < 0:
-            raise ValueError("full_sync_seconds must be >= 0")
+            raise InvalidValueError("full_sync_seconds must be >= 0")
         if head_size < 1:
-            raise ValueError("head_size must be >= 1")
+            raise InvalidValueError("head_size must be >= 1")
         if not 0.0 <= dense_weight <= 1.0:
-            raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+            raise InvalidValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
         self.store = store
         self.full_sync_seconds = full_sync_seconds
         self.head_size = head_size
@@ -273,7 +274,7 @@ class SemanticFactIndex:
         facts); ``"*"`` searches every subject of the scope (a full read).
         """
         if not isinstance(query, str):
-            raise TypeError(f"query must be a str, got {type(query).__name__}")
+            raise InvalidTypeError(f"query must be a str, got {type(query).__name__}")
         check_limit(limit)
         selector = read_selector(scope, scope_id, project_id)
         if selector is None or not query.strip() or limit == 0:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent._sqlite import ThreadConnections
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts._sql import browse_where, selector_where
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
 from fastaiagent.facts.scoping import (
@@ -246,7 +247,7 @@ class SQLiteFactStore:
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise ValueError("keep must be an int >= 0")
+            raise InvalidValueError("keep must be an int >= 0")
         where, params = _where(delete_selector(scope, scope_id, project_id), active_only=True)
         with self._write() as conn:
             return conn.execute(
@@ -316,6 +317,12 @@ class SQLiteFactStore:
         )
         return [SubjectCount(*row) for row in rows]
 
+    def window_store(self) -> Any:
+        """Shared conversation windows on this store's connections (the
+        :class:`~fastaiagent.facts.windows.HoldsWindows` capability)."""
+        from fastaiagent.facts.sqlite_windows import SQLiteWindowStore
+
+        return SQLiteWindowStore(self)
 
 MemoryStore = SQLiteFactStore
 """The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""

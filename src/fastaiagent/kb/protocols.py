@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+
 NAMESPACE_KEY = "namespace"
 UNTAGGED = ""  # the internal key of chunks with no namespace
 
@@ -42,7 +44,7 @@ class SearchHit:
     score: float
 
 
-class DimensionMismatchError(ValueError):
+class DimensionMismatchError(InvalidValueError):
     """A vector's length differs from the dimension of the index it goes to."""
 
 
@@ -105,7 +107,7 @@ def namespace_key(metadata: dict[str, Any]) -> str:
     if value is None or value == "":
         return UNTAGGED
     if not isinstance(value, str):
-        raise TypeError(f"metadata['namespace'] must be a str, got {type(value).__name__}")
+        raise InvalidTypeError(f"metadata['namespace'] must be a str, got {type(value).__name__}")
     return value
 
 
@@ -114,14 +116,14 @@ def wanted_keys(namespace: str | None, include_untagged: bool) -> list[str] | No
     if namespace is None:
         return None
     if not isinstance(namespace, str) or not namespace:
-        raise ValueError(f"namespace must be a non-empty str or None, got {namespace!r}")
+        raise InvalidValueError(f"namespace must be a non-empty str or None, got {namespace!r}")
     return [namespace, UNTAGGED] if include_untagged else [namespace]
 
 
 def check_vector(vector: Sequence[float] | None, dimension: int | None, what: str) -> list[float]:
     """A finite vector of the expected length, as floats; raises otherwise."""
     if vector is None:
-        raise ValueError(f"{what} has no vector")
+        raise InvalidValueError(f"{what} has no vector")
     values = [float(x) for x in vector]
     if dimension is not None and len(values) != dimension:
         raise DimensionMismatchError(
@@ -130,32 +132,32 @@ def check_vector(vector: Sequence[float] | None, dimension: int | None, what: st
         )
     # nan/inf anywhere make the sum non-finite: one C-level pass instead of a Python loop.
     if not values or not math.isfinite(math.fsum(values)):
-        raise ValueError(f"{what} must be a non-empty vector of finite numbers")
+        raise InvalidValueError(f"{what} must be a non-empty vector of finite numbers")
     return values
 
 
 def check_chunk(chunk: Chunk, dimension: int | None) -> list[float]:
     """Validate a chunk for ``add``; returns its vector as floats."""
     if not isinstance(chunk, Chunk):
-        raise TypeError(f"expected a Chunk, got {type(chunk).__name__}")
+        raise InvalidTypeError(f"expected a Chunk, got {type(chunk).__name__}")
     if not isinstance(chunk.id, str) or not chunk.id:
-        raise ValueError("a chunk needs a non-empty str id")
+        raise InvalidValueError("a chunk needs a non-empty str id")
     if not isinstance(chunk.text, str):
-        raise TypeError("chunk text must be a str")
+        raise InvalidTypeError("chunk text must be a str")
     if not isinstance(chunk.metadata, dict):
-        raise TypeError("chunk metadata must be a dict")
+        raise InvalidTypeError("chunk metadata must be a dict")
     namespace_key(chunk.metadata)
     return check_vector(chunk.vector, dimension, f"chunk {chunk.id!r}")
 
 
 def check_top_k(top_k: int) -> None:
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be a non-negative int, got {top_k!r}")
+        raise InvalidValueError(f"top_k must be a non-negative int, got {top_k!r}")
 
 
 def check_dimension(dimension: int | None) -> int | None:
     if dimension is None:
         return None
     if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-        raise ValueError(f"dimension must be a positive int, got {dimension!r}")
+        raise InvalidValueError(f"dimension must be a positive int, got {dimension!r}")
     return dimension

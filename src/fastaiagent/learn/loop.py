@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastaiagent.errors import InvalidValueError, PolicyError
+from fastaiagent.facts.fact import SCOPES, SOURCE_TRACES, Fact
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.store import FactStore
 from fastaiagent.learn.extractor import (
     MAX_KNOWN_FACTS,
     MAX_MESSAGE_CHARS,
@@ -30,10 +35,6 @@ from fastaiagent.learn.extractor import (
     known_fact_id,
     parse_extraction,
 )
-from fastaiagent.facts.factory import make_fact_store
-from fastaiagent.facts.fact import SCOPES, SOURCE_TRACES, Fact
-from fastaiagent.facts.scoping import WILDCARD
-from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 from fastaiagent.trace.store import RunSummary, TraceStore
@@ -101,18 +102,18 @@ class LearnReport:
 def check_target(scope: str, scope_id: str | None, *, allow_personal: bool) -> None:
     """Refuse a scope the loop must not write without being asked, or an empty id."""
     if scope not in SCOPES:
-        raise ValueError(f"unknown scope {scope!r}; expected one of {SCOPES}")
+        raise InvalidValueError(f"unknown scope {scope!r}; expected one of {SCOPES}")
     if scope in ("user", "project") and not allow_personal:
-        raise PermissionError(
+        raise PolicyError(
             f"learning into {scope} scope stores personal data mined from traces; "
             "pass allow_personal=True (--allow-personal) to do it on purpose"
         )
     if scope_id is not None and not scope_id.strip():
-        raise ValueError("refusing an empty scope id: name the subject the facts are about")
+        raise InvalidValueError("refusing an empty scope id: name the subject the facts are about")
     if scope_id == WILDCARD:
-        raise ValueError('"*" is a read/delete wildcard, not a scope id to write under')
+        raise InvalidValueError('"*" is a read/delete wildcard, not a scope id to write under')
     if scope in ("user", "project") and scope_id is None:
-        raise ValueError(f"{scope} scope needs a scope id (--scope-id)")
+        raise InvalidValueError(f"{scope} scope needs a scope id (--scope-id)")
 
 
 def _run_text(run: RunSummary, traces: TraceStore) -> str:
@@ -153,7 +154,7 @@ def learn_from_traces(
     """
     check_target(scope, scope_id, allow_personal=allow_personal)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be a positive int, got {limit!r}")
+        raise InvalidValueError(f"limit must be a positive int, got {limit!r}")
     store: FactStore = make_fact_store(location)
     traces = trace_store if isinstance(trace_store, TraceStore) else TraceStore(trace_store)
     runs = traces.list_runs(limit=limit, name=RUN_SPAN)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, StreamEvent, ToolSpec
 from fastaiagent.llm.message import Message
 
@@ -41,15 +42,15 @@ class LLMClient(BaseLLM):
         max_tokens: int | None = None,
     ) -> None:
         if provider not in PROVIDERS:
-            raise ValueError(f"unknown LLM provider {provider!r}; expected one of {PROVIDERS}")
+            raise InvalidValueError(f"unknown LLM provider {provider!r}; expected one of {PROVIDERS}")
         if not model or not isinstance(model, str):
-            raise ValueError("LLMClient needs a model name, e.g. model='gpt-4.1'")
+            raise InvalidValueError("LLMClient needs a model name, e.g. model='gpt-4.1'")
         if provider == "openai-compatible" and not base_url:
-            raise ValueError("provider='openai-compatible' needs base_url=")
+            raise InvalidValueError("provider='openai-compatible' needs base_url=")
         if timeout <= 0:
-            raise ValueError("timeout must be > 0 seconds")
+            raise InvalidValueError("timeout must be > 0 seconds")
         if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
+            raise InvalidValueError("max_retries must be >= 0")
         self.provider = provider
         self.model = model
         self.api_key = api_key

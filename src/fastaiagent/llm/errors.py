@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from fastaiagent.errors import FastAIAgentError
 
-class LLMError(RuntimeError):
+
+class LLMError(FastAIAgentError, RuntimeError):
     """Base class of every LLM failure. ``provider`` names who failed."""
 
     def __init__(self, message: str, *, provider: str = "", status_code: int | None = None):

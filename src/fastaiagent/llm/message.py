@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -44,9 +46,9 @@ class Message:
         name: str | None = None,
     ) -> None:
         if role not in ROLES:
-            raise ValueError(f"unknown message role {role!r}; expected one of {ROLES}")
+            raise InvalidValueError(f"unknown message role {role!r}; expected one of {ROLES}")
         if content is not None and not isinstance(content, str):
-            raise TypeError(f"message content must be a str or None, got {type(content).__name__}")
+            raise InvalidTypeError(f"message content must be a str or None, got {type(content).__name__}")
         self.role = role
         self.content = content
         self.tool_calls = list(tool_calls or [])
@@ -67,7 +69,7 @@ class Message:
     def from_dict(cls, data: dict[str, Any]) -> Message:
         """Rebuild a message (as its role subclass) from :meth:`to_dict` output."""
         if not isinstance(data, dict) or "role" not in data:
-            raise ValueError(f"not a message record: {data!r}")
+            raise InvalidValueError(f"not a message record: {data!r}")
         role = data["role"]
         message = _ROLE_CLASSES.get(role, Message).__new__(_ROLE_CLASSES.get(role, Message))
         Message.__init__(

@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from fastaiagent.errors import InvalidValueError
+
 DEFAULT_TIMEOUT = 5.0
 MAX_BODY_BYTES = 4 * 1024 * 1024
 ENV_API_KEY = "FASTAIAGENT_API_KEY"
@@ -180,7 +182,7 @@ if hasattr(os, "register_at_fork"):
 def _check_target(target: str) -> str:
     parts = urlsplit(target)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"target must be an http(s) URL like https://plane.example.com, got {target!r}")
+        raise InvalidValueError(f"target must be an http(s) URL like https://plane.example.com, got {target!r}")
     return target.rstrip("/")
 
 
@@ -200,11 +202,11 @@ def connect(
     api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
     target = target if target is not None else os.environ.get(ENV_TARGET)
     if not isinstance(api_key, str) or not api_key.strip():
-        raise ValueError(f"connect() needs an api_key (or set {ENV_API_KEY})")
+        raise InvalidValueError(f"connect() needs an api_key (or set {ENV_API_KEY})")
     if not isinstance(target, str) or not target:
-        raise ValueError(f"connect() needs a target URL (or set {ENV_TARGET})")
+        raise InvalidValueError(f"connect() needs a target URL (or set {ENV_TARGET})")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 300:
-        raise ValueError(f"timeout must be a number of seconds in (0, 300], got {timeout!r}")
+        raise InvalidValueError(f"timeout must be a number of seconds in (0, 300], got {timeout!r}")
     connection = PlaneConnection(_check_target(target), api_key.strip(), float(timeout))
     with _process.lock:
         _process.connection = connection

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from fastaiagent.errors import FastAIAgentError, InvalidValueError
 from fastaiagent.facts.scoping import normalize_text
 
 
@@ -27,7 +28,7 @@ class PlaneFact:
     score: float | None = None
 
 
-class PlaneUnavailable(Exception):
+class PlaneUnavailable(FastAIAgentError):
     """The plane could not answer usefully now (down, busy or garbled)."""
 
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
@@ -36,7 +37,7 @@ class PlaneUnavailable(Exception):
         self.retry_after = retry_after
 
 
-class PlaneDenied(Exception):
+class PlaneDenied(FastAIAgentError):
     """The plane has no facts for this agent and key (401/403/404)."""
 
 
@@ -78,9 +79,9 @@ def parse_facts(body: bytes) -> list[PlaneFact]:
     try:
         payload = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from exc
+        raise InvalidValueError(f"not JSON: {exc}") from exc
     if not isinstance(payload, dict) or not isinstance(payload.get("facts"), list):
-        raise ValueError('expected an object with a "facts" list')
+        raise InvalidValueError('expected an object with a "facts" list')
     facts = []
     for item in payload["facts"]:
         if not isinstance(item, dict):

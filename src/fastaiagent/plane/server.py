@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
 
@@ -77,7 +78,7 @@ class EmbeddingRanker:
 
     def __init__(self, embedder: Any, cache_size: int = 10_000) -> None:
         if not hasattr(embedder, "embed"):
-            raise TypeError("embedder must have an embed(texts) method")
+            raise InvalidTypeError("embedder must have an embed(texts) method")
         self.embedder = embedder
         self.cache_size = cache_size
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
@@ -164,7 +165,7 @@ def select_facts(
 ) -> list[ServedFact]:
     """The facts the plane serves for one request (see the module docstring)."""
     if not agent_id or agent_id == WILDCARD:
-        raise ValueError("agent_id must name one agent")
+        raise InvalidValueError("agent_id must name one agent")
     facts = store.list_active("agent", agent_id, project_id, limit=candidates)
     if category is not None:
         facts = [f for f in facts if _category(f) == category]
@@ -172,7 +173,7 @@ def select_facts(
     if query and ranker is not None and facts:
         ranked = ranker(query, [f.fact for f in facts])
         if len(ranked) != len(facts):
-            raise ValueError(f"the ranker scored {len(ranked)} of {len(facts)} facts")
+            raise InvalidValueError(f"the ranker scored {len(ranked)} of {len(facts)} facts")
         scores = [float(s) for s in ranked]
     served = [
         ServedFact(f.id, f.fact, _category(f), float(f.confidence), s)
@@ -198,7 +199,7 @@ def create_plane_app(
     fastapi = require("fastapi", "ui")
     keys = [api_key] if isinstance(api_key, str) else list(api_key)
     if not keys or not all(isinstance(k, str) and k.strip() for k in keys):
-        raise ValueError("the plane needs at least one non-empty API key")
+        raise InvalidValueError("the plane needs at least one non-empty API key")
     store = make_fact_store(location)
     app = fastapi.FastAPI(title="fastaiagent plane", docs_url=None, redoc_url=None)
     from fastapi import Header, HTTPException, Query

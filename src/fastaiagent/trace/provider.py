@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.trace.exporters import RedactingExporter
 from fastaiagent.trace.pipeline import SpanPipeline, to_record
 from fastaiagent.trace.recorder import LiveSpan
@@ -75,7 +76,7 @@ def setup(
     setup.
     """
     if batch_delay_ms <= 0:
-        raise ValueError("batch_delay_ms must be > 0")
+        raise InvalidValueError("batch_delay_ms must be > 0")
     with _lock:
         _shutdown_locked()
         if redaction is not None:

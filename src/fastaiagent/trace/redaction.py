@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+
 ENV_PAYLOADS = "FASTAIAGENT_TRACE_PAYLOADS"
 
 # Attributes that hold conversation content or who said it.
@@ -85,16 +87,16 @@ class RedactionPolicy:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+            raise InvalidValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         compiled = []
         for entry in self.patterns:
             if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
-                raise TypeError("patterns must be (label, regex) pairs")
+                raise InvalidTypeError("patterns must be (label, regex) pairs")
             label, regex = entry
             try:
                 compiled.append((str(label), re.compile(regex)))
             except re.error as exc:
-                raise ValueError(f"bad redaction pattern {label!r}: {exc}") from exc
+                raise InvalidValueError(f"bad redaction pattern {label!r}: {exc}") from exc
         self._compiled = compiled
         self.keys = frozenset(self.keys) if self.keys is not None else None
 
@@ -134,7 +136,7 @@ _installed: dict[str, RedactionPolicy | None] = {"policy": None}
 def set_redaction_policy(policy: RedactionPolicy | None) -> None:
     """Install the process-wide policy (None removes it)."""
     if policy is not None and not isinstance(policy, RedactionPolicy):
-        raise TypeError(f"expected a RedactionPolicy or None, got {type(policy).__name__}")
+        raise InvalidTypeError(f"expected a RedactionPolicy or None, got {type(policy).__name__}")
     _installed["policy"] = policy
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent.errors import InvalidValueError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
@@ -29,13 +30,13 @@ def check_bind(host: str, token: str | None) -> None:
     could read them.
     """
     if not is_loopback(host) and not token:
-        raise ValueError(
+        raise InvalidValueError(
             f"refusing to serve the UI on {host!r} without a token: anyone who can reach "
             "that address could read your facts and traces. Pass --token (or set "
             "FASTAIAGENT_UI_TOKEN), or bind 127.0.0.1."
         )
     if token is not None and len(token) < 8:
-        raise ValueError("the UI token must be at least 8 characters")
+        raise InvalidValueError("the UI token must be at least 8 characters")
 
 
 def serve(

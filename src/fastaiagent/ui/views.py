@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, unquote
 
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, SOURCE_MANUAL, Fact
 from fastaiagent.facts.store import FactStore, SubjectCount
 from fastaiagent.trace.redaction import RedactionPolicy
@@ -43,7 +44,7 @@ def parse_subject(key: str) -> Subject:
     """The inverse of :attr:`Subject.key`; ValueError for a malformed or unknown scope."""
     scope, sep, rest = key.partition(":")
     if not sep or scope not in SCOPES:
-        raise ValueError(f"scope filter must look like 'user:alice', got {key!r}")
+        raise InvalidValueError(f"scope filter must look like 'user:alice', got {key!r}")
     scope_id, _, project = rest.rpartition("@") if "@" in rest else (rest, "", "")
     return Subject(scope, unquote(scope_id), unquote(project))
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, UsageError
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -88,11 +89,11 @@ class BackgroundQueue:
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
     ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
-            raise ValueError(f"max_pending must be a positive int, got {max_pending!r}")
+            raise InvalidValueError(f"max_pending must be a positive int, got {max_pending!r}")
         if exit_timeout < 0:
-            raise ValueError("exit_timeout must be >= 0")
+            raise InvalidValueError("exit_timeout must be >= 0")
         if idle_seconds <= 0:
-            raise ValueError("idle_seconds must be > 0")
+            raise InvalidValueError("idle_seconds must be > 0")
         self.max_pending = max_pending
         self.name = name
         self.exit_timeout = exit_timeout
@@ -142,7 +143,7 @@ class BackgroundQueue:
         that one has ended), so what it annotates is recorded.
         """
         if not callable(fn):
-            raise TypeError("submit needs a callable taking no arguments")
+            raise InvalidTypeError("submit needs a callable taking no arguments")
         if span is not None:
             fn = _in_span(span, fn)
         context = contextvars.copy_context()
@@ -196,7 +197,7 @@ class BackgroundQueue:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every job submitted so far has run; False if ``timeout`` passed first."""
         if self._on_worker():
-            raise RuntimeError("flush() called from a background job would wait for itself")
+            raise UsageError("flush() called from a background job would wait for itself")
         if os.getpid() != self._pid:
             self._reset_after_fork()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -249,6 +250,12 @@ class AfterReplyBlock(MemoryBlock):
 
     def render_with_context(self, query: str, shared: Any) -> list[Message]:
         return self.block.render_with_context(query, shared)
+
+    def dump_state(self) -> Any:
+        return self.block.dump_state()
+
+    def load_state(self, data: Any) -> None:
+        self.block.load_state(data)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         self.block.save(path)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import json
 import os
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+from fastaiagent._io import read_json, write_json_atomic
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.llm.message import Message
 
 SNIPPET_CHARS = 200
@@ -51,13 +57,21 @@ class SharedMemoryContext:
         return [m for block, messages in self._rendered if block == name for m in messages]
 
 
+@contextlib.contextmanager
+def _scratch_file() -> Iterator[Path]:
+    """A throwaway file for blocks that only implement save/load."""
+    with tempfile.TemporaryDirectory(prefix="fastaiagent-") as scratch:
+        yield Path(scratch) / "block.json"
+
+
 class MemoryBlock:
     """Base class of long-term memory blocks.
 
     Implement ``on_message`` (see each stored message) and ``render`` (return
     SystemMessages for this turn). Everything else has a working default:
     ``render_with_context`` ignores upstream output, the async methods run the
-    sync ones in a worker thread, and ``save``/``load`` keep nothing.
+    sync ones in a worker thread, and a block keeps no state unless it overrides
+    ``dump_state``/``load_state`` (which ``save``/``load`` write and read).
     """
 
     name: str = "block"
@@ -78,36 +92,47 @@ class MemoryBlock:
     async def arender_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
         return await asyncio.to_thread(self.render_with_context, query, shared)
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Persist state to the file ``path`` (default: nothing to keep, no file)."""
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore state saved by :meth:`save`."""
-
-    def clear(self) -> None:
-        """Forget everything this block holds (used by ``Memory.forget``)."""
-
     def dump_state(self) -> Any:
         """This block's state as JSON-ready data, or None when it keeps nothing.
 
-        The default goes through :meth:`save` and a scratch file, so any block
-        that can save can be shared across processes; override it to skip the file.
+        Blocks that hold state override this and :meth:`load_state`; shared
+        windows move this data between processes, and :meth:`save` writes it.
+        A block written for older versions that overrides only ``save``/``load``
+        still works: its state then goes through a scratch file.
         """
         if type(self).save is MemoryBlock.save:
             return None
-        with _scratch_dir() as scratch:
-            file = Path(scratch) / "block.json"
+        with _scratch_file() as file:
             self.save(file)
             return read_json(file, what="block state") if file.exists() else None
 
     def load_state(self, data: Any) -> None:
-        """Restore state from :meth:`dump_state` output (None leaves the state as it is)."""
+        """Restore state from :meth:`dump_state` output (None leaves the state as it is).
+        Bad data raises ValueError and changes nothing."""
         if data is None or type(self).load is MemoryBlock.load:
             return
-        with _scratch_dir() as scratch:
-            file = Path(scratch) / "block.json"
+        with _scratch_file() as file:
             file.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
             self.load(file)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`dump_state` to the file ``path`` as JSON, atomically (no
+        file when the block keeps nothing)."""
+        state = self.dump_state()
+        if state is not None:
+            write_json_atomic(path, state)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore state written by :meth:`save`; a missing or corrupt file raises
+        and leaves the state as it was."""
+        data = read_json(path, what=f"{self.name} state file")
+        try:
+            self.load_state(data)
+        except ValueError as exc:
+            raise InvalidValueError(f"{self.name} state file {path}: {exc}") from exc
+
+    def clear(self) -> None:
+        """Forget everything this block holds (used by ``Memory.forget``)."""
 
     def isolated_copy(self) -> MemoryBlock:
         """An independent copy for side-by-side experiments."""

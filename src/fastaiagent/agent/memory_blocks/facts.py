@@ -6,25 +6,23 @@ import asyncio
 import json
 import logging
 import math
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._io import read_json, write_json_atomic
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.errors import MemoryIsolationError
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
+from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.scoping import WILDCARD, normalize_text
+from fastaiagent.facts.store import FactStore
 from fastaiagent.learn.extractor import (
     MAX_KNOWN_FACTS,
     ExtractedFact,
     aextract_facts,
     extract_facts,
 )
-from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
-from fastaiagent.facts.scoping import WILDCARD, normalize_text
-from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import ROLES, Message, SystemMessage
 
@@ -55,17 +53,17 @@ class _Job:
 
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise InvalidValueError(f"{name} must be a positive int, got {value!r}")
     return value
 
 
 def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
     chosen = (roles,) if isinstance(roles, str) else tuple(roles)
     if not chosen:
-        raise ValueError("roles must name at least one message role")
+        raise InvalidValueError("roles must name at least one message role")
     for role in chosen:
         if role not in ROLES:
-            raise ValueError(f"unknown role {role!r} in roles; expected some of {ROLES}")
+            raise InvalidValueError(f"unknown role {role!r} in roles; expected some of {ROLES}")
     return chosen
 
 
@@ -107,7 +105,7 @@ class FactExtractionBlock(MemoryBlock):
         name: str = "facts",
     ) -> None:
         if llm is None or not callable(getattr(llm, "complete", None)):
-            raise TypeError("FactExtractionBlock needs an llm with a complete() method")
+            raise InvalidTypeError("FactExtractionBlock needs an llm with a complete() method")
         self.llm = llm
         self.max_facts = _positive_int("max_facts", max_facts)
         self.extract_every = _positive_int("extract_every", extract_every)
@@ -115,27 +113,27 @@ class FactExtractionBlock(MemoryBlock):
         self.inject = bool(inject)
         self.persist = bool(persist)
         if scope not in SCOPES:
-            raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+            raise InvalidValueError(f"scope must be one of {SCOPES}, got {scope!r}")
         if not isinstance(scope_id, str) or not isinstance(project_id, str):
-            raise TypeError("scope_id and project_id must be strings")
+            raise InvalidTypeError("scope_id and project_id must be strings")
         if self.persist and not scope_id:
-            raise ValueError(
+            raise InvalidValueError(
                 "FactExtractionBlock(persist=True) needs a scope_id: the subject the "
                 "learned facts belong to (e.g. the user id)"
             )
         if self.persist and WILDCARD in (scope_id, project_id):
-            raise ValueError('"*" is a read wildcard and cannot be a scope_id to write under')
+            raise InvalidValueError('"*" is a read wildcard and cannot be a scope_id to write under')
         if (
             isinstance(confidence, bool)
             or not isinstance(confidence, (int, float))
             or not math.isfinite(confidence)
             or not 0.0 <= confidence <= 1.0
         ):
-            raise ValueError(f"confidence must be a number in [0, 1], got {confidence!r}")
+            raise InvalidValueError(f"confidence must be a number in [0, 1], got {confidence!r}")
         if max_persisted is not None:
             _positive_int("max_persisted", max_persisted)
         if not isinstance(name, str) or not name:
-            raise ValueError("name must be a non-empty string")
+            raise InvalidValueError("name must be a non-empty string")
         self.scope = scope
         self.scope_id = scope_id
         self.project_id = project_id
@@ -348,24 +346,22 @@ class FactExtractionBlock(MemoryBlock):
 
     # -- persistence ---------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the extracted facts to ``path`` as JSON, atomically."""
+    def dump_state(self) -> dict[str, Any]:
+        """The extracted facts (and how many messages were inspected), as JSON-ready data."""
         with self._lock:
-            data = {"version": 1, "facts": list(self.facts), "inspected": self.inspected}
-        write_json_atomic(path, data)
+            return {"version": 1, "facts": list(self.facts), "inspected": self.inspected}
 
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Replace the fact list with the one saved at ``path``.
-
-        A missing or corrupt file raises and leaves the current list as it was.
-        """
-        data = read_json(path, what="facts file")
+    def load_state(self, data: Any) -> None:
+        """Replace the fact list with :meth:`dump_state` output; corrupt data raises
+        and leaves the current list as it was."""
+        if data is None:
+            return
         facts = data.get("facts") if isinstance(data, dict) else data
         inspected = data.get("inspected", 0) if isinstance(data, dict) else 0
         if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
-            raise ValueError(f"facts file {path} is corrupt: no list of fact strings")
+            raise InvalidValueError("facts state is corrupt: no list of fact strings")
         if isinstance(inspected, bool) or not isinstance(inspected, int) or inspected < 0:
-            raise ValueError(f"facts file {path} is corrupt: bad inspected count")
+            raise InvalidValueError("facts state is corrupt: bad inspected count")
         unique: dict[str, str] = {}
         for fact in facts:
             key = normalize_text(fact)

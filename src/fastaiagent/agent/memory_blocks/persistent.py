@@ -8,6 +8,7 @@ import warnings
 from fastaiagent import trace
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.message import Message, SystemMessage
@@ -47,13 +48,13 @@ class PersistentFactBlock(MemoryBlock):
         name: str | None = None,
     ) -> None:
         if scope not in SCOPES:
-            raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+            raise InvalidValueError(f"scope must be one of {SCOPES}, got {scope!r}")
         if not isinstance(scope_id, str) or not isinstance(project_id, str):
-            raise TypeError("scope_id and project_id must be strings")
+            raise InvalidTypeError("scope_id and project_id must be strings")
         if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
-            raise ValueError(f"max_facts must be a positive int, got {max_facts!r}")
+            raise InvalidValueError(f"max_facts must be a positive int, got {max_facts!r}")
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
-            raise ValueError(f"refresh_every must be a positive int, got {refresh_every!r}")
+            raise InvalidValueError(f"refresh_every must be a positive int, got {refresh_every!r}")
         if scope == "agent" and scope_id == "":
             warnings.warn(
                 'PersistentFactBlock(scope="agent", scope_id="") reads every agent\'s facts; '

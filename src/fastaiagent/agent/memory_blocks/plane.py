@@ -17,6 +17,9 @@ from typing import Any
 import httpx
 
 from fastaiagent import trace
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.errors import InvalidValueError
+from fastaiagent.llm.message import Message, SystemMessage
 from fastaiagent.plane import client as plane
 from fastaiagent.plane.protocol import (
     PlaneDenied,
@@ -26,8 +29,6 @@ from fastaiagent.plane.protocol import (
     parse_facts,
     parse_retry_after,
 )
-from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.llm.message import Message, SystemMessage
 
 logger = logging.getLogger("fastaiagent.memory.plane")
 
@@ -83,23 +84,23 @@ class PlaneFactBlock(MemoryBlock):
         name: str = "plane_facts",
     ) -> None:
         if not isinstance(agent_id, str) or not agent_id.strip():
-            raise ValueError("PlaneFactBlock needs agent_id, the agent's id on the plane")
+            raise InvalidValueError("PlaneFactBlock needs agent_id, the agent's id on the plane")
         if category is not None and (not isinstance(category, str) or not category.strip()):
-            raise ValueError("category must be a non-empty string or None")
+            raise InvalidValueError("category must be a non-empty string or None")
         if (
             isinstance(max_facts, bool)
             or not isinstance(max_facts, int)
             or not 1 <= max_facts <= MAX_FACTS_LIMIT
         ):
-            raise ValueError(f"max_facts must be an int in 1..{MAX_FACTS_LIMIT}, got {max_facts!r}")
+            raise InvalidValueError(f"max_facts must be an int in 1..{MAX_FACTS_LIMIT}, got {max_facts!r}")
         if (
             isinstance(score_threshold, bool)
             or not isinstance(score_threshold, (int, float))
             or not 0.0 <= score_threshold <= 1.0
         ):
-            raise ValueError(f"score_threshold must be in [0, 1], got {score_threshold!r}")
+            raise InvalidValueError(f"score_threshold must be in [0, 1], got {score_threshold!r}")
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
-            raise ValueError(f"refresh_every must be an int >= 1, got {refresh_every!r}")
+            raise InvalidValueError(f"refresh_every must be an int >= 1, got {refresh_every!r}")
         self.agent_id = agent_id.strip()
         self.category = category
         self.max_facts = max_facts

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from fastaiagent.errors import InvalidValueError
+
 ItemT = TypeVar("ItemT")
 
 
@@ -29,18 +31,18 @@ class ScoringWeights:
         for name in ("recency_weight", "importance_weight", "recency_half_life_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
+                raise InvalidValueError(f"{name} must be a finite number, got {value!r}")
         if not 0.0 <= self.recency_weight <= 1.0:
-            raise ValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
+            raise InvalidValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
         if not 0.0 <= self.importance_weight <= 1.0:
-            raise ValueError(f"importance_weight must be in [0, 1], got {self.importance_weight}")
+            raise InvalidValueError(f"importance_weight must be in [0, 1], got {self.importance_weight}")
         if self.recency_weight + self.importance_weight > 1.0 + 1e-9:
-            raise ValueError(
+            raise InvalidValueError(
                 "recency_weight + importance_weight must be <= 1, got "
                 f"{self.recency_weight} + {self.importance_weight}"
             )
         if self.recency_half_life_seconds <= 0:
-            raise ValueError(
+            raise InvalidValueError(
                 f"recency_half_life_seconds must be > 0, got {self.recency_half_life_seconds}"
             )
 

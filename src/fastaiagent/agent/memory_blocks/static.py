@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.llm.message import Message, SystemMessage
 
 
@@ -13,7 +14,7 @@ class StaticBlock(MemoryBlock):
 
     def __init__(self, text: str, *, name: str = "static") -> None:
         if not isinstance(text, str) or not text.strip():
-            raise ValueError("StaticBlock needs non-empty text")
+            raise InvalidValueError("StaticBlock needs non-empty text")
         self.text = text
         self.name = name
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -11,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._io import read_json, write_json_atomic
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 
@@ -33,7 +32,7 @@ summary only."""
 
 def _check_positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise InvalidValueError(f"{name} must be a positive int, got {value!r}")
     return value
 
 
@@ -82,13 +81,13 @@ class SummaryBlock(MemoryBlock):
         name: str = "summary",
     ) -> None:
         if llm is None or not callable(getattr(llm, "complete", None)):
-            raise TypeError("SummaryBlock needs an llm with a complete() method")
+            raise InvalidTypeError("SummaryBlock needs an llm with a complete() method")
         self.llm = llm
         self.keep_last = _check_positive_int("keep_last", keep_last)
         self.summarize_every = _check_positive_int("summarize_every", summarize_every)
         self.max_chars = _check_positive_int("max_chars", max_chars)
         if not isinstance(name, str) or not name:
-            raise ValueError("name must be a non-empty string")
+            raise InvalidValueError("name must be a non-empty string")
         self.name = name
         # Messages waiting to be summarised are bounded too: if the LLM keeps
         # failing, the oldest unsummarised ones are dropped rather than piling up.
@@ -245,29 +244,28 @@ class SummaryBlock(MemoryBlock):
             self._recent = deque(data["recent"])
             self._pending = deque(data["pending"])
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the summary and the unsummarised messages to ``path``, atomically."""
-        write_json_atomic(path, self._state())
+    def dump_state(self) -> dict[str, Any]:
+        """The summary and the unsummarised messages, as JSON-ready data."""
+        return self._state()
 
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Replace the state with the one saved at ``path``.
-
-        A missing or corrupt file raises and leaves the current state as it was.
-        """
-        data = read_json(path, what="summary file")
+    def load_state(self, data: Any) -> None:
+        """Replace the state with :meth:`dump_state` output; corrupt data raises
+        and leaves the current state as it was."""
+        if data is None:
+            return
         try:
             if not isinstance(data, dict):
-                raise TypeError("not an object")
+                raise InvalidTypeError("not an object")
             summary = data.get("summary", "")
             count = data.get("message_count", 0)
             if not isinstance(summary, str):
-                raise TypeError("summary is not a string")
+                raise InvalidTypeError("summary is not a string")
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise TypeError("message_count is not a non-negative int")
+                raise InvalidTypeError("message_count is not a non-negative int")
             recent = [Message.from_dict(m) for m in data.get("recent", [])]
             pending = [Message.from_dict(m) for m in data.get("pending", [])]
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise ValueError(f"summary file {path} is corrupt: {exc}") from exc
+            raise InvalidValueError(f"summary state is corrupt: {exc}") from exc
         # A file saved with a larger window: the overflow is due for summarising.
         overflow = max(0, len(recent) - self.keep_last)
         pending += recent[:overflow]

@@ -16,7 +16,6 @@ isolation instead of at construction.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -26,14 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._io import read_json, write_json_atomic
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
-from fastaiagent.errors import MemoryIsolationError
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
+from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
-from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_NAMESPACE = "default"
@@ -53,7 +51,7 @@ class Recalled:
 
 def _check_positive_int(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        raise InvalidValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
 
 
@@ -91,11 +89,11 @@ class VectorBlock(MemoryBlock):
         name: str = "vector",
     ) -> None:
         if store is None or not callable(getattr(store, "search", None)):
-            raise TypeError(
+            raise InvalidTypeError(
                 "VectorBlock needs a VectorStore (e.g. FaissVectorStore(dimension=384))"
             )
         if not isinstance(namespace, str) or not namespace:
-            raise ValueError(f"namespace must be a non-empty str, got {namespace!r}")
+            raise InvalidValueError(f"namespace must be a non-empty str, got {namespace!r}")
         self.store = store
         self.top_k = _check_positive_int("top_k", top_k)
         self.namespace = namespace
@@ -104,7 +102,7 @@ class VectorBlock(MemoryBlock):
         self.dedupe_against_upstream = bool(dedupe_against_upstream)
         self.retrieval = check_mode(retrieval)
         if not 0.0 <= dense_weight <= 1.0:
-            raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+            raise InvalidValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
         self.dense_weight = dense_weight
         self.roles = tuple(roles)
         self.batch_size = _check_positive_int("batch_size", batch_size)
@@ -345,21 +343,23 @@ class VectorBlock(MemoryBlock):
             self._keyword_chunks.clear()
             self.store.delete_namespace(self.namespace)
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def dump_state(self) -> dict[str, Any]:
         """Embed anything queued (the chunks themselves live in the store) and keep
         the recent turns that give the next message its keyword context."""
         self.flush()
         with self._lock:
             recent = list(self._recent)
-        write_json_atomic(path, {"version": 1, "namespace": self.namespace, "recent": recent})
+        return {"version": 1, "namespace": self.namespace, "recent": recent}
 
-    def load(self, path: str | os.PathLike[str]) -> None:
-        data = read_json(path, what="vector block file")
+    def load_state(self, data: Any) -> None:
+        """Restore :meth:`dump_state` output saved for the same namespace."""
+        if data is None:
+            return
         if not isinstance(data, dict):
-            raise ValueError(f"vector block file {path} is corrupt")
+            raise InvalidValueError("vector block state is corrupt: not an object")
         recent = data.get("recent", [])
         if not isinstance(recent, list) or not all(isinstance(t, str) for t in recent):
-            raise ValueError(f"vector block file {path} is corrupt")
+            raise InvalidValueError("vector block state is corrupt: recent is not a list of str")
         if data.get("namespace") == self.namespace:
             with self._lock:
                 self._recent.clear()

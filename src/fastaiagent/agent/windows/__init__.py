@@ -10,39 +10,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.agent.windows.base import (
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.factory import POSTGRES_SCHEMES, REDIS_SCHEMES, make_fact_store
+from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.windows import (
     StoredWindow,
     WindowKey,
     WindowStore,
     check_ttl,
     new_version,
 )
-from fastaiagent.facts.factory import POSTGRES_SCHEMES, REDIS_SCHEMES, make_fact_store
-from fastaiagent.facts.store import FactStore
 
 DEFAULT_WINDOW_TTL = 7 * 24 * 3600.0  # a week idle and a window is gone (facts stay)
 SHARED = "shared"
 
 
 def window_store_for(fact_store: Any) -> WindowStore:
-    """The WindowStore that lives next to a fact store, on its connections."""
-    from fastaiagent.facts.sqlite import SQLiteFactStore
+    """The WindowStore that lives next to a fact store, on its connections.
 
-    if isinstance(fact_store, SQLiteFactStore):
-        from fastaiagent.agent.windows.sqlite import SQLiteWindowStore
-
-        return SQLiteWindowStore(fact_store)
+    Any store offers shared windows by implementing the
+    :class:`~fastaiagent.facts.windows.HoldsWindows` capability (a
+    ``window_store()`` method); the shipped SQLite, Postgres and Redis stores do.
+    """
+    offer = getattr(fact_store, "window_store", None)
+    if callable(offer):
+        windows = offer()
+        if isinstance(windows, WindowStore):
+            return windows
     kind = type(fact_store).__name__
-    if kind == "PostgresFactStore":  # by name: importing the module needs the extra
-        from fastaiagent.agent.windows.postgres import PostgresWindowStore
-
-        return PostgresWindowStore(fact_store)
-    if kind == "RedisFactStore":
-        from fastaiagent.agent.windows.redis import RedisWindowStore
-
-        return RedisWindowStore(fact_store)
-    raise ValueError(
-        f'windows="shared" keeps windows in the fact store, but {kind} cannot hold them: use '
+    raise InvalidValueError(
+        f'windows="shared" keeps windows in the fact store, but {kind} cannot hold them: '
+        "give it a window_store() method (see docs/backends.md, capabilities), use "
         'location="sqlite"/"postgres://..."/"redis://...", or pass windows="redis://..." '
         "(or a WindowStore instance)"
     )
@@ -59,7 +57,7 @@ def make_window_store(windows: Any, fact_store: FactStore, location: Any) -> Win
         return window_store_for(fact_store)
     if isinstance(windows, str):
         if not windows.startswith((*POSTGRES_SCHEMES, *REDIS_SCHEMES, "sqlite:///")):
-            raise ValueError(
+            raise InvalidValueError(
                 f'windows={windows!r} is not supported: use None, "shared", '
                 '"redis://...", "postgres://...", "sqlite:///path.db" or a WindowStore'
             )
@@ -67,7 +65,7 @@ def make_window_store(windows: Any, fact_store: FactStore, location: Any) -> Win
         return window_store_for(fact_store if same else make_fact_store(windows))
     if isinstance(windows, WindowStore):
         return windows
-    raise TypeError(
+    raise InvalidTypeError(
         f'windows= must be None, "shared", a URL or a WindowStore, got {type(windows).__name__}'
     )
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from fastaiagent import trace
 from fastaiagent.agent.windows import check_ttl, make_window_store
-from fastaiagent.agent.windows.base import WindowKey, WindowStore
+from fastaiagent.errors import ConflictError, InvalidValueError
+from fastaiagent.facts.windows import WindowKey, WindowStore
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -103,7 +104,7 @@ class SharedWindows:
             try:
                 data = json.loads(text)
                 if not isinstance(data, dict) or data.get("format", STATE_FORMAT) > STATE_FORMAT:
-                    raise ValueError(f"unknown state format {data.get('format')!r}")
+                    raise InvalidValueError(f"unknown state format {data.get('format')!r}")
                 state.memory.load_state(data)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 # Unreadable (corrupt, or written by a newer SDK): start the window over;
@@ -189,7 +190,7 @@ class SharedWindows:
                 self.key(state.user_id), self.encode(state), expected, self.ttl_seconds
             )
             if version is None:
-                raise RuntimeError("another worker wrote this window meanwhile; load() again")
+                raise ConflictError("another worker wrote this window meanwhile; load() again")
             sync.version = version
 
     def drop(self, user_id: str) -> bool:

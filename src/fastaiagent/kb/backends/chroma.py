@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
@@ -49,7 +50,7 @@ class ChromaVectorStore:
         client: Any = None,
     ) -> None:
         if path is not None and client is not None:
-            raise ValueError("pass path= or client=, not both")
+            raise InvalidValueError("pass path= or client=, not both")
         chromadb = require("chromadb", "chroma")
         if client is None:
             client = chromadb.PersistentClient(path=path) if path else chromadb.EphemeralClient()
@@ -185,7 +186,7 @@ class ChromaVectorStore:
 
     def delete(self, ids: Sequence[str]) -> int:
         if isinstance(ids, str):
-            raise TypeError("delete() takes a list of ids")
+            raise InvalidTypeError("delete() takes a list of ids")
         unique = list(dict.fromkeys(ids))
         with self._lock:
             existing = self._collection.get(ids=unique, include=[])["ids"] if unique else []

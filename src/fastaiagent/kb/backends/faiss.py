@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.protocols import (
     Chunk,
     SearchHit,
@@ -125,7 +126,7 @@ class FaissVectorStore:
         self, dimension: int | None = None, index_type: str = "flat", *, hnsw_m: int = 32
     ) -> None:
         if index_type not in INDEX_TYPES:
-            raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+            raise InvalidValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
         self._faiss = require("faiss", "faiss")
         _limit_threads(self._faiss)
         self._dimension = check_dimension(dimension)
@@ -246,7 +247,7 @@ class FaissVectorStore:
 
     def delete(self, ids: Sequence[str]) -> int:
         if isinstance(ids, str):
-            raise TypeError("delete() takes a list of ids")
+            raise InvalidTypeError("delete() takes a list of ids")
         with self._lock:
             return self._remove_ids(list(dict.fromkeys(ids)))
 

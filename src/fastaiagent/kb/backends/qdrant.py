@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.protocols import (
     UNTAGGED,
     Chunk,
@@ -61,7 +62,7 @@ class QdrantVectorStore:
         client: Any = None,
     ) -> None:
         if sum(x is not None for x in (path, url, client)) > 1:
-            raise ValueError("pass only one of path=, url= or client=")
+            raise InvalidValueError("pass only one of path=, url= or client=")
         qdrant = require("qdrant_client", "qdrant")
         self._models = require("qdrant_client.models", "qdrant")
         if client is None:
@@ -218,7 +219,7 @@ class QdrantVectorStore:
 
     def delete(self, ids: Sequence[str]) -> int:
         if isinstance(ids, str):
-            raise TypeError("delete() takes a list of ids")
+            raise InvalidTypeError("delete() takes a list of ids")
         unique = list(dict.fromkeys(ids))
         with self._lock:
             existing = self.get(unique)

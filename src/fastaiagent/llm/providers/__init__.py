@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fastaiagent.errors import InvalidValueError
+
 if TYPE_CHECKING:
     from fastaiagent.llm.client import LLMClient
     from fastaiagent.llm.providers.anthropic import AnthropicProvider
@@ -30,7 +32,7 @@ def make_provider(client: LLMClient) -> OpenAIChatProvider | AnthropicProvider:
         from fastaiagent.llm.providers.openai import OpenAIChatProvider
 
         return OpenAIChatProvider(client)
-    raise ValueError(f"no adapter for LLM provider {client.provider!r}")
+    raise InvalidValueError(f"no adapter for LLM provider {client.provider!r}")
 
 
 __all__ = ["make_provider"]

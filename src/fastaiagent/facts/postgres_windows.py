@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
 from fastaiagent.facts.postgres import PostgresFactStore, sql
+from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
 
 DEFAULT_TABLE = "conversation_windows"
 PURGE_EVERY = 500  # writes per process between sweeps of expired rows (reads ignore them)
@@ -26,10 +27,10 @@ class PostgresWindowStore:
 
     def __init__(self, store: PostgresFactStore, *, table: str | None = None) -> None:
         if not isinstance(store, PostgresFactStore):
-            raise TypeError(f"PostgresWindowStore needs a PostgresFactStore, got {type(store).__name__}")
+            raise InvalidTypeError(f"PostgresWindowStore needs a PostgresFactStore, got {type(store).__name__}")
         table = table or windows_table_for(store.table)
         if not table.replace("_", "").isalnum() or not table[0].isalpha() or len(table) > 60:
-            raise ValueError(f"table {table!r} must be a plain identifier of at most 60 chars")
+            raise InvalidValueError(f"table {table!r} must be a plain identifier of at most 60 chars")
         self.store = store
         self.table = table
         self._ready = False

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.redis import RedisFactStore, _glob_escape, escape_part
+from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
 
 # Returns {} when missing, {v} when the caller holds that version, else {v, s}.
 _LOAD = """
@@ -42,9 +43,9 @@ class RedisWindowStore:
 
     def __init__(self, store: RedisFactStore, *, prefix: str | None = None) -> None:
         if not isinstance(store, RedisFactStore):
-            raise TypeError(f"RedisWindowStore needs a RedisFactStore, got {type(store).__name__}")
+            raise InvalidTypeError(f"RedisWindowStore needs a RedisFactStore, got {type(store).__name__}")
         if prefix is not None and (not isinstance(prefix, str) or not prefix):
-            raise ValueError("prefix must be a non-empty string")
+            raise InvalidValueError("prefix must be a non-empty string")
         self.store = store
         self.prefix = escape_part(prefix) if prefix else store.prefix
         self._client: Any = store._client

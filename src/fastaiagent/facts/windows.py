@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
 
 
@@ -39,12 +40,12 @@ def new_version() -> str:
 def check_key(key: WindowKey) -> WindowKey:
     """Reject a key a store could not file unambiguously."""
     if not isinstance(key, WindowKey):
-        raise TypeError(f"expected a WindowKey, got {type(key).__name__}")
+        raise InvalidTypeError(f"expected a WindowKey, got {type(key).__name__}")
     for name, part in zip(key._fields, key, strict=True):
         if not isinstance(part, str):
-            raise TypeError(f"WindowKey.{name} must be a str, got {type(part).__name__}")
+            raise InvalidTypeError(f"WindowKey.{name} must be a str, got {type(part).__name__}")
         if part == WILDCARD:
-            raise ValueError(f'WindowKey.{name} cannot be "*"')
+            raise InvalidValueError(f'WindowKey.{name} cannot be "*"')
     return key
 
 
@@ -53,7 +54,7 @@ def check_ttl(ttl_seconds: float | None) -> float | None:
     if ttl_seconds is None:
         return None
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or ttl_seconds <= 0:
-        raise ValueError(f"window_ttl_seconds must be a positive number or None, got {ttl_seconds!r}")
+        raise InvalidValueError(f"window_ttl_seconds must be a positive number or None, got {ttl_seconds!r}")
     return float(ttl_seconds)
 
 
@@ -85,4 +86,17 @@ class WindowStore(Protocol):
 
     def close(self) -> None:
         """Release connections this store opened itself (shared ones stay open)."""
+        ...
+
+
+@runtime_checkable
+class HoldsWindows(Protocol):
+    """A store capability: the store can keep shared conversation windows.
+
+    ``Memory(windows="shared")`` calls ``window_store()`` on the Memory's fact
+    store; a user's own FactStore that implements it gets shared windows too.
+    """
+
+    def window_store(self) -> WindowStore:
+        """A WindowStore on this store's own connections (same file, pool or client)."""
         ...

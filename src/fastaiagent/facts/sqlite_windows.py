@@ -6,8 +6,9 @@ import threading
 import time
 from typing import Any
 
-from fastaiagent.agent.windows.base import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
 
 DEFAULT_TABLE = "conversation_windows"
 PURGE_EVERY = 500  # writes between sweeps of expired rows (reads ignore them anyway)
@@ -36,9 +37,9 @@ class SQLiteWindowStore:
 
     def __init__(self, store: SQLiteFactStore, *, table: str = DEFAULT_TABLE) -> None:
         if not isinstance(store, SQLiteFactStore):
-            raise TypeError(f"SQLiteWindowStore needs a SQLiteFactStore, got {type(store).__name__}")
+            raise InvalidTypeError(f"SQLiteWindowStore needs a SQLiteFactStore, got {type(store).__name__}")
         if not table.replace("_", "").isalnum() or not table[0].isalpha():
-            raise ValueError(f"table {table!r} must be a plain identifier")
+            raise InvalidValueError(f"table {table!r} must be a plain identifier")
         self.store = store
         self.table = table
         self._ready = False

@@ -1,0 +1,120 @@
+"""One set of rules for checking arguments at the boundary.
+
+Every public constructor and verb checks its arguments with these helpers, so
+the same mistake gets the same message everywhere: a wrong type raises
+:class:`~fastaiagent.errors.InvalidTypeError` (a ``TypeError``), a value out of
+range :class:`~fastaiagent.errors.InvalidValueError` (a ``ValueError``). ``bool``
+is never accepted as a number (``True`` is an ``int`` in Python, never what a
+caller meant). Each helper returns the value, normalised, so callers write
+``self.limit = positive_int("limit", limit)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+
+WILDCARD = "*"
+
+
+def _got(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def integer(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An ``int`` (not a bool, not a str) within ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name} must be an int, got {_got(value)}")
+    if minimum is not None and value < minimum:
+        raise InvalidValueError(f"{name} must be >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidValueError(f"{name} must be <= {maximum}, got {value!r}")
+    return value
+
+
+def positive_int(name: str, value: Any, *, allow_none: bool = False) -> int | None:
+    """An int >= 1 (or None when ``allow_none``)."""
+    if value is None and allow_none:
+        return None
+    if value is None:
+        raise InvalidTypeError(f"{name} must be a positive int, got None")
+    return integer(name, value, minimum=1)
+
+
+def number(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    allow_none: bool = False,
+) -> float | None:
+    """A finite int or float (not a bool, not a str) within the bounds, as a float."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{name} must be a number, got {_got(value)}")
+    if not math.isfinite(value):
+        raise InvalidValueError(f"{name} must be a finite number, got {value!r}")
+    if minimum is not None and (value <= minimum if exclusive_minimum else value < minimum):
+        bound = f"> {minimum}" if exclusive_minimum else f">= {minimum}"
+        raise InvalidValueError(f"{name} must be {bound}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidValueError(f"{name} must be <= {maximum}, got {value!r}")
+    return float(value)
+
+
+def positive_number(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    """A finite number > 0 (or None when ``allow_none``): timeouts, TTLs, intervals."""
+    return number(name, value, minimum=0, exclusive_minimum=True, allow_none=allow_none)
+
+
+def fraction(name: str, value: Any) -> float:
+    """A number in [0, 1]: confidences and weights."""
+    result = number(name, value, minimum=0.0, maximum=1.0)
+    assert result is not None
+    return result
+
+
+def boolean(name: str, value: Any) -> bool:
+    """Exactly True or False (not 0, 1 or "yes")."""
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be True or False, got {_got(value)}")
+    return value
+
+
+def text(name: str, value: Any, *, allow_empty: bool = False) -> str:
+    """A str; blank only when ``allow_empty``."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be a str, got {_got(value)}")
+    if not allow_empty and not value.strip():
+        raise InvalidValueError(f"{name} cannot be empty")
+    return value
+
+
+def optional_id(name: str, value: Any) -> str | None:
+    """An id that may be left out: None, or a non-blank str other than ``"*"``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be a str, got {_got(value)}")
+    if not value.strip():
+        raise InvalidValueError(f"{name} cannot be empty; leave it out (None) instead")
+    if value == WILDCARD:
+        raise InvalidValueError(f'{name} cannot be "*" (the wildcard is for reads and deletes)')
+    return value
+
+
+def port(name: str, value: Any) -> int:
+    """A TCP port: an int in 0..65535 (0 asks the OS for a free one)."""
+    return integer(name, value, minimum=0, maximum=65535)
+
+
+def one_of(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings."""
+    if value not in choices:
+        raise InvalidValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return str(value)
