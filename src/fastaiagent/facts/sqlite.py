@@ -10,6 +10,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from fastaiagent._paths import default_db_path
+from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts._sql import browse_where, selector_where
@@ -27,11 +29,9 @@ from fastaiagent.facts.scoping import (
 )
 from fastaiagent.facts.store import SubjectCount
 
-DEFAULT_DIR = ".fastaiagent"
-DEFAULT_FILE = "local.db"
-ENV_PATH = "FASTAIAGENT_LOCAL_DB"
-
-_SCHEMA = """
+# Version 1 is the layout written before versions were recorded (so it is also
+# the step that upgrades such a file: every statement is IF [NOT] EXISTS).
+_V1 = """
 CREATE TABLE IF NOT EXISTS learned_memory (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     fact TEXT NOT NULL,
@@ -68,18 +68,15 @@ CREATE INDEX IF NOT EXISTS idx_learned_memory_subject_read
 # earlier versions (dropped at open), which would only slow every add. An existing
 # database gets it at its first open (about 2 s per million facts, once).
 
+FACTS_SCHEMA = Schema("facts:learned_memory", [_V1])
+"""The fact table's migrations (see :mod:`fastaiagent._schema`); version 1 today."""
+
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = (
     "fact, scope, scope_id, project_id, confidence, source, source_trace_id, metadata, "
     "id, created_at, superseded_by"
 )
 _EMPTY_METADATA = ("", "{}")
-
-
-def default_db_path() -> Path:
-    """``$FASTAIAGENT_LOCAL_DB`` or ``./.fastaiagent/local.db``, made absolute now."""
-    env = os.environ.get(ENV_PATH)
-    return Path(env).expanduser().resolve() if env else (Path.cwd() / DEFAULT_DIR / DEFAULT_FILE)
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
@@ -133,8 +130,12 @@ class SQLiteFactStore:
 
     ``path=None`` means ``$FASTAIAGENT_LOCAL_DB`` or ``.fastaiagent/local.db``
     under the working directory, resolved to an absolute path once, at first
-    use; constructing the store touches no file. Each thread reuses its own
-    connection; the database runs in WAL mode so readers never wait for a writer.
+    use; constructing the store touches no file. The default location's folder
+    is created when missing; an explicit ``path`` whose folder does not exist
+    raises :class:`~fastaiagent.errors.NotFoundError` at first use. Each thread
+    reuses its own connection; the database runs in WAL mode so readers never
+    wait for a writer. The first connection checks the schema version (see
+    ``docs/backends.md``, "Schema versions").
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
@@ -143,7 +144,11 @@ class SQLiteFactStore:
         self._lock = threading.Lock()
         # mmap: reads straight from the OS page cache, no extra syscalls on a large table.
         self._db = ThreadConnections(
-            lambda: self.path, _SCHEMA, timeout=timeout, pragmas=["PRAGMA mmap_size=1073741824"]
+            lambda: self.path,
+            [FACTS_SCHEMA],
+            timeout=timeout,
+            pragmas=["PRAGMA mmap_size=1073741824"],
+            create_folder=self._explicit_path is None,
         )
 
     def __repr__(self) -> str:

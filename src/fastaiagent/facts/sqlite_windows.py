@@ -6,6 +6,8 @@ import threading
 import time
 from typing import Any
 
+from fastaiagent._schema import Schema
+from fastaiagent._sqlite import migrate
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.sqlite import SQLiteFactStore
 from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
@@ -13,7 +15,9 @@ from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_ve
 DEFAULT_TABLE = "conversation_windows"
 PURGE_EVERY = 500  # writes between sweeps of expired rows (reads ignore them anyway)
 
-_SCHEMA = """
+# Version 1 is the layout written before versions were recorded (IF NOT EXISTS:
+# it also upgrades such a file).
+_V1 = """
 CREATE TABLE IF NOT EXISTS {t} (
     agent_id TEXT NOT NULL,
     project_id TEXT NOT NULL,
@@ -26,6 +30,11 @@ CREATE TABLE IF NOT EXISTS {t} (
 );
 CREATE INDEX IF NOT EXISTS idx_{t}_expires ON {t} (expires_at) WHERE expires_at IS NOT NULL;
 """
+
+
+def windows_schema(table: str) -> Schema:
+    """The migrations of a windows table (component ``windows:<table>``)."""
+    return Schema(f"windows:{table}", [_V1.format(t=table)])
 
 
 class SQLiteWindowStore:
@@ -52,11 +61,10 @@ class SQLiteWindowStore:
     def _conn(self) -> Any:
         conn = self.store._connection()
         if not self._ready:
-            with self._lock, self.store._write() as locked:
-                for statement in _SCHEMA.format(t=self.table).split(";"):
-                    if statement.strip():
-                        locked.execute(statement)
-                self._ready = True
+            with self._lock:
+                if not self._ready:
+                    migrate(conn, windows_schema(self.table), str(self.store.path))
+                    self._ready = True
         return conn
 
     def _execute_write(self, query: str, params: Any) -> int:

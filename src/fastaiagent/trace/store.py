@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastaiagent._paths import default_db_path
+from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
 
 ENV_TRACE_DB = "FASTAIAGENT_TRACE_DB"
@@ -24,11 +26,15 @@ TRACE_FILE = "traces.db"
 
 # Spans are stored per trace and per export batch: one row holds every span
 # of one trace that arrived in one batch. A turn opens ten or more spans, so
-# this writes one row where a row per span would write ten. The list is
-# encoded with ``marshal`` (five times cheaper than JSON for these plain
-# values; the export thread shares the GIL with the agent). Each run (a
+# this writes one row where a row per span would write ten. The list is one
+# JSON array (UTF-8) and the row's ``format`` says which layout of it
+# (SPANS_FORMAT); JSON reads the same on every Python version. Each run (a
 # trace's root span) also gets a row in ``runs``, with JSON attributes.
-_SCHEMA = """
+#
+# Schema version 1 is the layout written before versions were recorded, whose
+# rows were ``marshal`` bytes; version 2 adds ``format`` and rewrites those
+# rows as JSON, once, when such a file is first opened.
+_V1 = """
 CREATE TABLE IF NOT EXISTS span_batches (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     trace_id TEXT NOT NULL,
@@ -53,6 +59,35 @@ CREATE TABLE IF NOT EXISTS mined_traces (
 );
 """
 _RUN_COLUMNS = "trace_id, span_id, name, start_ns, end_ns, status, attributes"
+SPANS_FORMAT = 1
+"""The layout of a stored span list: 1 = a JSON array of EncodedSpan arrays."""
+_MARSHAL_FORMAT = 0  # rows written before schema version 2 (converted by it)
+# One encoder reused (json.dumps with options builds a new one per call); values
+# JSON does not know are stored as text, as they are shown.
+_to_json = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=False).encode
+
+
+def _marshal_rows_to_json(conn: sqlite3.Connection) -> None:
+    """Schema step 2: add ``format`` and rewrite every marshal row as JSON."""
+    conn.execute(
+        f"ALTER TABLE span_batches ADD COLUMN format INTEGER NOT NULL DEFAULT {_MARSHAL_FORMAT}"
+    )
+    last = 0
+    while True:  # in id order and in chunks, so a large file is never held in memory
+        rows = conn.execute(
+            "SELECT id, spans FROM span_batches WHERE id > ? ORDER BY id LIMIT 1000", (last,)
+        ).fetchall()
+        if not rows:
+            return
+        last = rows[-1][0]
+        conn.executemany(
+            "UPDATE span_batches SET spans = ?, format = ? WHERE id = ?",
+            [(encode_spans(marshal.loads(blob)), SPANS_FORMAT, row_id) for row_id, blob in rows],
+        )
+
+
+TRACE_SCHEMA = Schema("traces", [_V1, _marshal_rows_to_json])
+"""The trace store's migrations (see :mod:`fastaiagent._schema`); version 2 today."""
 
 # A stored span: (span_id, parent_id, name, start_ns, end_ns, status, attributes, events)
 # with integer ids and events None when there are none.
@@ -65,8 +100,6 @@ def default_trace_db_path() -> Path:
     env = os.environ.get(ENV_TRACE_DB)
     if env:
         return Path(env).expanduser().resolve()
-    from fastaiagent.facts.sqlite import default_db_path
-
     return default_db_path().parent / TRACE_FILE
 
 
@@ -157,23 +190,9 @@ def _decode(trace_id: str, item: EncodedSpan) -> SpanRecord:
     )
 
 
-def _marshal_safe(value: Any) -> Any:
-    """``value`` with anything marshal cannot store turned into text."""
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_marshal_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _marshal_safe(v) for k, v in value.items()}
-    return str(value)
-
-
 def encode_spans(items: list[EncodedSpan]) -> bytes:
-    """The stored bytes of one trace's spans."""
-    try:
-        return marshal.dumps(items)
-    except ValueError:  # an attribute value marshal does not know: store it as text
-        return marshal.dumps(_marshal_safe(items))
+    """The stored bytes of one trace's spans (format SPANS_FORMAT: UTF-8 JSON)."""
+    return _to_json(items).encode()
 
 
 def encode_record(record: SpanRecord) -> EncodedSpan:
@@ -199,7 +218,7 @@ class TraceStore:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
         self.path = Path(path).expanduser().resolve() if path else default_trace_db_path()
-        self._db = ThreadConnections(lambda: self.path, _SCHEMA, timeout=timeout)
+        self._db = ThreadConnections(lambda: self.path, [TRACE_SCHEMA], timeout=timeout)
 
     def __repr__(self) -> str:
         return f"TraceStore(path={str(self.path)!r})"
@@ -247,7 +266,9 @@ class TraceStore:
         with self._write() as conn:
             if batches:
                 conn.executemany(
-                    "INSERT INTO span_batches (trace_id, n, spans) VALUES (?, ?, ?)", batches
+                    "INSERT INTO span_batches (trace_id, n, spans, format) "
+                    f"VALUES (?, ?, ?, {SPANS_FORMAT})",
+                    batches,
                 )
             if runs:
                 conn.executemany(
@@ -311,7 +332,7 @@ class TraceStore:
         )
         by_id: dict[str, SpanRecord] = {}
         for (payload,) in rows:
-            for item in marshal.loads(payload):
+            for item in json.loads(payload):
                 record = _decode(trace_id, item)
                 by_id[record.span_id] = record  # a re-sent span replaces its earlier copy
         return sorted(by_id.values(), key=lambda s: (s.start_ns, s.span_id))
