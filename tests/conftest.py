@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 
@@ -13,7 +11,3 @@ def _isolated_local_db(tmp_path, monkeypatch):
     monkeypatch.setenv("FASTAIAGENT_LOCAL_DB", str(tmp_path / "local.db"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

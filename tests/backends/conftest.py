@@ -6,53 +6,26 @@ so a broken service never passes silently.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-POSTGRES_URL = os.environ.get(
-    "FASTAIAGENT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
-)
-REDIS_URL = os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+from _env import POSTGRES_URL, REDIS_URL, require_postgres, require_redis
+
 RUN_ID = uuid.uuid4().hex[:8]  # keeps tables and keys apart from other people's runs
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _unavailable(what: str, exc: BaseException) -> None:
-    message = f"{what} is not reachable: {exc}"
-    if _in_ci():
-        pytest.fail(f"{message} (CI=true: backend tests must not skip)")
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
-    """The test Postgres URL, checked once per session."""
-    import psycopg
-
-    try:
-        with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except Exception as exc:
-        _unavailable("Postgres", exc)
-    return POSTGRES_URL
+    """The test Postgres URL, checked once per session (skips, or fails under CI=true)."""
+    return require_postgres(POSTGRES_URL)
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    """The test Redis URL, checked once per session."""
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
-    except Exception as exc:
-        _unavailable("Redis", exc)
-    return REDIS_URL
+    """The test Redis URL, checked once per session (skips, or fails under CI=true)."""
+    return require_redis(REDIS_URL)
 
 
 def unique_name(kind: str) -> str:

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from _env import require_module
 from fastaiagent.learn import Fact, make_fact_store
 
 pytestmark = pytest.mark.postgres
-psycopg = pytest.importorskip("psycopg")
+psycopg = require_module("psycopg")  # a missing driver fails under CI=true
 
 from fastaiagent.facts.postgres import PostgresFactStore, index_names  # noqa: E402
 

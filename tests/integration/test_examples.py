@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from _env import POSTGRES_URL, REDIS_URL, require_chromium, require_postgres, require_redis
 
-POSTGRES_URL = os.environ.get("FASTAIAGENT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+ROOT = Path(__file__).resolve().parents[2]
 
 # (script, arguments): scripts that need a server get its URL. The connected-memory
 # example runs in tests/integration/test_plane_server.py (it needs a plane).
@@ -39,6 +38,10 @@ def run_example(script: str, args: list[str], tmp_path: Path) -> subprocess.Comp
 
 @pytest.mark.parametrize(("script", "args"), EXAMPLES, ids=[" ".join([e[0], *e[1]]) for e in EXAMPLES])
 def test_example_runs(script, args, tmp_path):
+    if POSTGRES_URL in args:
+        require_postgres()
+    if REDIS_URL in args:
+        require_redis()
     done = run_example(script, args, tmp_path)
     assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
     assert done.stdout.strip(), f"{script} printed nothing"
@@ -46,6 +49,7 @@ def test_example_runs(script, args, tmp_path):
 
 @pytest.mark.browser
 def test_observability_examples_seed_traces_and_capture_the_pages(tmp_path):
+    require_chromium()  # snapshot.py reads the same FASTAIAGENT_CHROMIUM* variables
     seeded = run_example("examples/memory_observability/companion.py", [], tmp_path)
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr
     shots = tmp_path / "shots"

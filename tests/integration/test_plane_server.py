@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import fastaiagent as fa
+from _env import POSTGRES_URL, REDIS_URL, missing
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
 from fastaiagent.learn import Fact, MemoryStore
@@ -175,10 +176,6 @@ def test_the_plane_refuses_to_start_without_a_key(store):
         create_plane_app(store, "")
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 def server_store(kind: str):
     """A Postgres or Redis store on the local server, isolated by a unique table/prefix."""
     name = f"fa_plane_{uuid.uuid4().hex[:10]}"
@@ -186,20 +183,14 @@ def server_store(kind: str):
         if kind == "postgres":
             from fastaiagent.learn import PostgresFactStore
 
-            url = os.environ.get(
-                "FASTAIAGENT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
-            )
-            store = PostgresFactStore(url, table=name)
+            store = PostgresFactStore(POSTGRES_URL, table=name)
         else:
             from fastaiagent.learn import RedisFactStore
 
-            url = os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
-            store = RedisFactStore(url, prefix=name)
+            store = RedisFactStore(REDIS_URL, prefix=name)
         store.list_active("agent", "probe")
     except Exception as exc:
-        if in_ci():
-            pytest.fail(f"{kind} is not reachable: {exc} (CI=true: must not skip)")
-        pytest.skip(f"{kind} is not reachable: {exc}")
+        missing(f"{kind} is not reachable: {exc}")
     return store
 
 

@@ -25,13 +25,12 @@ from typing import Any
 
 import pytest
 
+from _env import POSTGRES_URL, REDIS_URL, require_postgres, require_redis
 from fastaiagent.agent.agent import Agent
 from fastaiagent.agent.memory import Memory
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
 
-POSTGRES_URL = os.environ.get("FASTAIAGENT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
 USERS = [f"user-{i:03d}" for i in range(200)]
 ROUNDS = 5
 KILL_ROUND = 2
@@ -40,25 +39,11 @@ WAIT = 60.0
 pytestmark = pytest.mark.slow
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 def _require(kind: str) -> None:
-    try:
-        if kind == "postgres":
-            import psycopg
-
-            with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
-                conn.execute("SELECT 1")
-        elif kind == "redis":
-            import redis
-
-            redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
-    except Exception as exc:
-        if _in_ci():
-            pytest.fail(f"{kind} is not reachable under CI=true: {exc}")
-        pytest.skip(f"{kind} is not reachable: {exc}")
+    if kind == "postgres":
+        require_postgres()
+    elif kind == "redis":
+        require_redis()
 
 
 def _cleanup(spec: tuple[str, str, str]) -> None:
@@ -91,7 +76,9 @@ def spec(request, tmp_path) -> Iterator[tuple[str, str, str]]:
     _cleanup((kind, url, name))
 
 
-def make_memory(spec: tuple[str, str, str], window: int = 2 * ROUNDS) -> Memory:
+def make_memory(
+    spec: tuple[str, str, str], window: int = 2 * ROUNDS, agent_id: str = "bot"
+) -> Memory:
     """A per-user Memory with shared windows in the backend of ``spec``."""
     kind, url, name = spec
     store: Any
@@ -107,7 +94,7 @@ def make_memory(spec: tuple[str, str, str], window: int = 2 * ROUNDS) -> Memory:
         from fastaiagent.facts.redis import RedisFactStore
 
         store = RedisFactStore(url, prefix=name)
-    return Memory(store, user_id=_user_of, agent_id="bot", windows="shared", window=window)
+    return Memory(store, user_id=_user_of, agent_id=agent_id, windows="shared", window=window)
 
 
 def _user_of(context: Any) -> str:
@@ -227,7 +214,7 @@ TURNS_EACH = 12
 
 def _connection_identity(memory: Memory) -> Any:
     """Which server-side connection this process uses (Postgres backend pid, Redis client id)."""
-    store: Any = memory.store
+    store: Any = memory.location
     kind = type(store).__name__
     if kind == "PostgresFactStore":
         with store.pool.connection() as conn:

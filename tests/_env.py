@@ -1,0 +1,94 @@
+"""What the test machine offers: CI mode, servers, drivers and Chromium, read in one place.
+
+A missing dependency skips a test on a laptop (with the reason) but FAILS it under
+CI=true, so a broken service, driver or browser never passes silently in CI.
+Import it as ``from _env import ...``: pytest puts tests/ on sys.path when it
+loads tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
+
+import pytest
+
+POSTGRES_URL = os.environ.get(
+    "FASTAIAGENT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def in_ci() -> bool:
+    """True when the CI environment variable says so (1 / true / yes)."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing(message: str) -> NoReturn:
+    """Skip with ``message`` on a laptop; fail with it under CI=true.
+
+    Works at module level too (a missing driver skips, or fails, the whole file).
+    """
+    if in_ci():
+        pytest.fail(f"{message} (CI=true: this test must not skip)")
+    pytest.skip(message, allow_module_level=True)
+
+
+def require_module(name: str) -> ModuleType:
+    """Import an optional driver; like ``pytest.importorskip`` but fails under CI."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        missing(f"Python package {name!r} is not installed: {exc}")
+
+
+def require_postgres(url: str = POSTGRES_URL) -> str:
+    """The Postgres URL, once a connection to it answers."""
+    psycopg = require_module("psycopg")
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:
+        missing(f"Postgres is not reachable at {url}: {exc}")
+    return url
+
+
+def require_redis(url: str = REDIS_URL) -> str:
+    """The Redis URL, once the server answers PING."""
+    redis = require_module("redis")
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        missing(f"Redis is not reachable at {url}: {exc}")
+    return url
+
+
+def chromium_paths() -> tuple[str, str]:
+    """(browser, driver) paths; FASTAIAGENT_CHROMIUM / FASTAIAGENT_CHROMEDRIVER override them.
+
+    Read at call time so a test (or a subprocess) can point them elsewhere.
+    """
+    return (
+        os.environ.get("FASTAIAGENT_CHROMIUM", "/usr/bin/chromium"),
+        os.environ.get("FASTAIAGENT_CHROMEDRIVER", "/usr/bin/chromedriver"),
+    )
+
+
+def require_chromium() -> tuple[str, str]:
+    """The Chromium and chromedriver paths, once both exist."""
+    browser, driver = chromium_paths()
+    absent = [path for path in (browser, driver) if not Path(path).exists()]
+    if absent:
+        missing(
+            f"Chromium not found at {', '.join(absent)} "
+            "(apt-get install chromium chromium-driver, or set "
+            "FASTAIAGENT_CHROMIUM / FASTAIAGENT_CHROMEDRIVER)"
+        )
+    return browser, driver
