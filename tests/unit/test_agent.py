@@ -26,8 +26,9 @@ def test_tool_schema_comes_from_type_hints():
     assert spec.description == "Current weather for a city."
     assert spec.parameters == {
         "type": "object",
-        "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string", "default": "C"}},
         "required": ["city"],
+        "additionalProperties": False,
     }
 
 
@@ -172,11 +173,11 @@ def test_to_dict_marks_memory_only_when_configured():
 
 
 def test_bad_agent_arguments_fail_clearly():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="llm must be an LLMClient or BaseLLM, got str"):
         Agent(name="a", llm="gpt-4")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="name cannot be empty"):
         Agent(name="", llm=CannedLLM("x"))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="memory must be Memory, AgentMemory or ComposableMemory"):
         Agent(name="a", llm=CannedLLM("x"), memory=["not memory"])
 
 
