@@ -39,6 +39,17 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-unty
     return predicate()
 
 
+def _index_build_waiting(url: str, table: str) -> bool:
+    """True once a CREATE INDEX CONCURRENTLY on ``table`` is waiting for a lock."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query ILIKE %s",
+            (f"CREATE %INDEX CONCURRENTLY%{table}%",),
+        ).fetchone()
+    return int(row[0]) > 0
+
+
 @pytest.fixture
 def app_url(postgres_url: str, pg_table: str) -> Iterator[str]:
     yield f"{postgres_url}?application_name={pg_table}"
@@ -265,7 +276,7 @@ def test_missing_indexes_on_an_existing_table_build_without_blocking_writers(
     store = PostgresFactStore(f"{postgres_url}?options=-c%20lock_timeout%3D20000", table=pg_table)
     opener = threading.Thread(target=lambda: (store.list_active("user", "u"), opened.set()))
     opener.start()
-    time.sleep(0.5)
+    assert _wait_for(lambda: _index_build_waiting(postgres_url, pg_table))
     with psycopg.connect(f"{postgres_url}?options=-c%20lock_timeout%3D2000") as other:
         other.execute(  # a second writer is not blocked by the index build
             f"INSERT INTO {pg_table} (fact, fact_key, scope, scope_id, created_at) "

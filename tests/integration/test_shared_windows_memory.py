@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import pytest
 from test_shared_windows import make_memory, spec  # noqa: F401  (spec is a fixture)
 
+from _wait import wait_until
 from fastaiagent.agent.agent import Agent
 from fastaiagent.agent.memory_blocks.summary import SUMMARY_PREFIX
 from fastaiagent.agent.memory import Memory
@@ -66,8 +66,7 @@ def test_forget_and_drop_user_clear_the_shared_window_for_every_worker(spec) -> 
 
 
 def test_forget_everyone_is_scoped_to_agent_and_project(spec) -> None:  # noqa: F811
-    mine, other = make_memory(spec), make_memory(spec)
-    other.agent_id = other._windows.agent_id = "other-bot"  # type: ignore[union-attr]
+    mine, other = make_memory(spec), make_memory(spec, agent_id="other-bot")
     for user in ("alice", "bob"):
         _agent(mine).run("hi", context=user)
         _agent(other).run("hi", context=user)
@@ -79,10 +78,11 @@ def test_forget_everyone_is_scoped_to_agent_and_project(spec) -> None:  # noqa: 
 
 def test_idle_windows_expire_after_the_ttl(spec) -> None:  # noqa: F811
     memory = make_memory(spec)
-    memory._windows.ttl_seconds = 0.4  # type: ignore[union-attr]
+    memory._windows.ttl_seconds = 1.0  # type: ignore[union-attr]
     _agent(memory).run("remember me", context="alice")
-    time.sleep(0.7)
-    assert _window(memory, "alice") == []  # the cached copy follows the store
+    assert _window(memory, "alice") == ["remember me", "ack remember me"]
+    # the cached copy follows the store
+    wait_until(lambda: _window(memory, "alice") == [], "alice's idle window expires")
 
 
 # -- behaviour shared by every backend: checked on SQLite ------------------------------
@@ -248,7 +248,7 @@ def test_a_store_outage_degrades_to_in_process_windows(tmp_path, caplog) -> None
     with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
         agent.run("one", context="alice")
         agent.run("two", context="alice")
-    assert [m.content for m in memory._state_for("alice").memory.primary.get_messages()] == [
+    assert [m.content for m in memory._users.get("alice").memory.primary.get_messages()] == [
         "one", "ack one", "two", "ack two"
     ]
     assert any("shared window store" in r.getMessage() for r in caplog.records)
