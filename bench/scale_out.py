@@ -125,7 +125,7 @@ def overhead(prefix: str, turns: int, users: int) -> dict[str, Any]:
     }
     # The two store calls a shared-window turn adds, alone (a full 20-message state).
     sync = shared.memory._windows  # type: ignore[union-attr]
-    state = shared.memory._state_for(user(0))  # type: ignore[union-attr]
+    state = shared.memory._users.get(user(0))  # type: ignore[union-attr]
     key, text = sync.key(user(0)), sync.encode(state)
     version = [sync.store.load(key).version]
 

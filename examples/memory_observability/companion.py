@@ -87,11 +87,11 @@ def main() -> None:
     # The Trace Learning Loop: mine the runs into agent-scope facts (standing
     # instructions only; personal details stay in each user's tier).
     trace.flush()
-    report = learn_from_traces(llm, location=memory.store, trace_store=tracing.store)
+    report = learn_from_traces(llm, location=memory.location, trace_store=tracing.store)
     print(f"learn loop: {report.runs_mined} runs mined, {len(report.facts_added)} agent facts")
     trace.shutdown()
 
-    print(f"facts:  {memory.store}")
+    print(f"facts:  {memory.location}")
     print(f"traces: {tracing.store}")
     print("browse them: fastaiagent ui   (or python examples/memory_observability/snapshot.py)")
 

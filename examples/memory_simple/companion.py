@@ -60,7 +60,7 @@ def main() -> None:
     print("alice's facts:", alice_facts)
     print("bob's facts:  ", bob_facts)
     assert not set(alice_facts) & set(bob_facts)
-    print("facts stored in:", memory.store)
+    print("facts stored in:", memory.location)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ Memory(location=my_store)                                  # any object implemen
 
 
 def test_construction_snippets_connect_lazily(spec_env):
-    assert run(MAX_USERS, "from fastaiagent import Memory")["mem"].max_users == 50_000
+    assert run(MAX_USERS, "from fastaiagent import Memory")["mem"].config.max_users == 50_000
     run(LOCATIONS, "from fastaiagent import Memory\nfrom fastaiagent.learn import MemoryStore\nmy_store = MemoryStore()")
 
 

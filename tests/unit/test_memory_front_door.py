@@ -38,7 +38,7 @@ def test_default_location_is_the_local_sqlite_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
     mem = Memory(agent_id="support")
-    assert isinstance(mem.store, MemoryStore)
+    assert isinstance(mem.location, MemoryStore)
     mem.persist("Return policy is 30 days", tier="global")
     assert (tmp_path / ".fastaiagent" / "local.db").is_file()
 
@@ -111,11 +111,11 @@ def test_learn_without_a_user_is_refused():
 
 def test_defaults():
     mem = Memory()
-    assert mem.window == 20
-    assert mem.max_learned_facts == 200
-    assert mem.max_users == 10_000
-    assert Memory(max_users=None).max_users is None
-    assert Memory(max_learned_facts=None, user_id="u").max_learned_facts is None
+    assert mem.config.window == 20
+    assert mem.config.max_learned_facts == 200
+    assert mem.config.max_users == 10_000
+    assert Memory(max_users=None).config.max_users is None
+    assert Memory(max_learned_facts=None, user_id="u").config.max_learned_facts is None
     assert bool(Memory()) is True
 
 
@@ -124,8 +124,8 @@ def test_global_and_user_tiers_map_to_store_scopes():
     gid = mem.persist("Return policy is 30 days", tier="global")
     uid = mem.persist("Prefers email", tier="user", id="alice")
     assert isinstance(gid, int) and isinstance(uid, int)
-    g = mem.store.get(gid)
-    u = mem.store.get(uid)
+    g = mem.location.get(gid)
+    u = mem.location.get(uid)
     assert (g.scope, g.scope_id) == ("agent", "support")
     assert (u.scope, u.scope_id) == ("user", "alice")
     assert u.confidence == 1.0 and u.source_trace_id is None and u.source_label == "manual"
@@ -204,10 +204,10 @@ def test_update_by_text_and_by_id_keeps_history():
     mem = Memory()
     old = mem.persist("Prefers email", tier="user", id="alice")
     new = mem.update("Prefers Slack", old="prefers EMAIL", tier="user", id="alice")
-    assert mem.store.get(old).superseded_by == new
+    assert mem.location.get(old).superseded_by == new
     newer = mem.update("Prefers phone", old=new, tier="user", id="alice")
     assert [f.fact for f in mem.retrieve(tier="user", id="alice")] == ["Prefers phone"]
-    assert mem.store.get(new).superseded_by == newer
+    assert mem.location.get(new).superseded_by == newer
     with pytest.raises(ValueError, match="no active"):
         mem.update("x", old="never said", tier="user", id="alice")
 
@@ -239,8 +239,8 @@ def test_update_cannot_cross_users_or_tiers():  # H4
         mem.update("Bob takes over", old=alice, tier="user", id="bob")
     with pytest.raises(ValueError):
         mem.update("User takes over", old=glob, tier="user", id="bob")
-    assert mem.store.get(alice).superseded_by is None
-    assert mem.store.get(glob).superseded_by is None
+    assert mem.location.get(alice).superseded_by is None
+    assert mem.location.get(glob).superseded_by is None
     assert mem.retrieve(tier="user", id="bob") == []
 
 
@@ -255,17 +255,17 @@ def test_wildcard_is_refused_on_write():  # H5
 
 def test_forget_guard_rails():
     mem = Memory(agent_id="a")
-    other = Memory(agent_id="b", location=mem.store)
+    other = Memory(agent_id="b", location=mem.location)
     mem.persist("a global", tier="global")
     other.persist("b global", tier="global")
     with pytest.raises(ValueError, match="agent_id"):
-        Memory(location=mem.store).forget(tier="global")
+        Memory(location=mem.location).forget(tier="global")
     assert mem.forget(tier="global") == 1
     assert [f.fact for f in other.retrieve(tier="global")] == ["b global"]
     for user in ("u1", "u2", "u3"):
         mem.persist(f"{user} fact", tier="user", id=user)
     assert mem.forget(tier="user", id="*") == 3
-    assert Memory(location=mem.store).forget(tier="global", id="*") == 1
+    assert Memory(location=mem.location).forget(tier="global", id="*") == 1
 
 
 def test_forget_one_fact_only():

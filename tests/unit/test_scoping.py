@@ -67,6 +67,8 @@ def test_ids_and_limits() -> None:
             check_fact_id(bad)
     check_limit(None)
     check_limit(0)
-    for bad_limit in (-1, True, 2.5):
-        with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="limit must be >= 0"):
+        check_limit(-1)
+    for bad_limit in (True, 2.5, "3"):
+        with pytest.raises(TypeError, match="limit must be an int"):
             check_limit(bad_limit)  # type: ignore[arg-type]

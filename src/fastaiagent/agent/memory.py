@@ -1,39 +1,43 @@
 """Memory: the recommended front door (tiers, per-user routing, direct verbs).
 
-One object composes the blocks of :mod:`fastaiagent.agent.memory_blocks` for
-each user: global facts, plane facts, user facts, summary, recall, then the
-window. Everything durable lives in the FactStore at ``location``; windows,
-summaries and recall indexes are per-user, in-process state (an LRU of at
-most ``max_users`` users) that can be dropped at any time.
+A Memory is a few small parts put together:
+
+- :class:`~fastaiagent.agent.memory_config.MemoryConfig`: every keyword, checked once;
+- a :class:`~fastaiagent.facts.store.FactStore` made from ``location`` (the durable part);
+- :class:`~fastaiagent.agent.memory_stack.MemoryStack`: which blocks each user gets;
+- :class:`~fastaiagent.agent.memory_users.UserCache`: each user's window and blocks
+  in this process (an LRU of at most ``max_users``), optionally kept in step with
+  other processes by shared windows;
+- :class:`~fastaiagent.agent.verbs.MemoryVerbs`: persist / retrieve / update / forget.
+
+Everything durable lives in the store at ``location``; windows, summaries and
+recall indexes are per-user state that can be dropped at any time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import logging
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from fastaiagent.agent._checks import (
-    check_embedder,
-    check_llm,
-    check_vector_option,
-    optional_id,
-    positive_int_or_none,
-)
+from fastaiagent._validate import optional_id
 from fastaiagent.agent.composable import ComposableMemory
-from fastaiagent.agent.memory_blocks.background import AfterReplyBlock
-from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
-from fastaiagent.agent.verbs import DirectVerbs
+from fastaiagent.agent.memory_config import (
+    DEFAULT_MAX_FACTS,
+    DEFAULT_MAX_LEARNED,
+    DEFAULT_MAX_USERS,
+    DEFAULT_WINDOW,
+    DEFAULT_WINDOW_TTL,
+    MemoryConfig,
+    UserResolver,
+)
+from fastaiagent.agent.memory_stack import MemoryStack
+from fastaiagent.agent.memory_users import Turn, UserCache, UserResolution, UserState, current_user
+from fastaiagent.agent.verbs import MemoryVerbs
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
-from fastaiagent.agent.windows import DEFAULT_WINDOW_TTL
 from fastaiagent.agent.windows.sync import shared_windows
-from fastaiagent.errors import InvalidTypeError, InvalidValueError, UsageError
+from fastaiagent.errors import UsageError
+from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
@@ -41,69 +45,6 @@ from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
-
-DEFAULT_WINDOW = 20
-DEFAULT_MAX_USERS = 10_000
-DEFAULT_MAX_LEARNED = 200
-DEFAULT_MAX_FACTS = 50
-LEARNED_CONFIDENCE = 0.6
-GLOBAL_HEADING = "Facts true for everyone using this agent:"
-USER_HEADING = "Facts about this user:"
-
-UserResolver = Callable[[Any], "str | None"]
-_current_user: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "fastaiagent_memory_user", default=None
-)
-
-
-class _UserState:
-    """One user's in-process memory: their ComposableMemory and its own blocks."""
-
-    def __init__(self, user_id: str | None, memory: ComposableMemory, own_blocks: list[MemoryBlock]):
-        self.user_id = user_id
-        self.memory = memory
-        self.own_blocks = own_blocks
-
-
-class _Turn:
-    """A run pinned to one user's state (resolved once, H13)."""
-
-    def __init__(self, owner: Memory, state: _UserState | None, shared: ComposableMemory | None):
-        self.owner = owner
-        self.state = state
-        self._shared = shared  # unresolved callers: shared blocks only, nothing kept
-        self._token = _current_user.set(state.user_id if state else None)
-
-    @property
-    def _view(self) -> ComposableMemory:
-        return self.state.memory if self.state else self._shared  # type: ignore[return-value]
-
-    def context_messages(self, query: str) -> list[Message]:
-        if self.state is not None and self.owner._windows is not None:
-            self.owner._windows.refresh(self.state)
-        return self._view.get_context(query)
-
-    async def acontext_messages(self, query: str) -> list[Message]:
-        if self.state is not None and self.owner._windows is not None:
-            await self.owner._windows.arefresh(self.state)
-        return await self._view.aget_context(query)
-
-    def record(self, messages: Sequence[Message]) -> None:
-        if self.state is not None and self.owner._windows is not None:
-            self.owner._windows.record(self.state, messages)
-        elif self.state is not None:
-            self.state.memory.record(messages)
-
-    async def arecord(self, messages: Sequence[Message]) -> None:
-        if self.state is not None and self.owner._windows is not None:
-            await self.owner._windows.arecord(self.state, messages)
-        elif self.state is not None:
-            await self.state.memory.arecord(messages)
-
-    def close(self) -> None:
-        # A turn closed from another context cannot reset; the var dies with that context.
-        with contextlib.suppress(ValueError):
-            _current_user.reset(self._token)
 
 
 class UserMemory:
@@ -115,35 +56,28 @@ class UserMemory:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Persist this user's window (and block state) to the directory ``path``."""
-        state = self._owner._state_for(self.user_id)
-        if self._owner._windows is not None:
-            self._owner._windows.refresh(state)
-        state.memory.save(path)
+        self._owner._save_state(self._owner._users.get(self.user_id), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore state saved by :meth:`save`, before the user's next run."""
-        state = self._owner._state_for(self.user_id)
-        state.memory.load(path)
-        if self._owner._windows is not None:
-            self._owner._windows.push(state)
+        self._owner._load_state(self._owner._users.get(self.user_id), path)
 
     @property
     def messages(self) -> list[Message]:
         """The messages in this user's window now."""
-        state = self._owner._state_for(self.user_id)
-        if self._owner._windows is not None:
-            self._owner._windows.refresh(state)
+        state = self._owner._fresh_state(self.user_id)
         return state.memory.primary.get_messages()
 
 
-class Memory(DirectVerbs):
+class Memory:
     """Agent memory with tiers: global facts, per-user facts, and the session window.
 
     Use it as ``Agent(memory=Memory(...))``. Every keyword is checked here,
     before any run (see ``docs/how-memory-works.md``):
 
     - ``location``: where durable facts live: ``"sqlite"`` (default, a local
-      file), ``postgres://``, ``redis://`` or any FactStore instance.
+      file), ``sqlite:///relative.db`` / ``sqlite:////absolute.db``,
+      ``postgres://``, ``redis://`` or any FactStore instance.
     - ``user_id``: a string, or a ``(ctx) -> str`` resolver called once per
       run with the run's ``context=``; unresolved callers get global facts only.
     - ``agent_id``: the global tier's id (facts true for everyone using the agent).
@@ -164,6 +98,9 @@ class Memory(DirectVerbs):
       (default True); ``flush()`` / ``aflush()`` wait for them.
     - ``windows`` / ``window_ttl_seconds``: share windows across processes
       (see ``docs/production.md``).
+
+    The checked keywords are on :attr:`config`; the fact store made from
+    ``location`` is :attr:`location`.
     """
 
     def __init__(
@@ -188,128 +125,104 @@ class Memory(DirectVerbs):
         window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
         learn_in_background: bool = True,
     ) -> None:
-        if user_id is not None and not callable(user_id):
-            user_id = optional_id("user_id", user_id)
-        self.agent_id = optional_id("agent_id", agent_id)
-        self.plane_agent_id = optional_id("plane_agent_id", plane_agent_id)
-        if not isinstance(project_id, str) or project_id == WILDCARD:
-            raise InvalidValueError('project_id must be a str (not "*")')
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise InvalidValueError(f"window must be a positive int, got {window!r}")
-        positive_int_or_none("max_learned_facts", max_learned_facts)
-        positive_int_or_none("max_users", max_users)
-        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
-            raise InvalidValueError(f"max_facts must be a positive int, got {max_facts!r}")
-        if not isinstance(dedupe, bool):
-            raise InvalidTypeError("dedupe must be True or False")
-        if not isinstance(learn_in_background, bool):
-            raise InvalidTypeError("learn_in_background must be True or False")
-        check_embedder(embedder)
-        self.learn = check_llm("learn", learn)
-        self.summarize = check_llm("summarize", summarize)
-        if self.learn is not None and user_id is None:
-            raise InvalidValueError("learn= stores facts per user: set user_id= (a string or a resolver)")
-        self.recall = check_vector_option("recall", recall)
-        self.semantic = check_vector_option("semantic", semantic)
-        self.user_id = user_id
-        self.project_id = project_id
-        self.window = window
-        self.max_learned_facts = max_learned_facts
-        self.dedupe = dedupe
-        self.embedder_spec = embedder
-        self.max_users = max_users
-        self.max_facts = max_facts
-        self.learn_in_background = learn_in_background
-        self.store: FactStore = make_fact_store(location)
-        # windows=: None keeps windows in process; else the LRU caches a shared store.
-        self._windows = shared_windows(self, windows, location, window_ttl_seconds)
-
-        self._lock = threading.RLock()
-        self._users: OrderedDict[str, _UserState] = OrderedDict()
-        self._single: _UserState | None = None
-        self._shared_blocks: list[MemoryBlock] | None = None
-        self._warned_resolvers: set[int] = set()
-        self._warned_drop = False
-        self._embedder: Any = None
-        self._semantic_index: Any = None
-        self._queue: Any = None
+        self.config = MemoryConfig(
+            user_id=user_id,
+            agent_id=agent_id,
+            project_id=project_id,
+            window=window,
+            learn=learn,
+            max_learned_facts=max_learned_facts,
+            summarize=summarize,
+            recall=recall,
+            dedupe=dedupe,
+            semantic=semantic,
+            embedder=embedder,
+            max_users=max_users,
+            plane_agent_id=plane_agent_id,
+            max_facts=max_facts,
+            windows=windows,
+            window_ttl_seconds=window_ttl_seconds,
+            learn_in_background=learn_in_background,
+        )
+        self.location: FactStore = make_fact_store(location)
+        self._stack = MemoryStack(self.config, self.location)
+        self._resolution = UserResolution(user_id)
+        self._users = UserCache(self.config.per_user, max_users, self._new_state)
+        # windows=None keeps windows in process; else the user cache fronts a shared store.
+        self._windows = shared_windows(self.config, windows, self.location, location, self._new_state)
+        self._verbs = MemoryVerbs(
+            self.config,
+            self.location,
+            self._stack,
+            forget_user_state=self._forget_user_state,
+            flush=self.flush,
+        )
 
     def __bool__(self) -> bool:
         return True
 
     def __repr__(self) -> str:
         return (
-            f"Memory(store={self.store!r}, agent_id={self.agent_id!r}, "
-            f"per_user={self.per_user}, window={self.window})"
+            f"Memory(location={self.location!r}, agent_id={self.config.agent_id!r}, "
+            f"per_user={self.config.per_user}, window={self.config.window})"
         )
 
     @property
-    def per_user(self) -> bool:
-        """True when ``user_id`` is a resolver: one window per resolved user."""
-        return callable(self.user_id)
+    def store(self) -> FactStore:
+        """The fact store (an older name of :attr:`location`, kept for compatibility)."""
+        return self.location
 
-    # -- composition ---------------------------------------------------------
+    # -- the direct verbs ------------------------------------------------------
 
-    def _build(self, label: str, factory: Callable[[], MemoryBlock]) -> MemoryBlock | None:
-        try:
-            return factory()
-        except Exception as exc:  # a block that cannot start degrades memory, not the run
-            logger.warning("memory block %s could not be built; running without it: %s", label, exc)
-            return None
+    def persist(
+        self,
+        text: str,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        confidence: float = 1.0,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Store a durable fact in a tier; returns its id (the same id for the same text)."""
+        return self._verbs.persist(text, tier, id, confidence=confidence, metadata=metadata)
 
-    def shared_blocks(self) -> list[MemoryBlock]:
-        """Blocks every caller sees, resolved or not: global facts, then plane facts."""
-        with self._lock:
-            if self._shared_blocks is None:
-                blocks: list[MemoryBlock | None] = []
-                if self.agent_id:
-                    blocks.append(self._build("global facts", self._global_block))
-                if self.plane_agent_id:
-                    blocks.append(self._build("plane facts", self._plane_block))
-                self._shared_blocks = [b for b in blocks if b is not None]
-            return self._shared_blocks
+    def retrieve(
+        self,
+        query: str | None = None,
+        *,
+        tier: str = "user",
+        id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Fact]:
+        """Active facts of a tier, newest first; with ``query``, the closest by meaning
+        (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
+        return self._verbs.retrieve(query, tier=tier, id=id, limit=limit)
 
-    def _global_block(self) -> MemoryBlock:
-        return PersistentFactBlock(
-            scope="agent",
-            scope_id=self.agent_id or WILDCARD,
-            project_id=self.project_id,
-            max_facts=self.max_facts,
-            store=self.store,
-            heading=GLOBAL_HEADING,
-            name="persistent_facts",
-        )
+    def update(
+        self,
+        new: str,
+        old: int | str,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        confidence: float = 1.0,
+    ) -> int:
+        """Replace ``old`` (its text or id) with ``new``; the old fact stays as history.
 
-    def _plane_block(self) -> MemoryBlock:
-        from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
+        Returns the new fact's id. Updating a fact to its own text changes nothing.
+        """
+        return self._verbs.update(new, old, tier, id, confidence=confidence)
 
-        return PlaneFactBlock(agent_id=self.plane_agent_id or "")
+    def forget(self, tier: str = "user", id: str | None = None, *, fact: str | None = None) -> int:
+        """Hard-delete a subject's facts (history included) or one ``fact``; returns the count.
 
-    def user_blocks(self, user_id: str | None) -> list[MemoryBlock]:
-        """One user's own blocks in prompt order: user facts, summary, recall, learning."""
-        builders: list[tuple[str, Callable[[], MemoryBlock]]] = []
-        if user_id is not None:
-            builders.append(("user facts", lambda: self._user_fact_block(user_id)))
-        if self.summarize is not None:
-            builders.append(("summary", lambda: self._after_reply(self._summary_block())))
-        if self.recall is not None:
-            builders.append(("recall", lambda: self._recall_block(user_id)))
-        if self.learn is not None and user_id is not None:
-            builders.append(("learn", lambda: self._after_reply(self._learn_block(user_id))))
-        built = [self._build(label, factory) for label, factory in builders]
-        return [b for b in built if b is not None]
+        ``id="*"`` deletes every subject of the tier, on purpose. Forgetting a
+        user also drops their window, summary, extracted facts and recall
+        entries, in process and in shared vector stores.
+        """
+        return self._verbs.forget(tier, id, fact=fact)
 
-    def _after_reply(self, block: MemoryBlock) -> MemoryBlock:
-        return AfterReplyBlock(block, self.background_queue()) if self.learn_in_background else block
-
-    def background_queue(self) -> Any:
-        """The queue that runs extraction and summaries after replies, made on first use."""
-        with self._lock:
-            if self._queue is None:
-                from fastaiagent.agent.memory_blocks.background import BackgroundQueue
-
-                self._queue = BackgroundQueue(name="fastaiagent-memory-learning")
-            return self._queue
+    # -- background learning ---------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for background learning (extraction, summaries) queued so far.
@@ -317,166 +230,51 @@ class Memory(DirectVerbs):
         Returns False if ``timeout`` passed first. Queued work is also drained
         at normal interpreter exit, so no learned fact is lost.
         """
-        return True if self._queue is None else bool(self._queue.flush(timeout))
+        queue = self._stack.queue
+        return True if queue is None else bool(queue.flush(timeout))
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """Async :meth:`flush`; waits without holding the event loop."""
-        return True if self._queue is None else bool(await self._queue.aflush(timeout))
+        queue = self._stack.queue
+        return True if queue is None else bool(await queue.aflush(timeout))
 
-    def _user_fact_block(self, user_id: str) -> MemoryBlock:
-        return PersistentFactBlock(
-            scope="user",
-            scope_id=user_id,
-            project_id=self.project_id,
-            max_facts=self.max_facts,
-            store=self.store,
-            heading=USER_HEADING,
-            name="persistent_facts.user",
-        )
+    # -- runs ------------------------------------------------------------------
 
-    def _summary_block(self) -> MemoryBlock:
-        from fastaiagent.agent.memory_blocks.summary import SummaryBlock
-
-        # The summary covers what left the window, never what is still in it.
-        assert self.summarize is not None
-        return SummaryBlock(llm=self.summarize, keep_last=self.window)
-
-    def recall_namespace(self, user_id: str | None) -> str:
-        """``user:<id>`` (``<project>:user:<id>`` with a project); ``default`` without a user."""
-        if user_id is None:
-            return "default"
-        base = f"user:{user_id}"
-        return f"{self.project_id}:{base}" if self.project_id else base
-
-    def embedder(self) -> Any:
-        """The embedder shared by recall and semantic retrieval, made on first use."""
-        with self._lock:
-            if self._embedder is None:
-                from fastaiagent.kb.embedding import get_embedder
-
-                self._embedder = get_embedder(self.embedder_spec or "auto")
-            return self._embedder
-
-    def _recall_block(self, user_id: str | None) -> MemoryBlock:
-        from fastaiagent.agent.memory_blocks.vector import VectorBlock
-
-        embedder = self.embedder()
-        if self.recall == "auto":
-            from fastaiagent.kb.backends.faiss import FaissVectorStore
-
-            store = FaissVectorStore(dimension=embedder.dimension)
-        else:
-            store = self.recall
-        return VectorBlock(
-            store=store,
-            embedder=embedder,
-            namespace=self.recall_namespace(user_id),
-            dedupe_against_upstream=self.dedupe,
-        )
-
-    def _learn_block(self, user_id: str) -> MemoryBlock:
-        from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
-
-        assert self.learn is not None
-        return FactExtractionBlock(
-            llm=self.learn,
-            roles=("user",),
-            inject=False,  # the user fact block injects them, once
-            persist=True,
-            scope="user",
-            scope_id=user_id,
-            project_id=self.project_id,
-            confidence=LEARNED_CONFIDENCE,
-            max_persisted=self.max_learned_facts,
-            store=self.store,
-        )
-
-    def _new_state(self, user_id: str | None) -> _UserState:
-        own = self.user_blocks(user_id)
+    def _new_state(self, user_id: str | None) -> UserState:
+        own = self._stack.user_blocks(user_id)
         if self._windows is not None:
             own = self._windows.inline_summaries(own)
         memory = ComposableMemory(
-            blocks=[*self.shared_blocks(), *own], primary=AgentMemory(max_messages=self.window)
+            blocks=[*self._stack.shared_blocks(), *own],
+            primary=AgentMemory(max_messages=self.config.window),
         )
-        return _UserState(user_id, memory, own)
-
-    # -- per-user routing --------------------------------------------------
+        return UserState(user_id, memory, own)
 
     def resolve_user(self, context: Any) -> str | None:
         """The user a run belongs to, or None for an unresolved caller."""
-        if not callable(self.user_id):
-            return self.user_id
-        if context is None:
-            return None
-        try:
-            resolved = self.user_id(context)
-        except Exception as exc:
-            key = id(self.user_id)
-            if key not in self._warned_resolvers:
-                self._warned_resolvers.add(key)
-                hint = ""
-                if isinstance(getattr(context, "state", None), dict):
-                    hint = (
-                        ' The run state is a dict: read it with ctx.state["user_id"], '
-                        "not ctx.state.user_id."
-                    )
-                logger.warning(
-                    "user_id resolver raised %s: %s; the run gets no conversation memory.%s",
-                    type(exc).__name__,
-                    exc,
-                    hint,
-                )
-            return None
-        if resolved is None or resolved == "":
-            return None
-        if not isinstance(resolved, str):
-            resolved = str(resolved)
-        return resolved
-
-    def _state_for(self, user_id: str | None) -> _UserState:
-        with self._lock:
-            if not self.per_user:
-                if self._single is None:
-                    self._single = self._new_state(user_id)
-                return self._single
-            assert user_id is not None
-            state = self._users.get(user_id)
-            if state is not None:
-                self._users.move_to_end(user_id)
-                return state
-            state = self._new_state(user_id)
-            self._users[user_id] = state
-            if self.max_users is not None:
-                while len(self._users) > self.max_users:
-                    dropped, _ = self._users.popitem(last=False)
-                    if not self._warned_drop:
-                        self._warned_drop = True
-                        logger.warning(
-                            "Memory holds windows for max_users=%d users; dropped the least "
-                            "recently used (%s). Its durable facts stay in the store. "
-                            "This warning is shown once.",
-                            self.max_users,
-                            dropped,
-                        )
-            return state
+        return self._resolution.resolve(context)
 
     def start_turn(self, context: Any = None) -> MemoryTurn:
         """Pin a run to its user: resolved once, used for the run's read and write."""
         user = self.resolve_user(context)
-        if self.per_user and user is None:
-            shared = ComposableMemory(blocks=self.shared_blocks(), primary=AgentMemory(max_messages=1))
-            return _Turn(self, None, shared)
-        return _Turn(self, self._state_for(user), None)
+        if self.config.per_user and user is None:
+            shared = ComposableMemory(
+                blocks=self._stack.shared_blocks(), primary=AgentMemory(max_messages=1)
+            )
+            return Turn(None, shared, None)
+        state = self._users.get(user)
+        return Turn(state, state.memory, self._windows)
+
+    # -- users -----------------------------------------------------------------
 
     @property
     def cached_users(self) -> list[str]:
         """Users whose windows are held now, least recently used first."""
-        with self._lock:
-            return list(self._users)
+        return self._users.users()
 
     def for_user(self, user_id: str) -> UserMemory:
         """One user's window, for save/load outside a run (per-user Memory only)."""
-        if not self.per_user:
+        if not self.config.per_user:
             raise UsageError(
                 "for_user() is for a Memory with a user_id resolver; this Memory has one "
                 "window: call save()/load() on it directly"
@@ -487,10 +285,7 @@ class Memory(DirectVerbs):
         """Drop a user's in-process state (window, summary, recall index), and with
         ``windows=`` their stored window too, for every worker. Facts stay."""
         stored = self._windows.drop(user_id) if self._windows is not None else False
-        with self._lock:
-            state = self._users.pop(user_id, None)
-            if state is None and self._single is not None and self._single.user_id == user_id:
-                state, self._single = self._single, None
+        state = self._users.pop(user_id)
         if state is None:
             return stored
         for block in state.own_blocks:
@@ -500,53 +295,58 @@ class Memory(DirectVerbs):
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
         return True
 
-    # -- save / load -------------------------------------------------------
-
-    def _current_state(self, verb: str) -> _UserState:
-        if not self.per_user:
-            return self._state_for(self.user_id)
-        user = _current_user.get()
-        if user is None:
-            raise UsageError(
-                f"{verb}() on a per-user Memory needs a current user, and there is none outside "
-                f'a run: use mem.for_user("alice").{verb}(path)'
-            )
-        return self._state_for(user)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Save the window and block state to the directory ``path``."""
-        state = self._current_state("save")
-        if self._windows is not None:
-            self._windows.refresh(state)
-        state.memory.save(path)
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Load state saved by :meth:`save`."""
-        state = self._current_state("load")
-        state.memory.load(path)
-        if self._windows is not None:
-            self._windows.push(state)
-
     def _forget_user_state(self, user_id: str) -> None:
         users = self.cached_users if user_id == WILDCARD else [user_id]
         if user_id == WILDCARD and self._windows is not None:
             self._windows.drop_all()
         for user in users:
             self.drop_user(user)
-        if self._single is not None and user_id in (WILDCARD, self._single.user_id):
-            self.drop_user(self._single.user_id or "")
-        if self.recall not in (None, "auto"):
-            purge = getattr(self.recall, "delete_namespace", None)
+        if self._users.has_single() and user_id in (WILDCARD, self._users.single_user):
+            self.drop_user(self._users.single_user or "")
+        recall = self.config.recall
+        if recall not in (None, "auto"):
+            purge = getattr(recall, "delete_namespace", None)
             if user_id == WILDCARD:
                 logger.warning("forget(id='*') cannot enumerate recall namespaces of a shared store")
             elif purge is not None:
-                purge(self.recall_namespace(user_id))
+                purge(self._stack.recall_namespace(user_id))
 
-    def semantic_index(self) -> Any:
-        """The semantic fact index (``semantic=``), made on first use."""
-        with self._lock:
-            if self._semantic_index is None:
-                from fastaiagent.facts.semantic import SemanticFactIndex
+    # -- save / load -----------------------------------------------------------
 
-                self._semantic_index = SemanticFactIndex(self.store, self.semantic, self.embedder())
-            return self._semantic_index
+    def _fresh_state(self, user_id: str | None) -> UserState:
+        state = self._users.get(user_id)
+        if self._windows is not None:
+            self._windows.refresh(state)
+        return state
+
+    def _save_state(self, state: UserState, path: str | os.PathLike[str]) -> None:
+        if self._windows is not None:
+            self._windows.refresh(state)
+        state.memory.save(path)
+
+    def _load_state(self, state: UserState, path: str | os.PathLike[str]) -> None:
+        state.memory.load(path)
+        if self._windows is not None:
+            self._windows.push(state)
+
+    def _current_state(self, verb: str) -> UserState:
+        if not self.config.per_user:
+            return self._users.get(self.config.static_user)
+        user = current_user.get()
+        if user is None:
+            raise UsageError(
+                f"{verb}() on a per-user Memory needs a current user, and there is none outside "
+                f'a run: use mem.for_user("alice").{verb}(path)'
+            )
+        return self._users.get(user)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save the window and block state to the directory ``path``."""
+        self._save_state(self._current_state("save"), path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Load state saved by :meth:`save`."""
+        self._load_state(self._current_state("load"), path)
+
+
+__all__ = ["Memory", "UserMemory"]

@@ -1,41 +1,55 @@
-"""Memory's direct verbs: persist, retrieve, update, forget, with their guard rails.
+"""MemoryVerbs: persist, retrieve, update and forget, with their guard rails.
 
-A mixin of :class:`fastaiagent.agent.memory.Memory`; tiers map to store
-scopes here (global -> agent, user -> user; session is the window, not a store).
+A part of :class:`fastaiagent.agent.memory.Memory` (which delegates its verbs
+here). Tiers map to store scopes: global -> agent, user -> user; the session
+tier is the window, not a store.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent.errors import InvalidTypeError, InvalidValueError, UnsupportedTierError
+from fastaiagent._validate import fraction, integer
+from fastaiagent.agent.memory_config import MemoryConfig
+from fastaiagent.agent.memory_stack import MemoryStack
+from fastaiagent.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    NotFoundError,
+    UnsupportedTierError,
+)
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
 from fastaiagent.facts.store import FactStore
 
 TIERS = ("global", "user", "session")
+DEFAULT_SEARCH_LIMIT = 10
 
 
-class DirectVerbs:
-    """The direct store verbs of Memory (the attributes below are Memory's)."""
+class MemoryVerbs:
+    """The direct verbs over a Memory's fact store.
 
-    store: FactStore
-    agent_id: str | None
-    user_id: Any
-    project_id: str
-    semantic: Any
-    _semantic_index: Any
+    ``forget_user_state`` drops a forgotten user's in-process and shared window
+    state; ``flush`` waits for queued learning (so it cannot write facts back).
+    """
 
-    def flush(self, timeout: float | None = None) -> bool:
-        raise NotImplementedError
-
-    def semantic_index(self) -> Any:
-        raise NotImplementedError
-
-    def _forget_user_state(self, user_id: str) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        config: MemoryConfig,
+        store: FactStore,
+        stack: MemoryStack,
+        *,
+        forget_user_state: Callable[[str], None],
+        flush: Callable[[], Any],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.stack = stack
+        self._forget_user_state = forget_user_state
+        self._flush = flush
 
     def _subject(self, verb: str, tier: str, id: str | None) -> tuple[str, str | None]:
         """The store (scope, scope_id) of a tier; scope_id None when there is none."""
@@ -49,9 +63,8 @@ class DirectVerbs:
         if id is not None and not isinstance(id, str):
             raise InvalidTypeError(f"id must be a str, got {type(id).__name__}")
         if tier == "global":
-            return "agent", id or self.agent_id
-        static_user = self.user_id if isinstance(self.user_id, str) else None
-        return "user", id or static_user
+            return "agent", id or self.config.agent_id
+        return "user", id or self.config.static_user
 
     def _warn_global_without_agent(self, verb: str, tier: str, scope_id: str | None) -> None:
         if tier == "global" and not scope_id:
@@ -83,6 +96,7 @@ class DirectVerbs:
     ) -> int:
         """Store a durable fact in a tier; returns its id (the same id for the same text)."""
         scope, scope_id = self._write_scope_id("persist", tier, id)
+        fraction("confidence", confidence)
         with trace.span(
             "memory.persist", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
@@ -91,7 +105,7 @@ class DirectVerbs:
                     fact=text,
                     scope=scope,
                     scope_id=scope_id,
-                    project_id=self.project_id,
+                    project_id=self.config.project_id,
                     confidence=confidence,
                     metadata=dict(metadata or {}),
                 )
@@ -110,7 +124,9 @@ class DirectVerbs:
         """Active facts of a tier, newest first; with ``query``, the closest by meaning
         (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
         scope, scope_id = self._subject("retrieved", tier, id)
-        if query is not None and self.semantic is None:
+        if limit is not None:
+            integer("limit", limit, minimum=0)
+        if query is not None and self.config.semantic is None:
             raise InvalidValueError(
                 'retrieve(query) searches by meaning and needs Memory(semantic="auto") or a '
                 "VectorStore; without it call retrieve(tier=..., id=...) for the list"
@@ -119,14 +135,18 @@ class DirectVerbs:
             "memory.retrieve",
             {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id or "", "memory.query": query},
         ):
-            if scope == "user" and not scope_id:
+            if (scope == "user" and not scope_id) or limit == 0:
                 facts: list[Fact] = []
             elif query is not None:
-                facts = self.semantic_index().search(
-                    query, scope, scope_id or "", self.project_id, limit=limit or 10
+                facts = self.stack.semantic_index().search(
+                    query,
+                    scope,
+                    scope_id or "",
+                    self.config.project_id,
+                    limit=limit or DEFAULT_SEARCH_LIMIT,
                 )
             else:
-                facts = self.store.list_active(scope, scope_id or "", self.project_id, limit)
+                facts = self.store.list_active(scope, scope_id or "", self.config.project_id, limit)
             trace.annotate({"memory.count": len(facts)})
         return facts
 
@@ -136,10 +156,13 @@ class DirectVerbs:
         if isinstance(old, int):
             return old
         key = normalize_text(old)
-        for fact in self.store.list_active(scope, scope_id, self.project_id, None):
+        for fact in self.store.list_active(scope, scope_id, self.config.project_id, None):
             if normalize_text(fact.fact) == key:
                 return int(fact.id or 0)
-        raise InvalidValueError(f"no active {scope}:{scope_id} fact matches old={old!r}")
+        raise NotFoundError(
+            f"no active {scope}:{scope_id} fact matches old={old!r}: pass the text of an "
+            "active fact or its id (retrieve() lists them)"
+        )
 
     def update(
         self,
@@ -159,13 +182,14 @@ class DirectVerbs:
             "memory.update", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
             old_id = self._resolve_old(old, scope, scope_id)
-            fact = Fact(fact=new, scope=scope, scope_id=scope_id, project_id=self.project_id, confidence=confidence)
+            fact = Fact(fact=new, scope=scope, scope_id=scope_id, project_id=self.config.project_id, confidence=confidence)
             try:
                 new_id = self.store.update(fact, old_id)
             except KeyError as exc:
                 raise InvalidValueError(f"cannot update: {exc.args[0] if exc.args else exc}") from exc
-            if new_id != old_id and self._semantic_index is not None:
-                self._semantic_index.remove([old_id])
+            index = self.stack.semantic_index_if_built
+            if new_id != old_id and index is not None:
+                index.remove([old_id])
             trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
         return new_id
 
@@ -185,13 +209,14 @@ class DirectVerbs:
                 'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
             )
         # Learning queued before the forget must not write the user's facts back after it.
-        self.flush()
+        self._flush()
         with trace.span(
             "memory.forget", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
-            count = self.store.delete(scope, scope_id, self.project_id, fact=fact)
-            if self._semantic_index is not None:
-                self._semantic_index.forget(scope, scope_id, self.project_id)
+            count = self.store.delete(scope, scope_id, self.config.project_id, fact=fact)
+            index = self.stack.semantic_index_if_built
+            if index is not None:
+                index.forget(scope, scope_id, self.config.project_id)
             if scope == "user" and fact is None:
                 self._forget_user_state(scope_id)
             trace.annotate({"memory.count": count})

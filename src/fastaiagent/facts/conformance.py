@@ -171,8 +171,10 @@ class FactStoreConformance:
         assert [f.id for f in store.list_active("user", "alice", limit=3)] == newest_first[:3]
         assert [f.id for f in store.list_active("user", "alice")] == newest_first  # default 50
         assert store.list_active("user", "alice", limit=0) == []
-        for bad in (-1, 1.5, "3", True):
-            with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="limit must be >= 0"):
+            store.list_active("user", "alice", limit=-1)
+        for bad in (1.5, "3", True):
+            with pytest.raises(TypeError, match="limit must be an int"):
                 store.list_active("user", "alice", limit=bad)  # type: ignore[arg-type]
 
     def test_limit_n_returns_n_when_n_active_exist(self, store: FactStore) -> None:

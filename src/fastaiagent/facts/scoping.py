@@ -14,10 +14,10 @@ statement typed twice is one fact.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 
+from fastaiagent._validate import fraction, integer
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
@@ -73,10 +73,7 @@ def validate_for_write(fact: Fact) -> Fact:
         raise InvalidValueError('"*" is a read/delete wildcard and cannot be written as an id')
     if fact.scope in ("user", "project") and not fact.scope_id:
         raise InvalidValueError(f"a {fact.scope}-scope fact needs a non-empty scope_id")
-    if not isinstance(fact.confidence, (int, float)) or not (
-        math.isfinite(fact.confidence) and 0.0 <= fact.confidence <= 1.0
-    ):
-        raise InvalidValueError(f"confidence must be a number in [0, 1], got {fact.confidence!r}")
+    fraction("confidence", fact.confidence)
     if not isinstance(fact.metadata, dict):
         raise InvalidTypeError("metadata must be a dict")
     try:
@@ -122,9 +119,7 @@ def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector
 
 def check_fact_id(value: object) -> int:
     """A fact id must be a plain int (not a bool, not a numeric string)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"a fact id must be an int, got {type(value).__name__}")
-    return value
+    return integer("fact id", value)
 
 
 def check_fact_text(value: object) -> str:
@@ -133,8 +128,9 @@ def check_fact_text(value: object) -> str:
 
 
 def check_limit(limit: int | None) -> None:
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise InvalidValueError(f"limit must be a non-negative int or None, got {limit!r}")
+    """None (no limit) or an int >= 0."""
+    if limit is not None:
+        integer("limit", limit, minimum=0)
 
 
 def check_supersede(old: Fact | None, new: Fact | None, old_id: int, new_id: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastaiagent.agent.memory_config import DEFAULT_WINDOW_TTL
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.factory import POSTGRES_SCHEMES, REDIS_SCHEMES, make_fact_store
 from fastaiagent.facts.store import FactStore
@@ -21,7 +22,6 @@ from fastaiagent.facts.windows import (
     new_version,
 )
 
-DEFAULT_WINDOW_TTL = 7 * 24 * 3600.0  # a week idle and a window is gone (facts stay)
 SHARED = "shared"
 
 

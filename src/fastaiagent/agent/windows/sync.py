@@ -43,7 +43,7 @@ class _Sync:
 
 
 class SharedWindows:
-    """Keeps per-user states (``_UserState``: ``user_id``, ``memory``, ``own_blocks``)
+    """Keeps per-user states (:class:`~fastaiagent.agent.memory_users.UserState`)
     in step with a :class:`WindowStore`.
 
     ``rebuild(user_id)`` makes a fresh state; it replaces a cached one whose
@@ -220,17 +220,20 @@ class SharedWindows:
 
 
 def shared_windows(
-    owner: Any, windows: Any, location: Any, ttl_seconds: float | None
+    config: Any, windows: Any, fact_store: Any, location: Any, rebuild: Callable[[str | None], Any]
 ) -> SharedWindows | None:
-    """The window sync of a Memory (None: windows stay in process), checked now."""
-    ttl = check_ttl(ttl_seconds)
-    store = make_window_store(windows, owner.store, location)
+    """The window sync of a Memory (None: windows stay in process), checked now.
+
+    ``config`` is the Memory's MemoryConfig (agent, project, TTL); ``rebuild``
+    makes a fresh user state when a stored window expired or was deleted.
+    """
+    store = make_window_store(windows, fact_store, location)
     if store is None:
         return None
     return SharedWindows(
         store,
-        agent_id=owner.agent_id,
-        project_id=owner.project_id,
-        ttl_seconds=ttl,
-        rebuild=owner._new_state,
+        agent_id=config.agent_id,
+        project_id=config.project_id,
+        ttl_seconds=check_ttl(config.window_ttl_seconds),
+        rebuild=rebuild,
     )

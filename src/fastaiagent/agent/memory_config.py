@@ -1,0 +1,116 @@
+"""MemoryConfig: every keyword of :class:`~fastaiagent.agent.memory.Memory`, checked once.
+
+Construction is where bad values fail (acceptance H6: before any run), so the
+rest of Memory can trust the values it reads here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastaiagent import _validate as check
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.windows import check_ttl
+from fastaiagent.llm.base import BaseLLM
+
+DEFAULT_WINDOW = 20
+DEFAULT_MAX_USERS = 10_000
+DEFAULT_MAX_LEARNED = 200
+DEFAULT_MAX_FACTS = 50
+DEFAULT_WINDOW_TTL = 7 * 24 * 3600.0  # a week idle and a shared window is gone (facts stay)
+EMBEDDER_NAMES = ("auto", "local", "openai")
+
+UserResolver = Callable[[Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """The checked keywords of a Memory (see its docstring for what each means)."""
+
+    user_id: str | UserResolver | None = None
+    agent_id: str | None = None
+    project_id: str = ""
+    window: int = DEFAULT_WINDOW
+    learn: BaseLLM | None = None
+    max_learned_facts: int | None = DEFAULT_MAX_LEARNED
+    summarize: BaseLLM | None = None
+    recall: Any = None
+    dedupe: bool = False
+    semantic: Any = None
+    embedder: Any = None
+    max_users: int | None = DEFAULT_MAX_USERS
+    plane_agent_id: str | None = None
+    max_facts: int = DEFAULT_MAX_FACTS
+    windows: Any = None
+    window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL
+    learn_in_background: bool = True
+
+    def __post_init__(self) -> None:
+        if self.user_id is not None and not callable(self.user_id):
+            check.optional_id("user_id", self.user_id)
+        check.optional_id("agent_id", self.agent_id)
+        check.optional_id("plane_agent_id", self.plane_agent_id)
+        check.text("project_id", self.project_id, allow_empty=True)
+        if self.project_id == WILDCARD:
+            raise InvalidValueError('project_id cannot be "*": a tenant is one exact id')
+        check.positive_int("window", self.window)
+        check.positive_int("max_learned_facts", self.max_learned_facts, allow_none=True)
+        check.positive_int("max_users", self.max_users, allow_none=True)
+        check.positive_int("max_facts", self.max_facts)
+        check.boolean("dedupe", self.dedupe)
+        check.boolean("learn_in_background", self.learn_in_background)
+        check_ttl(self.window_ttl_seconds)
+        _check_embedder(self.embedder)
+        _check_llm("learn", self.learn)
+        _check_llm("summarize", self.summarize)
+        _check_vector_option("recall", self.recall)
+        _check_vector_option("semantic", self.semantic)
+        if self.learn is not None and self.user_id is None:
+            raise InvalidValueError(
+                "learn= stores facts per user: set user_id= (a string or a resolver)"
+            )
+
+    @property
+    def per_user(self) -> bool:
+        """True when ``user_id`` is a resolver: one window per resolved user."""
+        return callable(self.user_id)
+
+    @property
+    def static_user(self) -> str | None:
+        """The fixed user of a Memory built with ``user_id="..."`` (None otherwise)."""
+        return self.user_id if isinstance(self.user_id, str) else None
+
+
+def _check_llm(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, BaseLLM):
+        raise InvalidTypeError(
+            f"{name}= needs an LLM (LLMClient or BaseLLM), got {type(value).__name__}"
+        )
+
+
+def _check_vector_option(name: str, value: Any) -> None:
+    if value is None or value == "auto":
+        return
+    if isinstance(value, str) or not (hasattr(value, "search") and hasattr(value, "add")):
+        raise InvalidTypeError(
+            f'{name}= must be "auto", a VectorStore instance or None, got {value!r}'
+        )
+
+
+def _check_embedder(value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, str):
+        if value in EMBEDDER_NAMES or value.startswith("openai:"):
+            return
+        raise InvalidValueError(
+            f"unknown embedder {value!r}: use 'auto', 'local', 'openai', 'openai:<model>' "
+            "or an Embedder instance"
+        )
+    if not (callable(getattr(value, "embed", None)) and hasattr(value, "dimension")):
+        raise InvalidTypeError(
+            f"embedder= must be a name or an Embedder (embed + dimension), got {value!r}"
+        )

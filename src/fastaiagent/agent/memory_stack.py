@@ -1,0 +1,182 @@
+"""MemoryStack: which blocks a Memory composes for each user, in prompt order.
+
+Global facts, plane facts (shared by every caller), then the user's own:
+user facts, summary, recall, learning. It also owns what those blocks share
+and make on first use: the embedder, the background queue, the semantic index.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fastaiagent.agent.memory_blocks.background import AfterReplyBlock, BackgroundQueue
+from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
+from fastaiagent.agent.memory_config import MemoryConfig
+from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.store import FactStore
+
+logger = logging.getLogger("fastaiagent.memory")
+
+LEARNED_CONFIDENCE = 0.6
+GLOBAL_HEADING = "Facts true for everyone using this agent:"
+USER_HEADING = "Facts about this user:"
+
+
+class MemoryStack:
+    """Builds a Memory's blocks from its config; a block that cannot start is
+    logged and left out (it degrades memory, never the run)."""
+
+    def __init__(self, config: MemoryConfig, store: FactStore) -> None:
+        self.config = config
+        self.store = store
+        self._lock = threading.RLock()
+        self._shared: list[MemoryBlock] | None = None
+        self._embedder: Any = None
+        self._semantic_index: Any = None
+        self.queue: BackgroundQueue | None = None
+
+    # -- blocks ----------------------------------------------------------------
+
+    @staticmethod
+    def _build(label: str, factory: Callable[[], MemoryBlock]) -> MemoryBlock | None:
+        try:
+            return factory()
+        except Exception as exc:  # a block that cannot start degrades memory, not the run
+            logger.warning("memory block %s could not be built; running without it: %s", label, exc)
+            return None
+
+    def shared_blocks(self) -> list[MemoryBlock]:
+        """Blocks every caller sees, resolved or not: global facts, then plane facts."""
+        with self._lock:
+            if self._shared is None:
+                built = []
+                if self.config.agent_id:
+                    built.append(self._build("global facts", self._global_facts))
+                if self.config.plane_agent_id:
+                    built.append(self._build("plane facts", self._plane_facts))
+                self._shared = [b for b in built if b is not None]
+            return self._shared
+
+    def user_blocks(self, user_id: str | None) -> list[MemoryBlock]:
+        """One user's own blocks in prompt order: user facts, summary, recall, learning."""
+        config = self.config
+        builders: list[tuple[str, Callable[[], MemoryBlock]]] = []
+        if user_id is not None:
+            builders.append(("user facts", lambda: self._user_facts(user_id)))
+        if config.summarize is not None:
+            builders.append(("summary", lambda: self._after_reply(self._summary())))
+        if config.recall is not None:
+            builders.append(("recall", lambda: self._recall(user_id)))
+        if config.learn is not None and user_id is not None:
+            builders.append(("learn", lambda: self._after_reply(self._learning(user_id))))
+        built = [self._build(label, factory) for label, factory in builders]
+        return [b for b in built if b is not None]
+
+    def _facts_block(self, scope: str, scope_id: str, heading: str, name: str) -> MemoryBlock:
+        return PersistentFactBlock(
+            scope=scope,
+            scope_id=scope_id,
+            project_id=self.config.project_id,
+            max_facts=self.config.max_facts,
+            store=self.store,
+            heading=heading,
+            name=name,
+        )
+
+    def _global_facts(self) -> MemoryBlock:
+        agent = self.config.agent_id or WILDCARD
+        return self._facts_block("agent", agent, GLOBAL_HEADING, "persistent_facts")
+
+    def _user_facts(self, user_id: str) -> MemoryBlock:
+        return self._facts_block("user", user_id, USER_HEADING, "persistent_facts.user")
+
+    def _plane_facts(self) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
+
+        return PlaneFactBlock(agent_id=self.config.plane_agent_id or "")
+
+    def _summary(self) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.summary import SummaryBlock
+
+        # The summary covers what left the window, never what is still in it.
+        assert self.config.summarize is not None
+        return SummaryBlock(llm=self.config.summarize, keep_last=self.config.window)
+
+    def _recall(self, user_id: str | None) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.vector import VectorBlock
+
+        embedder = self.embedder()
+        store = self.config.recall
+        if store == "auto":
+            from fastaiagent.kb.backends.faiss import FaissVectorStore
+
+            store = FaissVectorStore(dimension=embedder.dimension)
+        return VectorBlock(
+            store=store,
+            embedder=embedder,
+            namespace=self.recall_namespace(user_id),
+            dedupe_against_upstream=self.config.dedupe,
+        )
+
+    def _learning(self, user_id: str) -> MemoryBlock:
+        from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
+
+        assert self.config.learn is not None
+        return FactExtractionBlock(
+            llm=self.config.learn,
+            roles=("user",),
+            inject=False,  # the user fact block injects them, once
+            persist=True,
+            scope="user",
+            scope_id=user_id,
+            project_id=self.config.project_id,
+            confidence=LEARNED_CONFIDENCE,
+            max_persisted=self.config.max_learned_facts,
+            store=self.store,
+        )
+
+    def _after_reply(self, block: MemoryBlock) -> MemoryBlock:
+        if not self.config.learn_in_background:
+            return block
+        with self._lock:
+            if self.queue is None:
+                self.queue = BackgroundQueue(name="fastaiagent-memory-learning")
+        return AfterReplyBlock(block, self.queue)
+
+    # -- what the blocks share -------------------------------------------------
+
+    def recall_namespace(self, user_id: str | None) -> str:
+        """``user:<id>`` (``<project>:user:<id>`` with a project); ``default`` without a user."""
+        if user_id is None:
+            return "default"
+        base = f"user:{user_id}"
+        return f"{self.config.project_id}:{base}" if self.config.project_id else base
+
+    def embedder(self) -> Any:
+        """The embedder shared by recall and semantic retrieval, made on first use."""
+        with self._lock:
+            if self._embedder is None:
+                from fastaiagent.kb.embedding import get_embedder
+
+                self._embedder = get_embedder(self.config.embedder or "auto")
+            return self._embedder
+
+    def semantic_index(self) -> Any:
+        """The semantic fact index (``semantic=``), made on first use."""
+        with self._lock:
+            if self._semantic_index is None:
+                from fastaiagent.facts.semantic import SemanticFactIndex
+
+                self._semantic_index = SemanticFactIndex(
+                    self.store, self.config.semantic, self.embedder()
+                )
+            return self._semantic_index
+
+    @property
+    def semantic_index_if_built(self) -> Any:
+        """The semantic index when something has used it, else None (nothing to update)."""
+        return self._semantic_index
