@@ -24,6 +24,7 @@ from fastaiagent.errors import (
 )
 from fastaiagent.facts._sql import browse_where, selector_where
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.schema import Schema, advisory_lock, migrate_postgres
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
@@ -111,9 +112,15 @@ class PostgresFactStore:
     opened lazily on first use; a store created before a fork opens its own pool
     in the child. ``close()`` releases the connections and the next call reopens
     them; the pool is also closed when the store is garbage-collected and at
-    interpreter exit. On first open the table and its indexes are created when
-    missing; existing indexes are found in ``pg_indexes`` and left alone, so no
-    lock-taking DDL runs against a table that is already set up.
+    interpreter exit. On first open the schema version is checked (component
+    ``facts:<table>`` in ``fastaiagent_schema``): a new or older table is set up
+    once; a table at this version only has its indexes looked up in
+    ``pg_indexes`` (a missing one is rebuilt ``CONCURRENTLY``), so no
+    lock-taking DDL runs against a table that is already set up. A table
+    written by a newer fastaiagent raises
+    :class:`~fastaiagent.errors.SchemaVersionError`. A lost or refused
+    connection raises :class:`~fastaiagent.errors.StoreUnavailableError`
+    (a ``ConnectionError``).
     """
 
     def __init__(
@@ -151,6 +158,9 @@ class PostgresFactStore:
         self._finalizer = weakref.finalize(self, _close_holder, self._holder)
         self._t = sql.Identifier(table)
         self._queries = self._build_queries()
+        # Version 1 is the layout written before versions were recorded; its step
+        # also upgrades such a table (and older ones) in place.
+        self._schema = Schema(f"facts:{table}", [self._set_up_table])
 
     def __repr__(self) -> str:
         return f"PostgresFactStore(table={self.table!r}, pool={self.min_pool_size}..{self.max_pool_size})"
@@ -195,11 +205,14 @@ class PostgresFactStore:
         except psycopg_pool.PoolTimeout as exc:
             pool.close()
             raise StoreUnavailableError(
-                f"cannot connect to Postgres for the fact store ({_redacted(self.url)}): {exc}"
+                f"cannot connect to Postgres for the fact store ({redacted_url(self.url)}): {exc}"
             ) from exc
-        except BaseException:
+        except BaseException as exc:
             pool.close()
-            raise
+            mapped = self._unavailable(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
         return pool
 
     def close(self) -> None:
@@ -215,53 +228,79 @@ class PostgresFactStore:
     def _run(self, operation: Callable[[Any], _T]) -> _T:
         """Run ``operation(conn)``; when the server dropped the connection
         (restart, pg_terminate_backend), discard dead connections and retry once.
-        Every operation is idempotent, so the retry cannot double-apply."""
+        Every operation is idempotent, so the retry cannot double-apply. What
+        still fails is classified by :meth:`_unavailable`."""
         try:
             try:
                 with self._connection() as conn:
                     return operation(conn)
-            except psycopg_pool.PoolTimeout:
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not connection_lost(exc):
+                    raise
+            self.pool.check()  # drops every idle connection that is broken too
+            with self._connection() as conn:
+                return operation(conn)
+        except Exception as exc:
+            mapped = self._unavailable(exc)
+            if mapped is exc:
                 raise
-            except psycopg.OperationalError:
-                self.pool.check()  # drops every idle connection that is broken too
-                with self._connection() as conn:
-                    return operation(conn)
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailableError(
-                f"no Postgres connection for the fact store within {self.timeout} s "
-                f"({_redacted(self.url)}): {exc}"
-            ) from exc
+            raise mapped from exc
+
+    def _unavailable(self, exc: BaseException) -> BaseException:
+        """The one place psycopg errors are classified: a pool timeout, a lost or
+        refused connection and the server's other operational failures (shutdown,
+        a statement or lock timeout) become StoreUnavailableError, a ConnectionError;
+        anything else (errors of this library, SQL errors) is returned as it is."""
+        where = f"({redacted_url(self.url)})"
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            return StoreUnavailableError(
+                f"no Postgres connection for the fact store within {self.timeout} s {where}: {exc}"
+            )
+        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            if connection_lost(exc):
+                what, fix = "lost the Postgres connection", "check that the server is up and reachable"
+            else:
+                what, fix = "Postgres could not complete the call", "retry, or check the server's log"
+            return StoreUnavailableError(
+                f"{what} for the fact store {where}: {type(exc).__name__}: "
+                f"{redacted_url(str(exc)).strip()}; {fix}"
+            )
+        return exc
 
     # -- schema ------------------------------------------------------------
 
     def _ensure_schema(self, conn: Any) -> None:
-        """Create what is missing, and nothing else: with every index in place
-        (found in pg_indexes) no DDL runs and no lock is taken."""
-        names = index_names(self.table)
-        if self._schema_complete(conn, names):
+        """Migrate to this version when older; at this version, look the indexes up
+        in pg_indexes (a read: with every index in place no DDL runs and no lock is
+        taken) and rebuild one that was dropped by hand."""
+        where = f"the database at {redacted_url(self.url)}"
+        if migrate_postgres(conn, self._schema, self.table, where):
             return
-        lock_key = f"fastaiagent:{self.table}"
-        # Serialise first opens from many processes; re-check under the lock.
-        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
-        try:
-            exists = conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0]
-            if exists is None:
-                with conn.transaction():  # a new, empty table: plain DDL is instant
-                    conn.execute(self._q("create_table"))
-                    for kind, name in names.items():
-                        conn.execute(self._index_ddl(kind, name))
-                return
-            # An existing table may be large and busy: build indexes CONCURRENTLY,
-            # so writers are never blocked while they build.
-            present = self._present_indexes(conn)
-            if names["active_key"] not in present:
-                with conn.transaction():
-                    self._upgrade_table(conn)
-            for kind, name in names.items():
-                if name not in present:
-                    self._build_concurrently(conn, kind, name)
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+        if self._schema_complete(conn, index_names(self.table)):
+            return
+        with advisory_lock(conn, self.table):  # serialise with other workers' opens
+            self._set_up_table(conn)
+
+    def _set_up_table(self, conn: Any) -> None:
+        """Schema step 1 (run under the table's advisory lock): create the table
+        and its indexes, or bring an existing table to them."""
+        names = index_names(self.table)
+        exists = conn.execute("SELECT to_regclass(%s)", ('"' + self.table + '"',)).fetchone()[0]
+        if exists is None:
+            with conn.transaction():  # a new, empty table: plain DDL is instant
+                conn.execute(self._q("create_table"))
+                for kind, name in names.items():
+                    conn.execute(self._index_ddl(kind, name))
+            return
+        # An existing table may be large and busy: build indexes CONCURRENTLY,
+        # so writers are never blocked while they build.
+        present = self._present_indexes(conn)
+        if names["active_key"] not in present:
+            with conn.transaction():
+                self._upgrade_table(conn)
+        for kind, name in names.items():
+            if name not in present:
+                self._build_concurrently(conn, kind, name)
 
     def _build_concurrently(self, conn: Any, kind: str, name: str) -> None:
         drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name))
@@ -571,6 +610,17 @@ class PostgresFactStore:
 
         return PostgresWindowStore(self)
 
-def _redacted(url: str) -> str:
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a psycopg error means the connection is gone (lost, refused, or the
+    server shutting it down) rather than a failed statement on a live connection."""
+    if isinstance(exc, psycopg.InterfaceError):  # "the connection is closed"
+        return True
+    state = getattr(exc, "sqlstate", None)
+    # No SQLSTATE: the client saw the socket fail. 08: connection exception.
+    # 57P01-57P03: admin shutdown (pg_terminate_backend), crash shutdown, cannot connect now.
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def redacted_url(url: str) -> str:
     """The URL without its password, for error messages."""
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)

@@ -6,7 +6,8 @@ from typing import Any
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
-from fastaiagent.facts.postgres import PostgresFactStore, sql
+from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
+from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
 
 DEFAULT_TABLE = "conversation_windows"
@@ -36,6 +37,9 @@ class PostgresWindowStore:
         self._ready = False
         self._writes = 0
         self._q = self._queries(table)
+        # Version 1 is the layout written before versions were recorded (IF NOT
+        # EXISTS: its step also upgrades such a table).
+        self._schema = Schema(f"windows:{table}", [self._create_table])
 
     def __repr__(self) -> str:
         return f"PostgresWindowStore(table={self.table!r})"
@@ -79,15 +83,18 @@ class PostgresWindowStore:
             "purge": sql.SQL("DELETE FROM {} WHERE expires_at <= now()").format(t),
         }
 
+    def _create_table(self, conn: Any) -> None:
+        """Schema step 1 (under the table's advisory lock, see facts/schema.py)."""
+        with conn.transaction():
+            conn.execute(self._q["create"])
+            conn.execute(self._q["index"])
+
     def _ensure_table(self, conn: Any) -> None:
         if self._ready:
             return
-        if conn.execute("SELECT to_regclass(%s)", (self.table,)).fetchone()[0] is None:
-            with conn.transaction():
-                # Many workers may start at once: serialise the DDL.
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fastaiagent:{self.table}",))
-                conn.execute(self._q["create"])
-                conn.execute(self._q["index"])
+        migrate_postgres(
+            conn, self._schema, self.table, f"the database at {redacted_url(self.store.url)}"
+        )
         self._ready = True
 
     def _execute(self, query: str, params: tuple[Any, ...]) -> Any:
