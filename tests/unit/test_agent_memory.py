@@ -61,7 +61,7 @@ def test_oldest_messages_drop_first():
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True])
 def test_bad_max_messages_is_refused(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"max_messages must be a positive int or None, got"):
         AgentMemory(max_messages=bad)
 
 
@@ -81,7 +81,7 @@ def test_save_load_round_trip_and_agent_recalls_alice(tmp_path):
 def test_load_replaces_state_and_bad_files_change_nothing(tmp_path):
     memory = AgentMemory()
     memory.add(UserMessage("kept"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"memory file not found: .*missing\.json"):
         memory.load(tmp_path / "missing.json")
     corrupt = tmp_path / "corrupt.json"
     corrupt.write_text("{not json")
@@ -89,7 +89,7 @@ def test_load_replaces_state_and_bad_files_change_nothing(tmp_path):
         memory.load(corrupt)
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"messages": [{"content": "no role"}]}))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="window state is corrupt: not a message record"):
         memory.load(wrong)
     assert [m.content for m in memory.get_messages()] == ["kept"]
 
@@ -203,10 +203,10 @@ def test_load_of_a_corrupt_block_file_changes_nothing(tmp_path):
     (tmp_path / "s" / "blocks" / "recorder.json").write_text("{oops")
     target = ComposableMemory(blocks=[Recorder()])
     target.add_message(UserMessage("mine"))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"blocks/recorder\.json is corrupt"):
         target.load(tmp_path / "s")
     assert [m.content for m in target.primary.get_messages()] == ["mine"]
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"memory directory not found: .*nowhere"):
         target.load(tmp_path / "nowhere")
 
 
@@ -258,7 +258,7 @@ def test_custom_block_with_only_on_message_and_render_works():
 
 
 def test_static_block_needs_text_and_calls_no_llm():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="StaticBlock needs non-empty text"):
         StaticBlock("  ")
     block = StaticBlock("The user's timezone is UTC+1.")
     assert [m.content for m in block.render("a")] == [m.content for m in block.render("b")]
@@ -276,5 +276,5 @@ def test_messages_round_trip_through_dicts():
     for original in originals:
         copy = Message.from_dict(original.to_dict())
         assert type(copy) is type(original) and copy == original
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown message role 'robot'; expected one of"):
         Message("robot", "x")

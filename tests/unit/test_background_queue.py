@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -151,15 +152,21 @@ def test_aflush_does_not_hold_the_event_loop():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"max_pending": 0}, {"max_pending": True}, {"exit_timeout": -1}, {"idle_seconds": 0}]
+    ("kwargs", "message"),
+    [
+        ({"max_pending": 0}, "max_pending must be a positive int, got 0"),
+        ({"max_pending": True}, "max_pending must be a positive int, got True"),
+        ({"exit_timeout": -1}, "exit_timeout must be >= 0"),
+        ({"idle_seconds": 0}, "idle_seconds must be > 0"),
+    ],
 )
-def test_bad_arguments_raise(kwargs):
-    with pytest.raises(ValueError):
+def test_bad_arguments_raise(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         BackgroundQueue(**kwargs)
 
 
 def test_submit_needs_a_callable():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="submit needs a callable taking no arguments"):
         BackgroundQueue().submit("not callable")  # type: ignore[arg-type]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -83,21 +84,24 @@ def test_zero_weights_keep_the_input_order_exactly():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"recency_weight": 0.7, "importance_weight": 0.4},
-        {"recency_weight": -0.1},
-        {"importance_weight": -0.1},
-        {"recency_half_life_seconds": 0},
-        {"recency_half_life_seconds": -5},
-        {"recency_weight": float("nan")},
+        (
+            {"recency_weight": 0.7, "importance_weight": 0.4},
+            "recency_weight + importance_weight must be <= 1, got 0.7 + 0.4",
+        ),
+        ({"recency_weight": -0.1}, "recency_weight must be in [0, 1], got -0.1"),
+        ({"importance_weight": -0.1}, "importance_weight must be in [0, 1], got -0.1"),
+        ({"recency_half_life_seconds": 0}, "recency_half_life_seconds must be > 0, got 0"),
+        ({"recency_half_life_seconds": -5}, "recency_half_life_seconds must be > 0, got -5"),
+        ({"recency_weight": float("nan")}, "recency_weight must be a finite number, got nan"),
     ],
 )
-def test_bad_weights_raise(kwargs):
+def test_bad_weights_raise(kwargs, message):
     """111, for the scorer and for PersistentFactBlock's keywords."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         ScoringWeights(**kwargs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         PersistentFactBlock(scope="user", scope_id="alice", **kwargs)
 
 
