@@ -1,18 +1,23 @@
 """Deterministic LLMs for tests: no network, same answer every time.
 
 ``CannedLLM`` replays a script of replies (text, tool calls or errors);
-``FunctionLLM`` answers with a function of the messages it is sent. Both
-record every call in ``.calls`` so tests can assert what the model saw.
+``FunctionLLM`` answers with a function of the messages it is sent (and, if
+the function takes a ``tools`` argument, of the tools offered). Both record
+every call's messages in ``.calls`` and the tools offered in ``.tools_offered``
+so tests can assert what the model saw. Either can answer a tool-offering
+caller in text or with :func:`tool_call`, like a real model.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fastaiagent import _validate as check
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
 from fastaiagent.llm.message import Message, ToolCall
@@ -41,17 +46,18 @@ def _to_response(reply: Reply, model: str) -> LLMResponse:
 
 
 class _RecordingLLM(BaseLLM):
-    def __init__(self, model: str, delay: float) -> None:
-        if delay < 0:
-            raise InvalidValueError("delay must be >= 0")
-        self.model = model
-        self.delay = delay
+    def __init__(self, model: str, delay: float, *, supports_tools: bool = True) -> None:
+        self.model = check.text("model", model)
+        self.delay = check.number("delay", delay, minimum=0.0) or 0.0
+        self.supports_tools = check.boolean("supports_tools", supports_tools)
         self.calls: list[list[Message]] = []
+        self.tools_offered: list[list[ToolSpec]] = []
         self._lock = threading.Lock()
 
-    def _record(self, messages: Sequence[Message]) -> None:
+    def _record(self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None) -> None:
         with self._lock:
             self.calls.append(list(messages))
+            self.tools_offered.append(list(tools or []))
         if self.delay:
             time.sleep(self.delay)
 
@@ -66,7 +72,8 @@ class CannedLLM(_RecordingLLM):
     Each reply is a string, an :class:`LLMResponse`, a :class:`ToolCall` (or a
     list of them) from :func:`tool_call`, or an exception to raise. When the
     script runs out the last reply repeats (``repeat_last=True``, the default)
-    or IndexError is raised.
+    or IndexError is raised. ``supports_tools=False`` plays a model that
+    cannot be offered tools (callers with a text fallback then use it).
     """
 
     def __init__(
@@ -76,8 +83,9 @@ class CannedLLM(_RecordingLLM):
         model: str = "canned",
         repeat_last: bool = True,
         delay: float = 0.0,
+        supports_tools: bool = True,
     ) -> None:
-        super().__init__(model, delay)
+        super().__init__(model, delay, supports_tools=supports_tools)
         script: list[Reply] = (
             [replies]
             if isinstance(replies, (str, LLMResponse, ToolCall, BaseException))
@@ -85,14 +93,17 @@ class CannedLLM(_RecordingLLM):
         )
         if not script:
             raise InvalidValueError("CannedLLM needs at least one reply")
+        for reply in script:
+            if not isinstance(reply, (str, LLMResponse, ToolCall, list, BaseException)):
+                raise InvalidTypeError(f"cannot turn {type(reply).__name__} into an LLM reply")
         self.replies: list[Reply] = script
-        self.repeat_last = repeat_last
+        self.repeat_last = check.boolean("repeat_last", repeat_last)
         self._next = 0
 
     def complete(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
     ) -> LLMResponse:
-        self._record(messages)
+        self._record(messages, tools)
         with self._lock:
             if self._next >= len(self.replies):
                 if not self.repeat_last:
@@ -105,25 +116,42 @@ class CannedLLM(_RecordingLLM):
 
 
 class FunctionLLM(_RecordingLLM):
-    """Replies with ``fn(messages)``: a string, LLMResponse or ToolCall(s)."""
+    """Replies with ``fn(messages)``: a string, LLMResponse or ToolCall(s).
+
+    A function with a ``tools`` parameter is called ``fn(messages, tools=...)``
+    with the :class:`ToolSpec` list offered (empty when none), so it can answer
+    with a tool call only when one is on offer.
+    """
 
     def __init__(
         self,
-        fn: Callable[[list[Message]], Reply],
+        fn: Callable[..., Reply],
         *,
         model: str = "function",
         delay: float = 0.0,
+        supports_tools: bool = True,
     ) -> None:
-        super().__init__(model, delay)
+        super().__init__(model, delay, supports_tools=supports_tools)
         if not callable(fn):
             raise InvalidTypeError("FunctionLLM needs a callable taking the message list")
         self.fn = fn
+        self._wants_tools = _takes_tools(fn)
 
     def complete(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
     ) -> LLMResponse:
-        self._record(messages)
+        self._record(messages, tools)
+        if self._wants_tools:
+            return _to_response(self.fn(list(messages), tools=list(tools or [])), self.model)
         return _to_response(self.fn(list(messages)), self.model)
+
+
+def _takes_tools(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # some builtins have no signature
+        return False
+    return any(p.name == "tools" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def echo_llm() -> FunctionLLM:

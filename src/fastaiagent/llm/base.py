@@ -57,6 +57,10 @@ class BaseLLM:
     """
 
     model: str = ""
+    #: Whether the model can be offered tools. Callers that can do without
+    #: (fact extraction asks for a ``record_facts`` call, else parses text)
+    #: skip tools when a subclass sets this to False.
+    supports_tools: bool = True
 
     def complete(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None

@@ -5,11 +5,23 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+from fastaiagent import _validate as check
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, StreamEvent, ToolSpec
 from fastaiagent.llm.message import Message
 
 PROVIDERS = ("openai", "anthropic", "ollama", "openai-compatible")
+
+
+def _optional_text(name: str, value: Any) -> str | None:
+    # "" is kept: it means "not set" (e.g. a key read from an unset variable).
+    return None if value is None else check.text(name, value, allow_empty=True)
+
+
+def _seconds(name: str, value: Any) -> float:
+    seconds = check.positive_number(name, value)
+    assert seconds is not None  # None is refused above (allow_none=False)
+    return seconds
 
 
 class LLMClient(BaseLLM):
@@ -26,7 +38,9 @@ class LLMClient(BaseLLM):
     OpenAI-compatible servers need no key (Ollama defaults to
     ``http://localhost:11434/v1``). ``timeout`` (seconds, per attempt) and
     ``max_retries`` (429, 5xx, timeouts, connection errors) are handed to the
-    provider SDK. Failures raise the :mod:`fastaiagent.llm.errors` classes.
+    provider SDK. ``temperature`` (>= 0) and ``max_tokens`` (>= 1) are sent
+    only when set. Failures raise the :mod:`fastaiagent.llm.errors` classes;
+    bad arguments raise InvalidTypeError / InvalidValueError here, before any call.
     """
 
     def __init__(
@@ -41,24 +55,20 @@ class LLMClient(BaseLLM):
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> None:
-        if provider not in PROVIDERS:
-            raise InvalidValueError(f"unknown LLM provider {provider!r}; expected one of {PROVIDERS}")
-        if not model or not isinstance(model, str):
+        self.provider = check.one_of("provider", provider, PROVIDERS)
+        if isinstance(model, str) and not model.strip():
             raise InvalidValueError("LLMClient needs a model name, e.g. model='gpt-4.1'")
+        self.model = check.text("model", model)
+        self.api_key = _optional_text("api_key", api_key)
+        self.base_url = _optional_text("base_url", base_url)
         if provider == "openai-compatible" and not base_url:
-            raise InvalidValueError("provider='openai-compatible' needs base_url=")
-        if timeout <= 0:
-            raise InvalidValueError("timeout must be > 0 seconds")
-        if max_retries < 0:
-            raise InvalidValueError("max_retries must be >= 0")
-        self.provider = provider
-        self.model = model
-        self.api_key = api_key
-        self.base_url = base_url
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.temperature = temperature
-        self.max_tokens = max_tokens
+            raise InvalidValueError(
+                "provider='openai-compatible' needs base_url=, e.g. 'http://localhost:8000/v1'"
+            )
+        self.timeout = _seconds("timeout", timeout)
+        self.max_retries = check.integer("max_retries", max_retries, minimum=0)
+        self.temperature = check.number("temperature", temperature, minimum=0.0, allow_none=True)
+        self.max_tokens = check.positive_int("max_tokens", max_tokens, allow_none=True)
         self._backend: Any = None
 
     def __repr__(self) -> str:

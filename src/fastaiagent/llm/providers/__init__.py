@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastaiagent.errors import InvalidValueError
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 
 if TYPE_CHECKING:
     from fastaiagent.llm.client import LLMClient
@@ -22,8 +22,12 @@ def make_provider(client: LLMClient) -> OpenAIChatProvider | AnthropicProvider:
 
     Raises LLMAuthenticationError when openai/anthropic has no key (argument
     or environment variable), ImportError naming the extra when the SDK is
-    missing, ValueError for an unknown provider.
+    missing, InvalidValueError for an unknown provider.
     """
+    from fastaiagent.llm.client import LLMClient
+
+    if not isinstance(client, LLMClient):
+        raise InvalidTypeError(f"make_provider needs an LLMClient, got {type(client).__name__}")
     if client.provider == "anthropic":
         from fastaiagent.llm.providers.anthropic import AnthropicProvider
 
