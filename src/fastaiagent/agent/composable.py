@@ -57,7 +57,7 @@ class ComposableMemory:
     def _rendered(
         block: MemoryBlock, block_span: Any, rendered: Any, error: Exception | None
     ) -> list[Message]:
-        """Trace and return one block's render; a failure injects nothing (and no count, H12)."""
+        """Trace and return one block's render; a failure injects nothing (and no rendered count)."""
         if error is not None:
             logger.warning("memory block %r failed to render; skipped: %s", block.name, error)
             if block_span is not None:

@@ -1,6 +1,6 @@
 """MemoryConfig: every keyword of :class:`~fastaiagent.agent.memory.Memory`, checked once.
 
-Construction is where bad values fail (acceptance H6: before any run), so the
+Construction is where bad values fail (before any run), so the
 rest of Memory can trust the values it reads here.
 """
 

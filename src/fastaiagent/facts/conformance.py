@@ -265,7 +265,7 @@ class FactStoreConformance:
         assert _texts(store.list_active("user", "alice")) == ["C", "B"]
 
     def test_supersede_refuses_other_subjects(self, store: FactStore) -> None:
-        """H4: a fact can never replace another user's, another project's or a global fact."""
+        """A fact can never replace another user's, another project's or a global fact."""
         mine = store.add(_user("mine", "alice"))
         others = [
             store.add(_user("bob's", "bob")),
@@ -595,96 +595,101 @@ _SUBJECT_IDS = ("alice", "bob", "a:b", "a", "b:c", "*x")
 _TEXTS = ("likes tea", "Likes  TEA", "prefers email", "prefers slack", "lives in Paris", "a:b")
 
 
-def _isolation_machine(store: FactStore) -> type[RuleBasedStateMachine]:
-    """A state machine checking the store against a dict model, subject by subject."""
+class _IsolationMachine(RuleBasedStateMachine):
+    """Random operations checked against a dict model, subject by subject
+    (``store`` is set by :func:`_isolation_machine`)."""
 
-    class Isolation(RuleBasedStateMachine):
-        @initialize()
-        def fresh_namespace(self) -> None:
-            # A new project pair per example keeps examples apart in one store.
-            run = uuid.uuid4().hex[:8]
-            self.projects = (f"{run}-p1", f"{run}-p2")
-            # model: subject -> {normalised text: id}, in insertion (age) order
-            self.model: dict[tuple[str, str, str], dict[str, int]] = {}
+    store: FactStore
 
-        def subject(self, scope: str, sid_index: int, project_index: int) -> tuple[str, str, str]:
-            return (scope, _SUBJECT_IDS[sid_index], self.projects[project_index])
+    @initialize()
+    def fresh_namespace(self) -> None:
+        # A new project pair per example keeps examples apart in one self.store.
+        run = uuid.uuid4().hex[:8]
+        self.projects = (f"{run}-p1", f"{run}-p2")
+        # model: subject -> {normalised text: id}, in insertion (age) order
+        self.model: dict[tuple[str, str, str], dict[str, int]] = {}
 
-        subjects = st.tuples(
-            st.sampled_from(("user", "project")),
-            st.integers(0, len(_SUBJECT_IDS) - 1),
-            st.integers(0, 1),
+    def subject(self, scope: str, sid_index: int, project_index: int) -> tuple[str, str, str]:
+        return (scope, _SUBJECT_IDS[sid_index], self.projects[project_index])
+
+    subjects = st.tuples(
+        st.sampled_from(("user", "project")),
+        st.integers(0, len(_SUBJECT_IDS) - 1),
+        st.integers(0, 1),
+    )
+
+    @rule(where=subjects, text=st.sampled_from(_TEXTS))
+    def add(self, where: tuple[str, int, int], text: str) -> None:
+        subject = self.subject(*where)
+        fact_id = self.store.add(
+            Fact(text, scope=subject[0], scope_id=subject[1], project_id=subject[2])
         )
+        active = self.model.setdefault(subject, {})
+        key = normalize_text(text)
+        if key in active:
+            assert fact_id == active[key]
+        else:
+            assert fact_id not in active.values()
+            active[key] = fact_id
 
-        @rule(where=subjects, text=st.sampled_from(_TEXTS))
-        def add(self, where: tuple[str, int, int], text: str) -> None:
-            subject = self.subject(*where)
-            fact_id = store.add(
-                Fact(text, scope=subject[0], scope_id=subject[1], project_id=subject[2])
-            )
-            active = self.model.setdefault(subject, {})
-            key = normalize_text(text)
-            if key in active:
-                assert fact_id == active[key]
-            else:
-                assert fact_id not in active.values()
-                active[key] = fact_id
+    @precondition(lambda self: any(self.model.values()))
+    @rule(data=st.data(), text=st.sampled_from(_TEXTS))
+    def update(self, data: Any, text: str) -> None:
+        subject = data.draw(st.sampled_from(sorted(s for s, a in self.model.items() if a)))
+        active = self.model[subject]
+        old_key = data.draw(st.sampled_from(sorted(active)))
+        old_id = active[old_key]
+        new_id = self.store.update(
+            Fact(text, scope=subject[0], scope_id=subject[1], project_id=subject[2]), old_id
+        )
+        key = normalize_text(text)
+        if key == old_key:
+            assert new_id == old_id
+            return
+        if key in active:
+            assert new_id == active[key]
+        else:
+            active[key] = new_id
+        del active[old_key]
 
-        @precondition(lambda self: any(self.model.values()))
-        @rule(data=st.data(), text=st.sampled_from(_TEXTS))
-        def update(self, data: Any, text: str) -> None:
-            subject = data.draw(st.sampled_from(sorted(s for s, a in self.model.items() if a)))
-            active = self.model[subject]
-            old_key = data.draw(st.sampled_from(sorted(active)))
-            old_id = active[old_key]
-            new_id = store.update(
-                Fact(text, scope=subject[0], scope_id=subject[1], project_id=subject[2]), old_id
-            )
-            key = normalize_text(text)
-            if key == old_key:
-                assert new_id == old_id
-                return
-            if key in active:
-                assert new_id == active[key]
-            else:
-                active[key] = new_id
-            del active[old_key]
+    @rule(where=subjects)
+    def delete_subject(self, where: tuple[str, int, int]) -> None:
+        subject = self.subject(*where)
+        expected = len(self.model.get(subject, {}))
+        deleted = self.store.delete(*subject)
+        assert deleted >= expected  # history rows count too
+        self.model[subject] = {}
 
-        @rule(where=subjects)
-        def delete_subject(self, where: tuple[str, int, int]) -> None:
-            subject = self.subject(*where)
-            expected = len(self.model.get(subject, {}))
-            deleted = store.delete(*subject)
-            assert deleted >= expected  # history rows count too
-            self.model[subject] = {}
+    @rule(where=subjects, text=st.sampled_from(_TEXTS))
+    def delete_one_text(self, where: tuple[str, int, int], text: str) -> None:
+        subject = self.subject(*where)
+        self.store.delete(*subject, fact=text)
+        self.model.get(subject, {}).pop(normalize_text(text), None)
 
-        @rule(where=subjects, text=st.sampled_from(_TEXTS))
-        def delete_one_text(self, where: tuple[str, int, int], text: str) -> None:
-            subject = self.subject(*where)
-            store.delete(*subject, fact=text)
-            self.model.get(subject, {}).pop(normalize_text(text), None)
+    @rule(scope=st.sampled_from(("user", "project")), project_index=st.integers(0, 1))
+    def delete_every_subject(self, scope: str, project_index: int) -> None:
+        self.store.delete(scope, "*", self.projects[project_index])
+        for subject in self.model:
+            if subject[0] == scope and subject[2] == self.projects[project_index]:
+                self.model[subject] = {}
 
-        @rule(scope=st.sampled_from(("user", "project")), project_index=st.integers(0, 1))
-        def delete_every_subject(self, scope: str, project_index: int) -> None:
-            store.delete(scope, "*", self.projects[project_index])
-            for subject in self.model:
-                if subject[0] == scope and subject[2] == self.projects[project_index]:
-                    self.model[subject] = {}
+    @invariant()
+    def every_subject_matches_the_model(self) -> None:
+        if not hasattr(self, "model"):
+            return
+        for subject, active in self.model.items():
+            got = self.store.list_active(*subject, limit=None)
+            assert [f.id for f in got] == sorted(active.values(), reverse=True), subject
+            assert all(f.subject == f"{subject[0]}:{subject[1]}" for f in got)
+            assert all(f.project_id == subject[2] for f in got)
+        for scope in ("user", "project"):
+            for project in self.projects:
+                expected = sum(
+                    len(a) for s, a in self.model.items() if s[0] == scope and s[2] == project
+                )
+                assert len(self.store.list_active(scope, "*", project, limit=None)) == expected
 
-        @invariant()
-        def every_subject_matches_the_model(self) -> None:
-            if not hasattr(self, "model"):
-                return
-            for subject, active in self.model.items():
-                got = store.list_active(*subject, limit=None)
-                assert [f.id for f in got] == sorted(active.values(), reverse=True), subject
-                assert all(f.subject == f"{subject[0]}:{subject[1]}" for f in got)
-                assert all(f.project_id == subject[2] for f in got)
-            for scope in ("user", "project"):
-                for project in self.projects:
-                    expected = sum(
-                        len(a) for s, a in self.model.items() if s[0] == scope and s[2] == project
-                    )
-                    assert len(store.list_active(scope, "*", project, limit=None)) == expected
 
-    return Isolation
+def _isolation_machine(store: FactStore) -> type[RuleBasedStateMachine]:
+    """The isolation state machine bound to ``store``."""
+    return type("Isolation", (_IsolationMachine,), {"store": store})
