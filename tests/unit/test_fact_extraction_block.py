@@ -241,7 +241,7 @@ def test_replacing_with_the_same_text_changes_nothing(store):
 def test_persist_requires_a_scope_id():
     with pytest.raises(ValueError, match="scope_id"):
         FactExtractionBlock(CannedLLM("[]"), persist=True, scope="user", scope_id="")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r'"\*" is a read wildcard and cannot be a scope_id'):
         FactExtractionBlock(CannedLLM("[]"), persist=True, scope_id="*")
 
 
@@ -355,7 +355,7 @@ def test_tracing_detail_without_persist_has_no_persisted_count():
 
 def test_isolated_copy_refused_when_persisting(store):
     block = FactExtractionBlock(CannedLLM("[]"), persist=True, scope_id="alice", store=store)
-    with pytest.raises(MemoryIsolationError):
+    with pytest.raises(MemoryIsolationError, match="writes to an external store"):
         block.isolated_copy()
 
 
@@ -389,14 +389,20 @@ def test_composable_memory_saves_blocks_facts_json(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content", ["{broken", '{"facts": "nope"}', '{"facts": [1, 2]}', '{"facts": [], "inspected": -3}']
+    ("content", "message"),
+    [
+        ("{broken", "facts.json is corrupt: Expecting property name"),
+        ('{"facts": "nope"}', "facts state is corrupt: no list of fact strings"),
+        ('{"facts": [1, 2]}', "facts state is corrupt: no list of fact strings"),
+        ('{"facts": [], "inspected": -3}', "facts state is corrupt: bad inspected count"),
+    ],
 )
-def test_corrupt_file_raises_and_keeps_the_list(tmp_path, content):
+def test_corrupt_file_raises_and_keeps_the_list(tmp_path, content, message):
     block = FactExtractionBlock(scripted_extractor())
     feed(block, "FACT: Likes tea")
     path = tmp_path / "facts.json"
     path.write_text(content)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         block.load(path)
     assert block.facts == ["Likes tea"]
 
@@ -410,18 +416,27 @@ def test_clear_forgets_the_list_but_not_the_store(store):
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"max_facts": 0}, {"extract_every": 0}, {"roles": ()}, {"roles": ("robot",)},
-     {"scope": "team"}, {"confidence": 1.5}, {"confidence": -0.1}, {"max_persisted": 0},
-     {"confidence": float("nan")}, {"name": ""}],
+    ("kwargs", "message"),
+    [
+        ({"max_facts": 0}, "max_facts must be a positive int, got 0"),
+        ({"extract_every": 0}, "extract_every must be a positive int, got 0"),
+        ({"roles": ()}, "roles must name at least one message role"),
+        ({"roles": ("robot",)}, "unknown role 'robot' in roles; expected some of"),
+        ({"scope": "team"}, "scope must be one of ('user', 'project', 'agent'), got 'team'"),
+        ({"confidence": 1.5}, "confidence must be a number in [0, 1], got 1.5"),
+        ({"confidence": -0.1}, "confidence must be a number in [0, 1], got -0.1"),
+        ({"max_persisted": 0}, "max_persisted must be a positive int, got 0"),
+        ({"confidence": float("nan")}, "confidence must be a number in [0, 1], got nan"),
+        ({"name": ""}, "name must be a non-empty string"),
+    ],
 )
-def test_bad_arguments_raise_at_construction(kwargs):
-    with pytest.raises(ValueError):
+def test_bad_arguments_raise_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         FactExtractionBlock(CannedLLM("[]"), **kwargs)
 
 
 def test_llm_is_required():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="FactExtractionBlock needs an llm with a complete"):
         FactExtractionBlock(None)  # type: ignore[arg-type]
 
 

@@ -46,7 +46,7 @@ def test_named_specs_and_instances():
     assert get_embedder(custom) is custom
     with pytest.raises(ValueError, match="unknown embedder"):
         get_embedder("word2vec")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"embedder must have an embed\(texts\) method, got object"):
         get_embedder(object())  # type: ignore[arg-type]
 
     class NoDimension:

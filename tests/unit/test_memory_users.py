@@ -199,14 +199,14 @@ def test_save_inside_a_run_uses_the_runs_user(tmp_path):
     agent = Agent(name="s", llm=CannedLLM([tool_call("save_me"), "done"]), memory=mem, tools=[save_me])
     agent.run("hello", context=ctx("carol"))
     assert (tmp_path / "inside" / "primary.json").is_file()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r'outside a run: use mem.for_user\("alice"\).save'):
         mem.save(tmp_path / "after")
 
 
 def test_for_user_needs_a_resolver():  # 50
     with pytest.raises(RuntimeError, match="save"):
         Memory().for_user("alice")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"for_user\(\) is for a Memory with a user_id resolver"):
         Memory(user_id="alice").for_user("alice")
 
 

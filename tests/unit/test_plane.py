@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import email.utils
+import re
 import threading
 
 import pytest
@@ -49,7 +50,7 @@ def test_agent_id_is_required(agent_id):
 
 
 def test_agent_id_has_no_default():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'agent_id'"):
         PlaneFactBlock()  # type: ignore[call-arg]
 
 
@@ -65,18 +66,18 @@ def test_max_facts_bounds_are_accepted(max_facts):
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"refresh_every": 0},
-        {"refresh_every": True},
-        {"score_threshold": -0.1},
-        {"score_threshold": 1.5},
-        {"category": ""},
-        {"category": 3},
+        ({"refresh_every": 0}, "refresh_every must be an int >= 1, got 0"),
+        ({"refresh_every": True}, "refresh_every must be an int >= 1, got True"),
+        ({"score_threshold": -0.1}, "score_threshold must be in [0, 1], got -0.1"),
+        ({"score_threshold": 1.5}, "score_threshold must be in [0, 1], got 1.5"),
+        ({"category": ""}, "category must be a non-empty string or None"),
+        ({"category": 3}, "category must be a non-empty string or None"),
     ],
 )
-def test_other_settings_are_validated(kwargs):
-    with pytest.raises(ValueError):
+def test_other_settings_are_validated(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         PlaneFactBlock("support", **kwargs)
 
 
@@ -158,9 +159,15 @@ def test_parse_facts_skips_bad_entries_and_rejects_junk():
     assert [f.fact for f in facts] == ["Refunds take 30 days", "Ships from Lyon"]
     assert facts[0] == PlaneFact("Refunds take 30 days", 1, "policy", 0.9, 0.5)
     assert facts[1].importance is None
-    for junk in (b"<html>502</html>", b'{"facts": 3}', b"[]", b"\xff\xfe"):
-        with pytest.raises(ValueError):
-            parse_facts(junk)
+    junk = {
+        b"<html>502</html>": "not JSON",
+        b'{"facts": 3}': 'expected an object with a "facts" list',
+        b"[]": 'expected an object with a "facts" list',
+        b"\xff\xfe": "not JSON",
+    }
+    for bad, message in junk.items():
+        with pytest.raises(ValueError, match=message):
+            parse_facts(bad)
 
 
 def test_dedupe_ignores_case_and_spacing_and_keeps_the_first():
