@@ -5,7 +5,8 @@ contains ``:`` can never collide with another subject):
 
 - ``<prefix>:seq`` - the id counter
 - ``<prefix>:fact:<id>`` - one hash per fact (active or superseded); its ``row``
-  field is the fact as one JSON array (see ``ROW_FIELDS``)
+  field is the fact as one JSON array (see ``ROW_FIELDS``), ``fact_key`` its
+  normalised text and ``digest`` the last part of its content key
 - ``<prefix>:active:<project>:<scope>:<scope_id>`` - a subject's active ids, newest first
 - ``<prefix>:rows:<project>:<scope>:<scope_id>`` - a subject's active facts as
   rows, newest first (member: zero-padded id + row), so reading a subject is
@@ -14,15 +15,25 @@ contains ``:`` can never collide with another subject):
 - ``<prefix>:hist:<project>:<scope>:<scope_id>`` - every id of a subject (history, delete)
 - ``<prefix>:key:<project>:<scope>:<scope_id>:<digest>`` - active id of a normalised text
 - ``<prefix>:all`` - every id, newest first (browse); ``<prefix>:subjects`` - known subjects
-- ``<prefix>:layout`` - the layout version, set once the namespace is indexed
+- ``<prefix>:layout`` - the layout version (``LAYOUT_VERSION``)
 
 Sorted-set members are (or start with) zero-padded ids, scored by
 ``created_at``, so facts written in the same instant still come back newest
-(highest id) first. Every multi-key change runs as one MULTI/EXEC
-transaction guarded by WATCH, so a crash or a dropped connection leaves
-nothing half-written. The rows are written in the same transactions as the
-active index, so the two always agree; the upgrade of an older namespace (and
-:meth:`RedisFactStore.reindex`) builds them from the fact hashes.
+(highest id) first.
+
+Every write (add, update, supersede, delete, prune_learned) is one Lua script
+call (EVALSHA; see ``_redis_lua``), so Redis applies it atomically: no WATCH,
+no client retries, and a crash or a dropped connection leaves nothing
+half-written. Deleting a whole subject runs in steps of ``DELETE_BATCH``
+facts, so a huge subject never blocks the server for long. A server that
+lost its script cache (restart, SCRIPT FLUSH) is given the scripts again.
+
+Layouts: 1 bare hashes, 2 indexes and a ``doc`` field, 3 per-subject rows, 4
+a ``digest`` field in each hash (so scripts find a fact's content key without
+hashing on the server). Opening an older namespace upgrades it once (see
+:meth:`RedisFactStore.reindex`); a newer one raises
+:class:`~fastaiagent.errors.SchemaVersionError`. Outages raise
+:class:`~fastaiagent.errors.StoreUnavailableError` (see :func:`unavailable`).
 """
 
 from __future__ import annotations
@@ -31,20 +42,25 @@ import dataclasses
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
-from fastaiagent.errors import ConflictError, InvalidValueError, StoreUnavailableError
+from fastaiagent._validate import integer, text
+from fastaiagent.errors import (
+    InvalidValueError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
+from fastaiagent.facts import _redis_lua as lua
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
     check_limit,
-    check_supersede,
     delete_selector,
     normalize_text,
     read_selector,
@@ -54,8 +70,8 @@ from fastaiagent.facts.store import SubjectCount
 
 redis_lib = require("redis", "redis")
 
-LAYOUT_VERSION = "3"  # 3: per-subject rows (2: indexes and a doc field; 1: bare hashes)
-_MAX_TRANSACTION_ATTEMPTS = 200
+LAYOUT_VERSION = "4"  # see the module docstring for what each layout added
+DELETE_BATCH = 500  # facts one delete / prune script call removes at most
 _T = TypeVar("_T")
 
 # A row lists these Fact fields in the dataclass's own order, so building a
@@ -147,19 +163,53 @@ def escape_part(part: str) -> str:
 
 
 def unescape_part(part: str) -> str:
+    """The inverse of :func:`escape_part`."""
     return part.replace("%3A", ":").replace("%25", "%")
 
 
-def _glob_escape(text: str) -> str:
-    """Escape SCAN MATCH metacharacters so a prefix matches only itself."""
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+def glob_escape(pattern: str) -> str:
+    """Escape SCAN MATCH metacharacters, so a key prefix matches only itself."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in pattern)
 
 
 _ID_WIDTH = 20  # digits of a sorted-set member; the Lua scripts hard-code it too
 
 
+@contextmanager
+def unavailable(what: str) -> Iterator[None]:
+    """Raise :class:`~fastaiagent.errors.StoreUnavailableError` (a ``ConnectionError``)
+    for a Redis outage inside the block, classified by redis-py's exception type:
+    refused or lost connections, timeouts, a server still loading its data, a
+    read-only replica. Other errors (a wrong key type, a script bug) pass through.
+    ``what`` names the store in the message, e.g. ``"the fact store"``."""
+    errors = redis_lib.exceptions
+    try:
+        yield
+    except (errors.AuthenticationError, errors.AuthorizationError) as exc:
+        raise StoreUnavailableError(
+            f"Redis refused the credentials for {what}: check the user and password "
+            f"in the URL ({exc})"
+        ) from exc
+    except errors.BusyLoadingError as exc:
+        raise StoreUnavailableError(
+            f"Redis for {what} is still loading its data set: retry in a moment ({exc})"
+        ) from exc
+    except (errors.ReadOnlyError, errors.MasterDownError) as exc:
+        raise StoreUnavailableError(
+            f"Redis for {what} is a replica that cannot take writes: point the URL at "
+            f"the primary ({exc})"
+        ) from exc
+    except (errors.ConnectionError, errors.TimeoutError) as exc:
+        raise StoreUnavailableError(f"cannot reach Redis for {what}: {exc}") from exc
+
+
 def _member(fact_id: int) -> str:
     return str(fact_id).zfill(_ID_WIDTH)
+
+
+def _digest(key: str) -> str:
+    """The last part of a content key: a hash of the normalised text."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
 def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
@@ -179,9 +229,10 @@ def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
     )
 
 
-def _row(fact_id: int, fact: Fact) -> str:
-    """The fact as one JSON array of its ``ROW_FIELDS`` (the read path's format)."""
-    return json.dumps(
+def _row_parts(fact: Fact) -> tuple[str, str]:
+    """The fact's row (see ``ROW_FIELDS``) around its id, which a script fills in:
+    ``head + "," + id + "," + tail`` is exactly :func:`_row`'s JSON."""
+    head = json.dumps(
         [
             fact.fact,
             fact.scope,
@@ -191,21 +242,49 @@ def _row(fact_id: int, fact: Fact) -> str:
             fact.source,
             fact.source_trace_id or None,
             fact.metadata,
-            fact_id,
-            float(fact.created_at),
         ],
         separators=(",", ":"),
+    )
+    return head[:-1], json.dumps(float(fact.created_at)) + "]"
+
+
+def _row(fact_id: int, fact: Fact) -> str:
+    """The fact as one JSON array of its ``ROW_FIELDS`` (the read path's format)."""
+    head, tail = _row_parts(fact)
+    return f"{head},{fact_id},{tail}"
+
+
+def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
+    """The exception for a write a script refused (the rules of
+    :func:`~fastaiagent.facts.scoping.check_supersede`, checked on the server)."""
+    code, fact_id = reply[0], reply[1]
+    if code == "missing":
+        return KeyError(f"no fact #{fact_id}")
+    if code == "inactive":
+        return InvalidValueError(f"fact #{fact_id} is itself superseded and cannot replace another")
+    if code == "taken":
+        return InvalidValueError(f"fact #{fact_id} is already superseded by #{reply[2]}")
+    old = f"#{fact_id} ({reply[2]}, project {reply[3]!r})"
+    if new is not None:
+        replacement = f"the new fact ({new.subject}, project {new.project_id!r})"
+    else:
+        replacement = f"fact #{reply[4]} ({reply[5]}, project {reply[6]!r})"
+    return InvalidValueError(
+        f"{replacement} cannot supersede {old}: a fact can only replace one of the "
+        "same scope, id and project"
     )
 
 
 class RedisFactStore:
     """Facts in Redis under ``prefix`` (escaped; default ``fastaiagent``).
 
-    The first use of a namespace written by an older SDK (fact hashes with no
-    index entries) indexes those facts once; call :meth:`reindex` again if an
-    old writer keeps writing. An unreachable server raises ConnectionError.
+    The first use of a namespace written by an older SDK is upgraded once (see
+    :meth:`reindex`; call it again if an old writer keeps writing). A namespace
+    written by a newer SDK raises :class:`~fastaiagent.errors.SchemaVersionError`;
+    an unreachable server :class:`~fastaiagent.errors.StoreUnavailableError`.
     ``client`` lets you pass your own ``redis.Redis`` (it must be created with
-    ``decode_responses=True``); otherwise one is built from ``url``.
+    ``decode_responses=True``); otherwise one is built from ``url``. Redis
+    Cluster is not supported (scripts touch keys of many hash slots).
     """
 
     def __init__(
@@ -216,10 +295,8 @@ class RedisFactStore:
         socket_timeout: float = 10.0,
         client: Any = None,
     ) -> None:
-        if not isinstance(url, str) or not url:
-            raise InvalidValueError("url must be a non-empty redis:// or rediss:// URL")
-        if not isinstance(prefix, str) or not prefix:
-            raise InvalidValueError("prefix must be a non-empty string")
+        text("url", url)
+        text("prefix", prefix)
         if client is not None and not client.get_encoder().decode_responses:
             raise InvalidValueError("pass a redis.Redis created with decode_responses=True")
         self.url = url
@@ -235,14 +312,27 @@ class RedisFactStore:
             socket_timeout=socket_timeout,
             socket_connect_timeout=min(socket_timeout, 5.0),
         )
-        self._read_newest = self._client.register_script(_READ_NEWEST)
-        self._prune_rows = self._client.register_script(_PRUNE_ROWS)
-        self._raise_seq = self._client.register_script(_RAISE_SEQ)
+        # register_script: EVALSHA, and on NOSCRIPT (a restarted or flushed
+        # server) the script is loaded again and the call repeated.
+        script = self._client.register_script
+        self._read_newest = script(_READ_NEWEST)
+        self._prune_rows = script(_PRUNE_ROWS)
+        self._raise_seq = script(_RAISE_SEQ)
+        self._add, self._update, self._supersede = script(lua.ADD), script(lua.UPDATE), script(lua.SUPERSEDE)
+        self._delete_id, self._delete_text = script(lua.DELETE_ID), script(lua.DELETE_TEXT)
+        self._delete_some, self._prune = script(lua.DELETE_SOME), script(lua.PRUNE_LEARNED)
+        self._index, self._set_layout = script(lua.INDEX), script(lua.SET_LAYOUT)
         self._layout_checked = False
         self._layout_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RedisFactStore(prefix={self.prefix!r})"
+
+    @property
+    def client(self) -> Any:
+        """The ``redis.Redis`` this store uses (``decode_responses=True``); the
+        window store shares it. Its pool re-connects after a fork."""
+        return self._client
 
     # -- keys --------------------------------------------------------------
 
@@ -253,13 +343,11 @@ class RedisFactStore:
         return self._k("fact", str(fact_id))
 
     def _subject(self, scope: str, scope_id: str, project_id: str) -> tuple[str, str, str]:
+        """A subject's escaped key parts, in key order: project, scope, scope_id."""
         return escape_part(project_id), escape_part(scope), escape_part(scope_id)
 
     def _active_key(self, scope: str, scope_id: str, project_id: str) -> str:
         return self._k("active", *self._subject(scope, scope_id, project_id))
-
-    def _rows_key(self, scope: str, scope_id: str, project_id: str) -> str:
-        return self._k("rows", *self._subject(scope, scope_id, project_id))
 
     def _hist_key(self, scope: str, scope_id: str, project_id: str) -> str:
         return self._k("hist", *self._subject(scope, scope_id, project_id))
@@ -267,47 +355,29 @@ class RedisFactStore:
     def _scope_key(self, scope: str, project_id: str) -> str:
         return self._k("scope", escape_part(project_id), escape_part(scope))
 
-    def _content_key(self, fact: Fact, key: str) -> str:
-        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
-        return self._k("key", *self._subject(fact.scope, fact.scope_id, fact.project_id), digest)
-
     def _subject_member(self, scope: str, scope_id: str, project_id: str) -> str:
         return ":".join(self._subject(scope, scope_id, project_id))
 
     # -- plumbing ----------------------------------------------------------
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
-            raise StoreUnavailableError(f"cannot reach Redis for the fact store: {exc}") from exc
-
     def _call(self, operation: Callable[[], _T]) -> _T:
-        with self._errors():
+        with unavailable("the fact store"):
             self._ensure_layout()
             return operation()
 
-    def _transact(self, func: Callable[[Any], _T], *watch: str) -> _T:
-        """Run ``func(pipe)`` as WATCH + MULTI/EXEC, retried when a watched key
-        changes. A connection lost mid-transaction is an error, not a retry:
-        Redis discarded the queued commands, so nothing was written."""
-        for attempt in range(_MAX_TRANSACTION_ATTEMPTS):
-            with self._client.pipeline(transaction=True) as pipe:
-                try:
-                    if watch:
-                        pipe.watch(*watch)
-                    value = func(pipe)
-                    pipe.execute()
-                    return value
-                except redis_lib.WatchError as exc:
-                    if "occurred while watching" in str(exc):
-                        raise StoreUnavailableError(
-                            f"lost the Redis connection mid-write: {exc}"
-                        ) from exc
-            if attempt >= 8:  # heavy contention: back off a little
-                time.sleep(0.001 * min(attempt, 20))
-        raise ConflictError("gave up after too many concurrent changes to the same keys")
+    def _found_layout(self) -> int:
+        """The namespace's recorded layout (0: none); newer than this code -> error."""
+        found = self._client.get(self._k("layout"))
+        if found is None:
+            return 0
+        if not found.isdigit() or int(found) > int(LAYOUT_VERSION):
+            raise SchemaVersionError(
+                f"the Redis namespace {self.prefix!r} has layout {found!r}, but this "
+                f"fastaiagent knows layouts up to {LAYOUT_VERSION}: it was written by a "
+                "newer fastaiagent. Upgrade the package (pip install -U fastaiagent) in "
+                "every process that opens it."
+            )
+        return int(found)
 
     def _ensure_layout(self) -> None:
         if self._layout_checked:
@@ -315,9 +385,9 @@ class RedisFactStore:
         with self._layout_lock:
             if self._layout_checked:
                 return
-            if self._client.get(self._k("layout")) != LAYOUT_VERSION:
+            if self._found_layout() < int(LAYOUT_VERSION):
                 self._reindex()
-                self._client.set(self._k("layout"), LAYOUT_VERSION)
+                self._set_layout(keys=[self._k("layout")], args=[LAYOUT_VERSION])
             self._layout_checked = True
 
     def close(self) -> None:
@@ -326,10 +396,12 @@ class RedisFactStore:
 
     # -- writes ------------------------------------------------------------
 
-    def _fields(self, fact: Fact, key: str) -> dict[str, Any]:
+    def _fields(self, fact: Fact, key: str) -> dict[str, str]:
+        """The hash fields of a new fact, ``row`` aside."""
         return {
             "fact": fact.fact,
             "fact_key": key,
+            "digest": _digest(key),
             "scope": fact.scope,
             "scope_id": fact.scope_id,
             "project_id": fact.project_id,
@@ -341,116 +413,71 @@ class RedisFactStore:
             "metadata": json.dumps(fact.metadata),
         }
 
-    def _queue_create(self, pipe: Any, fact_id: int, fact: Fact, key: str) -> None:
-        subject = (fact.scope, fact.scope_id, fact.project_id)
-        member = {_member(fact_id): fact.created_at}
-        row = _row(fact_id, fact)
-        pipe.hset(self._fact_key(fact_id), mapping={**self._fields(fact, key), "row": row})
-        pipe.set(self._content_key(fact, key), fact_id)
-        pipe.zadd(self._active_key(*subject), member)
-        pipe.zadd(self._rows_key(*subject), {_member(fact_id) + row: fact.created_at})
-        pipe.zadd(self._scope_key(fact.scope, fact.project_id), member)
-        pipe.zadd(self._k("all"), member)
-        pipe.sadd(self._hist_key(*subject), fact_id)
-        pipe.sadd(self._k("subjects"), self._subject_member(*subject))
+    def _create_args(self, fact: Fact) -> list[str]:
+        """What ``create`` in the scripts takes: score, row head and tail, digest,
+        then the hash's field/value pairs."""
+        key = normalize_text(fact.fact)
+        head, tail = _row_parts(fact)
+        fields = self._fields(fact, key)
+        pairs = chain.from_iterable(fields.items())
+        return [fields["created_at"], head, tail, fields["digest"], *pairs]
 
-    def _queue_retire(
-        self, pipe: Any, old: Fact, row: str, new_id: int, drop_content: bool
-    ) -> None:
-        assert old.id is not None
-        pipe.hset(self._fact_key(old.id), "superseded_by", new_id)
-        pipe.zrem(self._active_key(old.scope, old.scope_id, old.project_id), _member(old.id))
-        pipe.zrem(self._rows_key(old.scope, old.scope_id, old.project_id), _member(old.id) + row)
-        pipe.zrem(self._scope_key(old.scope, old.project_id), _member(old.id))
-        if drop_content:
-            pipe.delete(self._content_key(old, normalize_text(old.fact)))
+    def _queue_create(self, pipe: Any, fact_id: int, fact: Fact, key: str) -> None:
+        """Queue a new fact's keys on a pipeline under a fresh id: for bulk loads
+        (benchmarks, tests). :meth:`add` is the safe way to write a fact."""
+        subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
+        fields = self._fields(fact, key)
+        member, row = _member(fact_id), _row(fact_id, fact)
+        score = {member: fact.created_at}
+        pipe.hset(self._fact_key(fact_id), mapping={**fields, "row": row})
+        pipe.set(self._k("key", *subject, fields["digest"]), fact_id)
+        pipe.zadd(self._k("active", *subject), score)
+        pipe.zadd(self._k("rows", *subject), {member + row: fact.created_at})
+        pipe.zadd(self._scope_key(fact.scope, fact.project_id), score)
+        pipe.zadd(self._k("all"), score)
+        pipe.sadd(self._k("hist", *subject), fact_id)
+        pipe.sadd(self._k("subjects"), ":".join(subject))
 
     def _read_fact(self, pipe: Any, fact_id: int) -> Fact | None:
         raw = pipe.hgetall(self._fact_key(fact_id))
         return _parse_fact(fact_id, raw) if raw else None
 
-    def _stored_row(self, pipe: Any, fact: Fact) -> str:
-        """The row a fact was written with (its rows-index member is id + row)."""
-        assert fact.id is not None
-        return pipe.hget(self._fact_key(fact.id), "row") or _row(fact.id, fact)
-
-    def _active_id(self, pipe: Any, content_key: str) -> int | None:
-        """The id the content key names, when that fact still exists and is active."""
-        current = pipe.get(content_key)
-        if current is None:
-            return None
-        if pipe.hget(self._fact_key(current), "superseded_by") == "":
-            return int(current)
-        return None
+    def _load_facts(self, ids: list[int]) -> list[Fact]:
+        """These facts (missing ones left out), in one round trip."""
+        reader = self._client.pipeline(transaction=False)
+        for fact_id in ids:
+            reader.hgetall(self._fact_key(fact_id))
+        raws = reader.execute()
+        return [_parse_fact(i, raw) for i, raw in zip(ids, raws, strict=False) if raw]
 
     def add(self, fact: Fact) -> int:
         """Store ``fact`` and return its id; the same normalised text in the same
         subject returns the one active fact's id, also under concurrent writers."""
         fact = validate_for_write(fact)
-        key = normalize_text(fact.fact)
-        content = self._content_key(fact, key)
-
-        def attempt(pipe: Any) -> int:
-            existing = self._active_id(pipe, content)
-            if existing is not None:
-                return existing
-            fact_id = int(pipe.incr(self._k("seq")))
-            pipe.multi()
-            self._queue_create(pipe, fact_id, fact, key)
-            return fact_id
-
-        return self._call(lambda: self._transact(attempt, content))
+        subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
+        args = [self.prefix, *subject, *self._create_args(fact)]
+        return int(self._call(lambda: self._add(args=args)))
 
     def supersede(self, old_id: int, new_id: int) -> None:
         """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
         old_id, new_id = check_fact_id(old_id), check_fact_id(new_id)
-
-        def attempt(pipe: Any) -> None:
-            old, new = self._read_fact(pipe, old_id), self._read_fact(pipe, new_id)
-            check_supersede(old, new, old_id, new_id)
-            assert old is not None
-            if old.superseded_by == new_id:
-                return  # already done: repeating it is harmless
-            old_content = self._content_key(old, normalize_text(old.fact))
-            pipe.watch(old_content)
-            drop = pipe.get(old_content) == str(old_id)
-            row = self._stored_row(pipe, old)
-            pipe.multi()
-            self._queue_retire(pipe, old, row, new_id, drop)
-
-        self._call(lambda: self._transact(attempt, self._fact_key(old_id), self._fact_key(new_id)))
+        if old_id == new_id:
+            raise InvalidValueError(f"fact #{old_id} cannot supersede itself")
+        reply = self._call(lambda: self._supersede(args=[self.prefix, old_id, new_id]))
+        if isinstance(reply, list):
+            raise _refusal(reply)
 
     def update(self, new: Fact, old_id: int) -> int:
-        """Add ``new`` and supersede ``old_id`` with it, in one MULTI/EXEC."""
+        """Add ``new`` and supersede ``old_id`` with it, in one atomic step; a
+        refused update writes nothing."""
         new = validate_for_write(new)
         old_id = check_fact_id(old_id)
-        key = normalize_text(new.fact)
-        content = self._content_key(new, key)
-
-        def attempt(pipe: Any) -> int:
-            existing = self._active_id(pipe, content)
-            if existing == old_id:
-                return old_id  # updating a fact to its own text changes nothing
-            old = self._read_fact(pipe, old_id)
-            if existing is not None:
-                new_id, candidate = existing, self._read_fact(pipe, existing)
-            else:
-                new_id = int(pipe.incr(self._k("seq")))
-                candidate = Fact(**{**new.__dict__, "id": new_id})
-            check_supersede(old, candidate, old_id, new_id)
-            assert old is not None
-            old_content = self._content_key(old, normalize_text(old.fact))
-            pipe.watch(old_content)
-            drop = pipe.get(old_content) == str(old_id)
-            row = self._stored_row(pipe, old)
-            pipe.multi()
-            if existing is None:
-                self._queue_create(pipe, new_id, new, key)
-            if old.superseded_by != new_id:
-                self._queue_retire(pipe, old, row, new_id, drop)
-            return new_id
-
-        return self._call(lambda: self._transact(attempt, content, self._fact_key(old_id)))
+        subject = self._subject(new.scope, new.scope_id, new.project_id)
+        args = [self.prefix, *subject, old_id, *self._create_args(new)]
+        reply = self._call(lambda: self._update(args=args))
+        if isinstance(reply, list):
+            raise _refusal(reply, new)
+        return int(reply)
 
     def _subjects_for(self, selector: Selector) -> list[tuple[str, str, str]]:
         """(scope, scope_id, project_id) of every stored subject the selector covers."""
@@ -463,65 +490,36 @@ class RedisFactStore:
                 found.append((scope, scope_id, project))
         return found
 
-    def _load_raw(self, ids: list[int]) -> list[tuple[Fact, dict[str, str]]]:
-        reader = self._client.pipeline(transaction=False)
-        for fact_id in ids:
-            reader.hgetall(self._fact_key(fact_id))
-        return [
-            (_parse_fact(i, raw), raw) for i, raw in zip(ids, reader.execute(), strict=False) if raw
-        ]
+    def _delete_by_id(self, selector: Selector, fact_id: int, key: str) -> int:
+        """Delete one fact when it is in the selected subjects (and has text ``key``)."""
+        if selector.scope_id is None:  # a fact's subject never changes: read it first
+            scope, scope_id, project = self._client.hmget(
+                self._fact_key(fact_id), "scope", "scope_id", "project_id"
+            )
+            if scope != selector.scope or project != selector.project_id:
+                return 0
+            subject = self._subject(scope, scope_id, project)
+        else:
+            subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
+        return int(self._delete_id(args=[self.prefix, *subject, fact_id, key]))
 
-    def _load_facts(self, ids: list[int]) -> list[Fact]:
-        return [fact for fact, _ in self._load_raw(ids)]
-
-    def _queue_delete(
-        self, pipe: Any, facts: list[Fact], rows: dict[int, str], contents: dict[str, str]
-    ) -> None:
-        for fact in facts:
-            assert fact.id is not None
-            subject = (fact.scope, fact.scope_id, fact.project_id)
-            member = _member(fact.id)
-            pipe.delete(self._fact_key(fact.id))
-            pipe.zrem(self._active_key(*subject), member)
-            pipe.zrem(self._rows_key(*subject), member + rows[fact.id])
-            pipe.zrem(self._scope_key(fact.scope, fact.project_id), member)
-            pipe.zrem(self._k("all"), member)
-            pipe.srem(self._hist_key(*subject), fact.id)
-            content = self._content_key(fact, normalize_text(fact.fact))
-            if contents.get(content) == str(fact.id):
-                pipe.delete(content)
-
-    def _delete_where(
-        self, subjects: list[tuple[str, str, str]], choose: Callable[[list[Fact]], list[Fact]]
-    ) -> int:
-        """Delete the facts ``choose`` picks from these subjects, atomically."""
-        hist_keys = [self._hist_key(*s) for s in subjects]
-
-        def attempt(pipe: Any) -> int:
-            ids = sorted({int(i) for key in hist_keys for i in pipe.smembers(key)})
-            loaded = self._load_raw(ids)
-            rows = {f.id: raw.get("row") or _row(f.id, f) for f, raw in loaded if f.id}
-            doomed = choose([fact for fact, _ in loaded])
-            contents = [self._content_key(f, normalize_text(f.fact)) for f in doomed]
-            if contents:
-                pipe.watch(*contents)
-            values = dict(zip(contents, pipe.mget(contents), strict=False)) if contents else {}
-            remaining = {key: len(pipe.smembers(key)) for key in hist_keys}
-            pipe.multi()
-            self._queue_delete(pipe, doomed, rows, values)
-            gone = {self._hist_key(f.scope, f.scope_id, f.project_id) for f in doomed}
-            for subject, key in zip(subjects, hist_keys, strict=False):
-                left = remaining[key] - sum(
-                    1 for f in doomed if (f.scope, f.scope_id, f.project_id) == subject
-                )
-                if key in gone and left <= 0:
-                    pipe.srem(self._k("subjects"), self._subject_member(*subject))
-                    pipe.delete(self._active_key(*subject), self._rows_key(*subject))
-            return len(doomed)
-
-        if not hist_keys:
-            return 0
-        return self._transact(attempt, self._k("subjects"), *hist_keys)
+    def _delete_in(self, subject: tuple[str, str, str], key: str | None) -> int:
+        """Delete a subject's facts (or those with text ``key``) in bounded steps."""
+        parts, count = self._subject(*subject), 0
+        if key is None:
+            while True:
+                deleted, taken = self._delete_some(args=[self.prefix, *parts, DELETE_BATCH])
+                count += int(deleted)
+                if int(taken) < DELETE_BATCH:
+                    return count
+        cursor = "0"
+        while True:
+            cursor, deleted = self._delete_text(
+                args=[self.prefix, *parts, key, cursor, DELETE_BATCH]
+            )
+            count += int(deleted)
+            if cursor == "0":
+                return count
 
     def delete(
         self,
@@ -532,33 +530,41 @@ class RedisFactStore:
         fact: str | None = None,
         fact_id: int | None = None,
     ) -> int:
-        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``)."""
+        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``).
+
+        One fact is one atomic script; a whole subject goes in atomic steps of
+        ``DELETE_BATCH`` facts (a fact added meanwhile may go too)."""
         selector = delete_selector(scope, scope_id, project_id)
-        wanted_key = check_fact_text(fact) if fact is not None else None
+        key = check_fact_text(fact) if fact is not None else None
         wanted_id = check_fact_id(fact_id) if fact_id is not None else None
 
-        def choose(facts: list[Fact]) -> list[Fact]:
-            return [
-                f
-                for f in facts
-                if (wanted_key is None or normalize_text(f.fact) == wanted_key)
-                and (wanted_id is None or f.id == wanted_id)
-            ]
+        def run() -> int:
+            if wanted_id is not None:
+                return self._delete_by_id(selector, wanted_id, key or "")
+            return sum(self._delete_in(subject, key) for subject in self._subjects_for(selector))
 
-        return self._call(lambda: self._delete_where(self._subjects_for(selector), choose))
+        return self._call(run)
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
-        """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
-        if not isinstance(keep, int) or keep < 0:
-            raise InvalidValueError("keep must be an int >= 0")
+        """Delete the oldest run-learned active facts beyond ``keep`` (across every
+        subject for ``"*"``); returns the count. Each step is atomic."""
+        keep = integer("keep", keep, minimum=0)
         selector = delete_selector(scope, scope_id, project_id)
+        if selector.scope_id is None:
+            index = self._scope_key(selector.scope, selector.project_id)
+        else:
+            index = self._active_key(selector.scope, selector.scope_id, selector.project_id)
 
-        def choose(facts: list[Fact]) -> list[Fact]:
-            learned = [f for f in facts if f.active and f.source == SOURCE_CONVERSATION]
-            learned.sort(key=lambda f: (f.created_at, f.id or 0), reverse=True)
-            return learned[keep:]
+        def run() -> int:
+            total = 0
+            while True:
+                args = [self.prefix, keep, DELETE_BATCH, SOURCE_CONVERSATION]
+                deleted = int(self._prune(keys=[index], args=args))
+                total += deleted
+                if deleted < DELETE_BATCH:
+                    return total
 
-        return self._call(lambda: self._delete_where(self._subjects_for(selector), choose))
+        return self._call(run)
 
     # -- reads -------------------------------------------------------------
 
@@ -666,20 +672,24 @@ class RedisFactStore:
 
         return self._call(run)
 
+
     # -- upgrades ----------------------------------------------------------
 
     def reindex(self) -> int:
-        """Index every fact hash in the namespace (e.g. written by an older SDK
-        that kept no index entries or rows), then drop rows of facts that are no
-        longer active; safe to repeat. Returns how many facts it saw."""
-        with self._errors():
+        """Bring every fact hash of the namespace to this layout and into the
+        indexes (facts written by an older SDK, or by one still running), then
+        drop rows of facts that are no longer active; safe to repeat, and
+        writes nothing when all is in place. Returns how many facts it saw.
+        Refuses (SchemaVersionError) a namespace of a newer layout."""
+        with unavailable("the fact store"):
+            self._found_layout()
             count = self._reindex()
-            self._client.set(self._k("layout"), LAYOUT_VERSION)
+            self._set_layout(keys=[self._k("layout")], args=[LAYOUT_VERSION])
             return count
 
     def _scan(self, kind: str) -> Iterator[str]:
         """Keys ``<prefix>:<kind>:*`` of this namespace only."""
-        return self._client.scan_iter(match=_glob_escape(self._k(kind)) + ":*", count=1000)
+        return self._client.scan_iter(match=glob_escape(self._k(kind)) + ":*", count=1000)
 
     def _reindex(self) -> int:
         batch: list[str] = []
@@ -698,52 +708,33 @@ class RedisFactStore:
         return seen
 
     def _index_batch(self, keys: list[str], seen: int, highest: int) -> tuple[int, int]:
-        """Index these fact hashes in one MULTI/EXEC. The hashes are WATCHed, so a
-        fact another writer supersedes meanwhile is never put back as active."""
-
-        def attempt(pipe: Any) -> tuple[int, int]:
-            # Read on a second connection: the WATCH on ``pipe`` still covers it.
-            reader = self._client.pipeline(transaction=False)
-            for key in keys:
-                reader.hgetall(key)
-            raws = reader.execute()
-            pipe.multi()
-            count, top = seen, highest
-            for key, raw in zip(keys, raws, strict=False):
-                if raw and "fact" in raw:
-                    fact_id = self._queue_index(pipe, key, raw)
-                    count, top = count + 1, max(top, fact_id)
-            return count, top
-
-        return self._transact(attempt, *keys)
-
-    def _queue_index(self, pipe: Any, key: str, raw: dict[str, str]) -> int:
-        """Queue the index entries (and row) of one fact hash; returns its id."""
-        fact = _parse_fact(int(key.rsplit(":", 1)[1]), raw)
-        assert fact.id is not None
-        subject = (fact.scope, fact.scope_id, fact.project_id)
-        member = _member(fact.id)
-        text_key = normalize_text(fact.fact)
-        row = raw.get("row") or _row(fact.id, fact)
-        wanted = {"fact_key": text_key, "superseded_by": raw.get("superseded_by") or "", "row": row}
-        missing = {field: value for field, value in wanted.items() if raw.get(field) != value}
-        if missing:  # a repeat reindex writes nothing here
-            pipe.hset(key, mapping=missing)
-        if "doc" in raw:  # layout 2's row, without the id; no reader needs it now
-            pipe.hdel(key, "doc")
-        pipe.zadd(self._k("all"), {member: fact.created_at})
-        pipe.sadd(self._hist_key(*subject), fact.id)
-        pipe.sadd(self._k("subjects"), self._subject_member(*subject))
-        if fact.active:
-            pipe.zadd(self._active_key(*subject), {member: fact.created_at})
-            pipe.zadd(self._scope_key(fact.scope, fact.project_id), {member: fact.created_at})
-            pipe.zadd(self._rows_key(*subject), {member + row: fact.created_at})
-            pipe.set(self._content_key(fact, text_key), fact.id, nx=True)
-        else:
-            pipe.zrem(self._active_key(*subject), member)
-            pipe.zrem(self._scope_key(fact.scope, fact.project_id), member)
-            pipe.zrem(self._rows_key(*subject), member + row)
-        return fact.id
+        """Index these fact hashes, one script each (pipelined). The text and
+        subject of a fact never change, so they are read here; its state
+        (superseded or not) is read by the script, so a fact another writer
+        supersedes meanwhile is never put back as active."""
+        reader = self._client.pipeline(transaction=False)
+        for key in keys:
+            reader.hgetall(key)
+        writer = self._client.pipeline(transaction=False)
+        for key, raw in zip(keys, reader.execute(), strict=False):
+            if not raw or "fact" not in raw:
+                continue
+            fact = _parse_fact(int(key.rsplit(":", 1)[1]), raw)
+            assert fact.id is not None
+            text_key = normalize_text(fact.fact)
+            args = [
+                self.prefix,
+                *self._subject(fact.scope, fact.scope_id, fact.project_id),
+                fact.id,
+                repr(float(fact.created_at)),
+                text_key,
+                _digest(text_key),
+                raw.get("row") or _row(fact.id, fact),
+            ]
+            self._index(args=args, client=writer)
+            seen, highest = seen + 1, max(highest, fact.id)
+        writer.execute()
+        return seen, highest
 
     def _prune_stale_rows(self) -> None:
         """Drop rows (and active entries) of facts an older writer superseded or

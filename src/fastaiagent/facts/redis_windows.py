@@ -2,15 +2,19 @@
 
 One hash per window, ``<prefix>:win:<agent>:<project>:<user>`` (parts escaped
 as in the fact store) with fields ``v`` (version) and ``s`` (state). Redis
-expires idle windows itself (PEXPIRE on every write).
+expires idle windows itself (PEXPIRE on every write). Loads and saves are
+one script call each; outages raise
+:class:`~fastaiagent.errors.StoreUnavailableError` (see
+:func:`fastaiagent.facts.redis.unavailable`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.redis import RedisFactStore, _glob_escape, escape_part
+from fastaiagent._validate import text
+from fastaiagent.errors import InvalidTypeError
+from fastaiagent.facts.redis import RedisFactStore, escape_part, glob_escape, unavailable
 from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
 
 # Returns {} when missing, {v} when the caller holds that version, else {v, s}.
@@ -44,11 +48,11 @@ class RedisWindowStore:
     def __init__(self, store: RedisFactStore, *, prefix: str | None = None) -> None:
         if not isinstance(store, RedisFactStore):
             raise InvalidTypeError(f"RedisWindowStore needs a RedisFactStore, got {type(store).__name__}")
-        if prefix is not None and (not isinstance(prefix, str) or not prefix):
-            raise InvalidValueError("prefix must be a non-empty string")
+        if prefix is not None:
+            text("prefix", prefix)
         self.store = store
         self.prefix = escape_part(prefix) if prefix else store.prefix
-        self._client: Any = store._client
+        self._client: Any = store.client
         self._load = self._client.register_script(_LOAD)
         self._save = self._client.register_script(_SAVE)
 
@@ -60,7 +64,7 @@ class RedisWindowStore:
 
     def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
         """The live stored window (see :class:`WindowStore`)."""
-        with self.store._errors():
+        with unavailable("the window store"):
             found = self._load(keys=[self._key(key)], args=[known_version or ""])
         if not found:
             return None
@@ -72,7 +76,7 @@ class RedisWindowStore:
         """Compare-and-set write (see :class:`WindowStore`)."""
         version = new_version()
         ttl_ms = 0 if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
-        with self.store._errors():
+        with unavailable("the window store"):
             done = self._save(
                 keys=[self._key(key)], args=[expected_version or "", version, state, ttl_ms]
             )
@@ -80,15 +84,15 @@ class RedisWindowStore:
 
     def delete(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
-        with self.store._errors():
+        with unavailable("the window store"):
             return bool(self._client.delete(self._key(key)))
 
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete an agent and project's windows (see :class:`WindowStore`)."""
         base = ":".join((self.prefix, "win", escape_part(agent_id), escape_part(project_id)))
-        pattern = _glob_escape(base) + ":*"
+        pattern = glob_escape(base) + ":*"
         count = 0
-        with self.store._errors():
+        with unavailable("the window store"):
             batch: list[str] = []
             for key in self._client.scan_iter(match=pattern, count=1000):
                 batch.append(key)

@@ -1,0 +1,268 @@
+"""The Lua scripts of :class:`~fastaiagent.facts.redis.RedisFactStore`.
+
+Every write is one script call, so Redis runs it atomically: no WATCH, no
+client-side retries, and a connection lost before the call lands writes
+nothing. Each write script is ``LIBRARY`` followed by its own body; the
+library builds key names exactly as ``redis.py`` documents them.
+
+Conventions: ``ARGV[1]`` is always the escaped key prefix; subjects are passed
+as their escaped parts (project, scope, scope_id); ids travel as decimal
+strings; sorted-set members are ids zero-padded to 20 digits. A refused write
+returns a table ``{code, ...}`` (``missing``, ``subject``, ``inactive``,
+``taken``) that the store turns into the usual exception; success returns the
+id (a string) or a count.
+"""
+
+from __future__ import annotations
+
+# Helpers shared by the write scripts (prepended to each).
+LIBRARY = """
+local P = ARGV[1]
+local function pad(id) return string.rep('0', 20 - #id) .. id end
+local function esc(s) return (string.gsub(string.gsub(s, '%%', '%%25'), ':', '%%3A')) end
+local function fact_key(id) return P .. ':fact:' .. id end
+local function subject(project, scope, sid)
+  local s = project .. ':' .. scope .. ':' .. sid
+  return {member = s, active = P .. ':active:' .. s, rows = P .. ':rows:' .. s,
+          hist = P .. ':hist:' .. s, key = P .. ':key:' .. s .. ':',
+          scope = P .. ':scope:' .. project .. ':' .. scope}
+end
+local function active_id(content_key)
+  local id = redis.call('GET', content_key)
+  if id and redis.call('HGET', fact_key(id), 'superseded_by') == '' then return id end
+  return false
+end
+-- A new active fact; ARGV from `at`: score, row head, row tail, digest, then
+-- the hash's field/value pairs. The row gets its id here, where it is known.
+local function create(s, at)
+  local id = string.format('%d', redis.call('INCR', P .. ':seq'))
+  local m, score = pad(id), ARGV[at]
+  local row = ARGV[at + 1] .. ',' .. id .. ',' .. ARGV[at + 2]
+  redis.call('HSET', fact_key(id), 'row', row, unpack(ARGV, at + 4))
+  redis.call('SET', s.key .. ARGV[at + 3], id)
+  redis.call('ZADD', s.active, score, m)
+  redis.call('ZADD', s.rows, score, m .. row)
+  redis.call('ZADD', s.scope, score, m)
+  redis.call('ZADD', P .. ':all', score, m)
+  redis.call('SADD', s.hist, id)
+  redis.call('SADD', P .. ':subjects', s.member)
+  return id
+end
+local function retire(s, id, by, row, digest)
+  local m = pad(id)
+  redis.call('HSET', fact_key(id), 'superseded_by', by)
+  redis.call('ZREM', s.active, m)
+  redis.call('ZREM', s.scope, m)
+  if row then redis.call('ZREM', s.rows, m .. row) end
+  if digest and redis.call('GET', s.key .. digest) == id then
+    redis.call('DEL', s.key .. digest)
+  end
+end
+-- Hard-deletes one fact and every index entry of it; the subject comes from
+-- the hash (or `s` for an id whose hash is already gone). Returns 1 if the
+-- fact existed, and its subject.
+local function drop(id, s)
+  local h = redis.call('HMGET', fact_key(id), 'scope', 'scope_id', 'project_id', 'row', 'digest')
+  if h[1] then s = subject(esc(h[3]), esc(h[1]), esc(h[2])) end
+  local m = pad(id)
+  redis.call('DEL', fact_key(id))
+  redis.call('ZREM', s.active, m)
+  redis.call('ZREM', s.scope, m)
+  redis.call('ZREM', P .. ':all', m)
+  redis.call('SREM', s.hist, id)
+  if h[4] then redis.call('ZREM', s.rows, m .. h[4]) end
+  if h[5] and redis.call('GET', s.key .. h[5]) == id then redis.call('DEL', s.key .. h[5]) end
+  if h[1] then return 1, s end
+  return 0, s
+end
+-- A subject with no facts left leaves no keys behind.
+local function finish(s)
+  if redis.call('SCARD', s.hist) == 0 then
+    redis.call('SREM', P .. ':subjects', s.member)
+    redis.call('DEL', s.active, s.rows)
+  end
+end
+"""
+
+# ARGV: prefix, project, scope, scope_id, score, row head, row tail, digest, fields...
+# The same normalised text in the same subject returns the active fact's id.
+ADD = (
+    LIBRARY
+    + """
+local s = subject(ARGV[2], ARGV[3], ARGV[4])
+return active_id(s.key .. ARGV[8]) or create(s, 5)
+"""
+)
+
+# ARGV: prefix, project, scope, scope_id, old id, score, row head, row tail,
+# digest, fields... Adds the new fact (or reuses the active one with its text)
+# and supersedes the old one, in one step; a refusal writes nothing.
+UPDATE = (
+    LIBRARY
+    + """
+local s, old = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
+local h = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
+                     'superseded_by', 'row', 'digest')
+local existing = active_id(s.key .. ARGV[9])
+if existing == old then return old end
+if not h[1] then return {'missing', old} end
+if esc(h[3]) ~= ARGV[2] or h[1] ~= ARGV[3] or esc(h[2]) ~= ARGV[4] then
+  return {'subject', old, h[1] .. ':' .. h[2], h[3]}
+end
+local by = h[4] or ''
+if by ~= '' and by ~= existing then return {'taken', old, by} end
+local new = existing or create(s, 6)
+if by ~= new then retire(s, old, new, h[5], h[6]) end
+return new
+"""
+)
+
+# ARGV: prefix, old id, new id. The rules of scoping.check_supersede, checked
+# where they cannot change underneath.
+SUPERSEDE = (
+    LIBRARY
+    + """
+local old, new = ARGV[2], ARGV[3]
+local o = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
+                     'superseded_by', 'row', 'digest')
+local n = redis.call('HMGET', fact_key(new), 'scope', 'scope_id', 'project_id', 'superseded_by')
+if not o[1] then return {'missing', old} end
+if not n[1] then return {'missing', new} end
+if o[1] ~= n[1] or o[2] ~= n[2] or o[3] ~= n[3] then
+  return {'subject', old, o[1] .. ':' .. o[2], o[3], new, n[1] .. ':' .. n[2], n[3]}
+end
+if (n[4] or '') ~= '' then return {'inactive', new} end
+local by = o[4] or ''
+if by == new then return 'ok' end
+if by ~= '' then return {'taken', old, by} end
+retire(subject(esc(o[3]), esc(o[1]), esc(o[2])), old, new, o[5], o[6])
+return 'ok'
+"""
+)
+
+# ARGV: prefix, project, scope, scope_id, id, normalised text ('' = any).
+# Deletes one fact of this subject; returns 1, or 0 when it is not there.
+DELETE_ID = (
+    LIBRARY
+    + """
+local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
+if redis.call('SISMEMBER', s.hist, id) == 0 then return 0 end
+if ARGV[6] ~= '' and redis.call('HGET', fact_key(id), 'fact_key') ~= ARGV[6] then return 0 end
+local n = drop(id, s)
+finish(s)
+return n
+"""
+)
+
+# ARGV: prefix, project, scope, scope_id, normalised text, SSCAN cursor, count.
+# One bounded step of deleting every fact (active or not) with this text;
+# returns {next cursor ('0' = done), deleted}.
+DELETE_TEXT = (
+    LIBRARY
+    + """
+local s = subject(ARGV[2], ARGV[3], ARGV[4])
+local page = redis.call('SSCAN', s.hist, ARGV[6], 'COUNT', ARGV[7])
+local n = 0
+for _, id in ipairs(page[2]) do
+  if redis.call('HGET', fact_key(id), 'fact_key') == ARGV[5] then n = n + drop(id, s) end
+end
+finish(s)
+return {page[1], n}
+"""
+)
+
+# ARGV: prefix, project, scope, scope_id, count. One bounded step of deleting
+# a whole subject (history too); returns {deleted, ids taken} - done when the
+# second is below count.
+DELETE_SOME = (
+    LIBRARY
+    + """
+local s = subject(ARGV[2], ARGV[3], ARGV[4])
+local ids = redis.call('SPOP', s.hist, ARGV[5])
+local n = 0
+for _, id in ipairs(ids) do n = n + drop(id, s) end
+finish(s)
+return {n, #ids}
+"""
+)
+
+# KEYS[1]: an active index (a subject's, or a scope's for "*"). ARGV: prefix,
+# keep, budget, the learned source. Deletes up to `budget` run-learned active
+# facts beyond the newest `keep` (newest first: created_at, then id); returns
+# how many - call again while that equals the budget.
+PRUNE_LEARNED = (
+    LIBRARY
+    + """
+local keep, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
+local seen, doomed, start = 0, {}, 0
+while #doomed < budget do
+  local members = redis.call('ZREVRANGE', KEYS[1], start, start + 499)
+  if #members == 0 then break end
+  for _, m in ipairs(members) do
+    local id = string.format('%d', tonumber(m))
+    local h = redis.call('HMGET', fact_key(id), 'source', 'superseded_by')
+    if h[1] == ARGV[4] and h[2] == '' then
+      seen = seen + 1
+      if seen > keep then
+        doomed[#doomed + 1] = id
+        if #doomed >= budget then break end
+      end
+    end
+  end
+  start = start + 500
+end
+local touched = {}
+for _, id in ipairs(doomed) do
+  local _, s = drop(id, nil)
+  touched[s.member] = s
+end
+for _, s in pairs(touched) do finish(s) end
+return #doomed
+"""
+)
+
+# ARGV: prefix, project, scope, scope_id, id, score, normalised text, digest,
+# row. Indexes one fact hash (an older layout's, or one an older writer
+# wrote): fills the fields this layout adds and puts it in the indexes its
+# state calls for. Reads the state here, so a fact superseded meanwhile is
+# never put back as active. Writes nothing when all is in place.
+INDEX = (
+    LIBRARY
+    + """
+local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
+local key = fact_key(id)
+local h = redis.call('HMGET', key, 'fact', 'fact_key', 'superseded_by', 'row', 'doc', 'digest')
+if not h[1] then return 0 end
+if h[2] ~= ARGV[7] then redis.call('HSET', key, 'fact_key', ARGV[7]) end
+if not h[3] then redis.call('HSET', key, 'superseded_by', '') end
+local row = h[4] or ARGV[9]
+if not h[4] then redis.call('HSET', key, 'row', row) end
+if h[5] then redis.call('HDEL', key, 'doc') end
+if h[6] ~= ARGV[8] then redis.call('HSET', key, 'digest', ARGV[8]) end
+local m, score = pad(id), ARGV[6]
+redis.call('ZADD', P .. ':all', score, m)
+redis.call('SADD', s.hist, id)
+redis.call('SADD', P .. ':subjects', s.member)
+if (h[3] or '') == '' then
+  redis.call('ZADD', s.active, score, m)
+  redis.call('ZADD', s.scope, score, m)
+  redis.call('ZADD', s.rows, score, m .. row)
+  redis.call('SET', s.key .. ARGV[8], id, 'NX')
+else
+  redis.call('ZREM', s.active, m)
+  redis.call('ZREM', s.scope, m)
+  redis.call('ZREM', s.rows, m .. row)
+end
+return 1
+"""
+)
+
+# KEYS[1]: the layout key. ARGV[1]: this code's layout. Records it unless a
+# newer one is there; returns what was there before ('' for none).
+SET_LAYOUT = """
+local found = redis.call('GET', KEYS[1])
+if not found or (tonumber(found) or 0) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return found or ''
+"""
