@@ -52,6 +52,12 @@ class ComposableMemory:
         return True
 
     # -- reading -----------------------------------------------------------
+    # get_context and aget_context share every step but the call to the block.
+
+    def _read_span(self, query: str) -> Any:
+        return trace.span(
+            "memory.read", {"memory.block_count": len(self.blocks), "memory.query": query}
+        )
 
     @staticmethod
     def _rendered(
@@ -70,76 +76,63 @@ class ComposableMemory:
             block_span.set_attribute("memory.snippets", snippets(messages))
         return messages
 
-    def _render_block(
-        self, block: MemoryBlock, query: str, shared: SharedMemoryContext
-    ) -> list[Message]:
-        with trace.span(f"memory.read.{block.trace_name}") as block_span:
-            try:
-                rendered, error = block.render_with_context(query, shared), None
-            except Exception as exc:
-                rendered, error = None, exc
-            return self._rendered(block, block_span, rendered, error)
+    def _with_window(self, read_span: Any, rendered: list[Message]) -> list[Message]:
+        messages = rendered + self.primary.get_messages()
+        if read_span is not None:
+            read_span.set_attribute("memory.message_count", len(messages))
+        return messages
 
     def render_blocks(self, query: str) -> list[Message]:
         """Only the blocks' messages for ``query``, in declaration order."""
-        window = self.primary.get_messages()
-        shared = SharedMemoryContext(window)
-        out: list[Message] = []
+        shared = SharedMemoryContext(self.primary.get_messages())
         for block in self.blocks:
-            rendered = self._render_block(block, query, shared)
-            shared._add(block.name, rendered)
-            out.extend(rendered)
-        return out
+            with trace.span(f"memory.read.{block.trace_name}") as block_span:
+                try:
+                    result, error = block.render_with_context(query, shared), None
+                except Exception as exc:
+                    result, error = None, exc
+                shared._add(block.name, self._rendered(block, block_span, result, error))
+        return shared.upstream_messages()
+
+    async def arender_blocks(self, query: str) -> list[Message]:
+        """:meth:`render_blocks` with each block's native async render."""
+        shared = SharedMemoryContext(self.primary.get_messages())
+        for block in self.blocks:
+            with trace.span(f"memory.read.{block.trace_name}") as block_span:
+                try:
+                    result, error = await block.arender_with_context(query, shared), None
+                except Exception as exc:
+                    result, error = None, exc
+                shared._add(block.name, self._rendered(block, block_span, result, error))
+        return shared.upstream_messages()
 
     def get_context(self, query: str = "") -> list[Message]:
         """Block messages (declaration order) followed by the primary window."""
-        with trace.span(
-            "memory.read", {"memory.block_count": len(self.blocks), "memory.query": query}
-        ) as read_span:
-            messages = self.render_blocks(query) + self.primary.get_messages()
-            if read_span is not None:
-                read_span.set_attribute("memory.message_count", len(messages))
-        return messages
+        with self._read_span(query) as read_span:
+            return self._with_window(read_span, self.render_blocks(query))
 
     async def aget_context(self, query: str = "") -> list[Message]:
-        if not any(block._has_native_async() for block in self.blocks):
+        """Async :meth:`get_context`: blocks without native async run in a worker thread."""
+        if not self._any_native_async():
             return await asyncio.to_thread(self.get_context, query)
-        with trace.span(
-            "memory.read", {"memory.block_count": len(self.blocks), "memory.query": query}
-        ) as read_span:
-            shared = SharedMemoryContext(self.primary.get_messages())
-            out: list[Message] = []
-            for block in self.blocks:
-                with trace.span(f"memory.read.{block.trace_name}") as block_span:
-                    try:
-                        result, error = await block.arender_with_context(query, shared), None
-                    except Exception as exc:
-                        result, error = None, exc
-                    rendered = self._rendered(block, block_span, result, error)
-                shared._add(block.name, rendered)
-                out.extend(rendered)
-            messages = out + self.primary.get_messages()
-            if read_span is not None:
-                read_span.set_attribute("memory.message_count", len(messages))
-        return messages
+        with self._read_span(query) as read_span:
+            return self._with_window(read_span, await self.arender_blocks(query))
+
+    def _any_native_async(self) -> bool:
+        return any(block._has_native_async() for block in self.blocks)
 
     # -- writing -----------------------------------------------------------
+    # record and arecord share the steps around each block's on_message.
 
     @staticmethod
-    def _write_attributes(block: MemoryBlock) -> dict[str, Any]:
-        # Blocks overwrite action and detail with what they did (e.g. a count).
-        native = type(block).on_message is not MemoryBlock.on_message or (
-            type(block).aon_message is not MemoryBlock.aon_message
-        )
-        return {"memory.action": "stored" if native else "noop", "memory.detail": "{}"}
-
-    def _feed_block(self, block: MemoryBlock, message: Message) -> None:
-        attributes = self._write_attributes(block) if trace.is_enabled() else None
-        with trace.span(f"memory.write.{block.trace_name}", attributes):
-            try:
-                block.on_message(message)
-            except Exception as exc:
-                self._feed_failed(block, exc)
+    def _write_span(block: MemoryBlock) -> Any:
+        attributes = None
+        if trace.is_enabled():  # blocks overwrite action and detail with what they did
+            native = type(block).on_message is not MemoryBlock.on_message or (
+                type(block).aon_message is not MemoryBlock.aon_message
+            )
+            attributes = {"memory.action": "stored" if native else "noop", "memory.detail": "{}"}
+        return trace.span(f"memory.write.{block.trace_name}", attributes)
 
     @staticmethod
     def _feed_failed(block: MemoryBlock, error: Exception) -> None:
@@ -151,9 +144,24 @@ class ComposableMemory:
         with trace.span("memory.write", {"memory.role": message.role}):
             self.primary.add(message)
             for block in self.blocks:
-                self._feed_block(block, message)
+                with self._write_span(block):
+                    try:
+                        block.on_message(message)
+                    except Exception as exc:
+                        self._feed_failed(block, exc)
 
     add = add_message
+
+    async def aadd_message(self, message: Message) -> None:
+        """:meth:`add_message` with each block's native async ``aon_message``."""
+        with trace.span("memory.write", {"memory.role": message.role}):
+            self.primary.add(message)
+            for block in self.blocks:
+                with self._write_span(block):
+                    try:
+                        await block.aon_message(message)
+                    except Exception as exc:
+                        self._feed_failed(block, exc)
 
     def record(self, messages: Sequence[Message]) -> None:
         """Store a turn's messages together, so concurrent turns never interleave."""
@@ -162,22 +170,14 @@ class ComposableMemory:
                 self.add_message(message)
 
     async def arecord(self, messages: Sequence[Message]) -> None:
-        if not any(block._has_native_async() for block in self.blocks):
+        """Async :meth:`record`; the turn lock is taken off the event loop."""
+        if not self._any_native_async():
             await asyncio.to_thread(self.record, messages)
             return
-        # The same lock as record(), taken off the loop: concurrent turns never interleave.
-        await asyncio.to_thread(self._record_lock.acquire)
+        await _acquire(self._record_lock)
         try:
             for message in messages:
-                with trace.span("memory.write", {"memory.role": message.role}):
-                    self.primary.add(message)
-                    for block in self.blocks:
-                        attributes = self._write_attributes(block) if trace.is_enabled() else None
-                        with trace.span(f"memory.write.{block.trace_name}", attributes):
-                            try:
-                                await block.aon_message(message)
-                            except Exception as exc:
-                                self._feed_failed(block, exc)
+                await self.aadd_message(message)
         finally:
             self._record_lock.release()
 
@@ -250,3 +250,18 @@ class ComposableMemory:
 
     async def acontext_messages(self, query: str) -> list[Message]:
         return await self.aget_context(query)
+
+
+async def _acquire(lock: threading.Lock) -> None:
+    """Take ``lock`` from a worker thread without ever leaking it.
+
+    A task cancelled while it waits cannot stop the worker thread; if that
+    thread takes the lock after the waiter is gone, it is released at once,
+    so a cancelled turn never locks a user's memory for good.
+    """
+    waiter = asyncio.ensure_future(asyncio.to_thread(lock.acquire))
+    try:
+        await asyncio.shield(waiter)
+    except asyncio.CancelledError:
+        waiter.add_done_callback(lambda done: done.cancelled() or lock.release())
+        raise
