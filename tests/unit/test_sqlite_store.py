@@ -7,6 +7,9 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
+
+from fastaiagent.errors import NotFoundError
 from fastaiagent.learn import Fact, MemoryStore
 
 
@@ -94,4 +97,23 @@ def test_close_then_reopen(tmp_path: Path) -> None:
     fact_id = store.add(Fact("x", scope="user", scope_id="u"))
     store.close()
     assert store.get(fact_id) is not None
+    store.close()
+
+
+def test_explicit_path_in_a_missing_folder_is_not_created(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path / "missing" / "f.db")  # constructing checks nothing yet
+    with pytest.raises(NotFoundError, match=r"folder '.*missing' for the SQLite database 'f.db'"):
+        store.add(Fact("x", scope="user", scope_id="u"))
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "missing").mkdir()  # the fix the message names
+    assert store.add(Fact("x", scope="user", scope_id="u")) == 1
+    store.close()
+
+
+def test_default_location_creates_its_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    store = MemoryStore()
+    store.add(Fact("x", scope="user", scope_id="u"))
+    assert (tmp_path / ".fastaiagent" / "local.db").exists()
     store.close()

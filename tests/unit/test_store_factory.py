@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from fastaiagent.errors import NotFoundError
 from fastaiagent.learn import Fact, FactStore, MemoryStore, make_fact_store
 
 
@@ -17,12 +18,47 @@ def test_sqlite_is_the_default_and_creates_nothing(tmp_path, monkeypatch) -> Non
     assert list(tmp_path.iterdir()) == []  # constructing touches no file
 
 
-def test_sqlite_url_with_a_path(tmp_path) -> None:
-    store = make_fact_store(f"sqlite:///{tmp_path / 'x.db'}")
+def test_sqlite_url_with_four_slashes_is_absolute(tmp_path, monkeypatch) -> None:
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    store = make_fact_store(f"sqlite:///{tmp_path / 'x.db'}")  # "sqlite:///" + "/tmp/..."
     assert isinstance(store, MemoryStore)
     store.add(Fact("hi", scope="user", scope_id="u"))
-    assert (tmp_path / "x.db").exists()
+    assert store.path == (tmp_path / "x.db").resolve() and (tmp_path / "x.db").exists()
+    assert list(elsewhere.iterdir()) == []
     store.close()
+
+
+def test_sqlite_url_with_three_slashes_is_relative(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    store = make_fact_store("sqlite:///data/facts.db")
+    store.add(Fact("hi", scope="user", scope_id="u"))
+    assert store.path == (tmp_path / "data" / "facts.db").resolve()  # type: ignore[attr-defined]
+    store.close()
+
+
+def test_sqlite_url_whose_folder_is_missing_names_the_folder(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = make_fact_store("sqlite:///tmp/x/x.db")  # relative: ./tmp/x, which does not exist
+    with pytest.raises(NotFoundError, match=r"folder '.*/tmp/x' .* does not exist: create it"):
+        store.add(Fact("hi", scope="user", scope_id="u"))
+    with pytest.raises(ValueError, match="mkdir -p"):
+        store.list_active("user", "u")
+    assert list(tmp_path.iterdir()) == []  # nothing created behind the user's back
+    store.close()
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite:////", "sqlite:///data/"])
+def test_sqlite_url_without_a_file_is_refused(url: str) -> None:
+    with pytest.raises(ValueError, match=r"names no database file: use 'sqlite:///relative"):
+        make_fact_store(url)
+
+
+def test_in_memory_sqlite_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="'sqlite:///:memory:' is not supported"):
+        make_fact_store("sqlite:///:memory:")
 
 
 @pytest.mark.parametrize(
