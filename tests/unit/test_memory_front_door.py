@@ -337,3 +337,33 @@ def test_injection_order_global_then_user_then_window():
     assert "Return policy is 30 days" in roles_contents[1][1]
     assert "Prefers email" in roles_contents[2][1]
     assert [r for r, _ in roles_contents[3:]] == ["user", "assistant", "user"]
+
+
+def test_confidence_must_be_a_number_in_range_on_every_write():
+    mem = Memory(agent_id="a")
+    with pytest.raises(TypeError, match="confidence must be a number, got bool True"):
+        mem.persist("likes tea", tier="user", id="alice", confidence=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"confidence must be <= 1.0, got 1.5"):
+        mem.persist("likes tea", tier="user", id="alice", confidence=1.5)
+    assert mem.retrieve(tier="user", id="alice") == []  # nothing half-written
+
+
+def test_retrieve_limit_zero_returns_nothing_and_bad_limits_fail():
+    mem = Memory(agent_id="a")
+    for text in ("one", "two", "three"):
+        mem.persist(text, tier="user", id="alice")
+    assert mem.retrieve(tier="user", id="alice", limit=0) == []
+    assert [f.fact for f in mem.retrieve(tier="user", id="alice", limit=2)] == ["three", "two"]
+    with pytest.raises(ValueError, match="limit must be >= 0, got -1"):
+        mem.retrieve(tier="user", id="alice", limit=-1)
+    with pytest.raises(TypeError, match="limit must be an int, got str '2'"):
+        mem.retrieve(tier="user", id="alice", limit="2")  # type: ignore[arg-type]
+
+
+def test_the_checked_keywords_are_on_config_and_location_is_the_store(tmp_path):
+    mem = Memory(f"sqlite:///{tmp_path / 'facts.db'}", agent_id="bot", window=7)
+    assert (mem.config.agent_id, mem.config.window, mem.config.per_user) == ("bot", 7, False)
+    assert mem.store is mem.location  # the older name stays an alias
+    assert repr(mem).startswith("Memory(location=SQLiteFactStore(")
+    with pytest.raises(AttributeError, match="cannot assign"):
+        mem.config.window = 3  # type: ignore[misc]

@@ -304,3 +304,13 @@ def test_concurrent_aruns_of_one_user_keep_every_turn():  # H20, async
     window = mem.for_user("alice").messages
     assert len(window) == 200
     assert all(a.content == f"r:{q.content}" for q, a in zip(window[::2], window[1::2], strict=True))
+
+
+def test_a_resolver_missing_its_key_gets_the_missing_id_hint(caplog):
+    mem = Memory(user_id=lambda c: c.state["user_id"])
+    agent = Agent(name="s", llm=echo_prompt(), memory=mem)
+    with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
+        agent.run("hi", context=RunContext(state={"name": "alice"}))
+    [warning] = [r.getMessage() for r in caplog.records if "resolver" in r.getMessage()]
+    assert "KeyError" in warning and "has no user id there" in warning
+    assert 'ctx.state["user_id"]' not in warning  # the dict access was right; the key is missing
