@@ -22,6 +22,7 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
 from fastaiagent.llm.message import Message, ToolCall
 
+#: What a test LLM may answer: text, a whole response, tool call(s), or an exception to raise.
 Reply = str | LLMResponse | ToolCall | list[ToolCall] | BaseException
 _call_ids = itertools.count(1)
 
@@ -164,4 +165,4 @@ def echo_llm() -> FunctionLLM:
     return FunctionLLM(reply, model="echo")
 
 
-__all__ = ["CannedLLM", "FunctionLLM", "echo_llm", "tool_call"]
+__all__ = ["CannedLLM", "FunctionLLM", "Reply", "echo_llm", "tool_call"]

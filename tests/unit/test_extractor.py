@@ -6,17 +6,24 @@ import asyncio
 
 import pytest
 
+from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
+from fastaiagent.learn import MemoryStore
 from fastaiagent.learn.extractor import (
     MAX_FACTS_PER_REPLY,
     MAX_KNOWN_FACTS,
     MAX_MESSAGE_CHARS,
+    RECORD_FACTS_TOOL,
     ExtractedFact,
     aextract_facts,
     build_extraction_messages,
     extract_facts,
     parse_extraction,
+    parse_extraction_response,
 )
-from fastaiagent.testing import CannedLLM
+from fastaiagent.llm.base import LLMResponse, ToolSpec
+from fastaiagent.llm.errors import LLMBadRequestError, LLMServerError
+from fastaiagent.llm.message import Message, UserMessage
+from fastaiagent.testing import CannedLLM, FunctionLLM, Reply, tool_call
 
 
 def texts(facts: list[ExtractedFact]) -> list[str]:
@@ -106,17 +113,17 @@ def test_replaces_reference_is_resolved_against_known_facts(ref, expected):
     import json
 
     reply = json.dumps({"facts": [{"fact": "Prefers Slack", "replaces": ref}]})
-    assert parse_extraction(reply, known=2) == [ExtractedFact("Prefers Slack", expected)]
+    assert parse_extraction(reply, known_count=2) == [ExtractedFact("Prefers Slack", expected)]
 
 
 def test_replaces_without_known_facts_is_ignored():
     reply = '{"facts": [{"fact": "Prefers Slack", "replaces": "F1"}]}'
-    assert parse_extraction(reply, known=0) == [ExtractedFact("Prefers Slack", None)]
+    assert parse_extraction(reply, known_count=0) == [ExtractedFact("Prefers Slack", None)]
 
 
 def test_bullet_with_replaces_suffix():
     reply = "- Prefers Slack (replaces F1)\n- Lives in Rome [supersedes: F3]"
-    assert parse_extraction(reply, known=3) == [
+    assert parse_extraction(reply, known_count=3) == [
         ExtractedFact("Prefers Slack", 0),
         ExtractedFact("Lives in Rome", 2),
     ]
@@ -124,7 +131,7 @@ def test_bullet_with_replaces_suffix():
 
 def test_prompt_lists_known_facts_with_short_ids_and_bounds_the_message():
     messages = build_extraction_messages(
-        "y" * (MAX_MESSAGE_CHARS + 500), known=["Prefers email", "Lives in Lyon"]
+        "y" * (MAX_MESSAGE_CHARS + 500), known_facts=["Prefers email", "Lives in Lyon"]
     )
     assert messages[0].role == "system" and "replaces" in (messages[0].content or "")
     body = messages[1].content or ""
@@ -135,7 +142,7 @@ def test_prompt_lists_known_facts_with_short_ids_and_bounds_the_message():
 
 def test_prompt_shows_at_most_max_known_facts():
     known = [f"fact {i}" for i in range(MAX_KNOWN_FACTS + 5)]
-    body = build_extraction_messages("hi", known=known)[1].content or ""
+    body = build_extraction_messages("hi", known_facts=known)[1].content or ""
     assert f"F{MAX_KNOWN_FACTS}:" in body and f"F{MAX_KNOWN_FACTS + 1}:" not in body
 
 
@@ -146,7 +153,7 @@ def test_prompt_without_known_facts_and_assistant_role():
 
 def test_extract_facts_round_trip_and_errors_propagate():
     llm = CannedLLM('{"facts": [{"fact": "Prefers Slack", "replaces": "F1"}]}')
-    assert extract_facts(llm, "use slack please", known=["Prefers email"]) == [
+    assert extract_facts(llm, "use slack please", known_facts=["Prefers email"]) == [
         ExtractedFact("Prefers Slack", 0)
     ]
     assert "F1: Prefers email" in (llm.calls[0][1].content or "")
@@ -157,3 +164,106 @@ def test_extract_facts_round_trip_and_errors_propagate():
 def test_aextract_facts_uses_acomplete():
     llm = CannedLLM('["Has a cat"]')
     assert asyncio.run(aextract_facts(llm, "I have a cat")) == [ExtractedFact("Has a cat")]
+
+
+# -- structured answers: the record_facts tool ---------------------------------------
+
+
+def test_the_record_facts_tool_is_offered_and_its_call_is_read():
+    llm = CannedLLM(tool_call("record_facts", facts=[{"fact": "Prefers Slack", "replaces": "F1"}]))
+    assert extract_facts(llm, "use slack please", known_facts=["Prefers email"]) == [
+        ExtractedFact("Prefers Slack", 0)
+    ]
+    assert llm.tools_offered == [[RECORD_FACTS_TOOL]]
+    assert RECORD_FACTS_TOOL.parameters["properties"]["facts"]["items"]["required"] == ["fact"]
+
+
+def test_a_text_answer_to_the_tool_offer_is_parsed_by_the_tolerant_parser():
+    llm = CannedLLM('Here you go: {"facts": [{"fact": "Has a cat"}]}')
+    assert extract_facts(llm, "I have a cat") == [ExtractedFact("Has a cat")]
+    assert llm.tools_offered == [[RECORD_FACTS_TOOL]]
+
+
+def answer_in_kind(messages: list[Message], tools: list[ToolSpec]) -> Reply:
+    """A model that calls record_facts when it is offered, else writes JSON, like a real one."""
+    if any(t.name == "record_facts" for t in tools):
+        return tool_call("record_facts", facts=[{"fact": "Owns a bike", "replaces": None}])
+    return '{"facts": [{"fact": "Owns a bike"}]}'
+
+
+def test_a_model_without_tools_is_asked_for_text():
+    with_tools = FunctionLLM(answer_in_kind)
+    without = FunctionLLM(answer_in_kind, supports_tools=False)
+    assert extract_facts(with_tools, "my bike") == extract_facts(without, "my bike")
+    assert extract_facts(without, "my bike") == [ExtractedFact("Owns a bike")]
+    assert with_tools.tools_offered == [[RECORD_FACTS_TOOL]] and without.tools_offered == [[], []]
+
+
+def test_a_provider_refusing_tools_is_asked_again_without_and_remembered():
+    def picky(messages: list[Message], tools: list[ToolSpec]) -> Reply:
+        if tools:  # FunctionLLM raises a returned exception, like a failing provider
+            return LLMBadRequestError("tools are not supported by this model", status_code=400)
+        return '["Speaks Dutch"]'
+
+    llm = FunctionLLM(picky)
+    assert extract_facts(llm, "ik spreek Nederlands") == [ExtractedFact("Speaks Dutch")]
+    assert extract_facts(llm, "again") == [ExtractedFact("Speaks Dutch")]
+    assert llm.tools_offered == [[RECORD_FACTS_TOOL], [], []]  # the second run skips tools
+
+
+def test_other_llm_errors_still_propagate_with_tools():
+    with pytest.raises(LLMServerError, match="overloaded"):
+        extract_facts(CannedLLM(LLMServerError("overloaded")), "hi")
+
+
+@pytest.mark.parametrize(
+    ("call", "content", "expected"),
+    [
+        # not the tool's shape: the text answer is used instead
+        (tool_call("record_facts", items=5), '["Likes tea"]', ["Likes tea"]),
+        (tool_call("record_facts"), "- Likes tea", ["Likes tea"]),
+        (tool_call("record_facts", facts=42), '["Likes tea"]', ["Likes tea"]),
+        (tool_call("something_else", facts=["Wrong tool"]), '["Likes tea"]', ["Likes tea"]),
+        # the tool's shape with junk inside: no facts, never an exception
+        (tool_call("record_facts", facts=[None, 3, {"fact": ""}, {"x": "y"}]), None, []),
+        (tool_call("record_facts", facts="none"), "ignored", []),
+        (tool_call("record_facts", facts=[]), '["Text is ignored when the call is valid"]', []),
+        # a list sent as a JSON string, a bare list of strings
+        (tool_call("record_facts", facts='[{"fact": "Likes tea"}]'), None, ["Likes tea"]),
+        (tool_call("record_facts", facts=["Likes tea", "likes TEA"]), None, ["Likes tea"]),
+        # malformed with no text at all
+        (tool_call("record_facts", facts={"oops": True}), None, []),
+    ],
+)
+def test_malformed_tool_calls_fall_back_safely(call, content, expected):
+    response = LLMResponse(content=content, tool_calls=[call])
+    assert texts(parse_extraction_response(response)) == expected
+    assert texts(extract_facts(CannedLLM(response), "tea")) == expected
+
+
+def test_several_record_facts_calls_are_merged_and_limits_apply():
+    many = [{"fact": f"Fact number {i}"} for i in range(MAX_FACTS_PER_REPLY + 5)]
+    response = LLMResponse(tool_calls=[
+        tool_call("record_facts", facts=[{"fact": "Lives in Rome", "replaces": "F9"}]),
+        tool_call("record_facts", facts=many),
+    ])
+    facts = parse_extraction_response(response, known_count=2)
+    assert facts[0] == ExtractedFact("Lives in Rome", None)  # F9 is not a known fact
+    assert len(facts) == MAX_FACTS_PER_REPLY
+
+
+def test_aextract_facts_reads_a_tool_call():
+    llm = CannedLLM(tool_call("record_facts", facts=[{"fact": "Has a cat", "replaces": "F1"}]))
+    result = asyncio.run(aextract_facts(llm, "my cat", known_facts=["Has a dog"]))
+    assert result == [ExtractedFact("Has a cat", 0)]
+    assert llm.tools_offered == [[RECORD_FACTS_TOOL]]
+
+
+def test_fact_extraction_block_learns_from_a_tool_call(tmp_path):
+    store = MemoryStore(tmp_path / "facts.db")
+    llm = CannedLLM(tool_call("record_facts", facts=[{"fact": "Is vegetarian"}]))
+    block = FactExtractionBlock(llm, persist=True, scope_id="alice", store=store)
+    block.on_message(UserMessage("I don't eat meat"))
+    assert [f.fact for f in store.list_active("user", "alice", limit=None)] == ["Is vegetarian"]
+    asyncio.run(block.aon_message(UserMessage("still vegetarian")))
+    assert llm.tools_offered == [[RECORD_FACTS_TOOL], [RECORD_FACTS_TOOL]]

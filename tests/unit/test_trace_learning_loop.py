@@ -254,3 +254,17 @@ def test_agent_scope_asks_for_operational_knowledge_not_personal_facts(tmp_path)
         remine=True,
     )
     assert llm.calls[-1][0].content == EXTRACTION_PROMPT
+
+
+def test_the_loop_reads_a_record_facts_tool_call(tmp_path):
+    from fastaiagent.learn.extractor import RECORD_FACTS_TOOL
+    from fastaiagent.testing import tool_call
+
+    ids = _seed_runs(tmp_path, "Keep reports under 800 words")
+    store = MemoryStore(tmp_path / "facts.db")
+    llm = CannedLLM(tool_call("record_facts", facts=[{"fact": "Keep reports under 800 words"}]))
+    report = learn_from_traces(llm, location=store, trace_store=tmp_path / "traces.db")
+    assert report.runs_mined == 1 and not report.failures
+    assert llm.tools_offered == [[RECORD_FACTS_TOOL]]
+    facts = store.list_active("agent", "writer")
+    assert [(f.fact, f.source_trace_id) for f in facts] == [("Keep reports under 800 words", ids[0])]

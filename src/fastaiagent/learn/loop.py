@@ -3,8 +3,9 @@
 Each recent run in the local trace store is shown to an LLM extractor; the
 facts it finds are written to a fact store with confidence 1.0, source
 ``"learn"`` and the run's trace id. A fact the model says replaces a known
-one supersedes it, so history is kept. Answers are read by the tolerant
-parser of :mod:`fastaiagent.learn.extractor`.
+one supersedes it, so history is kept. The model is asked for a
+``record_facts`` tool call; a text answer is read by the tolerant parser of
+:mod:`fastaiagent.learn.extractor`.
 
 Only what the user said in a run is mined, never the model's replies. Facts
 go to the agent scope by default (the run's agent name), and there the model
@@ -32,8 +33,8 @@ from fastaiagent.learn.extractor import (
     MAX_MESSAGE_CHARS,
     ExtractedFact,
     build_extraction_messages,
+    complete_extraction,
     known_fact_id,
-    parse_extraction,
 )
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
@@ -60,14 +61,15 @@ Known facts are listed with ids. Do not repeat a known fact. When the message \
 corrects a known fact, output the new fact and put the known fact's id in \
 "replaces". Otherwise "replaces" is null.
 
-Answer with JSON only, no other text:
+Record your answer by calling the record_facts tool. If you cannot call \
+tools, answer with JSON only, no other text:
 {"facts": [{"fact": "<statement>", "replaces": null}]}
-If the message holds no such knowledge, answer {"facts": []}."""
+If the message holds no such knowledge, record an empty list: {"facts": []}."""
 
 
-def build_agent_messages(text: str, known: list[str]) -> list[Message]:
+def build_agent_messages(text: str, known_facts: list[str]) -> list[Message]:
     """The agent-scope prompt for one message (same layout as the personal prompt)."""
-    shown = known[:MAX_KNOWN_FACTS]
+    shown = known_facts[:MAX_KNOWN_FACTS]
     listing = "\n".join(f"{known_fact_id(i)}: {f}" for i, f in enumerate(shown)) or "(none)"
     body = text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + " [...]"
     return [
@@ -76,14 +78,16 @@ def build_agent_messages(text: str, known: list[str]) -> list[Message]:
     ]
 
 
-def extract_for_scope(llm: BaseLLM, scope: str, text: str, known: list[str]) -> list[ExtractedFact]:
+def extract_for_scope(
+    llm: BaseLLM, scope: str, text: str, known_facts: list[str]
+) -> list[ExtractedFact]:
     """Ask ``llm`` for the facts in ``text`` fit for ``scope``. LLM errors propagate."""
     if scope == "agent":
-        messages = build_agent_messages(text, known)
+        messages = build_agent_messages(text, known_facts)
     else:
-        messages = build_extraction_messages(text, role="user", known=known)
-    response = llm.complete(messages)
-    return parse_extraction(response.content, min(len(known), MAX_KNOWN_FACTS))
+        messages = build_extraction_messages(text, role="user", known_facts=known_facts)
+    count = min(len(known_facts), MAX_KNOWN_FACTS)
+    return complete_extraction(llm, messages, known_count=count)
 
 
 @dataclass

@@ -277,7 +277,7 @@ class FactExtractionBlock(MemoryBlock):
         known = self.known_facts()
         try:
             extracted = extract_facts(
-                self.llm, job.text, role=job.role, known=[k.text for k in known]
+                self.llm, job.text, role=job.role, known_facts=[k.text for k in known]
             )
         except Exception as exc:
             self._failed(exc)
@@ -294,7 +294,7 @@ class FactExtractionBlock(MemoryBlock):
         known = await asyncio.to_thread(self.known_facts) if self.persist else self.known_facts()
         try:
             extracted = await aextract_facts(
-                self.llm, job.text, role=job.role, known=[k.text for k in known]
+                self.llm, job.text, role=job.role, known_facts=[k.text for k in known]
             )
         except Exception as exc:
             self._failed(exc)
