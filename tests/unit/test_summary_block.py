@@ -16,6 +16,7 @@ from fastaiagent.agent.memory_blocks.summary import (
     SummaryBlock,
     cut_summary,
 )
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse
 from fastaiagent.llm.message import AssistantMessage, Message, UserMessage
 from fastaiagent.testing import CannedLLM, FunctionLLM, echo_llm
@@ -274,22 +275,33 @@ def test_composable_memory_writes_blocks_summary_json(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content",
-    ["{not json", "[]", '{"summary": 3}', '{"summary": "s", "message_count": -1}',
-     '{"summary": "s", "recent": [{"no": "role"}]}'],
+    ("content", "message"),
+    [
+        ("{not json", "summary.json is corrupt: Expecting property name"),
+        ("[]", "summary state is corrupt: not an object"),
+        ('{"summary": 3}', "summary state is corrupt: summary is not a string"),
+        (
+            '{"summary": "s", "message_count": -1}',
+            "summary state is corrupt: message_count is not a non-negative int",
+        ),
+        (
+            '{"summary": "s", "recent": [{"no": "role"}]}',
+            "summary state is corrupt: not a message record",
+        ),
+    ],
 )
-def test_loading_a_corrupt_file_raises_and_keeps_the_state(tmp_path, content):
+def test_loading_a_corrupt_file_raises_and_keeps_the_state(tmp_path, content, message):
     block = SummaryBlock(CannedLLM("kept summary"), keep_last=1, summarize_every=1)
     feed(block, conversation(2))
     path = tmp_path / "summary.json"
     path.write_text(content)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(message)):
         block.load(path)
     assert block.summary == "kept summary" and block.message_count == 2
 
 
 def test_loading_a_missing_file_raises(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"summary state file not found: .*nope\.json"):
         SummaryBlock(CannedLLM("x")).load(tmp_path / "nope.json")
 
 
@@ -327,17 +339,26 @@ def test_messages_without_text_are_not_counted():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"keep_last": 0}, {"summarize_every": 0}, {"max_chars": 0}, {"keep_last": True},
-     {"summarize_every": 1.5}, {"name": ""}],
+    ("kwargs", "error", "message"),
+    [
+        ({"keep_last": 0}, InvalidValueError, "keep_last must be >= 1, got 0"),
+        ({"summarize_every": 0}, InvalidValueError, "summarize_every must be >= 1, got 0"),
+        ({"max_chars": 0}, InvalidValueError, "max_chars must be >= 1, got 0"),
+        ({"keep_last": True}, InvalidTypeError, "keep_last must be an int, got bool True"),
+        ({"summarize_every": 1.5}, InvalidTypeError, "summarize_every must be an int, got float 1.5"),
+        ({"max_chars": "800"}, InvalidTypeError, "max_chars must be an int, got str '800'"),
+        ({"name": ""}, InvalidValueError, "name cannot be empty"),
+        ({"name": None}, InvalidTypeError, "name must be a str, got NoneType None"),
+    ],
 )
-def test_bad_arguments_raise_at_construction(kwargs):
-    with pytest.raises(ValueError):
+def test_bad_arguments_raise_at_construction(kwargs, error, message):
+    """A wrong type is a TypeError, a value out of range a ValueError, both naming the argument."""
+    with pytest.raises(error, match=re.escape(message)):
         SummaryBlock(CannedLLM("x"), **kwargs)
 
 
 def test_llm_is_required():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="SummaryBlock needs an llm with a complete"):
         SummaryBlock(None)  # type: ignore[arg-type]
 
 

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import pytest
 from _vector_fakes import BrokenEmbedder, WordHashEmbedder
 
 from fastaiagent import trace
-from fastaiagent.agent import AgentMemory, ComposableMemory, MemoryIsolationError, SharedMemoryContext
+from fastaiagent.agent import (
+    AgentMemory,
+    ComposableMemory,
+    MemoryIsolationError,
+    SharedMemoryContext,
+)
 from fastaiagent.agent.memory_blocks.static import StaticBlock
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
@@ -165,22 +172,56 @@ def test_missing_importance_defaults_to_one():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "error", "message"),
     [
-        {"recency_weight": 0.6, "importance_weight": 0.5},
-        {"recency_weight": -0.1},
-        {"importance_weight": -0.1},
-        {"recency_half_life_seconds": 0},
-        {"recency_half_life_seconds": -5},
-        {"top_k": 0},
-        {"namespace": ""},
-        {"retrieval": "fuzzy"},
-        {"min_content_chars": -1},
+        (
+            {"recency_weight": 0.6, "importance_weight": 0.5},
+            InvalidValueError,
+            "recency_weight + importance_weight must be <= 1, got 0.6 + 0.5",
+        ),
+        ({"recency_weight": -0.1}, InvalidValueError, "recency_weight must be >= 0.0, got -0.1"),
+        ({"importance_weight": -0.1}, InvalidValueError, "importance_weight must be >= 0.0, got -0.1"),
+        ({"recency_weight": "0.2"}, InvalidTypeError, "recency_weight must be a number, got str '0.2'"),
+        ({"recency_half_life_seconds": 0}, InvalidValueError, "recency_half_life_seconds must be > 0, got 0"),
+        ({"recency_half_life_seconds": -5}, InvalidValueError, "recency_half_life_seconds must be > 0, got -5"),
+        ({"top_k": 0}, InvalidValueError, "top_k must be >= 1, got 0"),
+        ({"top_k": "3"}, InvalidTypeError, "top_k must be an int, got str '3'"),
+        ({"top_k": True}, InvalidTypeError, "top_k must be an int, got bool True"),
+        ({"namespace": ""}, InvalidValueError, "namespace cannot be empty"),
+        ({"namespace": 7}, InvalidTypeError, "namespace must be a str, got int 7"),
+        (
+            {"retrieval": "fuzzy"},
+            InvalidValueError,
+            "retrieval must be one of 'hybrid', 'dense', 'bm25', got 'fuzzy'",
+        ),
+        ({"min_content_chars": -1}, InvalidValueError, "min_content_chars must be >= 0, got -1"),
+        ({"min_content_chars": 2.5}, InvalidTypeError, "min_content_chars must be an int, got float 2.5"),
+        ({"dense_weight": 1.5}, InvalidValueError, "dense_weight must be <= 1.0, got 1.5"),
+        ({"dense_weight": None}, InvalidTypeError, "dense_weight must be a number, got NoneType None"),
+        (
+            {"dedupe_against_upstream": "yes"},
+            InvalidTypeError,
+            "dedupe_against_upstream must be True or False, got str 'yes'",
+        ),
+        ({"roles": ("user", "bot")}, InvalidValueError, "roles must be one of 'system', 'user'"),
+        ({"roles": ()}, InvalidValueError, "roles must name at least one message role"),
+        ({"batch_size": 0}, InvalidValueError, "batch_size must be >= 1, got 0"),
+        ({"context_turns": -1}, InvalidValueError, "context_turns must be >= 0, got -1"),
+        ({"context_turns": 1.0}, InvalidTypeError, "context_turns must be an int, got float 1.0"),
+        ({"name": ""}, InvalidValueError, "name cannot be empty"),
+        ({"embedder": object()}, InvalidTypeError, "embedder must be 'auto', 'local', 'openai[:model]'"),
     ],
 )
-def test_bad_arguments_raise_at_construction(store, embedder, kwargs):
-    with pytest.raises(ValueError):
-        VectorBlock(store, embedder=embedder, **kwargs)
+def test_bad_arguments_raise_at_construction(store, embedder, kwargs, error, message):
+    """A wrong type is a TypeError, a value out of range a ValueError, both naming the argument."""
+    kwargs = {"embedder": embedder, **kwargs}
+    with pytest.raises(error, match=re.escape(message)):
+        VectorBlock(store, **kwargs)
+
+
+def test_a_store_without_search_is_refused(embedder):
+    with pytest.raises(TypeError, match=r"VectorBlock needs a VectorStore"):
+        VectorBlock(object(), embedder=embedder)  # type: ignore[arg-type]
 
 
 def test_messages_still_in_the_window_are_not_recalled(store, embedder):
@@ -275,7 +316,7 @@ def test_embedder_dimension_mismatch_is_a_clear_error(embedder):
     block = VectorBlock(lazy, embedder=embedder)  # store size not known yet
     lazy.add([Chunk("x", "existing", [1.0] * 16, {})])  # someone else fixes it at 16
     block.on_message(UserMessage("a message long enough"))
-    with pytest.raises(DimensionMismatchError):
+    with pytest.raises(DimensionMismatchError, match="has dimension 64 but the index has dimension 16"):
         block.recall("message")
 
 
@@ -293,7 +334,7 @@ def test_clear_deletes_only_its_namespace(store, embedder):
 
 
 def test_isolated_copy_is_refused(store, embedder):
-    with pytest.raises(MemoryIsolationError):
+    with pytest.raises(MemoryIsolationError, match="build a new VectorBlock with its own store"):
         VectorBlock(store, embedder=embedder).isolated_copy()
 
 
@@ -315,7 +356,7 @@ def test_save_flushes_and_load_restores(tmp_path, store, embedder):
     ComposableMemory(blocks=[again]).load(tmp_path / "mem")
     assert texts(again.recall("meeting Friday")) == ["remember that the meeting is on Friday"]
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"vector state file .*bad\.json is corrupt"):
         again.load(tmp_path / "bad.json")
 
 
@@ -361,7 +402,7 @@ def test_a_dead_embedder_keeps_a_bounded_queue(store):
     block = VectorBlock(store, embedder=BrokenEmbedder(), batch_size=10_000)
     for i in range(1500):
         block.on_message(UserMessage(f"message {i} that cannot be embedded"))
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="model weights not found"):  # the embedder's own error
         block.flush()
     assert len(block._pending) == 1000
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fastaiagent.errors import InvalidValueError
+from fastaiagent._validate import fraction, one_of
 
 RETRIEVAL_MODES = ("hybrid", "dense", "bm25")
 DEFAULT_DENSE_WEIGHT = 0.5
@@ -23,8 +23,7 @@ def fuse(
     dense_weight: float = DEFAULT_DENSE_WEIGHT,
 ) -> list[tuple[str, float]]:
     """Blend two rankings: ``w * cosine + (1 - w) * bm25 / max_bm25``, best first."""
-    if not 0.0 <= dense_weight <= 1.0:
-        raise InvalidValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+    dense_weight = fraction("dense_weight", dense_weight)
     top = max((score for _, score in keyword), default=0.0)
     fused: dict[str, float] = {}
     for doc_id, score in dense:
@@ -36,6 +35,5 @@ def fuse(
 
 
 def check_mode(retrieval: str) -> str:
-    if retrieval not in RETRIEVAL_MODES:
-        raise InvalidValueError(f"retrieval must be one of {RETRIEVAL_MODES}, got {retrieval!r}")
-    return retrieval
+    """``retrieval`` if it names a mode of :data:`RETRIEVAL_MODES`."""
+    return one_of("retrieval", retrieval, RETRIEVAL_MODES)

@@ -6,9 +6,10 @@ import threading
 import warnings
 
 from fastaiagent import trace
+from fastaiagent._validate import one_of, positive_int, text
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.fact import SCOPES, Fact
 from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.message import Message, SystemMessage
@@ -47,14 +48,18 @@ class PersistentFactBlock(MemoryBlock):
         heading: str = DEFAULT_HEADING,
         name: str | None = None,
     ) -> None:
-        if scope not in SCOPES:
-            raise InvalidValueError(f"scope must be one of {SCOPES}, got {scope!r}")
-        if not isinstance(scope_id, str) or not isinstance(project_id, str):
-            raise InvalidTypeError("scope_id and project_id must be strings")
-        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
-            raise InvalidValueError(f"max_facts must be a positive int, got {max_facts!r}")
-        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
-            raise InvalidValueError(f"refresh_every must be a positive int, got {refresh_every!r}")
+        one_of("scope", scope, SCOPES)
+        text("scope_id", scope_id, allow_empty=True)
+        text("project_id", project_id, allow_empty=True)
+        positive_int("max_facts", max_facts)
+        positive_int("refresh_every", refresh_every)
+        text("heading", heading)
+        if name is not None:
+            text("name", name)
+        if store is not None and not callable(getattr(store, "list_active", None)):
+            raise InvalidTypeError(
+                f"store must be a FactStore (e.g. SQLiteFactStore()), got {type(store).__name__}"
+            )
         if scope == "agent" and scope_id == "":
             warnings.warn(
                 'PersistentFactBlock(scope="agent", scope_id="") reads every agent\'s facts; '

@@ -8,12 +8,12 @@ input order is returned unchanged (no scoring runs at all).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from fastaiagent._validate import fraction, positive_number
 from fastaiagent.errors import InvalidValueError
 
 ItemT = TypeVar("ItemT")
@@ -28,22 +28,13 @@ class ScoringWeights:
     recency_half_life_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
-        for name in ("recency_weight", "importance_weight", "recency_half_life_seconds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise InvalidValueError(f"{name} must be a finite number, got {value!r}")
-        if not 0.0 <= self.recency_weight <= 1.0:
-            raise InvalidValueError(f"recency_weight must be in [0, 1], got {self.recency_weight}")
-        if not 0.0 <= self.importance_weight <= 1.0:
-            raise InvalidValueError(f"importance_weight must be in [0, 1], got {self.importance_weight}")
+        fraction("recency_weight", self.recency_weight)
+        fraction("importance_weight", self.importance_weight)
+        positive_number("recency_half_life_seconds", self.recency_half_life_seconds)
         if self.recency_weight + self.importance_weight > 1.0 + 1e-9:
             raise InvalidValueError(
                 "recency_weight + importance_weight must be <= 1, got "
                 f"{self.recency_weight} + {self.importance_weight}"
-            )
-        if self.recency_half_life_seconds <= 0:
-            raise InvalidValueError(
-                f"recency_half_life_seconds must be > 0, got {self.recency_half_life_seconds}"
             )
 
     @property

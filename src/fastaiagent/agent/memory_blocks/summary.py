@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
+from fastaiagent._validate import integer, text
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM
@@ -28,12 +29,6 @@ Keep what matters later: who the user is, their goals, preferences, decisions, \
 facts they gave and open questions. Drop greetings and small talk. Write plain \
 prose in the third person, under {max_chars} characters. Answer with the \
 summary only."""
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def cut_summary(text: str, max_chars: int) -> str:
@@ -83,12 +78,10 @@ class SummaryBlock(MemoryBlock):
         if llm is None or not callable(getattr(llm, "complete", None)):
             raise InvalidTypeError("SummaryBlock needs an llm with a complete() method")
         self.llm = llm
-        self.keep_last = _check_positive_int("keep_last", keep_last)
-        self.summarize_every = _check_positive_int("summarize_every", summarize_every)
-        self.max_chars = _check_positive_int("max_chars", max_chars)
-        if not isinstance(name, str) or not name:
-            raise InvalidValueError("name must be a non-empty string")
-        self.name = name
+        self.keep_last = integer("keep_last", keep_last, minimum=1)
+        self.summarize_every = integer("summarize_every", summarize_every, minimum=1)
+        self.max_chars = integer("max_chars", max_chars, minimum=1)
+        self.name = text("name", name)
         # Messages waiting to be summarised are bounded too: if the LLM keeps
         # failing, the oldest unsummarised ones are dropped rather than piling up.
         self.max_pending = max(MIN_PENDING_CAP, 4 * self.summarize_every)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
+from fastaiagent._validate import boolean, fraction, integer, one_of, text
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
@@ -32,7 +33,7 @@ from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
-from fastaiagent.llm.message import Message, SystemMessage
+from fastaiagent.llm.message import ROLES, Message, SystemMessage
 
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
@@ -49,10 +50,11 @@ class Recalled:
     similarity: float
 
 
-def _check_positive_int(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
+    chosen = (roles,) if isinstance(roles, str) else tuple(roles)
+    if not chosen:
+        raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
+    return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
 class VectorBlock(MemoryBlock):
@@ -92,25 +94,26 @@ class VectorBlock(MemoryBlock):
             raise InvalidTypeError(
                 "VectorBlock needs a VectorStore (e.g. FaissVectorStore(dimension=384))"
             )
-        if not isinstance(namespace, str) or not namespace:
-            raise InvalidValueError(f"namespace must be a non-empty str, got {namespace!r}")
         self.store = store
-        self.top_k = _check_positive_int("top_k", top_k)
-        self.namespace = namespace
-        self.min_content_chars = _check_positive_int("min_content_chars", min_content_chars, 0)
+        self.top_k = integer("top_k", top_k, minimum=1)
+        self.namespace = text("namespace", namespace)
+        self.min_content_chars = integer("min_content_chars", min_content_chars, minimum=0)
         self.weights = ScoringWeights(recency_weight, importance_weight, recency_half_life_seconds)
-        self.dedupe_against_upstream = bool(dedupe_against_upstream)
+        self.dedupe_against_upstream = boolean("dedupe_against_upstream", dedupe_against_upstream)
         self.retrieval = check_mode(retrieval)
-        if not 0.0 <= dense_weight <= 1.0:
-            raise InvalidValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
-        self.dense_weight = dense_weight
-        self.roles = tuple(roles)
-        self.batch_size = _check_positive_int("batch_size", batch_size)
-        self.context_turns = _check_positive_int("context_turns", context_turns, 0)
-        self.name = name
+        self.dense_weight = fraction("dense_weight", dense_weight)
+        self.roles = _check_roles(roles)
+        self.batch_size = integer("batch_size", batch_size, minimum=1)
+        self.context_turns = integer("context_turns", context_turns, minimum=0)
+        self.name = text("name", name)
         self._embedder_spec = embedder
         self._embedder: Any = None
         if embedder is not None and not isinstance(embedder, str):
+            if not callable(getattr(embedder, "embed", None)):
+                raise InvalidTypeError(
+                    "embedder must be 'auto', 'local', 'openai[:model]' or an object with "
+                    f"embed(texts), got {type(embedder).__name__}"
+                )
             self._embedder = embedder
             self._check_dimension(embedder)  # a known mismatch is a configuration error
         self._pending: list[Chunk] = []
