@@ -263,5 +263,10 @@ async def _acquire(lock: threading.Lock) -> None:
     try:
         await asyncio.shield(waiter)
     except asyncio.CancelledError:
-        waiter.add_done_callback(lambda done: done.cancelled() or lock.release())
+        waiter.add_done_callback(lambda done: _release_if_taken(lock, done))
         raise
+
+
+def _release_if_taken(lock: threading.Lock, acquired: asyncio.Future[bool]) -> None:
+    if not acquired.cancelled() and acquired.exception() is None:
+        lock.release()

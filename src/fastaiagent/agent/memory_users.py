@@ -51,7 +51,7 @@ class UserResolution:
 
     def resolve(self, context: Any) -> str | None:
         if not callable(self.user_id):
-            return self.user_id  # type: ignore[no-any-return]
+            return self.user_id
         if context is None:
             return None
         try:
