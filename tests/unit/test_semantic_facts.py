@@ -145,21 +145,21 @@ def test_index_remove_and_forget(store, embedder):
     assert index.forget("user", "alice") == 1
     assert vectors.count(subject_namespace(("user", "alice", ""))) == 0
     assert vectors.count(subject_namespace(("user", "bob", ""))) == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match='empty id; pass scope_id="\\*" to delete every subject'):
         index.forget("user", "")
 
 
 def test_bad_arguments(store, embedder):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="vectors must be \"auto\" or a VectorStore, got 'faiss'"):
         SemanticFactIndex(store, "faiss", embedder)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="vectors must be a VectorStore, got object"):
         SemanticFactIndex(store, object(), embedder)
     index = SemanticFactIndex(store, "auto", embedder)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown scope 'galaxy'; expected one of"):
         index.search("x", "galaxy", "alice")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="limit must be >= 0, got -1"):
         index.search("x", "user", "alice", limit=-1)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="query must be a str, got NoneType"):
         index.search(None, "user", "alice")  # type: ignore[arg-type]
 
 
