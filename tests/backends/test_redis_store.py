@@ -1,5 +1,6 @@
 """RedisFactStore specifics: older-layout indexing, reindex, per-subject rows,
-key escaping, atomic writes."""
+key escaping, atomic script writes under concurrency, bounded large deletes.
+Layout upgrades, the script cache and error classes: test_redis_layout.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from _env import require_module
+from fastaiagent.errors import StoreUnavailableError
 from fastaiagent.learn import SOURCE_CONVERSATION, Fact, make_fact_store
 
 pytestmark = pytest.mark.redis
@@ -172,9 +174,10 @@ def test_dead_port_is_a_clear_connection_error() -> None:
 
 
 class _CuttingProxy:
-    """A TCP proxy to the real Redis that drops the client's connection instead
-    of forwarding an EXEC: the server sees MULTI and the queued commands, then
-    a disconnect, exactly like a client crash in the middle of a write."""
+    """A TCP proxy to the real Redis that, once ``cut`` is set, forwards only the
+    first half of a write's script call (EVALSHA / EVAL) and then drops the
+    connection: the server sees an incomplete command and a disconnect, exactly
+    like a client crash in the middle of sending a write."""
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
@@ -196,10 +199,8 @@ class _CuttingProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, outbound: bool) -> None:
         try:
             while data := src.recv(65536):
-                if outbound and self.cut.is_set() and b"EXEC" in data.upper():
-                    head = data[: data.upper().index(b"*1\r\n$4\r\nEXEC")]
-                    dst.sendall(head)
-                    time.sleep(0.05)
+                if outbound and self.cut.is_set() and b"EVAL" in data.upper():
+                    dst.sendall(data[: len(data) // 2])
                     break
                 dst.sendall(data)
         except OSError:
@@ -212,7 +213,7 @@ class _CuttingProxy:
         self.listener.close()
 
 
-def test_a_write_cut_before_exec_leaves_nothing_half_written(
+def test_a_write_cut_mid_command_leaves_nothing_half_written(
     redis_url: str, redis_prefix: str
 ) -> None:
     host_port = redis_url.split("://", 1)[1].split("/", 1)[0]
@@ -222,15 +223,17 @@ def test_a_write_cut_before_exec_leaves_nothing_half_written(
     try:
         store = RedisFactStore(f"redis://127.0.0.1:{proxy.port}/0", prefix=redis_prefix)
         kept = store.add(Fact("before the cut", scope="user", scope_id="u"))
-        keys_before = set(raw.scan_iter(match=redis_prefix + ":*"))
+        keys_before = {k: raw.dump(k) for k in raw.scan_iter(match=redis_prefix + ":*")}
         proxy.cut.set()
-        with pytest.raises(ConnectionError):
+        with pytest.raises(StoreUnavailableError, match="cannot reach Redis"):
             store.add(Fact("never lands", scope="user", scope_id="u"))
-        with pytest.raises(ConnectionError):
+        with pytest.raises(StoreUnavailableError, match="cannot reach Redis"):
             store.update(Fact("never lands either", scope="user", scope_id="u"), kept)
+        with pytest.raises(StoreUnavailableError, match="cannot reach Redis"):
+            store.delete("user", "u")
         store.close()
-        keys_after = set(raw.scan_iter(match=redis_prefix + ":*"))
-        assert keys_after == keys_before  # no hash, index or content key of the lost writes
+        keys_after = {k: raw.dump(k) for k in raw.scan_iter(match=redis_prefix + ":*")}
+        assert keys_after == keys_before  # not one key written, changed or removed
         direct = RedisFactStore(redis_url, prefix=redis_prefix)
         assert [f.fact for f in direct.list_active("user", "u")] == ["before the cut"]
         assert direct.get(kept).active  # type: ignore[union-attr]
@@ -353,3 +356,115 @@ def test_reindex_prunes_a_large_subject_in_steps(redis_url: str, redis_prefix: s
     _assert_rows_match(raw, redis_prefix, "", "user", "big")
     got = store.list_active("user", "big", limit=None)
     assert [f.id for f in got] == [i for i in range(1300, 0, -1) if i not in gone]
+
+
+# -- atomic scripts under concurrency -------------------------------------------
+
+
+def _race(workers: int, work) -> tuple[list, list]:  # type: ignore[no-untyped-def]
+    """Run ``work(i)`` on ``workers`` threads released together; (results, errors)."""
+    barrier = threading.Barrier(workers)
+    results: list = []
+    errors: list = []
+
+    def run(i: int) -> None:
+        barrier.wait(timeout=30)
+        try:
+            results.append(work(i))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results, errors
+
+
+def test_concurrent_updates_of_one_fact_leave_exactly_one_winner(
+    redis_url: str, redis_prefix: str
+) -> None:
+    raw = _raw(redis_url)
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    old = store.add(Fact("Prefers email", scope="user", scope_id="u"))
+    winners, losers = _race(
+        8, lambda i: store.update(Fact(f"Prefers channel {i}", scope="user", scope_id="u"), old)
+    )
+    assert len(winners) == 1, (winners, losers)
+    assert len(losers) == 7
+    for exc in losers:
+        with pytest.raises(ValueError, match=f"#{old} is already superseded by #{winners[0]}"):
+            raise exc
+    assert [f.id for f in store.list_active("user", "u")] == winners
+    assert store.get(old).superseded_by == winners[0]  # type: ignore[union-attr]
+    _assert_rows_match(raw, redis_prefix, "", "user", "u")
+
+
+def test_deleting_a_subject_while_others_add_leaves_consistent_indexes(
+    redis_url: str, redis_prefix: str
+) -> None:
+    raw = _raw(redis_url)
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    for i in range(600):  # more than one delete step
+        store.add(Fact(f"seed {i}", scope="user", scope_id="u"))
+
+    def work(i: int) -> int:
+        if i == 0:
+            return store.delete("user", "u")
+        return sum(store.add(Fact(f"w{i} {n}", scope="user", scope_id="u")) > 0 for n in range(60))
+
+    _, errors = _race(4, work)
+    assert not errors, errors
+    _assert_rows_match(raw, redis_prefix, "", "user", "u")
+    survivors = store.list_active("user", "u", limit=None)
+    assert survivors == [store.get(f.id) for f in survivors]  # type: ignore[arg-type]
+    assert all(f.fact.startswith("w") for f in survivors)  # every seed went
+    hist = {int(i) for i in raw.smembers(f"{redis_prefix}:hist::user:u")}
+    assert hist == {f.id for f in survivors}
+    for fact in survivors:  # each survivor's text still dedupes to it
+        assert store.add(Fact(fact.fact, scope="user", scope_id="u")) == fact.id
+
+
+def test_a_large_subject_is_deleted_in_steps_and_leaves_no_keys(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """2,600 facts (history included) go in steps of DELETE_BATCH, each one
+    script; the neighbour subject is untouched and no key of the subject is left."""
+    raw = _raw(redis_url)
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    keep = store.add(Fact("neighbour", scope="user", scope_id="v"))
+    writer = raw.pipeline(transaction=False)
+    for fact_id in range(keep + 1, keep + 2601):
+        fact = Fact(f"fact {fact_id}", scope="user", scope_id="big", created_at=1000.0 + fact_id)
+        store._queue_create(writer, fact_id, fact, f"fact {fact_id}")
+    writer.set(f"{redis_prefix}:seq", keep + 2600)
+    writer.execute()
+    store.update(Fact("replacement", scope="user", scope_id="big"), keep + 1)
+    assert store.delete("user", "big") == 2601
+    assert not [k for k in raw.scan_iter(match=redis_prefix + ":*") if ":big" in k]
+    assert raw.zcard(f"{redis_prefix}:all") == 1
+    assert [f.id for f in store.list_active("user", "v")] == [keep]
+
+
+def test_prune_learned_over_every_subject_keeps_the_newest_overall(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """``"*"`` prunes across the scope's subjects as one list, like the SQL stores."""
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    ids = [
+        store.add(
+            Fact(
+                f"learned {i}",
+                scope="user",
+                scope_id=f"u{i % 3}",
+                source=SOURCE_CONVERSATION,
+                created_at=1000.0 + i,
+            )
+        )
+        for i in range(9)
+    ]
+    manual = store.add(Fact("manual", scope="user", scope_id="u0", created_at=1.0))
+    assert store.prune_learned("user", "*", keep=4) == 5
+    left = {f.id for f in store.list_active("user", "*", limit=None)}
+    assert left == {*ids[-4:], manual}

@@ -318,7 +318,11 @@ class RedisFactStore:
         self._read_newest = script(_READ_NEWEST)
         self._prune_rows = script(_PRUNE_ROWS)
         self._raise_seq = script(_RAISE_SEQ)
-        self._add, self._update, self._supersede = script(lua.ADD), script(lua.UPDATE), script(lua.SUPERSEDE)
+        self._add, self._update, self._supersede = (
+            script(lua.ADD),
+            script(lua.UPDATE),
+            script(lua.SUPERSEDE),
+        )
         self._delete_id, self._delete_text = script(lua.DELETE_ID), script(lua.DELETE_TEXT)
         self._delete_some, self._prune = script(lua.DELETE_SOME), script(lua.PRUNE_LEARNED)
         self._index, self._set_layout = script(lua.INDEX), script(lua.SET_LAYOUT)
@@ -671,7 +675,6 @@ class RedisFactStore:
             return sorted(out, key=lambda s: (s.scope, s.scope_id, s.project_id))
 
         return self._call(run)
-
 
     # -- upgrades ----------------------------------------------------------
 

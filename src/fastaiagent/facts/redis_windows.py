@@ -47,7 +47,9 @@ class RedisWindowStore:
 
     def __init__(self, store: RedisFactStore, *, prefix: str | None = None) -> None:
         if not isinstance(store, RedisFactStore):
-            raise InvalidTypeError(f"RedisWindowStore needs a RedisFactStore, got {type(store).__name__}")
+            raise InvalidTypeError(
+                f"RedisWindowStore needs a RedisFactStore, got {type(store).__name__}"
+            )
         if prefix is not None:
             text("prefix", prefix)
         self.store = store
