@@ -43,19 +43,23 @@ def test_delete_needs_an_id_or_star(scope: str) -> None:
 def test_write_validation() -> None:
     ok = validate_for_write(Fact("x", scope="user", scope_id="a"))
     assert ok.created_at > 0
+    wildcard = r'"\*" is a read/delete wildcard and cannot be written as an id'
     bad = [
-        Fact("x", scope="user", scope_id="*"),
-        Fact("x", scope="agent", scope_id="a", project_id="*"),
-        Fact("x", scope="project", scope_id=""),
-        Fact("x", scope="nope", scope_id="a"),
-        Fact(" ", scope="user", scope_id="a"),
-        Fact("x", scope="user", scope_id="a" * (MAX_ID_CHARS + 1)),
-        Fact("x\ud800", scope="user", scope_id="a"),
+        (Fact("x", scope="user", scope_id="*"), wildcard),
+        (Fact("x", scope="agent", scope_id="a", project_id="*"), wildcard),
+        (Fact("x", scope="project", scope_id=""), "a project-scope fact needs a non-empty scope_id"),
+        (Fact("x", scope="nope", scope_id="a"), "unknown scope 'nope'; expected one of"),
+        (Fact(" ", scope="user", scope_id="a"), "fact text is empty"),
+        (
+            Fact("x", scope="user", scope_id="a" * (MAX_ID_CHARS + 1)),
+            f"scope_id is {MAX_ID_CHARS + 1} characters; the limit is {MAX_ID_CHARS}",
+        ),
+        (Fact("x\ud800", scope="user", scope_id="a"), "fact is not valid Unicode text"),
     ]
-    for fact in bad:
-        with pytest.raises(ValueError):
+    for fact, message in bad:
+        with pytest.raises(ValueError, match=message):
             validate_for_write(fact)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="metadata must be JSON-serialisable"):
         validate_for_write(Fact("x", scope="user", scope_id="a", metadata={"s": {1, 2}}))
     assert validate_for_write(Fact("x", scope="agent", scope_id="")).scope_id == ""
 
@@ -63,7 +67,7 @@ def test_write_validation() -> None:
 def test_ids_and_limits() -> None:
     assert check_fact_id(3) == 3
     for bad in ("3", 3.0, True, None):
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError, match=f"fact id must be an int, got {type(bad).__name__}"):
             check_fact_id(bad)
     check_limit(None)
     check_limit(0)

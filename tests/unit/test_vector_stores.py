@@ -178,17 +178,17 @@ def test_dimension_mismatch_is_a_clear_error(store):
 
 
 def test_bad_input_is_refused(store):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="chunk 'a' has no vector"):
         store.add([Chunk("a", "no vector", None, {})])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a chunk needs a non-empty str id"):
         store.add([Chunk("", "x", vec(1), {})])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"metadata\['namespace'\] must be a str, got int"):
         store.add([Chunk("a", "x", vec(1), {"namespace": 3})])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="top_k must be a non-negative int, got -1"):
         store.search(vec(1), -1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="namespace must be a non-empty str or None, got ''"):
         store.search(vec(1), 3, namespace="")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"delete\(\) takes a list of ids"):
         store.delete("a")
 
 
@@ -225,7 +225,7 @@ def test_qdrant_reopen_keeps_data_and_checks_dimension(tmp_path):
     assert again.dimension == DIM
     assert ids(again.search(vec(1), 3, namespace="n")) == ["not-a-uuid"]
     again.close()
-    with pytest.raises(DimensionMismatchError):
+    with pytest.raises(DimensionMismatchError, match=f"has dimension {DIM}, but dimension=8 was asked"):
         QdrantVectorStore("c", dimension=8, path=path)
     uid = str(uuid.uuid4())
     assert point_id(uid) == uid
@@ -238,7 +238,7 @@ def test_chroma_reopen_checks_dimension(tmp_path):
     path = str(tmp_path / "c")
     ChromaVectorStore(path=path).add([chunk("a", vec(1), "n")])
     assert ChromaVectorStore(path=path).dimension == DIM
-    with pytest.raises(DimensionMismatchError):
+    with pytest.raises(DimensionMismatchError, match=f"has dimension {DIM}, but dimension=8 was asked"):
         ChromaVectorStore(path=path, dimension=8)
 
 
