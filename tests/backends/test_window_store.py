@@ -168,9 +168,13 @@ def test_bad_keys_and_ttls_are_refused(windows: WindowStore) -> None:
         windows.save(("agent", "proj", "alice"), "x", None, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         windows.delete(WindowKey("agent", "proj", 7))  # type: ignore[arg-type]
-    for bad in (0, -1, True, "10"):
-        with pytest.raises(ValueError):
-            check_ttl(bad)  # type: ignore[arg-type]
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="window_ttl_seconds must be > 0"):
+            check_ttl(bad)
+    for wrong_type in (True, "10"):
+        with pytest.raises(TypeError, match="window_ttl_seconds must be a number"):
+            check_ttl(wrong_type)  # type: ignore[arg-type]
+    assert check_ttl(None) is None and check_ttl(30) == 30.0
 
 
 def test_a_repeated_write_that_already_landed_succeeds_again(windows, monkeypatch) -> None:

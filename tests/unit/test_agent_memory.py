@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -59,9 +60,18 @@ def test_oldest_messages_drop_first():
     assert [m.content for m in memory.get_messages()] == ["2", "3", "4"]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True])
-def test_bad_max_messages_is_refused(bad):
-    with pytest.raises(ValueError, match=r"max_messages must be a positive int or None, got"):
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (0, ValueError, "max_messages must be >= 1, got 0"),
+        (-1, ValueError, "max_messages must be >= 1, got -1"),
+        (1.5, TypeError, "max_messages must be an int, got float 1.5"),
+        ("3", TypeError, "max_messages must be an int, got str '3'"),
+        (True, TypeError, "max_messages must be an int, got bool True"),
+    ],
+)
+def test_bad_max_messages_is_refused(bad, error, message):
+    with pytest.raises(error, match=re.escape(message)):
         AgentMemory(max_messages=bad)
 
 
@@ -258,8 +268,12 @@ def test_custom_block_with_only_on_message_and_render_works():
 
 
 def test_static_block_needs_text_and_calls_no_llm():
-    with pytest.raises(ValueError, match="StaticBlock needs non-empty text"):
+    with pytest.raises(ValueError, match="text cannot be empty"):
         StaticBlock("  ")
+    with pytest.raises(TypeError, match="text must be a str, got NoneType"):
+        StaticBlock(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="name cannot be empty"):
+        StaticBlock("x", name="")
     block = StaticBlock("The user's timezone is UTC+1.")
     assert [m.content for m in block.render("a")] == [m.content for m in block.render("b")]
 

@@ -152,17 +152,24 @@ def test_aflush_does_not_hold_the_event_loop():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "error", "message"),
     [
-        ({"max_pending": 0}, "max_pending must be a positive int, got 0"),
-        ({"max_pending": True}, "max_pending must be a positive int, got True"),
-        ({"exit_timeout": -1}, "exit_timeout must be >= 0"),
-        ({"idle_seconds": 0}, "idle_seconds must be > 0"),
+        ({"max_pending": 0}, ValueError, "max_pending must be >= 1, got 0"),
+        ({"max_pending": True}, TypeError, "max_pending must be an int, got bool True"),
+        ({"exit_timeout": -1}, ValueError, "exit_timeout must be >= 0, got -1"),
+        ({"exit_timeout": "60"}, TypeError, "exit_timeout must be a number, got str '60'"),
+        ({"idle_seconds": 0}, ValueError, "idle_seconds must be > 0, got 0"),
+        ({"name": ""}, ValueError, "name cannot be empty"),
     ],
 )
-def test_bad_arguments_raise(kwargs, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
+def test_bad_arguments_raise(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
         BackgroundQueue(**kwargs)
+
+
+def test_flush_refuses_a_negative_timeout():
+    with pytest.raises(ValueError, match=re.escape("timeout must be >= 0, got -1")):
+        BackgroundQueue().flush(timeout=-1)
 
 
 def test_submit_needs_a_callable():

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fastaiagent._io import read_json, write_json_atomic
+from fastaiagent._validate import positive_int
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.message import Message
 
@@ -17,11 +18,7 @@ class AgentMemory:
     """A sliding window of raw messages. ``max_messages=None`` keeps everything."""
 
     def __init__(self, max_messages: int | None = None) -> None:
-        if max_messages is not None and (
-            not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1
-        ):
-            raise InvalidValueError(f"max_messages must be a positive int or None, got {max_messages!r}")
-        self.max_messages = max_messages
+        self.max_messages = positive_int("max_messages", max_messages, allow_none=True)
         self._messages: deque[Message] = deque(maxlen=max_messages)
         self._lock = threading.Lock()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from fastaiagent._validate import positive_number
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
 
@@ -51,11 +52,7 @@ def check_key(key: WindowKey) -> WindowKey:
 
 def check_ttl(ttl_seconds: float | None) -> float | None:
     """None (never expire) or a positive number of seconds."""
-    if ttl_seconds is None:
-        return None
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or ttl_seconds <= 0:
-        raise InvalidValueError(f"window_ttl_seconds must be a positive number or None, got {ttl_seconds!r}")
-    return float(ttl_seconds)
+    return positive_number("window_ttl_seconds", ttl_seconds, allow_none=True)
 
 
 @runtime_checkable

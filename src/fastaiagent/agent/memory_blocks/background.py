@@ -22,8 +22,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from fastaiagent._validate import integer, number, positive_number, text
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.errors import InvalidTypeError, InvalidValueError, UsageError
+from fastaiagent.errors import InvalidTypeError, UsageError
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -88,16 +89,12 @@ class BackgroundQueue:
         exit_timeout: float = DEFAULT_EXIT_TIMEOUT,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
     ) -> None:
-        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
-            raise InvalidValueError(f"max_pending must be a positive int, got {max_pending!r}")
-        if exit_timeout < 0:
-            raise InvalidValueError("exit_timeout must be >= 0")
-        if idle_seconds <= 0:
-            raise InvalidValueError("idle_seconds must be > 0")
-        self.max_pending = max_pending
-        self.name = name
-        self.exit_timeout = exit_timeout
-        self.idle_seconds = idle_seconds
+        self.max_pending = integer("max_pending", max_pending, minimum=1)
+        self.name = text("name", name)
+        number("exit_timeout", exit_timeout, minimum=0)
+        positive_number("idle_seconds", idle_seconds)
+        self.exit_timeout = float(exit_timeout)
+        self.idle_seconds = float(idle_seconds)
         self._jobs: deque[tuple[contextvars.Context, Callable[[], Any]]] = deque()
         self._unfinished = 0
         self._cond = threading.Condition()
@@ -196,6 +193,7 @@ class BackgroundQueue:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every job submitted so far has run; False if ``timeout`` passed first."""
+        number("timeout", timeout, minimum=0, allow_none=True)
         if self._on_worker():
             raise UsageError("flush() called from a background job would wait for itself")
         if os.getpid() != self._pid:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fastaiagent._validate import text as check_text
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.errors import InvalidValueError
 from fastaiagent.llm.message import Message, SystemMessage
 
 
@@ -13,10 +13,8 @@ class StaticBlock(MemoryBlock):
     name = "static"
 
     def __init__(self, text: str, *, name: str = "static") -> None:
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidValueError("StaticBlock needs non-empty text")
-        self.text = text
-        self.name = name
+        self.text = check_text("text", text)
+        self.name = check_text("name", name)
 
     def render(self, query: str) -> list[Message]:
         return [SystemMessage(self.text)]
