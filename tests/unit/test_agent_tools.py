@@ -220,3 +220,8 @@ def test_resume_and_fork_need_a_result():
         agent.fork({}, "q")  # type: ignore[arg-type]
     with pytest.raises(InvalidTypeError, match="query must be a str, got int"):
         agent.run(5)  # type: ignore[arg-type]
+
+
+def test_redact_pii_flags_must_be_booleans():
+    with pytest.raises(InvalidTypeError, match="redact_input must be True or False, got str 'yes'"):
+        RedactPII(redact_input="yes")  # type: ignore[arg-type]

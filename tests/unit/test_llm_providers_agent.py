@@ -81,3 +81,53 @@ def test_agent_run_arun_astream_agree(server: FakeLLMServer, provider: str) -> N
     assert [t.get("name") or t["function"]["name"] for t in first["tools"]] == ["get_weather"]
     assert _tool_result(server.requests[1]) == "sunny, 21C"
     assert len(second["messages"]) > len(first["messages"])
+
+
+def _client(server: FakeLLMServer, provider: str) -> LLMClient:
+    base_url = server.url if provider == "anthropic" else server.openai_url
+    return LLMClient(provider, MODEL, api_key="sk-test", base_url=base_url, timeout=5.0, max_retries=0)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_invalid_tool_arguments_go_back_to_the_model_over_http(
+    server: FakeLLMServer, provider: str
+) -> None:
+    server.script(
+        Say(calls=[Call("c1", "get_weather", {"city": ["Paris"]})]),
+        Say(calls=[Call("c2", "get_weather", {"city": "Paris"})]),
+    )
+    result = Agent("weather", _client(server, provider), tools=[get_weather]).run("Paris?")
+    assert result.output == "Paris is sunny, 21C today."
+    error = _tool_result(server.requests[1])
+    assert error is not None
+    assert error.startswith("error: invalid arguments for tool 'get_weather': city: Input should be")
+    assert _tool_result(server.requests[2]) == "sunny, 21C"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_extraction_reads_a_record_facts_call_over_http(server: FakeLLMServer, provider: str) -> None:
+    from fastaiagent.learn.extractor import ExtractedFact, extract_facts
+
+    server.script(Say(calls=[Call("c1", "record_facts", {"facts": [{"fact": "Prefers Slack", "replaces": "F1"}]})]))
+    llm = _client(server, provider)
+    assert extract_facts(llm, "use Slack", known_facts=["Prefers email"]) == [
+        ExtractedFact("Prefers Slack", 0)
+    ]
+    tools = server.requests[0].body["tools"]
+    assert [t.get("name") or t["function"]["name"] for t in tools] == ["record_facts"]
+
+
+def test_a_server_refusing_tools_gets_a_text_extraction_request(server: FakeLLMServer) -> None:
+    from fake_llm_server import Fail
+
+    from fastaiagent.learn.extractor import ExtractedFact, aextract_facts, extract_facts
+
+    server.script(
+        Fail(400, "registry.ollama.ai/library/gemma does not support tools"),
+        Say('{"facts": [{"fact": "Lives in Oslo"}]}'),
+        Say('["Has a dog"]'),
+    )
+    llm = _client(server, "ollama")
+    assert extract_facts(llm, "I live in Oslo") == [ExtractedFact("Lives in Oslo")]
+    assert asyncio.run(aextract_facts(llm, "my dog")) == [ExtractedFact("Has a dog")]
+    assert ["tools" in r.body for r in server.requests] == [True, False, False]

@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from fastaiagent import _validate as check
 from fastaiagent.llm.base import LLMResponse
 from fastaiagent.llm.message import Message
 
@@ -68,8 +69,8 @@ class RedactPII(Middleware):
     """
 
     def __init__(self, *, redact_input: bool = False, redact_output: bool = True) -> None:
-        self.redact_input = redact_input
-        self.redact_output = redact_output
+        self.redact_input = check.boolean("redact_input", redact_input)
+        self.redact_output = check.boolean("redact_output", redact_output)
 
     @staticmethod
     def redact(text: str) -> str:

@@ -147,6 +147,12 @@ def translate_error(exc: BaseException, sdk: Any, client: LLMClient) -> BaseExce
                 provider=provider,
             )
         return exc
+    return _status_error(exc, client, retries)
+
+
+def _status_error(exc: Any, client: LLMClient, retries: str) -> LLMError:
+    """The error for an HTTP status the provider answered with."""
+    provider = client.provider
     status = int(exc.status_code)
     detail = _server_message(exc)
     if status in (401, 403):
