@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import warnings
 
@@ -62,45 +63,45 @@ def test_locations_select_backends_and_bad_ones_fail(tmp_path):
     assert Memory(location=store).store is store
     with pytest.raises(ValueError, match="unsupported location"):
         Memory(location="mysql://x")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="location must be a string or a FactStore instance, got int"):
         Memory(location=42)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"agent_id": ""},
-        {"plane_agent_id": ""},
-        {"max_users": 0},
-        {"window": 0},
-        {"window": -3},
-        {"max_learned_facts": 0},
-        {"max_facts": 0},
-        {"user_id": ""},
-        {"agent_id": "*"},
-        {"project_id": "*"},
-        {"embedder": "minilm"},
+        ({"agent_id": ""}, "agent_id cannot be empty; leave it out (None) instead"),
+        ({"plane_agent_id": ""}, "plane_agent_id cannot be empty; leave it out (None) instead"),
+        ({"max_users": 0}, "max_users must be >= 1, got 0"),
+        ({"window": 0}, "window must be >= 1, got 0"),
+        ({"window": -3}, "window must be >= 1, got -3"),
+        ({"max_learned_facts": 0}, "max_learned_facts must be >= 1, got 0"),
+        ({"max_facts": 0}, "max_facts must be >= 1, got 0"),
+        ({"user_id": ""}, "user_id cannot be empty; leave it out (None) instead"),
+        ({"agent_id": "*"}, 'agent_id cannot be "*" (the wildcard is for reads and deletes)'),
+        ({"project_id": "*"}, 'project_id cannot be "*": a tenant is one exact id'),
+        ({"embedder": "minilm"}, "unknown embedder 'minilm': use 'auto', 'local', 'openai'"),
     ],
 )
-def test_bad_keywords_raise_value_error_at_construction(kwargs):
-    with pytest.raises(ValueError):
+def test_bad_keywords_raise_value_error_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         Memory(**kwargs)
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"learn": "gpt-4"},
-        {"summarize": object()},
-        {"recall": "yes"},
-        {"semantic": 3},
-        {"embedder": 384},
-        {"dedupe": "true"},
-        {"agent_id": 5},
+        ({"learn": "gpt-4"}, "learn= needs an LLM (LLMClient or BaseLLM), got str"),
+        ({"summarize": object()}, "summarize= needs an LLM (LLMClient or BaseLLM), got object"),
+        ({"recall": "yes"}, 'recall= must be "auto", a VectorStore instance or None, got \'yes\''),
+        ({"semantic": 3}, 'semantic= must be "auto", a VectorStore instance or None, got 3'),
+        ({"embedder": 384}, "embedder= must be a name or an Embedder (embed + dimension), got 384"),
+        ({"dedupe": "true"}, "dedupe must be True or False, got str 'true'"),
+        ({"agent_id": 5}, "agent_id must be a str, got int 5"),
     ],
 )
-def test_wrong_keyword_types_raise_type_error(kwargs):
-    with pytest.raises(TypeError):
+def test_wrong_keyword_types_raise_type_error(kwargs, message):
+    with pytest.raises(TypeError, match=re.escape(message)):
         Memory(**kwargs)
 
 
@@ -146,9 +147,9 @@ def test_spec_direct_store_use_snippet():
 def test_user_writes_need_an_id_and_reads_without_one_are_empty():
     mem = Memory(agent_id="a")
     mem.persist("x", tier="user", id="alice")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape('persist(tier="user") needs id=')):
         mem.persist("x", tier="user")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape('forget(tier="user") needs id= (or id="*"')):
         mem.forget(tier="user")
     assert mem.retrieve(tier="user") == []
 
@@ -235,9 +236,9 @@ def test_update_cannot_cross_users_or_tiers():  # H4
     mem = Memory(agent_id="a")
     alice = mem.persist("Alice fact", tier="user", id="alice")
     glob = mem.persist("Global fact", tier="global")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\(user:bob\) cannot supersede #\d+ \(user:alice\)"):
         mem.update("Bob takes over", old=alice, tier="user", id="bob")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"\(user:bob\) cannot supersede #\d+ \(agent:a\)"):
         mem.update("User takes over", old=glob, tier="user", id="bob")
     assert mem.location.get(alice).superseded_by is None
     assert mem.location.get(glob).superseded_by is None
@@ -284,9 +285,9 @@ def test_session_tier_is_not_a_store_and_unknown_tiers_fail(verb):
         "retrieve": lambda tier: mem.retrieve(tier=tier, id="u"),
         "forget": lambda tier: mem.forget(tier=tier, id="u"),
     }[verb]
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="the session tier is the conversation window"):
         call("session")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown tier 'team'; expected one of"):
         call("team")
 
 
