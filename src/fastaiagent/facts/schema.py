@@ -15,6 +15,7 @@ This module needs no driver import: it runs on a psycopg connection it is given
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -60,9 +61,18 @@ def _create_version_table(conn: Any) -> None:
 
 @contextmanager
 def advisory_lock(conn: Any, table: str) -> Iterator[None]:
-    """The session advisory lock that serialises schema work on ``table`` across workers."""
+    """The session advisory lock that serialises schema work on ``table`` across workers.
+
+    Waiters poll with ``pg_try_advisory_lock`` instead of blocking in
+    ``pg_advisory_lock``: a blocked statement is an open transaction, and the
+    holder's ``CREATE INDEX CONCURRENTLY`` waits for every open transaction to
+    end, which would deadlock the two.
+    """
     key = f"fastaiagent:{table}"
-    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+    delay = 0.005
+    while not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]:
+        time.sleep(delay)  # another worker is migrating; it usually takes milliseconds
+        delay = min(delay * 2, 0.25)
     try:
         yield
     finally:
