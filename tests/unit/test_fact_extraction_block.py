@@ -14,6 +14,7 @@ from fastaiagent import trace
 from fastaiagent.agent import Agent, ComposableMemory, MemoryIsolationError
 from fastaiagent.agent.memory_blocks.background import BackgroundQueue
 from fastaiagent.agent.memory_blocks.facts import HEADING, FactExtractionBlock
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.learn import SOURCE_CONVERSATION, Fact, MemoryStore
 from fastaiagent.llm.base import BaseLLM, LLMResponse
 from fastaiagent.llm.message import AssistantMessage, Message, UserMessage
@@ -416,22 +417,37 @@ def test_clear_forgets_the_list_but_not_the_store(store):
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "error", "message"),
     [
-        ({"max_facts": 0}, "max_facts must be a positive int, got 0"),
-        ({"extract_every": 0}, "extract_every must be a positive int, got 0"),
-        ({"roles": ()}, "roles must name at least one message role"),
-        ({"roles": ("robot",)}, "unknown role 'robot' in roles; expected some of"),
-        ({"scope": "team"}, "scope must be one of ('user', 'project', 'agent'), got 'team'"),
-        ({"confidence": 1.5}, "confidence must be a number in [0, 1], got 1.5"),
-        ({"confidence": -0.1}, "confidence must be a number in [0, 1], got -0.1"),
-        ({"max_persisted": 0}, "max_persisted must be a positive int, got 0"),
-        ({"confidence": float("nan")}, "confidence must be a number in [0, 1], got nan"),
-        ({"name": ""}, "name must be a non-empty string"),
+        ({"max_facts": 0}, InvalidValueError, "max_facts must be >= 1, got 0"),
+        ({"max_facts": 1.5}, InvalidTypeError, "max_facts must be an int, got float 1.5"),
+        ({"extract_every": 0}, InvalidValueError, "extract_every must be >= 1, got 0"),
+        ({"extract_every": "2"}, InvalidTypeError, "extract_every must be an int, got str '2'"),
+        ({"roles": ()}, InvalidValueError, "roles must name at least one message role"),
+        ({"roles": ("robot",)}, InvalidValueError, "roles must be one of 'system', 'user'"),
+        ({"inject": "no"}, InvalidTypeError, "inject must be True or False, got str 'no'"),
+        ({"persist": 1}, InvalidTypeError, "persist must be True or False, got int 1"),
+        (
+            {"scope": "team"},
+            InvalidValueError,
+            "scope must be one of 'user', 'project', 'agent', got 'team'",
+        ),
+        ({"scope_id": 42}, InvalidTypeError, "scope_id must be a str, got int 42"),
+        ({"project_id": None}, InvalidTypeError, "project_id must be a str, got NoneType None"),
+        ({"confidence": 1.5}, InvalidValueError, "confidence must be <= 1.0, got 1.5"),
+        ({"confidence": -0.1}, InvalidValueError, "confidence must be >= 0.0, got -0.1"),
+        ({"confidence": float("nan")}, InvalidValueError, "confidence must be a finite number, got nan"),
+        ({"confidence": True}, InvalidTypeError, "confidence must be a number, got bool True"),
+        ({"confidence": "0.9"}, InvalidTypeError, "confidence must be a number, got str '0.9'"),
+        ({"max_persisted": 0}, InvalidValueError, "max_persisted must be >= 1, got 0"),
+        ({"max_persisted": True}, InvalidTypeError, "max_persisted must be an int, got bool True"),
+        ({"name": ""}, InvalidValueError, "name cannot be empty"),
+        ({"store": "facts.db"}, InvalidTypeError, "store must be a FactStore"),
     ],
 )
-def test_bad_arguments_raise_at_construction(kwargs, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
+def test_bad_arguments_raise_at_construction(kwargs, error, message):
+    """A wrong type is a TypeError, a value out of range a ValueError, both naming the argument."""
+    with pytest.raises(error, match=re.escape(message)):
         FactExtractionBlock(CannedLLM("[]"), **kwargs)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
+from fastaiagent._validate import boolean, fraction, integer, one_of, positive_int
+from fastaiagent._validate import text as check_text
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
@@ -51,20 +52,11 @@ class _Job:
     trace_id: str | None
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
     chosen = (roles,) if isinstance(roles, str) else tuple(roles)
     if not chosen:
-        raise InvalidValueError("roles must name at least one message role")
-    for role in chosen:
-        if role not in ROLES:
-            raise InvalidValueError(f"unknown role {role!r} in roles; expected some of {ROLES}")
-    return chosen
+        raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
+    return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
 class FactExtractionBlock(MemoryBlock):
@@ -107,15 +99,14 @@ class FactExtractionBlock(MemoryBlock):
         if llm is None or not callable(getattr(llm, "complete", None)):
             raise InvalidTypeError("FactExtractionBlock needs an llm with a complete() method")
         self.llm = llm
-        self.max_facts = _positive_int("max_facts", max_facts)
-        self.extract_every = _positive_int("extract_every", extract_every)
+        self.max_facts = integer("max_facts", max_facts, minimum=1)
+        self.extract_every = integer("extract_every", extract_every, minimum=1)
         self.roles = _check_roles(roles)
-        self.inject = bool(inject)
-        self.persist = bool(persist)
-        if scope not in SCOPES:
-            raise InvalidValueError(f"scope must be one of {SCOPES}, got {scope!r}")
-        if not isinstance(scope_id, str) or not isinstance(project_id, str):
-            raise InvalidTypeError("scope_id and project_id must be strings")
+        self.inject = boolean("inject", inject)
+        self.persist = boolean("persist", persist)
+        one_of("scope", scope, SCOPES)
+        check_text("scope_id", scope_id, allow_empty=True)
+        check_text("project_id", project_id, allow_empty=True)
         if self.persist and not scope_id:
             raise InvalidValueError(
                 "FactExtractionBlock(persist=True) needs a scope_id: the subject the "
@@ -123,21 +114,16 @@ class FactExtractionBlock(MemoryBlock):
             )
         if self.persist and WILDCARD in (scope_id, project_id):
             raise InvalidValueError('"*" is a read wildcard and cannot be a scope_id to write under')
-        if (
-            isinstance(confidence, bool)
-            or not isinstance(confidence, (int, float))
-            or not math.isfinite(confidence)
-            or not 0.0 <= confidence <= 1.0
-        ):
-            raise InvalidValueError(f"confidence must be a number in [0, 1], got {confidence!r}")
-        if max_persisted is not None:
-            _positive_int("max_persisted", max_persisted)
-        if not isinstance(name, str) or not name:
-            raise InvalidValueError("name must be a non-empty string")
+        self.confidence = fraction("confidence", confidence)
+        positive_int("max_persisted", max_persisted, allow_none=True)
+        check_text("name", name)
+        if store is not None and not callable(getattr(store, "add", None)):
+            raise InvalidTypeError(
+                f"store must be a FactStore (e.g. SQLiteFactStore()), got {type(store).__name__}"
+            )
         self.scope = scope
         self.scope_id = scope_id
         self.project_id = project_id
-        self.confidence = float(confidence)
         self.max_persisted = max_persisted
         self.name = name
         if store is None and self.persist:
