@@ -225,3 +225,18 @@ def test_resume_and_fork_need_a_result():
 def test_redact_pii_flags_must_be_booleans():
     with pytest.raises(InvalidTypeError, match="redact_input must be True or False, got str 'yes'"):
         RedactPII(redact_input="yes")  # type: ignore[arg-type]
+
+
+def test_partials_positional_only_and_rebuilt_tools():
+    import functools
+
+    def scale(value: int, /, factor: int = 2) -> int:
+        return value * factor
+
+    assert FunctionTool(scale).call({"value": "3"}) == "6"
+    triple = FunctionTool(functools.partial(scale, factor=3), name="triple")
+    assert triple.call({"value": 2}) == "6"
+    first, second = FunctionTool(book), FunctionTool(book, name="reserve")
+    first.spec.parameters["properties"].clear()  # a caller editing one spec...
+    assert "city" in second.spec.parameters["properties"]  # ...does not change another's
+    assert FunctionTool(book).spec.parameters == schema(book)

@@ -12,13 +12,17 @@ receives the run's context and is hidden from the model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import functools
 import inspect
 import json
 import re
 import types
 import typing
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastaiagent import _validate as check
@@ -114,6 +118,65 @@ def _schema_generator() -> type[Any]:
     return ToolSchema
 
 
+@dataclass(frozen=True)
+class _Signature:
+    """What a function's signature gives a tool: argument model, schema, injected names."""
+
+    model: type[BaseModel]
+    schema: dict[str, Any]
+    context_param: str | None
+    positional: tuple[str, ...]  # positional-only parameters, in order
+
+
+# Building the pydantic model costs ~1 ms; agents built per request reuse it. The
+# entry holds nothing that refers to the function, so it goes when the function does.
+_SIGNATURES: weakref.WeakKeyDictionary[Any, _Signature] = weakref.WeakKeyDictionary()
+
+
+def _signature(fn: Callable[..., Any], name: str) -> _Signature:
+    try:
+        cached = _SIGNATURES.get(fn)
+    except TypeError:  # not weak-referenceable or not hashable: build every time
+        cached = None
+    if cached is None:
+        cached = _build_signature(fn, name)
+        with contextlib.suppress(TypeError):
+            _SIGNATURES[fn] = cached
+    return cached
+
+
+def _build_signature(fn: Callable[..., Any], name: str) -> _Signature:
+    from pydantic import ConfigDict, Field, create_model
+
+    docs = parameter_descriptions(inspect.getdoc(fn) or "")
+    hints = _type_hints(fn, name)
+    fields: dict[str, Any] = {}
+    context_param, positional, extra = None, [], "forbid"
+    for param in inspect.signature(fn).parameters.values():
+        annotation = hints.get(param.name, Any)
+        if _is_run_context(annotation):
+            context_param = param.name
+        elif param.kind is param.VAR_KEYWORD:
+            extra = "allow"  # **kwargs: extra arguments are passed through
+        elif param.kind is not param.VAR_POSITIONAL:
+            if param.kind is param.POSITIONAL_ONLY:
+                positional.append(param.name)
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (annotation, Field(default, description=docs.get(param.name)))
+    config = ConfigDict(extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
+    try:
+        model = create_model(f"{name}_arguments", __config__=config, **fields)
+        schema = model.model_json_schema(schema_generator=_schema_generator())
+    except Exception as exc:  # pydantic cannot model a type, or it has no JSON form
+        raise InvalidTypeError(
+            f"tool {name!r}: cannot build its argument schema ({exc}); use str, numbers, "
+            "bool, lists, dicts, Literal, dataclasses or pydantic models"
+        ) from exc
+    schema.setdefault("properties", {})
+    schema.setdefault("required", [])
+    return _Signature(model, schema, context_param, tuple(positional))
+
+
 class FunctionTool:
     """Wraps a function (sync or async) as a tool.
 
@@ -142,47 +205,13 @@ class FunctionTool:
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             type(fn).__call__
         )
-        self._context_param: str | None = None
-        self._positional: list[str] = []  # positional-only parameters, in order
-        self._model = self._arguments_model(fn, parameter_descriptions(doc))
+        signature = _signature(fn, self.name)
+        self._model = signature.model
+        self._context_param = signature.context_param
+        self._positional = signature.positional
         self.spec = ToolSpec(
-            name=self.name, description=self.description, parameters=self._json_schema()
+            name=self.name, description=self.description, parameters=copy.deepcopy(signature.schema)
         )
-
-    def _arguments_model(self, fn: Callable[..., Any], docs: dict[str, str]) -> type[BaseModel]:
-        from pydantic import ConfigDict, Field, create_model
-
-        hints = _type_hints(fn, self.name)
-        fields: dict[str, Any] = {}
-        extra = "forbid"
-        for param in inspect.signature(fn).parameters.values():
-            annotation = hints.get(param.name, Any)
-            if _is_run_context(annotation):
-                self._context_param = param.name
-            elif param.kind is param.VAR_KEYWORD:
-                extra = "allow"  # **kwargs: extra arguments are passed through
-            elif param.kind is not param.VAR_POSITIONAL:
-                if param.kind is param.POSITIONAL_ONLY:
-                    self._positional.append(param.name)
-                default = ... if param.default is param.empty else param.default
-                fields[param.name] = (annotation, Field(default, description=docs.get(param.name)))
-        config = ConfigDict(extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
-        try:
-            return create_model(f"{self.name}_arguments", __config__=config, **fields)
-        except Exception as exc:  # pydantic cannot model one of the types
-            raise InvalidTypeError(f"tool {self.name!r}: cannot build its argument schema: {exc}") from exc
-
-    def _json_schema(self) -> dict[str, Any]:
-        try:
-            schema = self._model.model_json_schema(schema_generator=_schema_generator())
-        except Exception as exc:  # e.g. arbitrary classes with no JSON form
-            raise InvalidTypeError(
-                f"tool {self.name!r}: a parameter type has no JSON schema ({exc}); use str, "
-                "numbers, bool, lists, dicts, Literal, dataclasses or pydantic models"
-            ) from exc
-        schema.setdefault("properties", {})
-        schema.setdefault("required", [])
-        return dict(schema)
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """The model's arguments checked and converted to the function's types.
