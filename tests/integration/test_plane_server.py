@@ -363,3 +363,46 @@ def test_semantic_ranking_with_the_offline_embedder(store):
         body = get(running, query="How long may I wait before sending an item back for my money?")
         assert fact_texts(body)[0] == "Refunds are accepted within 30 days"
         assert all(0.0 <= f["score"] <= 1.0 for f in body.json()["facts"])
+
+
+# -- a damaged store: health and answers say so in one line -------------------------------------
+
+
+@pytest.fixture
+def damaged_plane(tmp_path):
+    path = tmp_path / "damaged.db"
+    path.write_text("this is not a database\n")
+    with start_plane(f"sqlite:///{path}", KEY) as running:
+        yield running
+
+
+def test_healthz_reads_the_store(served, damaged_plane):
+    healthy = HTTP.get(served.url + "/healthz")
+    assert (healthy.status_code, healthy.json()) == (200, {"ok": True})
+    broken = HTTP.get(damaged_plane.url + "/healthz")
+    assert broken.status_code == 503
+    assert broken.json() == {"ok": False, "reason": "the fact store failed: file is not a database"}
+
+
+def test_a_damaged_store_answers_503_with_one_line(damaged_plane):
+    answer = get(damaged_plane)
+    assert answer.status_code == 503
+    assert answer.json() == {"detail": "the fact store failed: file is not a database"}
+
+
+def test_a_reader_treats_a_damaged_plane_as_an_outage(damaged_plane):
+    fa.connect(api_key=KEY, target=damaged_plane.url, timeout=3)
+    try:
+        block = PlaneFactBlock(agent_id="support")
+        assert block.render("refunds?") == []
+    finally:
+        fa.disconnect()
+
+
+def test_protocol_constants_are_defined_once():
+    from fastaiagent.agent.memory_blocks import plane as block_module
+    from fastaiagent.plane import protocol
+    from fastaiagent.plane import server as server_module
+
+    assert block_module.FACTS_PATH is protocol.FACTS_PATH is server_module.FACTS_PATH
+    assert block_module.MAX_FACTS_LIMIT == protocol.MAX_FACTS_LIMIT == server_module.MAX_FACTS_LIMIT == 200

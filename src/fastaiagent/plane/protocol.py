@@ -16,6 +16,10 @@ from typing import Any
 from fastaiagent.errors import FastAIAgentError, InvalidValueError
 from fastaiagent.facts.scoping import normalize_text
 
+# The one read endpoint, and the most facts one answer may hold (``?max=``).
+FACTS_PATH = "/public/v1/memory/facts"
+MAX_FACTS_LIMIT = 200
+
 
 @dataclass(frozen=True)
 class PlaneFact:

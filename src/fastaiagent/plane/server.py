@@ -11,15 +11,17 @@ the fact's confidence, category is ``metadata["category"]``). Without a query
 they come most important first (newest first among equals); with one, a
 pluggable ranker scores them against it. The API key is required, as
 ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (401 when missing, 403
-when wrong).
+when wrong). A store that cannot be read answers 503 with a one-line reason
+(``{"detail": ...}``), which readers treat as an outage; ``GET /healthz``
+reads the store too and answers 503 ``{"ok": false, "reason": ...}`` then.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import math
 import re
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -27,15 +29,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fastaiagent import _serving
+from fastaiagent._format import one_line
 from fastaiagent._optional import require
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    StoreUnavailableError,
+    UsageError,
+)
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
+from fastaiagent.plane.protocol import FACTS_PATH, MAX_FACTS_LIMIT
 
-FACTS_PATH = "/public/v1/memory/facts"
-MAX_FACTS_LIMIT = 200
+logger = logging.getLogger("fastaiagent.plane.server")
+
 DEFAULT_CANDIDATES = 1000
 
 # (query, fact texts) -> one similarity in [0, 1] per text
@@ -167,6 +177,26 @@ def select_facts(
     if not agent_id or agent_id == WILDCARD:
         raise InvalidValueError("agent_id must name one agent")
     facts = store.list_active("agent", agent_id, project_id, limit=candidates)
+    return rank_facts(
+        facts,
+        category=category,
+        max_facts=max_facts,
+        query=query,
+        score_threshold=score_threshold,
+        ranker=ranker,
+    )
+
+
+def rank_facts(
+    facts: Sequence[Fact],
+    *,
+    category: str | None = None,
+    max_facts: int = 50,
+    query: str | None = None,
+    score_threshold: float = 0.0,
+    ranker: Ranker | None = keyword_ranker,
+) -> list[ServedFact]:
+    """Filter, score and order facts already read from the store (no I/O but the ranker's)."""
     if category is not None:
         facts = [f for f in facts if _category(f) == category]
     scores: list[float | None] = [None] * len(facts)
@@ -187,6 +217,15 @@ def select_facts(
     return served[:max_facts]
 
 
+def check_store(store: FactStore) -> None:
+    """Read ``store`` once (a fact by id): StoreUnavailableError, caused by the driver's error,
+    when it cannot be read."""
+    try:
+        store.get(1)
+    except Exception as exc:  # any failure of the store is the answer here
+        raise StoreUnavailableError(f"the fact store failed: {one_line(exc)}") from exc
+
+
 def create_plane_app(
     location: Any,
     api_key: str | Sequence[str],
@@ -202,20 +241,51 @@ def create_plane_app(
         raise InvalidValueError("the plane needs at least one non-empty API key")
     store = make_fact_store(location)
     app = fastapi.FastAPI(title="fastaiagent plane", docs_url=None, redoc_url=None)
-    from fastapi import Header, HTTPException, Query
+    _add_health(app, store)
+    _add_unexpected_errors(app)
+    _add_facts_route(app, store, keys, project_id=project_id, ranker=ranker, candidates=candidates)
+    app.state.store = store
+    return app
 
-    def check_key(authorization: str | None, x_api_key: str | None) -> None:
-        given = x_api_key
-        if authorization and authorization.lower().startswith("bearer "):
-            given = authorization[7:].strip()
-        if not given:
-            raise HTTPException(401, "missing API key", headers={"WWW-Authenticate": "Bearer"})
-        if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
-            raise HTTPException(403, "this API key is not allowed to read these facts")
+
+def _add_health(app: Any, store: FactStore) -> None:
+    from starlette.responses import JSONResponse
 
     @app.get("/healthz")
-    def healthz() -> dict[str, bool]:
+    def healthz() -> Any:
+        try:
+            check_store(store)
+        except StoreUnavailableError as exc:
+            return JSONResponse({"ok": False, "reason": str(exc)}, status_code=503)
         return {"ok": True}
+
+
+def _add_unexpected_errors(app: Any) -> None:
+    """A bug answers 500 with one line of JSON; the traceback goes to the server log only."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Any:
+        return JSONResponse({"detail": f"internal error: {one_line(exc)}"}, status_code=500)
+
+
+def _check_key(keys: list[str], authorization: str | None, x_api_key: str | None) -> None:
+    from fastapi import HTTPException
+
+    given = x_api_key
+    if authorization and authorization.lower().startswith("bearer "):
+        given = authorization[7:].strip()
+    if not given:
+        raise HTTPException(401, "missing API key", headers={"WWW-Authenticate": "Bearer"})
+    if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
+        raise HTTPException(403, "this API key is not allowed to read these facts")
+
+
+def _add_facts_route(
+    app: Any, store: FactStore, keys: list[str], *, project_id: str, ranker: Ranker | None, candidates: int
+) -> None:
+    from fastapi import Header, HTTPException, Query
 
     @app.get(FACTS_PATH)
     def facts(
@@ -227,24 +297,23 @@ def create_plane_app(
         authorization: str | None = Header(None),
         x_api_key: str | None = Header(None),
     ) -> dict[str, Any]:
-        check_key(authorization, x_api_key)
+        _check_key(keys, authorization, x_api_key)
         if agent_id == WILDCARD:
             raise HTTPException(400, 'agent_id must name one agent ("*" is not allowed)')
-        served = select_facts(
-            store,
-            agent_id,
-            project_id=project_id,
+        try:
+            found = store.list_active("agent", agent_id, project_id, limit=candidates)
+        except Exception as exc:  # an outage or a damaged store: readers back off on 503
+            logger.warning("plane: the fact store failed: %s", exc)
+            raise HTTPException(503, f"the fact store failed: {one_line(exc)}") from exc
+        served = rank_facts(
+            found,
             category=category,
             max_facts=max,
             query=query,
             score_threshold=score_threshold,
             ranker=ranker,
-            candidates=candidates,
         )
         return {"agent_id": agent_id, "facts": [s.to_dict() for s in served]}
-
-    app.state.store = store
-    return app
 
 
 class RunningPlane:
@@ -252,9 +321,7 @@ class RunningPlane:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
         uvicorn = require("uvicorn", "ui")
-        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))
+        self._socket = _serving.listen(host, port)
         self.host, self.port = host, self._socket.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
         self._server = uvicorn.Server(config)
@@ -265,7 +332,8 @@ class RunningPlane:
         deadline = time.monotonic() + 10
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the plane server did not start")
+                self._socket.close()
+                raise UsageError("the plane server did not start (see the log above)")
             time.sleep(0.01)
 
     @property

@@ -16,12 +16,14 @@ from typing import Any
 
 import httpx
 
+from fastaiagent import _validate as check
 from fastaiagent import trace
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.errors import InvalidValueError
 from fastaiagent.llm.message import Message, SystemMessage
 from fastaiagent.plane import client as plane
 from fastaiagent.plane.protocol import (
+    FACTS_PATH,
+    MAX_FACTS_LIMIT,
     PlaneDenied,
     PlaneFact,
     PlaneUnavailable,
@@ -32,8 +34,6 @@ from fastaiagent.plane.protocol import (
 
 logger = logging.getLogger("fastaiagent.memory.plane")
 
-FACTS_PATH = "/public/v1/memory/facts"
-MAX_FACTS_LIMIT = 200
 MIN_PAUSE_SECONDS = 1.0  # even "Retry-After: 0" must not turn into a request per turn
 DENIED_STATUSES = (401, 403, 404)
 CACHED_QUESTIONS = 256  # one block may serve many users (Memory shares it)
@@ -83,31 +83,14 @@ class PlaneFactBlock(MemoryBlock):
         *,
         name: str = "plane_facts",
     ) -> None:
-        if not isinstance(agent_id, str) or not agent_id.strip():
-            raise InvalidValueError("PlaneFactBlock needs agent_id, the agent's id on the plane")
-        if category is not None and (not isinstance(category, str) or not category.strip()):
-            raise InvalidValueError("category must be a non-empty string or None")
-        if (
-            isinstance(max_facts, bool)
-            or not isinstance(max_facts, int)
-            or not 1 <= max_facts <= MAX_FACTS_LIMIT
-        ):
-            raise InvalidValueError(f"max_facts must be an int in 1..{MAX_FACTS_LIMIT}, got {max_facts!r}")
-        if (
-            isinstance(score_threshold, bool)
-            or not isinstance(score_threshold, (int, float))
-            or not 0.0 <= score_threshold <= 1.0
-        ):
-            raise InvalidValueError(f"score_threshold must be in [0, 1], got {score_threshold!r}")
-        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
-            raise InvalidValueError(f"refresh_every must be an int >= 1, got {refresh_every!r}")
-        self.agent_id = agent_id.strip()
-        self.category = category
-        self.max_facts = max_facts
-        self.query_conditioned = bool(query_conditioned)
-        self.score_threshold = float(score_threshold)
-        self.refresh_every = refresh_every
-        self.name = name
+        # agent_id is the agent's id on the plane; it has no default.
+        self.agent_id = check.text("agent_id", agent_id).strip()
+        self.category = None if category is None else check.text("category", category)
+        self.max_facts = check.integer("max_facts", max_facts, minimum=1, maximum=MAX_FACTS_LIMIT)
+        self.query_conditioned = check.boolean("query_conditioned", query_conditioned)
+        self.score_threshold = check.fraction("score_threshold", score_threshold)
+        self.refresh_every = check.integer("refresh_every", refresh_every, minimum=1)
+        self.name = check.text("name", name)
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str | None], _Cached] = OrderedDict()
 
