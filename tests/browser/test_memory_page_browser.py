@@ -145,7 +145,7 @@ def test_a_fact_holding_a_script_renders_as_text(browser, site):
     browser.get(site["url"] + "/memory")
     row = browser.find_element(By.ID, f"fact-{site['ids']['evil']}")
     assert '<script>alert("pwned")</script> likes tea' in row.text
-    with pytest.raises(NoAlertPresentException):
+    with pytest.raises(NoAlertPresentException, match="no such alert"):  # the script never ran
         browser.switch_to.alert.text  # noqa: B018 - reading it is the check
 
 
