@@ -253,3 +253,82 @@ def test_ui_command_refuses_a_public_address_without_a_token(monkeypatch):
     result = CliRunner().invoke(app, ["ui", "--host", "0.0.0.0"])
     assert result.exit_code == 2
     assert "without a token" in result.output
+
+
+# -- failing clearly: bad parameters, damaged stores, health --------------------------------
+
+
+@pytest.fixture
+def not_a_database(tmp_path):
+    path = tmp_path / "damaged.db"
+    path.write_text("this is not a database\n")
+    return path
+
+
+def _error_message(response) -> str:
+    (message,) = re.findall(r'<p class="error" id="error-message">(.*?)</p>', response.text, re.S)
+    return message
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("page=abc", "page must be a whole number from 1 to 1000000, got &#39;abc&#39;"),
+        ("page=0", "page must be &gt;= 1, got 0"),
+        ("page=1000001", "page must be &lt;= 1000000, got 1000001"),
+        ("per_page=100000000", "per_page must be &lt;= 200, got 100000000"),
+        ("per_page=0", "per_page must be &gt;= 1, got 0"),
+        ("per_page=ten", "per_page must be a whole number from 1 to 200, got &#39;ten&#39;"),
+    ],
+)
+def test_bad_query_parameters_get_a_friendly_400_page(store, tmp_path, query, message):
+    response = _client(store, tmp_path).get(f"/memory?{query}")
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("text/html")
+    assert _error_message(response) == message
+
+
+def test_a_bad_parameter_is_escaped_on_the_error_page(store, tmp_path):
+    response = _client(store, tmp_path).get("/memory", params={"page": "<script>x</script>"})
+    assert response.status_code == 400
+    assert "<script>" not in response.text
+    assert _error_message(response).endswith("got &#39;&lt;script&gt;x&lt;/script&gt;&#39;")
+
+
+def test_traces_page_parameters_are_checked_too(store, tmp_path):
+    response = _client(store, tmp_path).get("/traces?page=x")
+    assert response.status_code == 400
+    assert _error_message(response) == "page must be a whole number from 1 to 1000000, got &#39;x&#39;"
+    assert 'class="active"' in response.text and 'id="nav-traces" class="active"' in response.text
+
+
+def test_an_unknown_path_is_a_404_page(store, tmp_path):
+    response = _client(store, tmp_path).get("/nowhere")
+    assert response.status_code == 404
+    assert _error_message(response) == "No page at /nowhere."
+
+
+def test_healthz_reads_both_stores(store, tmp_path, not_a_database):
+    healthy = _client(store, tmp_path).get("/healthz")
+    assert (healthy.status_code, healthy.json()) == (200, {"status": "ok"})
+    broken_facts = TestClient(create_app(f"sqlite:///{not_a_database}", trace_db=tmp_path / "t.db"), base_url=BASE)
+    answer = broken_facts.get("/healthz")
+    assert answer.status_code == 503
+    assert answer.json() == {"status": "unavailable", "reason": "the fact store failed: file is not a database"}
+    broken_traces = TestClient(create_app(store, trace_db=not_a_database), base_url=BASE)
+    answer = broken_traces.get("/healthz")
+    assert answer.status_code == 503
+    assert answer.json() == {"status": "unavailable", "reason": "the trace store failed: file is not a database"}
+
+
+def test_a_damaged_store_gets_a_503_page_with_one_line(store, tmp_path, not_a_database):
+    facts = TestClient(create_app(f"sqlite:///{not_a_database}", trace_db=tmp_path / "t.db"), base_url=BASE)
+    page = facts.get("/memory")
+    assert page.status_code == 503
+    assert _error_message(page) == "The fact store failed: file is not a database"
+    traces = TestClient(create_app(store, trace_db=not_a_database), base_url=BASE)
+    for path in ("/traces", "/traces/" + "ab" * 16):
+        response = traces.get(path)
+        assert response.status_code == 503, path
+        assert _error_message(response) == "The trace store failed: file is not a database"
+        assert "Traceback" not in response.text

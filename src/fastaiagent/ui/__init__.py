@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fastaiagent.ui.app import create_app
-    from fastaiagent.ui.server import check_bind, serve
+    from fastaiagent.ui.server import check_bind, serve, serve_on
 
 
 def __getattr__(name: str) -> Any:
@@ -18,11 +18,11 @@ def __getattr__(name: str) -> Any:
         from fastaiagent.ui.app import create_app
 
         return create_app
-    if name in ("serve", "check_bind"):
+    if name in ("serve", "serve_on", "check_bind"):
         from fastaiagent.ui import server
 
         return getattr(server, name)
     raise AttributeError(f"module 'fastaiagent.ui' has no attribute {name!r}")
 
 
-__all__ = ["check_bind", "create_app", "serve"]
+__all__ = ["check_bind", "create_app", "serve", "serve_on"]

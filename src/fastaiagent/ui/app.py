@@ -1,14 +1,24 @@
-"""The local UI: a FastAPI app rendering Jinja2 templates (no JavaScript at all)."""
+"""The local UI: a FastAPI app rendering Jinja2 templates (no JavaScript at all).
+
+Every answer is a page a person can read: a bad query parameter gets a 400
+page saying which one and what it accepts, a store that fails gets a 503 page
+with the reason on one line (the details go to the server log), and
+``/healthz`` reads both stores, answering 503 with the reason when one fails.
+"""
 
 from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from fastaiagent._format import one_line
 from fastaiagent._optional import require
+from fastaiagent.errors import StoreUnavailableError
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.store import FactStore
 from fastaiagent.trace.redaction import RedactionPolicy, get_redaction_policy
@@ -30,6 +40,11 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }
+# What each numeric query parameter accepts, for the 400 page.
+PARAMETER_RULES = {
+    "page": f"a whole number from 1 to {views.MAX_PAGE_NUMBER}",
+    "per_page": f"a whole number from 1 to {views.MAX_PAGE_SIZE}",
+}
 
 
 def _host_name(host_header: str) -> str:
@@ -40,6 +55,55 @@ def _host_name(host_header: str) -> str:
 
 def _flag(value: str | None) -> bool:
     return (value or "").lower() in ("1", "true", "on", "yes")
+
+
+def _section(path: str) -> str:
+    return "traces" if path.startswith("/traces") else "memory"
+
+
+@dataclass
+class _Site:
+    """What every route needs: the stores, the templates and the masking policy."""
+
+    store: FactStore
+    traces: TraceStore
+    templates: Any
+    redaction: RedactionPolicy | None
+
+    def policy(self, masked: bool) -> RedactionPolicy | None:
+        """"Mask secrets": the app's policy, else the installed one, else the built-in patterns."""
+        if not masked:
+            return None
+        return self.redaction or get_redaction_policy() or RedactionPolicy.default()
+
+    def page(self, name: str, status: int = 200, **context: Any) -> Any:
+        from starlette.responses import HTMLResponse
+
+        return HTMLResponse(self.templates.get_template(name).render(**context), status_code=status)
+
+    def error(self, status: int, message: str, active: str = "memory") -> Any:
+        return self.page("error.html", status, active=active, message=message)
+
+    def failed(self, what: str, exc: Exception, active: str) -> Any:
+        """The 503 page for a store that failed (the server log keeps the details)."""
+        logger.warning("%s page: the %s failed: %s", active, what, exc)
+        return self.error(503, f"The {what} failed: {one_line(exc)}", active)
+
+
+def check_stores(app: Any) -> None:
+    """Read each of the UI's stores once (a fact by id, the newest run).
+
+    Raises :class:`~fastaiagent.errors.StoreUnavailableError` naming the store
+    that failed, with the driver's error as its cause.
+    """
+    try:
+        app.state.fact_store.get(1)
+    except Exception as exc:  # any failure of the store is the answer here
+        raise StoreUnavailableError(f"the fact store failed: {one_line(exc)}") from exc
+    try:
+        app.state.trace_store.list_runs(limit=1)
+    except Exception as exc:
+        raise StoreUnavailableError(f"the trace store failed: {one_line(exc)}") from exc
 
 
 def create_app(
@@ -63,31 +127,31 @@ def create_app(
     """
     fastapi = require("fastapi", "ui")
     jinja2 = require("jinja2", "ui")
-    from fastapi import Request
-    from fastapi.responses import HTMLResponse, RedirectResponse, Response
     from fastapi.staticfiles import StaticFiles
 
-    store: FactStore = make_fact_store(location)
-    traces = TraceStore(trace_db)
-    hosts = None if token else frozenset(allowed_hosts or LOOPBACK_HOSTS)
-    env = jinja2.Environment(
+    templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE / "templates")),
         autoescape=True,  # every value is escaped: a fact holding <script> renders as text
         trim_blocks=True,
         lstrip_blocks=True,
     )
-
-    def mask_policy() -> RedactionPolicy:
-        return redaction or get_redaction_policy() or RedactionPolicy.default()
-
+    site = _Site(make_fact_store(location), TraceStore(trace_db), templates, redaction)
     app = fastapi.FastAPI(title="fastaiagent", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.fact_store = store
-    app.state.trace_store = traces
+    app.state.fact_store = site.store
+    app.state.trace_store = site.traces
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    _add_guard(app, token, None if token else frozenset(allowed_hosts or LOOPBACK_HOSTS))
+    _add_error_pages(app, site)
+    _add_health(app)
+    _add_memory_page(app, site)
+    _add_trace_pages(app, site)
+    return app
 
-    def page(name: str, status: int = 200, **context: Any) -> Any:
-        html = env.get_template(name).render(**context)
-        return HTMLResponse(html, status_code=status)
+
+def _add_guard(app: Any, token: str | None, hosts: frozenset[str] | None) -> None:
+    """Loopback ``Host`` only without a token; the token once (then a cookie) with one."""
+    from starlette.requests import Request
+    from starlette.responses import Response
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
@@ -113,73 +177,131 @@ def create_app(
             response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
         return response
 
+
+def explain_invalid(errors: Any) -> str:
+    """One line for FastAPI's validation errors: which parameter, what it accepts, what came."""
+    first = (list(errors) or [{}])[0]
+    location = first.get("loc") or ("", "parameter")
+    name = str(location[-1])
+    given = one_line(repr(first.get("input")), 80)
+    if name in PARAMETER_RULES:
+        return f"{name} must be {PARAMETER_RULES[name]}, got {given}"
+    return f"{name}: {one_line(str(first.get('msg', 'invalid value')))}, got {given}"
+
+
+def _add_error_pages(app: Any, site: _Site) -> None:
+    """Bad parameters and unknown paths get an (escaped) HTML page, not JSON."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(request: Request, exc: RequestValidationError) -> Any:
+        return site.error(400, explain_invalid(exc.errors()), _section(request.url.path))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Any:
+        message = f"No page at {request.url.path}." if exc.status_code == 404 else str(exc.detail)
+        response = site.error(exc.status_code, message, _section(request.url.path))
+        response.headers.update(exc.headers or {})
+        return response
+
+
+def _add_health(app: Any) -> None:
+    from starlette.responses import JSONResponse
+
+    @app.get("/healthz")
+    def healthz() -> Any:
+        try:
+            check_stores(app)
+        except StoreUnavailableError as exc:
+            return JSONResponse({"status": "unavailable", "reason": str(exc)}, status_code=503)
+        return {"status": "ok"}
+
+
+def _memory_link(scope: str, show: bool, masked: bool) -> Callable[..., str]:
+    def link(**changes: Any) -> str:
+        params = {"scope": scope, "superseded": "1" if show else "", "mask": "1" if masked else ""}
+        params.update({k: str(v) for k, v in changes.items()})
+        return "/memory?" + urlencode({k: v for k, v in params.items() if v})
+
+    return link
+
+
+def _add_memory_page(app: Any, site: _Site) -> None:
+    from fastapi import Query
+    from starlette.responses import RedirectResponse
+
     @app.get("/")
     def index() -> Any:
         return RedirectResponse("/memory", status_code=303)
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
 
     @app.get("/memory")
     def memory(
         scope: str = "",
         superseded: str | None = None,
         mask: str | None = None,
-        page_number: int = fastapi.Query(1, alias="page"),
+        page_number: int = Query(1, alias="page"),
         per_page: int = views.PAGE_SIZE,
     ) -> Any:
         show, masked = _flag(superseded), _flag(mask)
         try:
             data = views.memory_page(
-                store,
+                site.store,
                 subject=scope,
                 show_superseded=show,
-                mask_with=mask_policy() if masked else None,
+                mask_with=site.policy(masked),
                 page=page_number,
                 per_page=per_page,
             )
-        except ValueError as exc:
-            return page("error.html", 400, active="memory", message=str(exc))
+        except ValueError as exc:  # a bad filter or page: say which
+            return site.error(400, one_line(exc), "memory")
         except Exception as exc:  # a store that is down gets a page, not a stack trace
-            logger.warning("memory page: the fact store failed: %s", exc)
-            return page("error.html", 503, active="memory", message=f"The fact store failed: {exc}")
+            return site.failed("fact store", exc, "memory")
+        return site.page(
+            "memory.html",
+            active="memory",
+            data=data,
+            link=_memory_link(scope, show, masked),
+            location=_describe(site.store),
+        )
 
-        def link(**changes: Any) -> str:
-            params = {"scope": scope, "superseded": "1" if show else "", "mask": "1" if masked else ""}
-            params.update({k: str(v) for k, v in changes.items()})
-            return "/memory?" + urlencode({k: v for k, v in params.items() if v})
 
-        return page("memory.html", active="memory", data=data, link=link, location=_describe(store))
+def _add_trace_pages(app: Any, site: _Site) -> None:
+    from fastapi import Query
 
     @app.get("/traces")
-    def traces_page(
-        mask: str | None = None, page_number: int = fastapi.Query(1, alias="page")
-    ) -> Any:
+    def traces_page(mask: str | None = None, page_number: int = Query(1, alias="page")) -> Any:
         masked = _flag(mask)
-        rows, total, has_next = views.runs_page(
-            traces, page=page_number, mask_with=mask_policy() if masked else None
-        )
-        return page(
+        try:
+            rows, total, has_next = views.runs_page(
+                site.traces, page=page_number, mask_with=site.policy(masked)
+            )
+        except ValueError as exc:
+            return site.error(400, one_line(exc), "traces")
+        except Exception as exc:
+            return site.failed("trace store", exc, "traces")
+        return site.page(
             "traces.html",
             active="traces",
             rows=rows,
             total=total,
-            page=max(1, page_number),
+            page=page_number,
             has_next=has_next,
             mask=masked,
-            store_path=str(traces.path),
+            store_path=str(site.traces.path),
         )
 
     @app.get("/traces/{trace_id}")
     def trace_page(trace_id: str, mask: str | None = None) -> Any:
         masked = _flag(mask)
-        spans = views.trace_view(traces, trace_id, mask_with=mask_policy() if masked else None)
+        try:
+            spans = views.trace_view(site.traces, trace_id, mask_with=site.policy(masked))
+        except Exception as exc:
+            return site.failed("trace store", exc, "traces")
         if spans is None:
-            return page("error.html", 404, active="traces", message=f"No trace {trace_id!r} in the local store.")
-        return page("trace.html", active="traces", trace_id=trace_id, spans=spans, mask=masked)
-
-    return app
+            return site.error(404, f"No trace {trace_id!r} in the local store.", "traces")
+        return site.page("trace.html", active="traces", trace_id=trace_id, spans=spans, mask=masked)
 
 
 def _describe(store: FactStore) -> str:

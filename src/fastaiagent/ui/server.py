@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastaiagent._optional import require
+from fastaiagent import _serving
 from fastaiagent.errors import InvalidValueError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -47,11 +49,48 @@ def serve(
     token: str | None = None,
     trace_db: str | Path | None = None,
     log_level: str = "warning",
+    announce: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve the UI until interrupted (see :func:`fastaiagent.ui.create_app`)."""
-    check_bind(host, token)
-    uvicorn = require("uvicorn", "ui")
-    from fastaiagent.ui.app import create_app
+    """Serve the UI until interrupted (see :func:`fastaiagent.ui.create_app`).
 
-    app = create_app(location, trace_db=trace_db, token=token)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    Everything that can be wrong is found before serving starts: an address
+    that needs a token, a host or port that cannot be bound
+    (InvalidValueError), a port in use (UsageError), stores that cannot be
+    read (StoreUnavailableError). ``announce`` then receives the URL.
+    """
+    check_bind(host, token)
+    serve_on(
+        _serving.listen(host, port),
+        location,
+        token=token,
+        trace_db=trace_db,
+        log_level=log_level,
+        announce=announce,
+    )
+
+
+def serve_on(
+    sock: socket.socket,
+    location: Any = "sqlite",
+    *,
+    token: str | None = None,
+    trace_db: str | Path | None = None,
+    log_level: str = "warning",
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the UI on a listening socket (closed when serving ends or cannot start).
+
+    The stores are read once first: StoreUnavailableError when one fails.
+    ``announce`` receives the URL (with the real port when 0 was asked for).
+    """
+    from fastaiagent.ui.app import check_stores, create_app
+
+    try:
+        app = create_app(location, trace_db=trace_db, token=token)
+        check_stores(app)
+    except BaseException:
+        sock.close()
+        raise
+    if announce is not None:
+        announce(_serving.url(sock))
+    _serving.run(app, sock, log_level=log_level)

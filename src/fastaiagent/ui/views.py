@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, unquote
 
+from fastaiagent._format import format_time
+from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, SOURCE_MANUAL, Fact
 from fastaiagent.facts.store import FactStore, SubjectCount
@@ -16,6 +17,7 @@ from fastaiagent.trace.store import SpanNode, TraceStore, build_tree, flatten
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
+MAX_PAGE_NUMBER = 1_000_000  # keeps the row offset a number every store accepts
 MAX_SUBJECT_OPTIONS = 1000  # a dropdown of every one of 20k users helps nobody
 TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -49,10 +51,12 @@ def parse_subject(key: str) -> Subject:
     return Subject(scope, unquote(scope_id), unquote(project))
 
 
-def format_time(seconds: float) -> str:
-    if not seconds:
-        return ""
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+def check_paging(page: Any, per_page: Any) -> tuple[int, int]:
+    """``page`` in 1..MAX_PAGE_NUMBER and ``per_page`` in 1..MAX_PAGE_SIZE, else InvalidValueError."""
+    return (
+        integer("page", page, minimum=1, maximum=MAX_PAGE_NUMBER),
+        integer("per_page", per_page, minimum=1, maximum=MAX_PAGE_SIZE),
+    )
 
 
 @dataclass
@@ -106,9 +110,12 @@ def memory_page(
     page: int = 1,
     per_page: int = PAGE_SIZE,
 ) -> MemoryPage:
-    """One page of facts, newest first; ``subject`` is a :attr:`Subject.key` or "" for all."""
-    page = max(1, page)
-    per_page = min(max(1, per_page), MAX_PAGE_SIZE)
+    """One page of facts, newest first; ``subject`` is a :attr:`Subject.key` or "" for all.
+
+    Raises InvalidValueError for a malformed ``subject`` or a page out of range
+    (see :func:`check_paging`).
+    """
+    page, per_page = check_paging(page, per_page)
     chosen = parse_subject(subject) if subject else None
     counts: list[SubjectCount] = store.subjects(include_superseded=show_superseded)
     options = []
@@ -186,8 +193,8 @@ class SpanView:
 def runs_page(
     store: TraceStore, *, page: int = 1, per_page: int = PAGE_SIZE, mask_with: RedactionPolicy | None = None
 ) -> tuple[list[RunRow], int, bool]:
-    """Runs newest first: (rows, total, has_next)."""
-    page = max(1, page)
+    """Runs newest first: (rows, total, has_next); InvalidValueError for a page out of range."""
+    page, per_page = check_paging(page, per_page)
     runs = store.list_runs(limit=per_page + 1, offset=(page - 1) * per_page)
     rows = [
         RunRow(
