@@ -1,10 +1,18 @@
-"""The ``fastaiagent`` command. Each feature registers its own sub-command module."""
+"""The ``fastaiagent`` command. Each feature registers its own sub-command module.
+
+Every command fails the same way (see :mod:`fastaiagent.cli.failures`): one
+``error: ...`` line on stderr and a non-zero exit code; ``--debug`` or
+``FASTAIAGENT_DEBUG=1`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import importlib
+import logging
 
 import typer
+
+from fastaiagent.cli.failures import DEBUG_ENV, guard_all, set_debug
 
 app = typer.Typer(help="fastaiagent: agent memory tools.", no_args_is_help=True)
 
@@ -15,12 +23,33 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("fastaiagent.cli.plane", "register", "plane"),
     ("fastaiagent.demo", "register", "demo"),
 ]
+# Driver loggers that repeat, per retry, what the one error line already says.
+_CHATTY_LOGGERS = ("psycopg.pool",)
+_registered = False
+
+
+@app.callback()
+def _options(
+    debug: bool = typer.Option(
+        False, "--debug", envvar=DEBUG_ENV, help="On failure, show the full traceback and driver logs."
+    ),
+) -> None:
+    set_debug(debug)
+    if not debug:
+        for name in _CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _register() -> None:
+    """Add every sub-command once, then make all of them fail with one line."""
+    global _registered
+    if _registered:
+        return
     for module_name, attribute, _label in _SUBCOMMANDS:
         module = importlib.import_module(module_name)
         getattr(module, attribute)(app)
+    guard_all(app)
+    _registered = True
 
 
 @app.command()
@@ -32,6 +61,7 @@ def version() -> None:
 
 
 def main() -> None:
+    """The ``fastaiagent`` entry point."""
     _register()
     app()
 

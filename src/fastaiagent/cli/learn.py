@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
+from fastaiagent._format import format_time
+from fastaiagent._validate import positive_int
+from fastaiagent.cli.failures import checking_options
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES
 
@@ -14,11 +19,6 @@ learn_app = typer.Typer(
 )
 
 LOCATION_HELP = "Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=code)
 
 
 @learn_app.callback()
@@ -45,21 +45,38 @@ def mine(
     """Mine recent runs from the local trace store into durable facts."""
     if ctx.invoked_subcommand is not None:
         return
-    from fastaiagent.learn.loop import check_target, learn_from_traces
-
-    try:
-        check_target(scope, scope_id, allow_personal=allow_personal)
-    except (ValueError, PermissionError) as exc:
-        raise _fail(str(exc)) from exc
-    if not model:
-        raise _fail("the extractor needs an LLM: pass --model (and --provider)")
+    from fastaiagent.facts.factory import make_fact_store
+    from fastaiagent.learn.loop import check_target
     from fastaiagent.llm.client import LLMClient
 
-    try:
+    with checking_options():
+        check_target(scope, scope_id, allow_personal=allow_personal)
+        positive_int("--limit", limit)
+        if not model:
+            raise InvalidValueError("the extractor needs an LLM: pass --model (and --provider)")
         llm = LLMClient(provider=provider, model=model, base_url=base_url)
-    except ValueError as exc:
-        raise _fail(str(exc)) from exc
+        store = make_fact_store(location)
+    report = _mine_with_progress(
+        llm,
+        location=store,
+        trace_store=trace_db,
+        scope=scope,
+        scope_id=scope_id,
+        project_id=project,
+        allow_personal=allow_personal,
+        limit=limit,
+        agent=agent,
+        remine=remine,
+        dry_run=dry_run,
+    )
+    _print_report(report)
+
+
+def _mine_with_progress(llm: Any, **options: Any) -> Any:
+    """:func:`learn_from_traces` with a progress bar on the terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from fastaiagent.learn.loop import learn_from_traces
 
     with Progress(
         TextColumn("mining runs"), BarColumn(), MofNCompleteColumn(), transient=True
@@ -69,23 +86,11 @@ def mine(
         def advance(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        try:
-            report = learn_from_traces(
-                llm,
-                location=location,
-                trace_store=trace_db,
-                scope=scope,
-                scope_id=scope_id,
-                project_id=project,
-                allow_personal=allow_personal,
-                limit=limit,
-                agent=agent,
-                remine=remine,
-                dry_run=dry_run,
-                on_progress=advance,
-            )
-        except (ValueError, ImportError) as exc:
-            raise _fail(str(exc)) from exc
+        return learn_from_traces(llm, on_progress=advance, **options)
+
+
+def _print_report(report: Any) -> None:
+    """What mining did; exit code 1 when some runs could not be mined."""
     for trace_id, subject, text in report.proposed:
         typer.echo(f"would learn  {subject}  {text}  (trace {trace_id[:8]})")
     for trace_id, error in report.failures:
@@ -120,22 +125,18 @@ def list_facts(
     from rich.table import Table
 
     from fastaiagent.facts.factory import make_fact_store
-    from fastaiagent.ui.views import format_time
 
-    try:
+    with checking_options():
         scope_name, scope_id = _parse_filter(scope)
-        if limit < 1:
-            raise InvalidValueError("--limit must be >= 1")
+        positive_int("--limit", limit)
         store = make_fact_store(location)
-        facts = store.browse(
-            scope=scope_name,
-            scope_id=scope_id,
-            project_id=project,
-            include_superseded=show_superseded,
-            limit=limit,
-        )
-    except (ValueError, ImportError) as exc:
-        raise _fail(str(exc)) from exc
+    facts = store.browse(
+        scope=scope_name,
+        scope_id=scope_id,
+        project_id=project,
+        include_superseded=show_superseded,
+        limit=limit,
+    )
     table = Table("id", "fact", "scope", "source", "confidence", "created", box=None)
     for fact in facts:
         text = fact.fact + (f"  (superseded → #{fact.superseded_by})" if fact.superseded_by else "")
@@ -155,12 +156,9 @@ def supersede(
     """Mark fact OLD as replaced by fact NEW (OLD stays as history)."""
     from fastaiagent.facts.factory import make_fact_store
 
-    try:
-        make_fact_store(location).supersede(old, new)
-    except KeyError as exc:
-        raise _fail(str(exc.args[0] if exc.args else exc), code=1) from exc
-    except (ValueError, ImportError) as exc:
-        raise _fail(str(exc), code=1) from exc
+    with checking_options():
+        store = make_fact_store(location)
+    store.supersede(old, new)  # a refusal (other subject, unknown id) is a failure: exit 1
     typer.echo(f"#{old} superseded by #{new}")
 
 

@@ -6,7 +6,11 @@ import os
 
 import typer
 
-from fastaiagent.ui.server import DEFAULT_HOST, DEFAULT_PORT, check_bind
+from fastaiagent._serving import listen
+from fastaiagent._validate import port as port_option
+from fastaiagent.cli.failures import checking_options
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.ui.server import DEFAULT_HOST, DEFAULT_PORT, check_bind, serve_on
 
 TOKEN_ENV = "FASTAIAGENT_UI_TOKEN"
 
@@ -26,16 +30,18 @@ def ui(
 ) -> None:
     """Browse durable facts (Memory) and runs (Traces) in a local web UI."""
     token = token or os.environ.get(TOKEN_ENV) or None
-    try:
-        check_bind(host, token)
-    except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2) from exc
-    from fastaiagent.ui.server import serve
 
-    suffix = f"/?token={token}" if token else "/"
-    typer.echo(f"fastaiagent UI on http://{host}:{port}{suffix}  (Ctrl+C to stop)")
-    serve(location, host=host, port=port, token=token, trace_db=trace_db)
+    def announce(url: str) -> None:
+        suffix = f"/?token={token}" if token else "/"
+        typer.echo(f"fastaiagent UI on {url}{suffix}  (Ctrl+C to stop)")
+
+    # Bad --host / --port / --token exit 2 before anything is printed; a port in use exits 1.
+    with checking_options():
+        check_bind(host, token)
+        port_number = port_option("--port", port)
+        store = make_fact_store(location)
+        sock = listen(host, port_number)
+    serve_on(sock, store, token=token, trace_db=trace_db, announce=announce)
 
 
 def register(app: typer.Typer) -> None:
