@@ -21,6 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from fastaiagent import Agent, LLMClient, Memory, RunContext
+from fastaiagent.kb.embedding import get_embedder
 from fastaiagent.llm.base import BaseLLM, LLMResponse
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
@@ -100,6 +101,26 @@ def run_demo(console: Console | None = None) -> dict[str, Any]:
     """Run the demo; returns what it observed (used by the tests)."""
     console = console or Console()
     started = time.perf_counter()
+    real_llm = _introduce(console)
+    llm = _PromptRecorder(real_llm or FunctionLLM(offline_reply, model="offline-demo"))
+    memory = _seeded_memory(console, real_llm)
+    agent = Agent(
+        name=AGENT_ID,
+        llm=llm,
+        system_prompt="You are a warm, concise companion. Use what you know about the user.",
+        memory=memory,
+    )
+    leaks = [leak for user, text in CONVERSATION for leak in _turn(console, agent, llm, user, text)]
+    memory.flush()
+    hit = _show_retrieval(console, memory)
+    _show_outcome(console, memory, leaks)
+    elapsed = time.perf_counter() - started
+    console.print(f"done in {elapsed:.1f}s")
+    return {"leaks": leaks, "semantic_hit": hit, "seconds": elapsed}
+
+
+def _introduce(console: Console) -> BaseLLM | None:
+    """Say which model answers; None means the offline test model."""
     real_llm, label = configured_llm()
     console.print(
         Panel.fit("fastaiagent memory demo: one companion agent, two users", style="bold")
@@ -112,46 +133,46 @@ def run_demo(console: Console | None = None) -> dict[str, Any]:
         )
     else:
         console.print(f"Using [bold]{label}[/] with learn= (facts extracted from user messages).")
+    return real_llm
 
-    llm = _PromptRecorder(real_llm or FunctionLLM(offline_reply, model="offline-demo"))
+
+def _seeded_memory(console: Console, real_llm: BaseLLM | None) -> Memory:
+    """Memory on the embedded default, the embedder warmed up, the demo's facts stored."""
+    with console.status("Loading the offline embedder (all-MiniLM-L6-v2)..."):
+        embedder = get_embedder("auto")
+        embedder.embed(["warm up"])  # load the model before the first turn, not during it
     memory = Memory(
         agent_id=AGENT_ID,
         user_id=lambda ctx: ctx.state.user_id,
         window=20,
         semantic="auto",
+        embedder=embedder,
         learn=real_llm,
     )
-    with console.status("Loading the offline embedder (all-MiniLM-L6-v2)..."):
-        memory.embedder().embed(["warm up"])
-
     for fact in GLOBAL_FACTS:
         memory.persist(fact, tier="global")
     for user, facts in USER_FACTS.items():
         for fact in facts:
             memory.persist(fact, tier="user", id=user)
+    return memory
 
-    agent = Agent(
-        name=AGENT_ID,
-        llm=llm,
-        system_prompt="You are a warm, concise companion. Use what you know about the user.",
-        memory=memory,
-    )
-    leaks: list[str] = []
-    for user, text in CONVERSATION:
-        result = agent.run(text, context=RunContext(state=Session(user)))
-        tiers = injected_by_tier(llm.last_prompt)
-        other = "bob" if user == "alice" else "alice"
-        prompt_text = " ".join(m.content or "" for m in llm.last_prompt)
-        leaks += [f for f in USER_FACTS[other] if f in prompt_text]
-        table = Table(title=f"{user}: {text}", show_header=True, header_style="bold cyan")
-        table.add_column("tier")
-        table.add_column("injected this turn")
-        for tier, items in tiers.items():
-            table.add_row(tier, escape("\n".join(items)) or "-")
-        console.print(table)
-        console.print(f"[green]reply:[/] {escape(result.output)}\n")
-    memory.flush()
 
+def _turn(console: Console, agent: Agent, llm: _PromptRecorder, user: str, text: str) -> list[str]:
+    """One user turn, shown with what memory injected; returns the other user's facts it saw."""
+    result = agent.run(text, context=RunContext(state=Session(user)))
+    other = "bob" if user == "alice" else "alice"
+    prompt_text = " ".join(m.content or "" for m in llm.last_prompt)
+    table = Table(title=f"{user}: {text}", show_header=True, header_style="bold cyan")
+    table.add_column("tier")
+    table.add_column("injected this turn")
+    for tier, items in injected_by_tier(llm.last_prompt).items():
+        table.add_row(tier, escape("\n".join(items)) or "-")
+    console.print(table)
+    console.print(f"[green]reply:[/] {escape(result.output)}\n")
+    return [f for f in USER_FACTS[other] if f in prompt_text]
+
+
+def _show_retrieval(console: Console, memory: Memory) -> str | None:
     query = "what foods should we avoid?"
     found = memory.retrieve(query, tier="user", id="alice", limit=1)
     hit = found[0].fact if found else None
@@ -161,12 +182,16 @@ def run_demo(console: Console | None = None) -> dict[str, Any]:
             title="semantic retrieval",
         )
     )
+    return hit
+
+
+def _show_outcome(console: Console, memory: Memory, leaks: list[str]) -> None:
     console.print(
         "[bold green]isolation holds[/]: no turn saw the other user's facts"
         if not leaks
         else f"[bold red]ISOLATION BROKEN[/]: {leaks}"
     )
-    store_path = getattr(memory.store, "path", memory.store)
+    store_path = getattr(memory.location, "path", memory.location)
     console.print(
         Panel(
             f"Durable facts: {store_path}\n"
@@ -175,9 +200,6 @@ def run_demo(console: Console | None = None) -> dict[str, Any]:
             title="where the data lives",
         )
     )
-    elapsed = time.perf_counter() - started
-    console.print(f"done in {elapsed:.1f}s")
-    return {"leaks": leaks, "semantic_hit": hit, "seconds": elapsed}
 
 
 def register(app: Any) -> None:
