@@ -10,9 +10,9 @@ import threading
 import pytest
 
 import fastaiagent as fa
-from fastaiagent.plane import client as plane
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
+from fastaiagent.plane import client as plane
 from fastaiagent.plane.protocol import (
     PlaneFact,
     dedupe,
@@ -43,9 +43,17 @@ class FakeClock:
 # -- construction (item 125) -----------------------------------------------------
 
 
-@pytest.mark.parametrize("agent_id", ["", "   ", None, 42])
-def test_agent_id_is_required(agent_id):
-    with pytest.raises(ValueError, match="agent_id"):
+@pytest.mark.parametrize(
+    ("agent_id", "error", "message"),
+    [
+        ("", ValueError, "agent_id cannot be empty"),
+        ("   ", ValueError, "agent_id cannot be empty"),
+        (None, TypeError, "agent_id must be a str, got NoneType None"),
+        (42, TypeError, "agent_id must be a str, got int 42"),
+    ],
+)
+def test_agent_id_is_required(agent_id, error, message):
+    with pytest.raises(error, match=re.escape(message)):
         PlaneFactBlock(agent_id=agent_id)
 
 
@@ -54,9 +62,20 @@ def test_agent_id_has_no_default():
         PlaneFactBlock()  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize("max_facts", [0, -1, 201, 1000, True, 2.5, "10"])
-def test_max_facts_must_be_in_1_to_200(max_facts):
-    with pytest.raises(ValueError, match="max_facts"):
+@pytest.mark.parametrize(
+    ("max_facts", "error", "message"),
+    [
+        (0, ValueError, "max_facts must be >= 1, got 0"),
+        (-1, ValueError, "max_facts must be >= 1, got -1"),
+        (201, ValueError, "max_facts must be <= 200, got 201"),
+        (1000, ValueError, "max_facts must be <= 200, got 1000"),
+        (True, TypeError, "max_facts must be an int, got bool True"),
+        (2.5, TypeError, "max_facts must be an int, got float 2.5"),
+        ("10", TypeError, "max_facts must be an int, got str '10'"),
+    ],
+)
+def test_max_facts_must_be_in_1_to_200(max_facts, error, message):
+    with pytest.raises(error, match=re.escape(message)):
         PlaneFactBlock("support", max_facts=max_facts)
 
 
@@ -66,18 +85,21 @@ def test_max_facts_bounds_are_accepted(max_facts):
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "error", "message"),
     [
-        ({"refresh_every": 0}, "refresh_every must be an int >= 1, got 0"),
-        ({"refresh_every": True}, "refresh_every must be an int >= 1, got True"),
-        ({"score_threshold": -0.1}, "score_threshold must be in [0, 1], got -0.1"),
-        ({"score_threshold": 1.5}, "score_threshold must be in [0, 1], got 1.5"),
-        ({"category": ""}, "category must be a non-empty string or None"),
-        ({"category": 3}, "category must be a non-empty string or None"),
+        ({"refresh_every": 0}, ValueError, "refresh_every must be >= 1, got 0"),
+        ({"refresh_every": True}, TypeError, "refresh_every must be an int, got bool True"),
+        ({"score_threshold": -0.1}, ValueError, "score_threshold must be >= 0.0, got -0.1"),
+        ({"score_threshold": 1.5}, ValueError, "score_threshold must be <= 1.0, got 1.5"),
+        ({"score_threshold": "0.5"}, TypeError, "score_threshold must be a number, got str '0.5'"),
+        ({"category": ""}, ValueError, "category cannot be empty"),
+        ({"category": 3}, TypeError, "category must be a str, got int 3"),
+        ({"query_conditioned": "yes"}, TypeError, "query_conditioned must be True or False, got str"),
+        ({"name": ""}, ValueError, "name cannot be empty"),
     ],
 )
-def test_other_settings_are_validated(kwargs, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
+def test_other_settings_are_validated(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
         PlaneFactBlock("support", **kwargs)
 
 
@@ -109,8 +131,14 @@ def test_connect_validates_and_hides_the_key():
         fa.connect(api_key="", target="http://127.0.0.1:1")
     with pytest.raises(ValueError, match="http"):
         fa.connect(api_key="k", target="ftp://plane")
-    with pytest.raises(ValueError, match="timeout"):
+    with pytest.raises(ValueError, match=re.escape("timeout must be > 0, got 0")):
         fa.connect(api_key="k", target="http://127.0.0.1:1", timeout=0)
+    with pytest.raises(ValueError, match=re.escape("timeout must be <= 300.0, got 301")):
+        fa.connect(api_key="k", target="http://127.0.0.1:1", timeout=301)
+    with pytest.raises(TypeError, match=re.escape("timeout must be a number, got bool True")):
+        fa.connect(api_key="k", target="http://127.0.0.1:1", timeout=True)
+    with pytest.raises(TypeError, match=re.escape("api_key must be a str, got int 42")):
+        fa.connect(api_key=42, target="http://127.0.0.1:1")  # type: ignore[arg-type]
     conn = fa.connect(api_key="secret-key", target="https://plane.example.com/")
     assert conn.target == "https://plane.example.com"
     assert "secret-key" not in repr(conn)

@@ -21,9 +21,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from fastaiagent import _validate as check
 from fastaiagent.errors import InvalidValueError
 
 DEFAULT_TIMEOUT = 5.0
+MAX_TIMEOUT = 300.0  # seconds; a read that slow would stall every turn
 MAX_BODY_BYTES = 4 * 1024 * 1024
 ENV_API_KEY = "FASTAIAGENT_API_KEY"
 ENV_TARGET = "FASTAIAGENT_TARGET"
@@ -201,12 +203,14 @@ def connect(
     """
     api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
     target = target if target is not None else os.environ.get(ENV_TARGET)
-    if not isinstance(api_key, str) or not api_key.strip():
+    # Missing (None or blank) is a setting left out: say where it can come from.
+    if api_key is None or (isinstance(api_key, str) and not api_key.strip()):
         raise InvalidValueError(f"connect() needs an api_key (or set {ENV_API_KEY})")
-    if not isinstance(target, str) or not target:
+    if target is None or (isinstance(target, str) and not target.strip()):
         raise InvalidValueError(f"connect() needs a target URL (or set {ENV_TARGET})")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 300:
-        raise InvalidValueError(f"timeout must be a number of seconds in (0, 300], got {timeout!r}")
+    api_key = check.text("api_key", api_key)
+    target = check.text("target", target)
+    check.number("timeout", timeout, minimum=0, exclusive_minimum=True, maximum=MAX_TIMEOUT)
     connection = PlaneConnection(_check_target(target), api_key.strip(), float(timeout))
     with _process.lock:
         _process.connection = connection
