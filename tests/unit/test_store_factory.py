@@ -110,7 +110,7 @@ def test_unknown_strings_are_value_errors(location: str) -> None:
 
 @pytest.mark.parametrize("location", [None, 42, b"sqlite", object(), ["sqlite"]])
 def test_non_string_non_store_is_a_type_error(location: object) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="location must be a string or a FactStore instance, got"):
         make_fact_store(location)
 
 

@@ -153,7 +153,7 @@ def test_redaction_policy_patterns_and_validation():
         RedactionPolicy(mode="sometimes")
     with pytest.raises(ValueError, match="bad redaction pattern"):
         RedactionPolicy(patterns=[("broken", "(")])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="expected a RedactionPolicy or None, got str"):
         trace.set_redaction_policy("mask everything")  # type: ignore[arg-type]
 
 

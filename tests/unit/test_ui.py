@@ -101,9 +101,9 @@ def test_scope_filter_lists_every_subject_with_counts_and_all_scopes(store, tmp_
 def test_subject_keys_round_trip_odd_ids_and_projects():
     for subject in (Subject("user", "a:b@c.d", ""), Subject("project", "x", "acme@eu"), Subject("agent", "", "")):
         assert parse_subject(subject.key) == subject
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="scope filter must look like 'user:alice', got 'nonsense'"):
         parse_subject("nonsense")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must look like 'user:alice', got 'planet:earth'"):
         parse_subject("planet:earth")
 
 
