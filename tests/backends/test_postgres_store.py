@@ -85,13 +85,14 @@ def test_pool_sizes_are_configurable_and_bound_connections(app_url: str, pg_tabl
 
 
 def test_bad_pool_arguments_are_refused(postgres_url: str) -> None:
-    with pytest.raises(ValueError):
+    pools = r"need 0 <= min_pool_size <= max_pool_size and max_pool_size >= 1, got "
+    with pytest.raises(ValueError, match=pools + r"5\.\.2"):
         PostgresFactStore(postgres_url, min_pool_size=5, max_pool_size=2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=pools + r"1\.\.0"):
         PostgresFactStore(postgres_url, max_pool_size=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be a plain identifier"):
         PostgresFactStore(postgres_url, table="learned_memory; DROP TABLE x")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="url must be a non-empty postgres:// or postgresql:// URL"):
         PostgresFactStore("")
 
 
@@ -328,7 +329,7 @@ def test_server_down_is_a_clear_connection_error() -> None:
 
 def test_password_is_not_echoed_in_errors() -> None:
     store = PostgresFactStore("postgresql://postgres:s3cret@127.0.0.1:1/test", timeout=1.0)
-    with pytest.raises(ConnectionError) as info:
+    with pytest.raises(ConnectionError, match=r"postgresql://postgres:\*\*\*@127\.0\.0\.1:1/") as info:
         store.list_active("user", "u")
     assert "s3cret" not in str(info.value)
     store.close()

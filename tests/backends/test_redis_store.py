@@ -169,7 +169,7 @@ def test_dead_port_is_a_clear_connection_error() -> None:
     store = RedisFactStore("redis://127.0.0.1:1/0", prefix="nowhere")
     with pytest.raises(ConnectionError, match="cannot reach Redis"):
         store.add(Fact("x", scope="user", scope_id="u"))
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ConnectionError, match="cannot reach Redis"):
         store.reindex()
 
 

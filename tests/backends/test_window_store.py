@@ -164,9 +164,9 @@ def test_concurrent_writers_never_lose_an_update(windows: WindowStore) -> None:
 def test_bad_keys_and_ttls_are_refused(windows: WindowStore) -> None:
     with pytest.raises(ValueError, match=r"\*"):
         windows.load(WindowKey("agent", "proj", "*"))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="expected a WindowKey, got tuple"):
         windows.save(("agent", "proj", "alice"), "x", None, None)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="WindowKey.user_id must be a str, got int"):
         windows.delete(WindowKey("agent", "proj", 7))  # type: ignore[arg-type]
     for bad in (0, -1):
         with pytest.raises(ValueError, match="window_ttl_seconds must be > 0"):
