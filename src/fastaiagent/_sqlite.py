@@ -141,8 +141,12 @@ class ThreadConnections:
         conn = self._open()
         with self._lock:
             if not self._schema_ready:
-                for schema in self._schemas:
-                    migrate(conn, schema, str(self._path()))
+                try:
+                    for schema in self._schemas:
+                        migrate(conn, schema, str(self._path()))
+                except BaseException:  # e.g. a newer version: the next call checks again
+                    conn.close()
+                    raise
                 self._schema_ready = True
             self._connections.append(conn)
         self._local.conn = conn
