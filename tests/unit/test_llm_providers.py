@@ -324,7 +324,7 @@ def test_429_forever_raises_rate_limit_error(
 ) -> None:
     server.default = Fail(429, "Rate limit reached for requests", headers={"retry-after-ms": "3"})
     llm = client_for(server, provider, max_retries=2)
-    with pytest.raises(LLMRateLimitError) as caught:
+    with pytest.raises(LLMRateLimitError, match=f"{provider}: HTTP 429, rate limited after 2") as caught:
         complete(llm, mode, [UserMessage("hi")])
     assert len(server.requests) == 3
     error = caught.value
@@ -336,7 +336,7 @@ def test_429_forever_raises_rate_limit_error(
 
 def test_rate_limit_error_reads_retry_after_seconds(server: FakeLLMServer) -> None:
     server.default = Fail(429, "quota", headers={"retry-after": "7"})
-    with pytest.raises(LLMRateLimitError) as caught:
+    with pytest.raises(LLMRateLimitError, match="the server asks to retry after 7s: quota") as caught:
         client_for(server, "openai", max_retries=0).complete([UserMessage("hi")])
     assert caught.value.retry_after == 7.0
     assert "retry after 7s" in str(caught.value)
@@ -349,7 +349,7 @@ def test_500_raises_server_error_after_retries(
 ) -> None:
     server.default = Fail(500, "The server had an error processing your request")
     llm = client_for(server, provider, max_retries=1)
-    with pytest.raises(LLMServerError) as caught:
+    with pytest.raises(LLMServerError, match=f"{provider}: HTTP 500, server error after 1 retry") as caught:
         complete(llm, mode, [UserMessage("hi")])
     assert len(server.requests) == 2
     assert caught.value.status_code == 500
@@ -371,7 +371,7 @@ def test_bad_key_raises_authentication_error(
 ) -> None:
     server.valid_keys = {"sk-good"}
     llm = client_for(server, provider, api_key="sk-wrong", max_retries=2)
-    with pytest.raises(LLMAuthenticationError) as caught:
+    with pytest.raises(LLMAuthenticationError, match="the API key was refused") as caught:
         complete(llm, mode, [UserMessage("hi")])
     assert len(server.requests) == 1  # 401 is not retried
     assert caught.value.status_code == 401
@@ -388,7 +388,7 @@ def test_403_is_an_authentication_error(server: FakeLLMServer) -> None:
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_400_raises_bad_request_without_retrying(server: FakeLLMServer, provider: str) -> None:
     server.default = Fail(400, "messages: field required")
-    with pytest.raises(LLMBadRequestError) as caught:
+    with pytest.raises(LLMBadRequestError, match=f"{provider}: HTTP 400, request refused") as caught:
         client_for(server, provider, max_retries=2).complete([UserMessage("hi")])
     assert len(server.requests) == 1
     assert caught.value.status_code == 400
@@ -404,7 +404,7 @@ def test_hanging_server_raises_timeout_error(
     llm = client_for(server, provider, timeout=0.3, max_retries=0)
     assert llm.backend is not None  # import the SDK before timing
     started = time.monotonic()
-    with pytest.raises(LLMTimeoutError) as caught:
+    with pytest.raises(LLMTimeoutError, match=rf"{provider}: no answer within the 0\.3s timeout") as caught:
         complete(llm, mode, [UserMessage("hi")])
     assert time.monotonic() - started < 2.0
     assert "0.3s timeout" in str(caught.value) and caught.value.provider == provider
@@ -474,7 +474,7 @@ def _unused_port() -> int:
 def test_unreachable_server_raises_connection_error(provider: str, mode: str) -> None:
     base_url = f"http://127.0.0.1:{_unused_port()}" + ("" if provider == "anthropic" else "/v1")
     llm = LLMClient(provider, MODEL, api_key="sk-test", base_url=base_url, max_retries=0)
-    with pytest.raises(LLMConnectionError) as caught:
+    with pytest.raises(LLMConnectionError, match=f"{provider}: could not connect to http://") as caught:
         complete(llm, mode, [UserMessage("hi")])
     assert base_url in str(caught.value) and caught.value.provider == provider
 
