@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import threading
 
 import pytest
@@ -53,10 +54,33 @@ def test_named_specs_and_instances():
         def embed(self, texts):
             return []
 
-    with pytest.raises(TypeError, match="dimension"):
+    with pytest.raises(TypeError, match=re.escape("embedder.dimension must be an int, got NoneType None")):
         get_embedder(NoDimension())  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="dimension"):
+    NoDimension.dimension = 0  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=re.escape("embedder.dimension must be >= 1, got 0")):
+        get_embedder(NoDimension())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown dimension for embedding model 'some-unknown-model'"):
         OpenAIEmbedder("some-unknown-model")
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: LocalEmbedder(batch_size=0), ValueError, "batch_size must be >= 1, got 0"),
+        (lambda: LocalEmbedder(batch_size="64"), TypeError, "batch_size must be an int, got str '64'"),
+        (lambda: LocalEmbedder(device=""), ValueError, "device cannot be empty"),
+        (lambda: LocalEmbedder(model_path=3), TypeError, "model_path must be a str, got int 3"),
+        (lambda: OpenAIEmbedder(batch_size=0), ValueError, "batch_size must be >= 1, got 0"),
+        (lambda: OpenAIEmbedder(dimension=True), TypeError, "dimension must be an int, got bool True"),
+        (lambda: OpenAIEmbedder(dimension=0), ValueError, "dimension must be >= 1, got 0"),
+        (lambda: OpenAIEmbedder(model=""), ValueError, "model cannot be empty"),
+        (lambda: OpenAIEmbedder(api_key=123), TypeError, "api_key must be a str, got int 123"),
+    ],
+)
+def test_embedder_arguments_are_checked_at_construction(make, error, message):
+    """A wrong type is a TypeError, a value out of range a ValueError, both naming the argument."""
+    with pytest.raises(error, match=re.escape(message)):
+        make()
 
 
 def test_loading_is_lazy_and_a_broken_model_fails_at_first_embed(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
 
@@ -180,13 +181,17 @@ def test_dimension_mismatch_is_a_clear_error(store):
 def test_bad_input_is_refused(store):
     with pytest.raises(ValueError, match="chunk 'a' has no vector"):
         store.add([Chunk("a", "no vector", None, {})])
-    with pytest.raises(ValueError, match="a chunk needs a non-empty str id"):
+    with pytest.raises(ValueError, match=re.escape("Chunk.id cannot be empty")):
         store.add([Chunk("", "x", vec(1), {})])
+    with pytest.raises(TypeError, match=re.escape("Chunk.id must be a str, got int 7")):
+        store.add([Chunk(7, "x", vec(1), {})])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"metadata\['namespace'\] must be a str, got int"):
         store.add([Chunk("a", "x", vec(1), {"namespace": 3})])
-    with pytest.raises(ValueError, match="top_k must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match=re.escape("top_k must be >= 0, got -1")):
         store.search(vec(1), -1)
-    with pytest.raises(ValueError, match="namespace must be a non-empty str or None, got ''"):
+    with pytest.raises(TypeError, match=re.escape("top_k must be an int, got str '3'")):
+        store.search(vec(1), "3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="namespace cannot be empty"):
         store.search(vec(1), 3, namespace="")
     with pytest.raises(TypeError, match=r"delete\(\) takes a list of ids"):
         store.delete("a")
@@ -212,6 +217,66 @@ def test_concurrent_adds_and_searches(store):
     assert not errors, errors
     assert store.count() == 60
     assert all(store.count(f"user{n}") == 15 for n in range(4))
+
+
+def _store_class(kind: str):
+    from fastaiagent.kb.backends.chroma import ChromaVectorStore
+    from fastaiagent.kb.backends.faiss import FaissVectorStore
+    from fastaiagent.kb.backends.qdrant import QdrantVectorStore
+
+    return {"faiss": FaissVectorStore, "qdrant": QdrantVectorStore, "chroma": ChromaVectorStore}[kind]
+
+
+@pytest.mark.parametrize(
+    ("kind", "kwargs", "error", "message"),
+    [
+        ("faiss", {"dimension": 0}, ValueError, "dimension must be >= 1, got 0"),
+        ("faiss", {"dimension": "384"}, TypeError, "dimension must be an int, got str '384'"),
+        ("faiss", {"dimension": True}, TypeError, "dimension must be an int, got bool True"),
+        ("faiss", {"index_type": "ivf"}, ValueError, "index_type must be one of 'flat', 'hnsw', got 'ivf'"),
+        ("faiss", {"hnsw_m": 1}, ValueError, "hnsw_m must be >= 2, got 1"),
+        ("faiss", {"hnsw_m": 32.0}, TypeError, "hnsw_m must be an int, got float 32.0"),
+        ("qdrant", {"dimension": -1}, ValueError, "dimension must be >= 1, got -1"),
+        ("qdrant", {"dimension": 4.0}, TypeError, "dimension must be an int, got float 4.0"),
+        ("qdrant", {"collection_name": ""}, ValueError, "collection_name cannot be empty"),
+        ("qdrant", {"collection_name": None}, TypeError, "collection_name must be a str, got NoneType"),
+        ("qdrant", {"path": 5}, TypeError, "path must be a str, got int 5"),
+        ("qdrant", {"path": "a", "url": "http://x"}, ValueError, "pass only one of path=, url= or client="),
+        ("chroma", {"dimension": 0}, ValueError, "dimension must be >= 1, got 0"),
+        ("chroma", {"dimension": False}, TypeError, "dimension must be an int, got bool False"),
+        ("chroma", {"collection_name": ""}, ValueError, "collection_name cannot be empty"),
+        ("chroma", {"path": 5}, TypeError, "path must be a str, got int 5"),
+        ("chroma", {"path": "a", "client": object()}, ValueError, "pass path= or client=, not both"),
+    ],
+)
+def test_store_arguments_are_checked_at_construction(kind, kwargs, error, message):
+    """A wrong type is a TypeError, a value out of range a ValueError, both naming the argument."""
+    with pytest.raises(error, match=re.escape(message)):
+        _store_class(kind)(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"k1": -0.5}, ValueError, "k1 must be >= 0, got -0.5"),
+        ({"k1": "1.2"}, TypeError, "k1 must be a number, got str '1.2'"),
+        ({"b": 1.5}, ValueError, "b must be <= 1.0, got 1.5"),
+        ({"b": True}, TypeError, "b must be a number, got bool True"),
+    ],
+)
+def test_bm25_parameters_are_checked(kwargs, error, message):
+    from fastaiagent.kb.bm25 import BM25Index
+
+    with pytest.raises(error, match=re.escape(message)):
+        BM25Index(**kwargs)
+
+
+def test_fuse_checks_its_weight():
+    from fastaiagent.kb.hybrid import fuse
+
+    with pytest.raises(ValueError, match=re.escape("dense_weight must be <= 1.0, got 2")):
+        fuse([("a", 0.5)], [], dense_weight=2)
+    assert fuse([("a", 0.5)], [("a", 2.0)], dense_weight=1) == [("a", 0.5)]
 
 
 def test_qdrant_reopen_keeps_data_and_checks_dimension(tmp_path):

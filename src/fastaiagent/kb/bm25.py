@@ -14,6 +14,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 
+from fastaiagent._validate import fraction, number
+
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 # Function words carry no topic; dropping them keeps "what did she do" from
@@ -50,8 +52,10 @@ class BM25Index:
     """Okapi BM25 over documents identified by string ids. Thread-safe."""
 
     def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
-        self.k1 = k1
-        self.b = b
+        # k1 >= 0 scales term-frequency saturation; b in [0, 1] is length normalisation.
+        number("k1", k1, minimum=0)
+        self.k1 = float(k1)
+        self.b = fraction("b", b)
         self._postings: dict[str, dict[str, int]] = {}
         self._lengths: dict[str, int] = {}
         self._terms: dict[str, list[str]] = {}

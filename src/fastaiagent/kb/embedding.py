@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from fastaiagent import _validate as check
 from fastaiagent._optional import require
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 
@@ -120,11 +121,11 @@ class LocalEmbedder:
     def __init__(
         self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64
     ) -> None:
-        if batch_size < 1:
-            raise InvalidValueError("batch_size must be >= 1")
+        if model_path is not None:
+            check.text("model_path", model_path)
         self._model_path = model_path
-        self.device = device
-        self.batch_size = batch_size
+        self.device = check.text("device", device)
+        self.batch_size = check.integer("batch_size", batch_size, minimum=1)
 
     def __repr__(self) -> str:
         return f"LocalEmbedder(model_path={self._model_path!r}, device={self.device!r})"
@@ -164,13 +165,17 @@ class OpenAIEmbedder:
         base_url: str | None = None,
         batch_size: int = 512,
     ) -> None:
+        check.text("model", model)
+        for option, value in (("api_key", api_key), ("base_url", base_url)):
+            if value is not None:
+                check.text(option, value)
         if dimension is None:
             dimension = _OPENAI_DIMENSIONS.get(model)
         if dimension is None:
             raise InvalidValueError(f"unknown dimension for embedding model {model!r}; pass dimension=")
         self.model = model
-        self.dimension = int(dimension)
-        self.batch_size = batch_size
+        self.dimension = check.integer("dimension", dimension, minimum=1)
+        self.batch_size = check.integer("batch_size", batch_size, minimum=1)
         self._api_key = api_key
         self._base_url = base_url
         self._client: Any = None
@@ -253,7 +258,6 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
         )
     if not callable(getattr(spec, "embed", None)):
         raise InvalidTypeError(f"embedder must have an embed(texts) method, got {type(spec).__name__}")
-    dimension = getattr(spec, "dimension", None)
-    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-        raise InvalidTypeError(f"embedder {spec!r} must have a positive int 'dimension'")
+    # The store is sized from it, so a custom embedder must say its vector size.
+    check.integer("embedder.dimension", getattr(spec, "dimension", None), minimum=1)
     return spec

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from fastaiagent._validate import integer, positive_int
+from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 
 NAMESPACE_KEY = "namespace"
@@ -115,8 +117,7 @@ def wanted_keys(namespace: str | None, include_untagged: bool) -> list[str] | No
     """The namespace keys a search covers (None = all)."""
     if namespace is None:
         return None
-    if not isinstance(namespace, str) or not namespace:
-        raise InvalidValueError(f"namespace must be a non-empty str or None, got {namespace!r}")
+    check_text("namespace", namespace)
     return [namespace, UNTAGGED] if include_untagged else [namespace]
 
 
@@ -140,10 +141,8 @@ def check_chunk(chunk: Chunk, dimension: int | None) -> list[float]:
     """Validate a chunk for ``add``; returns its vector as floats."""
     if not isinstance(chunk, Chunk):
         raise InvalidTypeError(f"expected a Chunk, got {type(chunk).__name__}")
-    if not isinstance(chunk.id, str) or not chunk.id:
-        raise InvalidValueError("a chunk needs a non-empty str id")
-    if not isinstance(chunk.text, str):
-        raise InvalidTypeError("chunk text must be a str")
+    check_text("Chunk.id", chunk.id)
+    check_text("Chunk.text", chunk.text, allow_empty=True)
     if not isinstance(chunk.metadata, dict):
         raise InvalidTypeError("chunk metadata must be a dict")
     namespace_key(chunk.metadata)
@@ -151,13 +150,10 @@ def check_chunk(chunk: Chunk, dimension: int | None) -> list[float]:
 
 
 def check_top_k(top_k: int) -> None:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise InvalidValueError(f"top_k must be a non-negative int, got {top_k!r}")
+    """``top_k`` for a search: an int >= 0 (0 asks for nothing)."""
+    integer("top_k", top_k, minimum=0)
 
 
 def check_dimension(dimension: int | None) -> int | None:
-    if dimension is None:
-        return None
-    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-        raise InvalidValueError(f"dimension must be a positive int, got {dimension!r}")
-    return dimension
+    """A store's ``dimension``: None (learnt from the first add) or an int >= 1."""
+    return positive_int("dimension", dimension, allow_none=True)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.protocols import (
     Chunk,
@@ -51,6 +52,11 @@ class ChromaVectorStore:
     ) -> None:
         if path is not None and client is not None:
             raise InvalidValueError("pass path= or client=, not both")
+        if collection_name is not None:
+            check_text("collection_name", collection_name)
+        if path is not None:
+            check_text("path", path)
+        self._dimension = check_dimension(dimension)
         chromadb = require("chromadb", "chroma")
         if client is None:
             client = chromadb.PersistentClient(path=path) if path else chromadb.EphemeralClient()
@@ -58,7 +64,6 @@ class ChromaVectorStore:
             collection_name = "fastaiagent" if path else f"fastaiagent-{uuid.uuid4().hex}"
         self._client = client
         self.collection_name = collection_name
-        self._dimension = check_dimension(dimension)
         self._lock = threading.RLock()
         self._collection = client.get_or_create_collection(
             collection_name, metadata={"hnsw:space": "cosine"}

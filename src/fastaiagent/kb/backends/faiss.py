@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent._validate import integer, one_of
+from fastaiagent.errors import InvalidTypeError
 from fastaiagent.kb.protocols import (
     Chunk,
     SearchHit,
@@ -125,11 +126,12 @@ class FaissVectorStore:
     def __init__(
         self, dimension: int | None = None, index_type: str = "flat", *, hnsw_m: int = 32
     ) -> None:
-        if index_type not in INDEX_TYPES:
-            raise InvalidValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+        # Checked before the import, so a typo is reported even without faiss.
+        self._dimension = check_dimension(dimension)
+        one_of("index_type", index_type, INDEX_TYPES)
+        integer("hnsw_m", hnsw_m, minimum=2)
         self._faiss = require("faiss", "faiss")
         _limit_threads(self._faiss)
-        self._dimension = check_dimension(dimension)
         self.index_type = index_type
         self._hnsw_m = hnsw_m
         self._subs: dict[str, _SubIndex] = {}

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.protocols import (
     UNTAGGED,
@@ -63,6 +64,11 @@ class QdrantVectorStore:
     ) -> None:
         if sum(x is not None for x in (path, url, client)) > 1:
             raise InvalidValueError("pass only one of path=, url= or client=")
+        check_text("collection_name", collection_name)
+        for option, value in (("path", path), ("url", url), ("api_key", api_key)):
+            if value is not None:
+                check_text(option, value)
+        self._dimension = check_dimension(dimension)
         qdrant = require("qdrant_client", "qdrant")
         self._models = require("qdrant_client.models", "qdrant")
         if client is None:
@@ -75,7 +81,6 @@ class QdrantVectorStore:
         self._client = client
         self._server = url is not None
         self.collection_name = collection_name
-        self._dimension = check_dimension(dimension)
         self._ready = False
         self._lock = threading.RLock()
         with self._lock:
