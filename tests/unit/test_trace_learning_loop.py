@@ -268,3 +268,24 @@ def test_the_loop_reads_a_record_facts_tool_call(tmp_path):
     assert llm.tools_offered == [[RECORD_FACTS_TOOL]]
     facts = store.list_active("agent", "writer")
     assert [(f.fact, f.source_trace_id) for f in facts] == [("Keep reports under 800 words", ids[0])]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"limit": "5"}, TypeError, "limit must be an int, got str '5'"),
+        ({"limit": 0}, ValueError, "limit must be >= 1, got 0"),
+        ({"remine": "yes"}, TypeError, "remine must be True or False"),
+        ({"dry_run": 1}, TypeError, "dry_run must be True or False"),
+        ({"allow_personal": "no"}, TypeError, "allow_personal must be True or False"),
+        ({"scope_id": 7}, TypeError, "scope_id must be a str, got int"),
+        ({"project_id": None}, TypeError, "project_id must be a str, got NoneType"),
+        ({"agent": ""}, ValueError, "agent cannot be empty"),
+        ({"on_progress": "bar"}, TypeError, "on_progress must be callable, got str"),
+        ({"llm": "gpt-4.1"}, TypeError, "llm must be an LLMClient or BaseLLM, got str"),
+    ],
+)
+def test_bad_loop_arguments_fail_before_any_work(tmp_path, kwargs, error, match):
+    arguments = {"llm": _extractor(), "location": MemoryStore(tmp_path / "f.db"), **kwargs}
+    with pytest.raises(error, match=match):
+        learn_from_traces(arguments.pop("llm"), trace_store=tmp_path / "traces.db", **arguments)

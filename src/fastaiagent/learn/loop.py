@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastaiagent.errors import InvalidValueError, PolicyError
+from fastaiagent import _validate as check
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, PolicyError
 from fastaiagent.facts.fact import SCOPES, SOURCE_TRACES, Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
@@ -107,6 +108,9 @@ def check_target(scope: str, scope_id: str | None, *, allow_personal: bool) -> N
     """Refuse a scope the loop must not write without being asked, or an empty id."""
     if scope not in SCOPES:
         raise InvalidValueError(f"unknown scope {scope!r}; expected one of {SCOPES}")
+    check.boolean("allow_personal", allow_personal)
+    if scope_id is not None:
+        check.text("scope_id", scope_id, allow_empty=True)
     if scope in ("user", "project") and not allow_personal:
         raise PolicyError(
             f"learning into {scope} scope stores personal data mined from traces; "
@@ -130,6 +134,27 @@ def _run_text(run: RunSummary, traces: TraceStore) -> str:
         if span.name == "memory.read" and isinstance(query, str) and query.strip():
             return query
     return ""
+
+
+def _check_options(
+    llm: Any,
+    limit: Any,
+    project_id: Any,
+    agent: Any,
+    remine: Any,
+    dry_run: Any,
+    on_progress: Any,
+) -> None:
+    if not isinstance(llm, BaseLLM):
+        raise InvalidTypeError(f"llm must be an LLMClient or BaseLLM, got {type(llm).__name__}")
+    check.integer("limit", limit, minimum=1)
+    check.text("project_id", project_id, allow_empty=True)
+    if agent is not None:
+        check.text("agent", agent)
+    check.boolean("remine", remine)
+    check.boolean("dry_run", dry_run)
+    if on_progress is not None and not callable(on_progress):
+        raise InvalidTypeError(f"on_progress must be callable, got {type(on_progress).__name__}")
 
 
 def learn_from_traces(
@@ -157,8 +182,7 @@ def learn_from_traces(
     A run whose extraction fails is reported and left for the next pass.
     """
     check_target(scope, scope_id, allow_personal=allow_personal)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidValueError(f"limit must be a positive int, got {limit!r}")
+    _check_options(llm, limit, project_id, agent, remine, dry_run, on_progress)
     store: FactStore = make_fact_store(location)
     traces = trace_store if isinstance(trace_store, TraceStore) else TraceStore(trace_store)
     runs = traces.list_runs(limit=limit, name=RUN_SPAN)
