@@ -10,6 +10,7 @@ import pytest
 from fastaiagent.agent import Agent, ComposableMemory
 from fastaiagent.agent.memory_blocks import PersistentFactBlock, StaticBlock
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, blend, rank
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.learn import Fact, MemoryStore
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
@@ -61,7 +62,7 @@ def test_static_block_injects_its_text_every_turn_without_llm_calls():
 
 
 def test_worked_example_from_the_spec():
-    """110: B 0.750 > C 0.633 > A 0.525."""
+    """Acceptance 110: the weighted score of the spec's worked example, B 0.750 > C 0.633 > A 0.525."""
     now = 1_000_000.0
     items = [
         Scored("A", 0.85, now - 7 * DAY, 0.5),
@@ -75,7 +76,7 @@ def test_worked_example_from_the_spec():
 
 
 def test_zero_weights_keep_the_input_order_exactly():
-    """109."""
+    """Acceptance 109: with both weights 0 the ranking is the similarity order."""
     items = [Scored(i, sim, 0.0, imp) for i, (sim, imp) in enumerate([(0.1, 1.0), (0.9, 0.0),
                                                                         (0.5, 0.5)])]
     ranked = rank(items, ScoringWeights())
@@ -98,15 +99,48 @@ def test_zero_weights_keep_the_input_order_exactly():
     ],
 )
 def test_bad_weights_raise(kwargs, message):
-    """111, for the scorer and for PersistentFactBlock's keywords."""
+    """Acceptance 111: weights summing over 1, a negative weight or a non-positive half-life raise,
+    for the scorer and for PersistentFactBlock's keywords."""
     with pytest.raises(ValueError, match=re.escape(message)):
         ScoringWeights(**kwargs)
     with pytest.raises(ValueError, match=re.escape(message)):
         PersistentFactBlock(scope="user", scope_id="alice", **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"max_facts": 1.5}, InvalidTypeError, "max_facts must be an int, got float 1.5"),
+        ({"max_facts": 0}, InvalidValueError, "max_facts must be >= 1, got 0"),
+        ({"max_facts": True}, InvalidTypeError, "max_facts must be an int, got bool True"),
+        ({"refresh_every": "2"}, InvalidTypeError, "refresh_every must be an int, got str '2'"),
+        ({"refresh_every": 0}, InvalidValueError, "refresh_every must be >= 1, got 0"),
+        ({"scope": "team"}, InvalidValueError, "scope must be one of 'user', 'project', 'agent', got 'team'"),
+        ({"scope_id": 7}, InvalidTypeError, "scope_id must be a str, got int 7"),
+        ({"project_id": None}, InvalidTypeError, "project_id must be a str, got NoneType None"),
+        ({"recency_weight": "0.5"}, InvalidTypeError, "recency_weight must be a number, got str '0.5'"),
+        ({"importance_weight": True}, InvalidTypeError, "importance_weight must be a number, got bool True"),
+        ({"heading": ""}, InvalidValueError, "heading cannot be empty"),
+        ({"name": ""}, InvalidValueError, "name cannot be empty"),
+        ({"store": "facts.db"}, InvalidTypeError, "store must be a FactStore"),
+    ],
+)
+def test_persistent_block_arguments_are_checked_at_construction(kwargs, error, message):
+    """A wrong type is a TypeError, a value out of range a ValueError (H6), both naming the argument."""
+    kwargs = {"scope": "user", "scope_id": "alice", **kwargs}
+    with pytest.raises(error, match=re.escape(message)):
+        PersistentFactBlock(**kwargs)
+
+
+def test_static_block_arguments_are_checked():
+    with pytest.raises(InvalidValueError, match="text cannot be empty"):
+        StaticBlock("")
+    with pytest.raises(InvalidTypeError, match="text must be a str, got int 3"):
+        StaticBlock(3)  # type: ignore[arg-type]
+
+
 def test_missing_importance_defaults_to_one():
-    """112."""
+    """Acceptance 112: a missing metadata['importance'] counts as 1.0."""
     item = Scored("x", 0.5, 0.0)
     assert item.importance == 1.0
     weights = ScoringWeights(importance_weight=0.5)
@@ -117,7 +151,7 @@ def test_missing_importance_defaults_to_one():
 
 
 def test_injects_the_newest_max_facts_active_facts(store):
-    """121."""
+    """Acceptance 121: the newest max_facts active facts of the scope are injected."""
     for i in range(5):
         add(store, f"fact {i}", age=100 - i)
     old = add(store, "old value", age=200)
@@ -129,7 +163,7 @@ def test_injects_the_newest_max_facts_active_facts(store):
 
 
 def test_star_reads_every_subject(store):
-    """122."""
+    """Acceptance 122: scope_id="*" reads every subject in the scope."""
     add(store, "alice fact", "alice", age=2)
     add(store, "bob fact", "bob", age=1)
     add(store, "agent fact", "helper", scope="agent")
@@ -143,13 +177,13 @@ def test_empty_user_scope_id_reads_nothing(store):
 
 
 def test_empty_agent_scope_id_warns():
-    """80."""
+    """Acceptance 80: an agent-scope block with an empty scope_id warns."""
     with pytest.warns(UserWarning):
         PersistentFactBlock(scope="agent", scope_id="")
 
 
 def test_refresh_every_requeries_the_store_every_n_renders(store):
-    """123."""
+    """Acceptance 123: refresh_every=N re-queries the store every N renders."""
     add(store, "first", age=10)
     block = PersistentFactBlock(scope="user", scope_id="alice", refresh_every=3, store=store)
     assert injected(block) == ["first"]  # render 1 reads the store
@@ -167,7 +201,7 @@ def test_refresh_every_one_reads_every_render(store):
 
 
 def test_importance_comes_from_confidence(store):
-    """124: with importance_weight > 0 a confident older fact outranks an unsure newer one."""
+    """Acceptance 124: with importance_weight > 0 a confident older fact outranks an unsure newer one."""
     add(store, "curated, older", age=60, confidence=1.0)
     add(store, "learned, newer", age=0, confidence=0.6)
     plain = PersistentFactBlock(scope="user", scope_id="alice", store=store)
