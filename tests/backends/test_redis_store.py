@@ -124,7 +124,7 @@ def test_reindex_drops_facts_an_old_writer_superseded(redis_url: str, redis_pref
 def test_limit_n_returns_n_despite_dangling_index_entries(
     redis_url: str, redis_prefix: str
 ) -> None:
-    """H19: entries whose hash was removed by someone else never shorten a page:
+    """Acceptance H19: entries whose hash was removed by someone else never shorten a page:
     the cross-subject read skips them, and reindex drops them from a subject's rows."""
     raw = _raw(redis_url)
     store = RedisFactStore(redis_url, prefix=redis_prefix)

@@ -1,4 +1,4 @@
-"""The Memory page and `fastaiagent learn` against the real Postgres and Redis (H16)."""
+"""The Memory page and `fastaiagent learn` against the real Postgres and Redis (acceptance H16)."""
 
 from __future__ import annotations
 

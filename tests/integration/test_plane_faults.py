@@ -198,7 +198,7 @@ def test_max_facts_caps_what_is_injected_even_if_the_plane_sends_more(connected)
     assert facts_of(PlaneFactBlock("a", max_facts=3).render("q")) == ["fact 0", "fact 1", "fact 2"]
 
 
-# -- 403 / 404 (item 127, H11) ----------------------------------------------------------------
+# -- 403 / 404 (acceptance 127, H11) -----------------------------------------------------
 
 
 @pytest.mark.parametrize("status", [403, 404])
@@ -237,7 +237,7 @@ def test_refusal_drops_facts_fetched_before(connected, clock):
     assert block.render("q") == []
 
 
-# -- outages (items 128, 129) ------------------------------------------------------------
+# -- outages (acceptance 128, 129) -------------------------------------------------
 
 
 OUTAGES = {
@@ -346,7 +346,7 @@ def test_retry_after_seconds_class_attribute_sets_the_default_pause(connected, c
     assert connected.count == 2
 
 
-# -- shared pause, one retry (item 130) ----------------------------------------------------
+# -- shared pause, one retry (acceptance 130) -----------------------------------------
 
 
 def test_pause_is_shared_by_every_block_of_the_same_plane_and_agent(connected, clock):
@@ -400,7 +400,7 @@ def test_a_failed_retry_starts_a_new_pause(connected, clock):
     assert connected.count == 3
 
 
-# -- logging (item 131) -------------------------------------------------------------------
+# -- logging (acceptance 131) --------------------------------------------------------
 
 
 def test_one_warning_per_outage_and_one_line_when_the_plane_is_back(connected, clock, caplog):
@@ -423,7 +423,7 @@ def test_one_warning_per_outage_and_one_line_when_the_plane_is_back(connected, c
     assert len(back) == 1 and back[0].levelno == logging.INFO
 
 
-# -- questions (item 132, H11) ------------------------------------------------------------
+# -- questions (acceptance 132, H11) -------------------------------------------------
 
 
 def test_a_new_question_always_refetches(connected):
@@ -472,7 +472,7 @@ def test_one_shared_block_keeps_each_users_question_during_a_pause(connected, cl
     assert connected.count == 3
 
 
-# -- dedupe (item 133) ----------------------------------------------------------------------
+# -- dedupe (acceptance 133) -----------------------------------------------------------
 
 
 @pytest.fixture
@@ -508,7 +508,7 @@ def test_duplicates_are_dropped_and_counted_on_the_span(connected, spans):
     assert span.attributes["memory.rendered_count"] == 1
 
 
-# -- payloads off (item 134) ------------------------------------------------------------------
+# -- payloads off (acceptance 134) -------------------------------------------------------
 
 
 def test_question_is_not_sent_when_payloads_are_off(connected, monkeypatch):

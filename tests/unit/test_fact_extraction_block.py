@@ -1,4 +1,4 @@
-"""FactExtractionBlock (items 113-120, contradictions, H8, H15)."""
+"""FactExtractionBlock (acceptance 113-120, H8, H15; contradictions)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def store(tmp_path) -> MemoryStore:
     return MemoryStore(tmp_path / "facts.db")
 
 
-# -- rendering, caps, cadence, roles (113-116, H8) ------------------------------------
+# -- rendering, caps, cadence, roles (acceptance 113-116, H8) -------------------------
 
 
 def test_renders_known_facts_bullets():
@@ -113,7 +113,7 @@ def test_default_roles_read_both_and_tell_the_model_who_spoke():
 
 
 def test_dedupe_is_normalised_case_and_spacing():
-    """H8."""
+    """Acceptance H8: facts are compared normalised (case and spacing) for dedupe."""
     block = FactExtractionBlock(scripted_extractor())
     feed(block, "FACT: Prefers email", "FACT: prefers   EMAIL", "FACT:  Prefers email ")
     assert block.facts == ["Prefers email"]
@@ -236,7 +236,7 @@ def test_replacing_with_the_same_text_changes_nothing(store):
     assert len(store.browse(scope="user", scope_id="alice", include_superseded=True)) == 1
 
 
-# -- persistence to the store (117-119, H15) ----------------------------------------------
+# -- persistence to the store (acceptance 117-119, H15) -----------------------------------
 
 
 def test_persist_requires_a_scope_id():
@@ -311,7 +311,7 @@ def test_store_error_is_logged_and_the_run_continues(tmp_path, caplog):
 
 
 def test_max_persisted_prunes_oldest_learned_facts_never_manual_ones(store):
-    """119 and H15: the cap counts and deletes only facts learned during runs."""
+    """Acceptance 119 and H15: the cap counts and deletes only facts learned during runs."""
     for i in range(3):
         store.add(Fact(f"manual {i}", scope="user", scope_id="alice"))
     block = FactExtractionBlock(scripted_extractor(), persist=True, scope_id="alice",
@@ -351,7 +351,7 @@ def test_tracing_detail_without_persist_has_no_persisted_count():
     assert json.loads(span.attributes["memory.detail"]) == {"facts_extracted": 1}
 
 
-# -- isolation, persistence of the list, clear (120) -------------------------------------
+# -- isolation, persistence of the list, clear (acceptance 120) --------------------------
 
 
 def test_isolated_copy_refused_when_persisting(store):

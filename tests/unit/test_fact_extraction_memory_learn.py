@@ -76,7 +76,7 @@ def store(tmp_path) -> MemoryStore:
 
 
 def test_learn_extracts_and_persists_each_users_facts(store):
-    """60, and per-user isolation of what is learned."""
+    """Acceptance 60: learn= extracts from each user message and persists for that user, isolated per user."""
     mem = Memory(location=store, user_id=lambda c: c.state.user_id, learn=extractor())
     agent = Agent("support", Recorder().llm, memory=mem)
     agent.run("FACT: Is allergic to peanuts", context=ctx("alice"))
@@ -88,7 +88,7 @@ def test_learn_extracts_and_persists_each_users_facts(store):
 
 
 def test_learn_never_extracts_from_the_assistants_replies(store):
-    """61."""
+    """Acceptance 61: the assistant's replies are never sent for extraction."""
     llm = extractor()
     mem = Memory(location=store, user_id="alice", learn=llm)
     agent = Agent("a", Recorder(reply="FACT: The assistant is a pirate").llm, memory=mem)
@@ -101,7 +101,7 @@ def test_learn_never_extracts_from_the_assistants_replies(store):
 
 
 def test_learned_facts_have_confidence_source_and_the_runs_trace_id(store):
-    """62."""
+    """Acceptance 62: learned facts get confidence 0.6, source "learned" and the run's trace id."""
     mem = Memory(location=store, user_id="alice", learn=extractor())
     agent = Agent("a", Recorder().llm, memory=mem)
     with trace.capture() as spans:
@@ -114,7 +114,7 @@ def test_learned_facts_have_confidence_source_and_the_runs_trace_id(store):
 
 
 def test_learned_facts_are_injected_once(store):
-    """63: the user fact block injects them; the learning block does not repeat them."""
+    """Acceptance 63: the user fact block injects them; the learning block does not repeat them."""
     recorder = Recorder()
     mem = Memory(location=store, user_id="alice", learn=extractor())
     agent = Agent("a", recorder.llm, memory=mem)
@@ -126,7 +126,7 @@ def test_learned_facts_are_injected_once(store):
 
 
 def test_learned_fact_cap_deletes_the_oldest_learned_facts(store):
-    """64."""
+    """Acceptance 64: beyond max_learned_facts per user the oldest learned facts are deleted."""
     mem = Memory(location=store, user_id="alice", learn=extractor(), max_learned_facts=3)
     agent = Agent("a", Recorder().llm, memory=mem)
     for i in range(6):
@@ -136,7 +136,7 @@ def test_learned_fact_cap_deletes_the_oldest_learned_facts(store):
 
 
 def test_learned_fact_cap_never_deletes_persisted_facts(store):
-    """65 and H15."""
+    """Acceptance 65 and H15: the cap counts and deletes only learned facts, never persisted ones."""
     mem = Memory(location=store, user_id="alice", learn=extractor(), max_learned_facts=2)
     mem.persist("Prefers email", tier="user", id="alice")
     mem.persist("VIP customer", tier="user", id="alice")
@@ -179,7 +179,7 @@ def test_learn_with_arun_and_concurrent_users(store):
 
 
 def test_summarize_adds_a_running_summary_of_older_turns(store):
-    """66."""
+    """Acceptance 66: summarize= adds a running summary of older turns."""
     recorder = Recorder()
     summarizer = FunctionLLM(lambda messages: "Ada is planning a trip to Lisbon.")
     mem = Memory(location=store, user_id="alice", window=4, summarize=summarizer)

@@ -1,4 +1,4 @@
-"""Memory construction, tiers and direct verbs on the SQLite default (items 1-37, H1-H6)."""
+"""Memory construction, tiers and direct verbs on the SQLite default (acceptance items 1-37, H1-H6)."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def test_update_by_text_and_by_id_keeps_history():
         mem.update("x", old="never said", tier="user", id="alice")
 
 
-def test_supersede_cycles_keep_exactly_one_active_fact():  # H1, H3
+def test_supersede_cycles_keep_exactly_one_active_fact():  # acceptance H1, H3
     mem = Memory()
     a = mem.persist("A", tier="user", id="u")
     b = mem.update("B", old=a, tier="user", id="u")
@@ -225,14 +225,14 @@ def test_supersede_cycles_keep_exactly_one_active_fact():  # H1, H3
     assert {f.fact for f in active} == {"A", "B"} and again in {f.id for f in active}
 
 
-def test_update_to_the_same_text_does_not_hide_the_fact():  # H2
+def test_update_to_the_same_text_does_not_hide_the_fact():  # acceptance H2
     mem = Memory()
     fid = mem.persist("Likes tea", tier="user", id="u")
     assert mem.update("likes TEA", old=fid, tier="user", id="u") == fid
     assert [f.id for f in mem.retrieve(tier="user", id="u")] == [fid]
 
 
-def test_update_cannot_cross_users_or_tiers():  # H4
+def test_update_cannot_cross_users_or_tiers():  # acceptance H4
     mem = Memory(agent_id="a")
     alice = mem.persist("Alice fact", tier="user", id="alice")
     glob = mem.persist("Global fact", tier="global")
@@ -245,7 +245,7 @@ def test_update_cannot_cross_users_or_tiers():  # H4
     assert mem.retrieve(tier="user", id="bob") == []
 
 
-def test_wildcard_is_refused_on_write():  # H5
+def test_wildcard_is_refused_on_write():  # acceptance H5
     mem = Memory(agent_id="a")
     with pytest.raises(ValueError, match=r"\*"):
         mem.persist("x", tier="user", id="*")

@@ -1,4 +1,4 @@
-"""Per-user routing, unresolved callers, max_users, for_user, complete forget (38-59, H13, H18, H20)."""
+"""Per-user routing, unresolved callers, max_users, for_user, complete forget (acceptance 38-59, H13, H18, H20)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def resolver(context):
     return context.state.user_id
 
 
-def test_resolver_is_called_with_the_run_context_once_per_run():  # 38, H13
+def test_resolver_is_called_with_the_run_context_once_per_run():  # acceptance 38, H13
     seen: list[object] = []
 
     def tracking(context):
@@ -49,7 +49,7 @@ def test_resolver_is_called_with_the_run_context_once_per_run():  # 38, H13
     assert seen == [context]
 
 
-def test_a_flipping_resolver_cannot_split_a_run_between_users():  # H13
+def test_a_flipping_resolver_cannot_split_a_run_between_users():  # acceptance H13
     answers = iter(["alice", "bob", "alice", "bob"])
     mem = Memory(user_id=lambda c: next(answers))
     agent = Agent(name="a", llm=echo_prompt(), memory=mem)
@@ -58,7 +58,7 @@ def test_a_flipping_resolver_cannot_split_a_run_between_users():  # H13
     assert mem.for_user("alice").messages[0].content == "from first run"
 
 
-def test_users_get_separate_windows_and_facts():  # 39, 40
+def test_users_get_separate_windows_and_facts():  # acceptance 39, 40
     mem = Memory(agent_id="support", user_id=resolver)
     mem.persist("Alice is allergic to cats", tier="user", id="alice")
     mem.persist("Bob plays chess", tier="user", id="bob")
@@ -71,7 +71,7 @@ def test_users_get_separate_windows_and_facts():  # 39, 40
     assert "4242" in alice_reply and "chess" not in alice_reply
 
 
-def test_isolation_with_arun_astream_and_interleaving():  # 41
+def test_isolation_with_arun_astream_and_interleaving():  # acceptance 41
     mem = Memory(user_id=resolver, window=50)
     llm = FunctionLLM(prompt_text)
     agent = Agent(name="s", llm=llm, memory=mem)
@@ -125,7 +125,7 @@ def test_isolation_under_load_1000_users_10_turns():
     assert len(mem.for_user("u999").messages) == 20
 
 
-def test_no_context_gives_no_window_and_stores_nothing():  # 42
+def test_no_context_gives_no_window_and_stores_nothing():  # acceptance 42
     mem = Memory(user_id=resolver)
     llm = echo_prompt()
     agent = Agent(name="s", llm=llm, memory=mem)
@@ -136,7 +136,7 @@ def test_no_context_gives_no_window_and_stores_nothing():  # 42
 
 
 @pytest.mark.parametrize("value", [None, ""])
-def test_resolver_returning_nothing_is_unresolved(value):  # 43, 46
+def test_resolver_returning_nothing_is_unresolved(value):  # acceptance 43, 46
     mem = Memory(user_id=lambda c: value)
     agent = Agent(name="s", llm=echo_prompt(), memory=mem)
     agent.run("first unresolved secret", context=ctx("x"))
@@ -144,7 +144,7 @@ def test_resolver_returning_nothing_is_unresolved(value):  # 43, 46
     assert mem.cached_users == []
 
 
-def test_raising_resolver_logs_one_warning_with_the_dict_hint(caplog):  # 44
+def test_raising_resolver_logs_one_warning_with_the_dict_hint(caplog):  # acceptance 44
     mem = Memory(user_id=lambda c: c.state.user_id)
     agent = Agent(name="s", llm=echo_prompt(), memory=mem)
     with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
@@ -163,7 +163,7 @@ def test_dict_state_resolver_works_when_read_as_a_dict():
     assert mem.cached_users == ["alice"]
 
 
-def test_unresolved_callers_still_get_global_facts():  # 45
+def test_unresolved_callers_still_get_global_facts():  # acceptance 45
     mem = Memory(agent_id="support", user_id=resolver)
     mem.persist("Return policy is 30 days", tier="global")
     mem.persist("Alice fact", tier="user", id="alice")
@@ -171,7 +171,7 @@ def test_unresolved_callers_still_get_global_facts():  # 45
     assert "Return policy is 30 days" in reply and "Alice fact" not in reply
 
 
-def test_save_load_outside_a_run_raise_and_for_user_round_trips(tmp_path):  # 48, 49
+def test_save_load_outside_a_run_raise_and_for_user_round_trips(tmp_path):  # acceptance 48, 49
     mem = Memory(user_id=resolver)
     agent = Agent(name="s", llm=echo_prompt(), memory=mem)
     agent.run("I live in Lisbon", context=ctx("alice"))
@@ -203,14 +203,14 @@ def test_save_inside_a_run_uses_the_runs_user(tmp_path):
         mem.save(tmp_path / "after")
 
 
-def test_for_user_needs_a_resolver():  # 50
+def test_for_user_needs_a_resolver():  # acceptance 50
     with pytest.raises(RuntimeError, match="save"):
         Memory().for_user("alice")
     with pytest.raises(RuntimeError, match=r"for_user\(\) is for a Memory with a user_id resolver"):
         Memory(user_id="alice").for_user("alice")
 
 
-def test_lru_drops_least_recently_used_and_refreshes_on_use(caplog):  # 54, 55, 58
+def test_lru_drops_least_recently_used_and_refreshes_on_use(caplog):  # acceptance 54, 55, 58
     mem = Memory(user_id=resolver, max_users=2)
     agent = Agent(name="s", llm=echo_prompt(), memory=mem)
     with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
@@ -225,7 +225,7 @@ def test_lru_drops_least_recently_used_and_refreshes_on_use(caplog):  # 54, 55, 
     assert len(drops) == 1
 
 
-def test_evicted_user_returns_with_facts_but_a_fresh_window(tmp_path):  # 56, 57, 59
+def test_evicted_user_returns_with_facts_but_a_fresh_window(tmp_path):  # acceptance 56, 57, 59
     mem = Memory(user_id=resolver, max_users=1)
     mem.persist("Alice likes jazz", tier="user", id="alice")
     agent = Agent(name="s", llm=echo_prompt(), memory=mem)
@@ -244,7 +244,7 @@ def test_no_cap_keeps_every_user():
     assert len(mem.cached_users) == 50
 
 
-def test_forget_user_drops_window_and_facts_but_not_others():  # H18 (in-process part)
+def test_forget_user_drops_window_and_facts_but_not_others():  # acceptance H18 (in-process part)
     mem = Memory(agent_id="support", user_id=resolver)
     agent = Agent(name="s", llm=echo_prompt(), memory=mem)
     mem.persist("Alice fact", tier="user", id="alice")
@@ -269,7 +269,7 @@ def test_drop_user_keeps_durable_facts():
     assert "durable" in reply and "ephemeral" not in reply
 
 
-def test_concurrent_runs_of_one_user_keep_every_turn_in_pairs():  # H20
+def test_concurrent_runs_of_one_user_keep_every_turn_in_pairs():  # acceptance H20
     mem = Memory(user_id=resolver, window=1000)
     agent = Agent(name="s", llm=FunctionLLM(lambda ms: "reply to " + (ms[-1].content or ""), delay=0.001), memory=mem)
     errors: list[BaseException] = []
@@ -293,7 +293,7 @@ def test_concurrent_runs_of_one_user_keep_every_turn_in_pairs():  # H20
         assert question.role == "user" and answer.content == f"reply to {question.content}"
 
 
-def test_concurrent_aruns_of_one_user_keep_every_turn():  # H20, async
+def test_concurrent_aruns_of_one_user_keep_every_turn():  # acceptance H20, async
     mem = Memory(user_id=resolver, window=1000)
     agent = Agent(name="s", llm=FunctionLLM(lambda ms: "r:" + (ms[-1].content or "")), memory=mem)
 

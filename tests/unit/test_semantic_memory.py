@@ -1,4 +1,4 @@
-"""Memory(recall=, semantic=, dedupe=, embedder=) end to end (items 51-53, 67-76, H18)."""
+"""Memory(recall=, semantic=, dedupe=, embedder=) end to end (acceptance 51-53, 67-76, H18)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def chatter(agent: Agent, user: str, n: int) -> None:
         agent.run(f"small talk number {i} about the weather", context=ctx(user))
 
 
-def test_shared_recall_store_never_returns_another_users_messages(store, embedder):  # 51, 67
+def test_shared_recall_store_never_returns_another_users_messages(store, embedder):  # acceptance 51, 67
     shared = FaissVectorStore(dimension=embedder.dimension)
     mem = Memory(
         location=store,
@@ -77,7 +77,7 @@ def test_shared_recall_store_never_returns_another_users_messages(store, embedde
     assert shared.count("default") == 0
 
 
-def test_recall_namespace_is_prefixed_by_project(store, embedder):  # 52
+def test_recall_namespace_is_prefixed_by_project(store, embedder):  # acceptance 52
     shared = FaissVectorStore(dimension=embedder.dimension)
     mem = Memory(
         location=store, user_id="alice", project_id="acme", recall=shared, embedder=embedder
@@ -89,7 +89,7 @@ def test_recall_namespace_is_prefixed_by_project(store, embedder):  # 52
     assert shared.count("user:alice") == 0
 
 
-def test_auto_recall_is_a_separate_index_per_user(store, embedder):  # 53
+def test_auto_recall_is_a_separate_index_per_user(store, embedder):  # acceptance 53
     mem = Memory(
         location=store,
         user_id=lambda c: c.state.user_id,
@@ -107,7 +107,7 @@ def test_auto_recall_is_a_separate_index_per_user(store, embedder):  # 53
     assert "my locker number is 4417" in model.prompts[-1]
 
 
-def test_dedupe_drops_recalled_text_an_earlier_block_injected(store, embedder):  # 68
+def test_dedupe_drops_recalled_text_an_earlier_block_injected(store, embedder):  # acceptance 68
     for dedupe in (False, True):
         mem = Memory(
             location=store,
@@ -128,7 +128,7 @@ def test_dedupe_drops_recalled_text_an_earlier_block_injected(store, embedder): 
         mem.forget(tier="user", id="carol")
 
 
-def test_semantic_retrieve_isolation_supersede_and_span(store, embedder):  # 69, 71, 76
+def test_semantic_retrieve_isolation_supersede_and_span(store, embedder):  # acceptance 69, 71, 76
     mem = Memory(location=store, semantic="auto", embedder=embedder)
     mem.persist("Dana lives in Paris", tier="user", id="dana")
     mem.persist("Dana has a cat named Miso", tier="user", id="dana")
@@ -146,7 +146,7 @@ def test_semantic_retrieve_isolation_supersede_and_span(store, embedder):  # 69,
     assert span.attributes["memory.count"] == len(facts) == 2
 
 
-def test_restart_and_other_writers_are_found(tmp_path, embedder):  # 73
+def test_restart_and_other_writers_are_found(tmp_path, embedder):  # acceptance 73
     path = tmp_path / "shared.db"
     Memory(location=MemoryStore(path)).persist("Fay speaks Finnish", tier="user", id="fay")
     restarted = Memory(location=MemoryStore(path), semantic="auto", embedder=embedder)
@@ -158,7 +158,7 @@ def test_restart_and_other_writers_are_found(tmp_path, embedder):  # 73
     assert found == {"Fay speaks Finnish", "Fay plays Finnish baseball"}
 
 
-def test_vector_ids_are_uuids_with_fact_ids_on_qdrant(store, embedder):  # 74
+def test_vector_ids_are_uuids_with_fact_ids_on_qdrant(store, embedder):  # acceptance 74
     from fastaiagent.kb.backends.qdrant import QdrantVectorStore
 
     vectors = QdrantVectorStore(f"facts{uuid.uuid4().hex}", path=":memory:")
@@ -170,7 +170,7 @@ def test_vector_ids_are_uuids_with_fact_ids_on_qdrant(store, embedder):  # 74
     assert chunk.metadata["fact_id"] == fact_id
 
 
-def test_embedder_override_serves_recall_and_semantic(store):  # 75
+def test_embedder_override_serves_recall_and_semantic(store):  # acceptance 75
     small = WordHashEmbedder(dimension=24)
     mem = Memory(
         location=store, user_id="hal", window=1, recall="auto", semantic="auto", embedder=small
@@ -189,7 +189,7 @@ def test_embedder_override_serves_recall_and_semantic(store):  # 75
         mem2.retrieve("bees", tier="user", id="hal")
 
 
-def test_forget_removes_recall_chunks_from_a_shared_store(store, embedder):  # H18
+def test_forget_removes_recall_chunks_from_a_shared_store(store, embedder):  # acceptance H18
     shared = FaissVectorStore(dimension=embedder.dimension)
     mem = Memory(
         location=store, user_id=lambda c: c.state.user_id, recall=shared, embedder=embedder
@@ -205,7 +205,7 @@ def test_forget_removes_recall_chunks_from_a_shared_store(store, embedder):  # H
 
 
 @pytest.mark.embedder
-def test_spec_semantic_snippet_with_the_offline_model(tmp_path, monkeypatch):  # 69
+def test_spec_semantic_snippet_with_the_offline_model(tmp_path, monkeypatch):  # acceptance 69
     monkeypatch.chdir(tmp_path)
     mem = Memory(location="sqlite", semantic="auto")  # in-process FAISS + default embedder
     mem.persist("The user is allergic to peanuts", tier="user", id="alice")

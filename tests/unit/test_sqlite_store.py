@@ -1,4 +1,4 @@
-"""MemoryStore specifics: lazy absolute default path (H14), WAL, per-thread connections."""
+"""MemoryStore specifics: lazy absolute default path (acceptance H14), WAL, per-thread connections."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_constructing_creates_no_file(tmp_path, monkeypatch) -> None:
 
 
 def test_default_path_is_resolved_once_and_a_chdir_does_not_move_it(tmp_path, monkeypatch) -> None:
-    """H14: the default ./.fastaiagent/local.db is fixed, absolute, at first use."""
+    """Acceptance H14: the default ./.fastaiagent/local.db is fixed, absolute, at first use."""
     monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()

@@ -1,4 +1,4 @@
-"""SummaryBlock: rolling summary of older turns (items 103, 104; hard cases H9, H10)."""
+"""SummaryBlock: rolling summary of older turns (acceptance 103, 104, H9, H10)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def feed(block: SummaryBlock, messages: list[Message]) -> None:
         block.on_message(message)
 
 
-# -- cadence and coverage (103, H10) --------------------------------------------
+# -- cadence and coverage (acceptance 103, H10) ---------------------------------
 
 
 def test_refreshes_every_summarize_every_messages_covering_everything_older_than_keep_last():
@@ -83,7 +83,7 @@ def test_spec_defaults_first_refresh_after_fifteen_messages():
 
 
 def test_summary_never_covers_messages_still_in_the_window():
-    """H10: at every refresh, none of the last keep_last messages is in the prompt."""
+    """Acceptance H10: at every refresh, none of the last keep_last messages is in the prompt."""
     llm = summarizer()
     keep_last = 6
     block = SummaryBlock(llm, keep_last=keep_last, summarize_every=3)
@@ -99,7 +99,7 @@ def test_summary_never_covers_messages_still_in_the_window():
     assert int(covered[-1][1:]) <= 90 - keep_last
 
 
-# -- bounded input (H9) ------------------------------------------------------------
+# -- bounded input (acceptance H9) -------------------------------------------------
 
 
 def test_each_refresh_sees_the_previous_summary_plus_only_new_messages():
@@ -133,7 +133,7 @@ def test_state_stays_bounded_when_the_llm_keeps_failing(caplog):
     assert "dropping the oldest" in caplog.text
 
 
-# -- max_chars (104) ---------------------------------------------------------------
+# -- max_chars (acceptance 104) ----------------------------------------------------
 
 
 def test_long_summary_is_cut_to_max_chars_and_the_llm_is_asked_to_stay_under():
