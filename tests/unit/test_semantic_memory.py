@@ -9,9 +9,9 @@ import pytest
 from _vector_fakes import WordHashEmbedder
 
 from fastaiagent import Agent, Memory, RunContext, trace
+from fastaiagent.facts.semantic import subject_namespace
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.learn import MemoryStore
-from fastaiagent.facts.semantic import subject_namespace
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
 
