@@ -216,3 +216,23 @@ def test_one_users_backfill_does_not_block_another_users_search(store):
     backfill.join(10)
     assert not backfill.is_alive()
     assert len(index.search("fact", "user", "alice", limit=100)) == 50
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"retrieval": "bm25"}, ValueError, "retrieval must be one of 'hybrid', 'dense'"),
+        ({"full_sync_seconds": -1}, ValueError, "full_sync_seconds must be >= 0"),
+        ({"full_sync_seconds": "60"}, TypeError, "full_sync_seconds must be a number"),
+        ({"head_size": 0}, ValueError, "head_size must be >= 1"),
+        ({"head_size": 2.5}, TypeError, "head_size must be an int"),
+        ({"dense_weight": 1.5}, ValueError, "dense_weight must be <= 1.0"),
+        ({"dense_weight": True}, TypeError, "dense_weight must be a number"),
+    ],
+)
+def test_semantic_index_arguments_follow_the_one_rule(tmp_path, kwargs, error, message):
+    from fastaiagent.facts import SQLiteFactStore
+    from fastaiagent.facts.semantic import SemanticFactIndex
+
+    with pytest.raises(error, match=message):
+        SemanticFactIndex(SQLiteFactStore(tmp_path / "f.db"), "auto", None, **kwargs)

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from fastaiagent._validate import fraction, number, one_of, positive_int
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
 from fastaiagent.kb.bm25 import BM25Index
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, fuse
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
 
 _UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
@@ -98,14 +99,10 @@ class SemanticFactIndex:
             raise InvalidValueError(f'vectors must be "auto" or a VectorStore, got {vectors!r}')
         if not isinstance(vectors, str) and not callable(getattr(vectors, "search", None)):
             raise InvalidTypeError(f"vectors must be a VectorStore, got {type(vectors).__name__}")
-        if check_mode(retrieval) == "bm25":
-            raise InvalidValueError('retrieval must be "hybrid" or "dense" for semantic facts')
-        if full_sync_seconds < 0:
-            raise InvalidValueError("full_sync_seconds must be >= 0")
-        if head_size < 1:
-            raise InvalidValueError("head_size must be >= 1")
-        if not 0.0 <= dense_weight <= 1.0:
-            raise InvalidValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+        one_of("retrieval", retrieval, ("hybrid", "dense"))
+        number("full_sync_seconds", full_sync_seconds, minimum=0)
+        positive_int("head_size", head_size)
+        fraction("dense_weight", dense_weight)
         self.store = store
         self.full_sync_seconds = full_sync_seconds
         self.head_size = head_size
