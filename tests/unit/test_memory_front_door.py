@@ -285,7 +285,8 @@ def test_session_tier_is_not_a_store_and_unknown_tiers_fail(verb):
         "retrieve": lambda tier: mem.retrieve(tier=tier, id="u"),
         "forget": lambda tier: mem.forget(tier=tier, id="u"),
     }[verb]
-    with pytest.raises(NotImplementedError, match="the session tier is the conversation window"):
+    expected = rf"{verb}\(tier='session'\): the session tier is the conversation window"
+    with pytest.raises(NotImplementedError, match=expected):
         call("session")
     with pytest.raises(ValueError, match="unknown tier 'team'; expected one of"):
         call("team")

@@ -55,8 +55,8 @@ class MemoryVerbs:
         """The store (scope, scope_id) of a tier; scope_id None when there is none."""
         if tier == "session":
             raise UnsupportedTierError(
-                f"the session tier is the conversation window, not a durable store: it cannot "
-                f"be {verb}; use the window (Memory(window=...)) or tier='user'/'global'"
+                f"{verb}(tier='session'): the session tier is the conversation window, not a "
+                "durable store; use the window (Memory(window=...)) or tier='user'/'global'"
             )
         if tier not in TIERS:
             raise InvalidValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
@@ -123,7 +123,7 @@ class MemoryVerbs:
     ) -> list[Fact]:
         """Active facts of a tier, newest first; with ``query``, the closest by meaning
         (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
-        scope, scope_id = self._subject("retrieved", tier, id)
+        scope, scope_id = self._subject("retrieve", tier, id)
         if limit is not None:
             integer("limit", limit, minimum=0)
         if query is not None and self.config.semantic is None:
@@ -200,7 +200,7 @@ class MemoryVerbs:
         user also drops their window, summary, extracted facts and recall
         entries, in process and in shared vector stores.
         """
-        scope, scope_id = self._subject("forgotten", tier, id)
+        scope, scope_id = self._subject("forget", tier, id)
         if not scope_id:
             if tier == "user":
                 raise InvalidValueError('forget(tier="user") needs id= (or id="*" for every user)')
