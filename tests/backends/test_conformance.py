@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from fastaiagent.learn import MemoryStore
 from fastaiagent.facts.conformance import FactStoreConformance
 from fastaiagent.facts.store import FactStore
+from fastaiagent.learn import MemoryStore
 
 
 class TestSQLiteConformance(FactStoreConformance):

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from fastaiagent import Agent, trace
 from fastaiagent.cli import _register, app
+from fastaiagent.facts.store import FactStore
 from fastaiagent.learn import Fact
 from fastaiagent.learn.loop import learn_from_traces
-from fastaiagent.facts.store import FactStore
 from fastaiagent.testing import FunctionLLM
 from fastaiagent.ui import create_app
 

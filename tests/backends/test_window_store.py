@@ -14,8 +14,8 @@ import pytest
 
 from _wait import wait_until
 from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
-from fastaiagent.facts.windows import check_ttl
 from fastaiagent.facts.sqlite import MemoryStore
+from fastaiagent.facts.windows import check_ttl
 
 ALICE = WindowKey("agent", "proj", "alice")
 
@@ -166,7 +166,7 @@ def test_bad_keys_and_ttls_are_refused(windows: WindowStore) -> None:
         windows.load(WindowKey("agent", "proj", "*"))
     with pytest.raises(TypeError, match="expected a WindowKey, got tuple"):
         windows.save(("agent", "proj", "alice"), "x", None, None)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="WindowKey.user_id must be a str, got int"):
+    with pytest.raises(TypeError, match=r"WindowKey\.user_id must be a str, got int"):
         windows.delete(WindowKey("agent", "proj", 7))  # type: ignore[arg-type]
     for bad in (0, -1):
         with pytest.raises(ValueError, match="window_ttl_seconds must be > 0"):

@@ -28,9 +28,9 @@ import pytest
 
 import fastaiagent as fa
 from fastaiagent import trace
-from fastaiagent.plane import client as plane
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
+from fastaiagent.plane import client as plane
 from fastaiagent.testing import CannedLLM
 
 LOGGER = "fastaiagent.memory.plane"

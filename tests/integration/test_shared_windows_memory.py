@@ -15,11 +15,11 @@ from test_shared_windows import make_memory, spec  # noqa: F401  (spec is a fixt
 
 from _wait import wait_until
 from fastaiagent.agent.agent import Agent
-from fastaiagent.agent.memory_blocks.summary import SUMMARY_PREFIX
 from fastaiagent.agent.memory import Memory
+from fastaiagent.agent.memory_blocks.summary import SUMMARY_PREFIX
 from fastaiagent.agent.windows import WindowKey
-from fastaiagent.facts.sqlite_windows import SQLiteWindowStore
 from fastaiagent.facts.sqlite import MemoryStore
+from fastaiagent.facts.sqlite_windows import SQLiteWindowStore
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import CannedLLM, FunctionLLM
 

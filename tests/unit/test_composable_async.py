@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from fastaiagent.agent import AgentMemory, ComposableMemory, MemoryBlock
 from fastaiagent.llm.message import Message, UserMessage
@@ -31,10 +32,8 @@ def test_a_turn_cancelled_while_waiting_for_the_lock_never_keeps_it() -> None:
         await asyncio.sleep(0)  # the task runs up to its wait for the lock
         assert not task.done()
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         lock.release()  # the other turn ends; the cancelled waiter's thread takes and frees it
         acquired = await asyncio.to_thread(lock.acquire, True, 2)
         assert acquired, "a cancelled turn left the user's memory locked"

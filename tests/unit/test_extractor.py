@@ -157,7 +157,7 @@ def test_extract_facts_round_trip_and_errors_propagate():
         ExtractedFact("Prefers Slack", 0)
     ]
     assert "F1: Prefers email" in (llm.calls[0][1].content or "")
-    with pytest.raises(TimeoutError, match="^slow$"):  # the model's own error, unchanged
+    with pytest.raises(TimeoutError, match=r"^slow$"):  # the model's own error, unchanged
         extract_facts(CannedLLM(TimeoutError("slow")), "hi")
 
 

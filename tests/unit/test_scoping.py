@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from fastaiagent.learn import Fact
 from fastaiagent.facts.scoping import (
     MAX_ID_CHARS,
     Selector,
@@ -15,6 +14,7 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
+from fastaiagent.learn import Fact
 
 
 def test_normalisation_folds_case_and_spacing() -> None:

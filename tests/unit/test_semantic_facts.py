@@ -7,11 +7,11 @@ import uuid
 import pytest
 from _vector_fakes import WordHashEmbedder
 
-from fastaiagent.kb.backends.faiss import FaissVectorStore
-from fastaiagent.kb.protocols import DimensionMismatchError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.semantic import SemanticFactIndex, subject_namespace
 from fastaiagent.facts.sqlite import MemoryStore
+from fastaiagent.kb.backends.faiss import FaissVectorStore
+from fastaiagent.kb.protocols import DimensionMismatchError
 
 
 @pytest.fixture

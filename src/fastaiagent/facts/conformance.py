@@ -390,6 +390,13 @@ class FactStoreConformance:
         assert store.list_active("user", "alice") == []
         assert store.add(_user("Keep me")) != keep  # deleted text can be added afresh
 
+    def test_prune_learned_checks_keep(self, store: FactStore) -> None:
+        with pytest.raises(ValueError, match="keep must be >= 0, got -1"):
+            store.prune_learned("user", "alice", keep=-1)
+        for bad in (True, 1.5, "3"):
+            with pytest.raises(TypeError, match="keep must be an int"):
+                store.prune_learned("user", "alice", keep=bad)  # type: ignore[arg-type]
+
     def test_prune_learned_touches_only_learned_facts(self, store: FactStore) -> None:
         now = time.time()
         manual = [store.add(_user(f"manual {i}", created_at=now - 100 + i)) for i in range(3)]

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
+from fastaiagent._validate import integer
 from fastaiagent.errors import (
     ConflictError,
     InvalidTypeError,
@@ -523,8 +524,7 @@ class PostgresFactStore:
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
-        if not isinstance(keep, int) or keep < 0:
-            raise InvalidValueError("keep must be an int >= 0")
+        integer("keep", keep, minimum=0)
         where, params = self._where(delete_selector(scope, scope_id, project_id), active=True)
         query = sql.SQL(
             "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE {w} AND source = %s "

@@ -13,7 +13,7 @@ from typing import Any
 from fastaiagent._paths import default_db_path
 from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
-from fastaiagent.errors import InvalidValueError
+from fastaiagent._validate import integer
 from fastaiagent.facts._sql import browse_where, selector_where
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
 from fastaiagent.facts.scoping import (
@@ -251,8 +251,7 @@ class SQLiteFactStore:
             return conn.execute(f"DELETE FROM learned_memory WHERE {where}", params).rowcount
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise InvalidValueError("keep must be an int >= 0")
+        integer("keep", keep, minimum=0)
         where, params = _where(delete_selector(scope, scope_id, project_id), active_only=True)
         with self._write() as conn:
             return conn.execute(
