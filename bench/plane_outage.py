@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import summary, time_calls, write_results
 
 import fastaiagent as fa
-from fastaiagent.plane import client as plane
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
+from fastaiagent.plane import client as plane
 
 FACTS = json.dumps({"facts": [{"id": 1, "fact": "Refunds take 30 days"}]}).encode()
 

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastaiagent.kb.embedding import get_embedder
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.semantic import SemanticFactIndex
 from fastaiagent.facts.sqlite import MemoryStore
+from fastaiagent.kb.embedding import get_embedder
 
 TARGET_P50_MS = 5.0
 SUBJECTS = ["sister", "manager", "dentist", "neighbour", "coach", "landlord", "cousin", "doctor"]

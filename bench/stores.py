@@ -35,8 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import summary, time_calls, write_results
 
-from fastaiagent.learn import Fact, FactStore, MemoryStore
 from fastaiagent.facts.scoping import normalize_text
+from fastaiagent.learn import Fact, FactStore, MemoryStore
 
 POSTGRES_URL = os.environ.get(
     "FASTAIAGENT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import summary, write_results
 
-from fastaiagent.learn import MemoryStore
 from fastaiagent.facts.scoping import normalize_text
+from fastaiagent.learn import MemoryStore
 
 TARGET_MS = 200.0
 
