@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fastaiagent.errors import InvalidValueError
+from fastaiagent.errors import InvalidValueError, MissingFileError
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
@@ -31,7 +31,7 @@ def read_json(path: str | os.PathLike[str], *, what: str = "memory file") -> Any
     """Read a JSON file; a missing or corrupt file raises with the path in the message."""
     source = Path(path)
     if not source.is_file():
-        raise FileNotFoundError(f"{what} not found: {source}")
+        raise MissingFileError(f"{what} not found: {source}")
     try:
         return json.loads(source.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:

@@ -25,6 +25,15 @@ class NotFoundError(InvalidValueError, LookupError):
     """What a call names (a fact, a file, a folder) does not exist."""
 
 
+class FactNotFoundError(NotFoundError, KeyError):
+    """No fact has the given id (a ``KeyError`` too, as a store's ``update`` and
+    ``supersede`` always raised for an unknown id)."""
+
+
+class MissingFileError(FastAIAgentError, FileNotFoundError):
+    """A file or directory the call reads does not exist (a saved memory, a model)."""
+
+
 class UnsupportedTierError(InvalidValueError, NotImplementedError):
     """The session tier is the conversation window: it has no durable store to
     persist to, retrieve from or forget from."""
@@ -56,10 +65,12 @@ class SchemaVersionError(FastAIAgentError, RuntimeError):
 
 __all__ = [
     "ConflictError",
+    "FactNotFoundError",
     "FastAIAgentError",
     "InvalidTypeError",
     "InvalidValueError",
     "MemoryIsolationError",
+    "MissingFileError",
     "NotFoundError",
     "PolicyError",
     "SchemaVersionError",

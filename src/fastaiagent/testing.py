@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastaiagent import _validate as check
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, UsageError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
 from fastaiagent.llm.message import Message, ToolCall
 
@@ -73,7 +73,7 @@ class CannedLLM(_RecordingLLM):
     Each reply is a string, an :class:`LLMResponse`, a :class:`ToolCall` (or a
     list of them) from :func:`tool_call`, or an exception to raise. When the
     script runs out the last reply repeats (``repeat_last=True``, the default)
-    or IndexError is raised. ``supports_tools=False`` plays a model that
+    or UsageError is raised. ``supports_tools=False`` plays a model that
     cannot be offered tools (callers with a text fallback then use it).
     """
 
@@ -108,7 +108,10 @@ class CannedLLM(_RecordingLLM):
         with self._lock:
             if self._next >= len(self.replies):
                 if not self.repeat_last:
-                    raise IndexError("CannedLLM ran out of replies")
+                    raise UsageError(
+                        "CannedLLM ran out of replies: give it one reply per model call, "
+                        "or repeat_last=True"
+                    )
                 reply = self.replies[-1]
             else:
                 reply = self.replies[self._next]

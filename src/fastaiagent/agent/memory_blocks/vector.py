@@ -206,8 +206,9 @@ class VectorBlock(MemoryBlock):
             try:
                 vectors = self.embedder.embed([self._embedding_text(c) for c in pending])
                 if len(vectors) != len(pending):
-                    raise RuntimeError(
-                        f"embedder returned {len(vectors)} vectors for {len(pending)} texts"
+                    raise InvalidValueError(
+                        f"embedder returned {len(vectors)} vectors for {len(pending)} texts: "
+                        "an Embedder must return one vector per text"
                     )
                 for chunk, vector in zip(pending, vectors, strict=True):
                     chunk.vector = list(vector)
