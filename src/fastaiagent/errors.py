@@ -34,6 +34,10 @@ class MissingFileError(FastAIAgentError, FileNotFoundError):
     """A file or directory the call reads does not exist (a saved memory, a model)."""
 
 
+class MissingExtraError(FastAIAgentError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
 class UnsupportedTierError(InvalidValueError, NotImplementedError):
     """The session tier is the conversation window: it has no durable store to
     persist to, retrieve from or forget from."""
@@ -70,6 +74,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "MemoryIsolationError",
+    "MissingExtraError",
     "MissingFileError",
     "NotFoundError",
     "PolicyError",

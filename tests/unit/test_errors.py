@@ -1,0 +1,68 @@
+"""One way to fail: every error the library raises on purpose derives from FastAIAgentError."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+from pathlib import Path
+
+import pytest
+
+import fastaiagent
+from fastaiagent import errors
+from fastaiagent.llm import errors as llm_errors
+
+SRC = Path(fastaiagent.__file__).parent
+# Raised on purpose with a built-in class, each for a reason the protocol imposes.
+ALLOWED = {
+    ("AttributeError", "__getattr__"),  # module __getattr__ must raise AttributeError
+    ("NotImplementedError", "store"),  # the conformance suite's fixture to override
+    ("AssertionError", "_acollect"),  # an internal invariant, not a user error
+    ("SystemExit", "demo"),  # the CLI's exit code
+    ("SystemExit", "register"),
+}
+
+
+def _builtin_raises() -> list[str]:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
+                    continue
+                name = getattr(node.exc.func, "id", None)
+                builtin = getattr(builtins, name or "", None)
+                if not (inspect.isclass(builtin) and issubclass(builtin, BaseException)):
+                    continue
+                if (name, func.name) not in ALLOWED:
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno} raise {name} in {func.name}")
+    return found
+
+
+def test_no_user_facing_error_is_a_bare_builtin():
+    assert _builtin_raises() == []
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [c for m in (errors, llm_errors) for _, c in inspect.getmembers(m, inspect.isclass)
+     if issubclass(c, Exception) and c.__module__ == m.__name__],
+)
+def test_every_error_class_derives_from_the_one_base(cls):
+    assert issubclass(cls, errors.FastAIAgentError)
+
+
+def test_errors_are_also_the_builtins_callers_expect():
+    assert issubclass(errors.InvalidValueError, ValueError)
+    assert issubclass(errors.InvalidTypeError, TypeError)
+    assert issubclass(errors.StoreUnavailableError, ConnectionError)
+    assert issubclass(errors.FactNotFoundError, KeyError)
+    assert issubclass(errors.MissingFileError, FileNotFoundError)
+    assert issubclass(errors.UnsupportedTierError, NotImplementedError)
+    assert issubclass(errors.PolicyError, PermissionError)
+    assert issubclass(errors.MissingExtraError, ImportError)
+    assert fastaiagent.FastAIAgentError is errors.FastAIAgentError
