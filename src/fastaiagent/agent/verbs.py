@@ -94,7 +94,7 @@ class MemoryVerbs:
         confidence: float = 1.0,
         metadata: dict[str, Any] | None = None,
     ) -> int:
-        """Store a durable fact in a tier; returns its id (the same id for the same text)."""
+        """:meth:`Memory.persist <fastaiagent.agent.memory.Memory.persist>`."""
         scope, scope_id = self._write_scope_id("persist", tier, id)
         fraction("confidence", confidence)
         with trace.span(
@@ -121,8 +121,7 @@ class MemoryVerbs:
         id: str | None = None,
         limit: int | None = None,
     ) -> list[Fact]:
-        """Active facts of a tier, newest first; with ``query``, the closest by meaning
-        (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
+        """:meth:`Memory.retrieve <fastaiagent.agent.memory.Memory.retrieve>`."""
         scope, scope_id = self._subject("retrieve", tier, id)
         if limit is not None:
             integer("limit", limit, minimum=0)
@@ -173,10 +172,7 @@ class MemoryVerbs:
         *,
         confidence: float = 1.0,
     ) -> int:
-        """Replace ``old`` (its text or id) with ``new``; the old fact stays as history.
-
-        Returns the new fact's id. Updating a fact to its own text changes nothing.
-        """
+        """:meth:`Memory.update <fastaiagent.agent.memory.Memory.update>`."""
         scope, scope_id = self._write_scope_id("update", tier, id)
         with trace.span(
             "memory.update", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
@@ -194,12 +190,7 @@ class MemoryVerbs:
         return new_id
 
     def forget(self, tier: str = "user", id: str | None = None, *, fact: str | None = None) -> int:
-        """Hard-delete a subject's facts (history included) or one ``fact``; returns the count.
-
-        ``id="*"`` deletes every subject of the tier, on purpose. Forgetting a
-        user also drops their window, summary, extracted facts and recall
-        entries, in process and in shared vector stores.
-        """
+        """:meth:`Memory.forget <fastaiagent.agent.memory.Memory.forget>`."""
         scope, scope_id = self._subject("forget", tier, id)
         if not scope_id:
             if tier == "user":

@@ -212,19 +212,19 @@ def connect(
     target = check.text("target", target)
     check.number("timeout", timeout, minimum=0, exclusive_minimum=True, maximum=MAX_TIMEOUT)
     connection = PlaneConnection(_check_target(target), api_key.strip(), float(timeout))
-    with _process.lock:
-        _process.connection = connection
-        old, _process.client = _process.client, None
-    _process.registry.clear()
-    if old is not None:
-        old.close()
+    _switch(connection)
     return connection
 
 
 def disconnect() -> None:
     """Forget the connection, close the HTTP client and clear every back-off."""
+    _switch(None)
+
+
+def _switch(connection: PlaneConnection | None) -> None:
+    """Use ``connection`` from now on: a new HTTP client and no back-off carried over."""
     with _process.lock:
-        _process.connection = None
+        _process.connection = connection
         old, _process.client = _process.client, None
     _process.registry.clear()
     if old is not None:
