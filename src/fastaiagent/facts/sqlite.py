@@ -328,5 +328,12 @@ class SQLiteFactStore:
 
         return SQLiteWindowStore(self)
 
+    def item_store(self) -> Any:
+        """Namespaced items (framework adapters' state) on this store's connections
+        (the :class:`~fastaiagent.facts.items.HoldsItems` capability)."""
+        from fastaiagent.facts.sqlite_items import SQLiteItemStore
+
+        return SQLiteItemStore(self)
+
 MemoryStore = SQLiteFactStore
 """The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""

@@ -1,0 +1,9 @@
+"""LangGraph on fastaiagent's stores: :class:`FastAIAgentSaver` (checkpointer,
+thread state) and :class:`FastAIAgentStore` (``BaseStore``, long-term memory).
+
+Install with ``pip install 'fastaiagent[langgraph]'``.
+"""
+
+from fastaiagent.integrations.langgraph.checkpoint import FastAIAgentSaver
+
+__all__ = ["FastAIAgentSaver"]

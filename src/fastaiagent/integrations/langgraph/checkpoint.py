@@ -1,0 +1,259 @@
+"""A LangGraph checkpointer on this library's stores (SQLite, Postgres, Redis).
+
+Thread state is kept as namespaced items (:mod:`fastaiagent.facts.items`):
+
+- a checkpoint is one item in ``(root, "checkpoints", thread_id, checkpoint_ns)``
+  keyed by its id; LangGraph's ids sort by time, so the newest is the last key;
+- a task's pending writes are items in
+  ``(root, "writes", thread_id, checkpoint_ns, checkpoint_id)`` keyed by
+  ``task_id`` and write index.
+
+Values are serialised with the saver's ``serde`` (LangGraph's own
+``JsonPlusSerializer`` by default) and stored as text (base64 of its bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from fastaiagent._optional import require
+from fastaiagent.facts.items import ItemWrite, Namespace, StoredItem
+from fastaiagent.integrations.items import item_store_for, root_namespace
+
+require("langgraph.checkpoint.base", "langgraph")
+
+from langchain_core.runnables import RunnableConfig  # noqa: E402
+from langgraph.checkpoint.base import (  # noqa: E402
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    SerializerProtocol,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+
+__all__ = ["FastAIAgentSaver"]
+
+
+def _pack(typed: tuple[str, bytes]) -> list[str]:
+    return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
+
+
+def _unpack(packed: list[str]) -> tuple[str, bytes]:
+    return packed[0], base64.b64decode(packed[1])
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+class FastAIAgentSaver(BaseCheckpointSaver[int]):
+    """LangGraph checkpointer (``BaseCheckpointSaver``) on a fastaiagent store.
+
+    ``location`` is what ``Memory(location=...)`` takes (``"sqlite"``,
+    ``"sqlite:///path.db"``, ``postgresql://...``, ``redis://...``, a fact
+    store) or a :class:`~fastaiagent.Memory`; the checkpoints live in the same
+    database as its facts. ``project_id`` keeps several applications apart in
+    one database. Sync and async methods are both native to LangGraph; the
+    async ones run the store call in a worker thread, so the event loop never
+    waits on I/O.
+
+    Example::
+
+        graph = builder.compile(checkpointer=FastAIAgentSaver("sqlite:///state.db"))
+        graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+    """
+
+    def __init__(
+        self, location: Any = "sqlite", *, project_id: str = "", serde: SerializerProtocol | None = None
+    ) -> None:
+        super().__init__(serde=serde)
+        self.items = item_store_for(location)
+        self._root = root_namespace("langgraph", project_id)
+
+    def __repr__(self) -> str:
+        return f"FastAIAgentSaver(items={self.items!r})"
+
+    # -- namespaces ---------------------------------------------------------
+
+    def _checkpoints(self, *parts: str) -> Namespace:
+        return (*self._root, "checkpoints", *parts)
+
+    def _writes(self, *parts: str) -> Namespace:
+        return (*self._root, "writes", *parts)
+
+    # -- records ------------------------------------------------------------
+
+    def _tuple(self, item: StoredItem) -> CheckpointTuple:
+        """The CheckpointTuple of a stored checkpoint, with its pending writes."""
+        thread_id, checkpoint_ns = item.namespace[-2:]
+        record = json.loads(item.value)
+        writes = self.items.scan(self._writes(thread_id, checkpoint_ns, item.key), exact=True)
+        rows = [json.loads(w.value) for w in writes]
+        rows.sort(key=lambda r: writes_sort_key(r[3], r[0], r[4]))
+        parent = record["p"]
+        return CheckpointTuple(
+            config=_config(thread_id, checkpoint_ns, item.key),
+            checkpoint=self.serde.loads_typed(_unpack(record["c"])),
+            metadata=self.serde.loads_typed(_unpack(record["m"])),
+            parent_config=_config(thread_id, checkpoint_ns, parent) if parent else None,
+            pending_writes=[(r[0], r[1], self.serde.loads_typed(_unpack(r[2]))) for r in rows],
+        )
+
+    # -- the BaseCheckpointSaver methods ------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``), or the thread's latest."""
+        conf = config["configurable"]
+        ns = self._checkpoints(str(conf["thread_id"]), conf.get("checkpoint_ns", ""))
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            found = self.items.get(ns, [checkpoint_id])[0]
+        else:
+            latest = self.items.scan(ns, exact=True, descending=True, limit=1)
+            found = latest[0] if latest else None
+        return self._tuple(found) if found else None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of one thread (and namespace, when ``config`` names
+        one), or of every thread; ``filter`` matches metadata values exactly."""
+        return iter(self._list(config, filter, before, limit))
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> list[CheckpointTuple]:
+        conf = config["configurable"] if config else {}
+        prefix = self._checkpoints()
+        if "thread_id" in conf:
+            prefix = self._checkpoints(str(conf["thread_id"]))
+            if conf.get("checkpoint_ns") is not None:
+                prefix = (*prefix, conf["checkpoint_ns"])
+        exact = len(prefix) == len(self._checkpoints("", ""))
+        only_id = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        # Without a metadata filter the store applies the limit itself.
+        page = None if filter or only_id else limit
+        found = self.items.scan(prefix, exact=exact, before=before_id, descending=True, limit=page)
+        out: list[CheckpointTuple] = []
+        for item in found:
+            if limit is not None and len(out) >= limit:
+                break
+            if only_id and item.key != only_id:
+                continue
+            if filter:
+                metadata = self.serde.loads_typed(_unpack(json.loads(item.value)["m"]))
+                if any(metadata.get(k) != v for k, v in filter.items()):
+                    continue
+            out.append(self._tuple(item))
+        return out
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint (all its channel values) under its thread and namespace."""
+        conf = config["configurable"]
+        thread_id, checkpoint_ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        record = {
+            "c": _pack(self.serde.dumps_typed(checkpoint)),
+            "m": _pack(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
+            "p": conf.get("checkpoint_id"),
+        }
+        ns = self._checkpoints(thread_id, checkpoint_ns)
+        self.items.write([ItemWrite(ns, checkpoint["id"], json.dumps(record))])
+        return _config(thread_id, checkpoint_ns, checkpoint["id"])
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes: a repeated regular write keeps the first
+        value; special ones (errors, interrupts) are replaced."""
+        conf = config["configurable"]
+        ns = self._writes(
+            str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        )
+        batch = []
+        for position, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, position)
+            row = [task_id, channel, _pack(self.serde.dumps_typed(value)), task_path, idx]
+            batch.append(ItemWrite(ns, f"{task_id}:{idx}", json.dumps(row), if_absent=idx >= 0))
+        self.items.write(batch)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of a thread (all its namespaces)."""
+        self.items.delete_prefix(self._checkpoints(str(thread_id)))
+        self.items.delete_prefix(self._writes(str(thread_id)))
+
+    # -- async: the same calls in a worker thread ---------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`get_tuple`."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`list`."""
+        for found in await asyncio.to_thread(self._list, config, filter, before, limit):
+            yield found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async :meth:`put`."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async :meth:`put_writes`."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async :meth:`delete_thread`."""
+        await asyncio.to_thread(self.delete_thread, thread_id)

@@ -1,0 +1,73 @@
+"""One fresh fact store per test on each backend: SQLite (a temp file), Postgres
+(its own tables) and Redis (its own key prefix). A missing server skips on a
+laptop and fails under CI=true (see tests/_env.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _env import POSTGRES_URL, REDIS_URL, require_postgres, require_redis
+
+BACKENDS = ("sqlite", "postgres", "redis")
+
+
+def _drop_tables(url: str, tables: list[str]) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in tables:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def _drop_prefix(url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=prefix + ":*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    client.close()
+
+
+def make_store(backend: str, tmp_path: Path, cleanups: list[Any]) -> Any:
+    """A new fact store on ``backend``; ``cleanups`` collects what removes its data."""
+    name = f"fa_int_{uuid.uuid4().hex[:10]}"
+    if backend == "sqlite":
+        from fastaiagent.facts.sqlite import SQLiteFactStore
+
+        return SQLiteFactStore(tmp_path / f"{name}.db")
+    if backend == "postgres":
+        from fastaiagent.facts.postgres import PostgresFactStore
+
+        url = require_postgres(POSTGRES_URL)
+        store = PostgresFactStore(url, table=name)
+        cleanups.append(store.close)
+        cleanups.append(lambda: _drop_tables(url, [name, f"{name}_items", f"{name}_windows"]))
+        return store
+    from fastaiagent.facts.redis import RedisFactStore
+
+    url = require_redis(REDIS_URL)
+    store = RedisFactStore(url, prefix=name)
+    cleanups.append(lambda: _drop_prefix(url, name))
+    return store
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of the backend under test."""
+    return str(request.param)
+
+
+@pytest.fixture
+def fact_store(backend: str, tmp_path: Path) -> Iterator[Any]:
+    """A fresh fact store on the backend under test, its data removed afterwards."""
+    cleanups: list[Any] = []
+    yield make_store(backend, tmp_path, cleanups)
+    for cleanup in reversed(cleanups):
+        cleanup()
