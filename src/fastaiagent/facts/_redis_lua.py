@@ -154,20 +154,20 @@ return n
 """
 )
 
-# ARGV: prefix, project, scope, scope_id, normalised text, SSCAN cursor, count.
-# One bounded step of deleting every fact (active or not) with this text;
-# returns {next cursor ('0' = done), deleted}.
+# ARGV: prefix, project, scope, scope_id, normalised text, digest. Deletes the
+# subject's active fact with this text, found through its content key (never
+# by reading the subject); returns 1, or 0 when there is none.
 DELETE_TEXT = (
     LIBRARY
     + """
 local s = subject(ARGV[2], ARGV[3], ARGV[4])
-local page = redis.call('SSCAN', s.hist, ARGV[6], 'COUNT', ARGV[7])
-local n = 0
-for _, id in ipairs(page[2]) do
-  if redis.call('HGET', fact_key(id), 'fact_key') == ARGV[5] then n = n + drop(id, s) end
-end
+local id = redis.call('GET', s.key .. ARGV[6])
+if not id then return 0 end
+local h = redis.call('HMGET', fact_key(id), 'fact_key', 'superseded_by')
+if h[1] ~= ARGV[5] or (h[2] or '') ~= '' then return 0 end
+local n = drop(id, s)
 finish(s)
-return {page[1], n}
+return n
 """
 )
 

@@ -37,7 +37,7 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.store import SubjectCount
+from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
 
 psycopg = require("psycopg", "postgres")
 psycopg_pool = require("psycopg_pool", "postgres")
@@ -123,6 +123,9 @@ class PostgresFactStore:
     connection raises :class:`~fastaiagent.errors.StoreUnavailableError`
     (a ``ConnectionError``).
     """
+
+    delete_batch: int = DELETE_BATCH
+    """Rows one step of :meth:`delete` removes at most (one short statement)."""
 
     def __init__(
         self,
@@ -393,7 +396,7 @@ class PostgresFactStore:
         )
         newest = sql.SQL(
             "SELECT {} FROM {} WHERE scope = %s AND project_id = %s {} "
-            "AND superseded_by IS NULL ORDER BY created_at DESC, id DESC LIMIT %s"
+            "AND superseded_by IS NULL ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
         )
         # md5: a btree entry must stay small, and fact texts run to 10,000 chars.
         active_key = "(scope, scope_id, project_id, md5(fact_key)) WHERE superseded_by IS NULL"
@@ -419,6 +422,10 @@ class PostgresFactStore:
                 "AND md5(fact_key) = md5(%s) AND fact_key = %s AND superseded_by IS NULL"
             ).format(t),
             "get": sql.SQL("SELECT {} FROM {} WHERE id = %s").format(cols, t),
+            "find_active_row": sql.SQL(
+                "SELECT {} FROM {} WHERE scope = %s AND scope_id = %s AND project_id = %s "
+                "AND md5(fact_key) = md5(%s) AND fact_key = %s AND superseded_by IS NULL"
+            ).format(cols, t),
             "lock_pair": sql.SQL(
                 "SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
             ).format(cols, t),
@@ -511,16 +518,30 @@ class PostgresFactStore:
         fact: str | None = None,
         fact_id: int | None = None,
     ) -> int:
-        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``)."""
+        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``),
+        in statements of at most :attr:`delete_batch` rows, each its own short
+        transaction; returns how many went."""
         where, params = self._where(delete_selector(scope, scope_id, project_id), active=False)
-        if fact is not None:
-            where = sql.SQL("{} AND fact_key = %s").format(where)
-            params.append(check_fact_text(fact))
+        if fact is not None:  # the active fact with this text: the unique active-key index
+            key = check_fact_text(fact)
+            where = sql.SQL(
+                "{} AND md5(fact_key) = md5(%s) AND fact_key = %s AND superseded_by IS NULL"
+            ).format(where)
+            params += [key, key]
         if fact_id is not None:
             where = sql.SQL("{} AND id = %s").format(where)
             params.append(check_fact_id(fact_id))
-        query = sql.SQL("DELETE FROM {} WHERE {}").format(self._t, where)
-        return self._run(lambda conn: int(conn.execute(query, params).rowcount))
+        step = sql.SQL(
+            "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE {w} LIMIT %s)"
+        ).format(t=self._t, w=where)
+        batch, total = self.delete_batch, 0
+        while True:
+            # One call per step: a lost connection retries only that step, and
+            # every committed step stays committed (a repeat finishes the rest).
+            deleted = self._run(lambda conn: int(conn.execute(step, [*params, batch]).rowcount))
+            total += deleted
+            if deleted < batch:
+                return total
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
@@ -551,25 +572,43 @@ class PostgresFactStore:
         return self._run(run)
 
     def list_active(
-        self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
     ) -> list[Fact]:
         """Active facts of a subject, newest first; ``"*"`` reads every subject."""
         check_limit(limit)
+        integer("offset", offset, minimum=0)
         selector = read_selector(scope, scope_id, project_id)
         if selector is None or limit == 0:
             return []
         if selector.scope_id is None:
             query = self._q("list_scope")
-            params: list[Any] = [selector.scope, selector.project_id, limit]
+            params: list[Any] = [selector.scope, selector.project_id, limit, offset]
             return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
         query = self._q("list_subject")
-        params = [scope, project_id, scope_id, limit]
+        params = [scope, project_id, scope_id, limit, offset]
         return self._run(
             lambda conn: [
                 Fact(r[0], scope, scope_id, project_id, r[1], r[2], r[3], r[4] or {}, r[5], r[6])
                 for r in conn.execute(query, params)
             ]
         )
+
+    def find_active(self, scope: str, scope_id: str, project_id: str, text: str) -> Fact | None:
+        """The subject's active fact with this normalised text (the unique active-key index)."""
+        read_selector(scope, scope_id, project_id)  # checks the scope and the id types
+        key = check_fact_text(text)
+        params = (scope, scope_id, project_id, key, key)
+
+        def run(conn: Any) -> Fact | None:
+            row = conn.execute(self._q("find_active_row"), params).fetchone()
+            return _row_to_fact(row) if row else None
+
+        return self._run(run)
 
     def browse(
         self,

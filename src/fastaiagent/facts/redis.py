@@ -67,12 +67,12 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.store import SubjectCount
+from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
 
 redis_lib = require("redis", "redis")
 
 LAYOUT_VERSION = "4"  # see the module docstring for what each layout added
-DELETE_BATCH = 500  # facts one delete / prune script call removes at most
+_SUBJECT_PAGE = 200  # subjects one SSCAN step of a "*" delete reads
 _T = TypeVar("_T")
 
 # A row lists these Fact fields in the dataclass's own order, so building a
@@ -98,9 +98,10 @@ _ROW_LEN = len(ROW_FIELDS)
 # skipping entries whose hash is gone or superseded (left by another writer),
 # so ``limit=n`` returns n facts whenever n exist. The reply is one JSON array
 # of rows, parsed in one call; ``[id]`` stands for a fact with no row (an
-# older writer's), to read field by field.
+# older writer's), to read field by field. ARGV[3] live facts are skipped first
+# (``offset``).
 _READ_NEWEST = """
-local limit = tonumber(ARGV[2])
+local limit, skip = tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
 local start = 0
 local batch = 1000
@@ -112,8 +113,12 @@ while limit < 0 or #out < limit do
     local id = string.format('%d', tonumber(member))
     local h = redis.call('HMGET', ARGV[1] .. id, 'row', 'superseded_by', 'scope')
     if h[3] and (not h[2] or h[2] == '') then
-      out[#out + 1] = h[1] or ('[' .. id .. ']')
-      if #out == limit then break end
+      if skip > 0 then
+        skip = skip - 1
+      else
+        out[#out + 1] = h[1] or ('[' .. id .. ']')
+        if #out == limit then break end
+      end
     end
   end
   start = start + batch
@@ -287,6 +292,9 @@ class RedisFactStore:
     ``decode_responses=True``); otherwise one is built from ``url``. Redis
     Cluster is not supported (scripts touch keys of many hash slots).
     """
+
+    delete_batch: int = DELETE_BATCH
+    """Facts one script call of :meth:`delete` removes at most (one short atomic step)."""
 
     def __init__(
         self,
@@ -484,19 +492,8 @@ class RedisFactStore:
             raise _refusal(reply, new)
         return int(reply)
 
-    def _subjects_for(self, selector: Selector) -> list[tuple[str, str, str]]:
-        """(scope, scope_id, project_id) of every stored subject the selector covers."""
-        if selector.scope_id is not None:
-            return [(selector.scope, selector.scope_id, selector.project_id)]
-        found = []
-        for member in self._client.smembers(self._k("subjects")):
-            project, scope, scope_id = (unescape_part(p) for p in member.split(":"))
-            if scope == selector.scope and project == selector.project_id:
-                found.append((scope, scope_id, project))
-        return found
-
-    def _delete_by_id(self, selector: Selector, fact_id: int, key: str) -> int:
-        """Delete one fact when it is in the selected subjects (and has text ``key``)."""
+    def _delete_by_id(self, selector: Selector, fact_id: int) -> int:
+        """Delete one fact when it is in the selected subjects."""
         if selector.scope_id is None:  # a fact's subject never changes: read it first
             scope, scope_id, project = self._client.hmget(
                 self._fact_key(fact_id), "scope", "scope_id", "project_id"
@@ -506,25 +503,69 @@ class RedisFactStore:
             subject = self._subject(scope, scope_id, project)
         else:
             subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
-        return int(self._delete_id(args=[self.prefix, *subject, fact_id, key]))
+        return int(self._delete_id(args=[self.prefix, *subject, fact_id, ""]))
 
-    def _delete_in(self, subject: tuple[str, str, str], key: str | None) -> int:
-        """Delete a subject's facts (or those with text ``key``) in bounded steps."""
-        parts, count = self._subject(*subject), 0
-        if key is None:
-            while True:
-                deleted, taken = self._delete_some(args=[self.prefix, *parts, DELETE_BATCH])
-                count += int(deleted)
-                if int(taken) < DELETE_BATCH:
-                    return count
-        cursor = "0"
+    def _delete_subject(self, parts: tuple[str, str, str]) -> int:
+        """Delete one subject (escaped parts) in atomic steps of ``delete_batch`` facts."""
+        count = 0
         while True:
-            cursor, deleted = self._delete_text(
-                args=[self.prefix, *parts, key, cursor, DELETE_BATCH]
-            )
+            deleted, taken = self._delete_some(args=[self.prefix, *parts, self.delete_batch])
             count += int(deleted)
-            if cursor == "0":
+            if int(taken) < self.delete_batch:
                 return count
+
+    def _delete_subjects(self, subjects: list[tuple[str, str, str]], key: str | None) -> int:
+        """Delete these subjects (escaped parts), or their active fact with text
+        ``key``. Small subjects share a pipeline of at most ``delete_batch`` facts
+        (Redis runs a pipeline's calls back to back); larger ones go step by step."""
+        if key is not None:
+            pipe = self._client.pipeline(transaction=False)
+            for parts in subjects:
+                self._delete_text(args=[self.prefix, *parts, key, _digest(key)], client=pipe)
+            return sum(int(n) for n in pipe.execute())
+        sizer = self._client.pipeline(transaction=False)
+        for parts in subjects:
+            sizer.scard(self._k("hist", *parts))
+        sizes = sizer.execute()
+        total, batch = 0, self.delete_batch
+        pending: list[tuple[str, str, str]] = []
+        budget = 0
+
+        def flush() -> int:
+            pipe = self._client.pipeline(transaction=False)
+            for parts in pending:
+                self._delete_some(args=[self.prefix, *parts, batch], client=pipe)
+            done = 0
+            for parts, (deleted, taken) in zip(pending, pipe.execute(), strict=True):
+                done += int(deleted)
+                if int(taken) >= batch:  # it grew meanwhile: finish it step by step
+                    done += self._delete_subject(parts)
+            pending.clear()
+            return done
+
+        for parts, size in zip(subjects, sizes, strict=True):
+            if int(size) >= batch:
+                total += self._delete_subject(parts)
+                continue
+            if budget + int(size) > batch:
+                total += flush()
+                budget = 0
+            pending.append(parts)
+            budget += max(1, int(size))
+        return total + (flush() if pending else 0)
+
+    def _delete_every(self, selector: Selector, key: str | None) -> int:
+        """Every subject of a scope and project, found ``_SUBJECT_PAGE`` at a time
+        with SSCAN (never one command over every subject)."""
+        head = f"{escape_part(selector.project_id)}:{escape_part(selector.scope)}:"
+        members = self._client.sscan_iter(
+            self._k("subjects"), match=glob_escape(head) + "*", count=_SUBJECT_PAGE
+        )
+        total = 0
+        while page := [m for _, m in zip(range(_SUBJECT_PAGE), members, strict=False)]:
+            subjects = [(p[0], p[1], p[2]) for p in (m.split(":") for m in page)]
+            total += self._delete_subjects(subjects, key)
+        return total
 
     def delete(
         self,
@@ -537,16 +578,24 @@ class RedisFactStore:
     ) -> int:
         """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``).
 
-        One fact is one atomic script; a whole subject goes in atomic steps of
-        ``DELETE_BATCH`` facts (a fact added meanwhile may go too)."""
+        One fact is one atomic script (``fact=`` finds it by its content key); a
+        whole subject goes in atomic steps of :attr:`delete_batch` facts (a fact
+        added meanwhile may go too), and ``"*"`` walks the subjects with SSCAN."""
         selector = delete_selector(scope, scope_id, project_id)
         key = check_fact_text(fact) if fact is not None else None
         wanted_id = check_fact_id(fact_id) if fact_id is not None else None
 
         def run() -> int:
             if wanted_id is not None:
-                return self._delete_by_id(selector, wanted_id, key or "")
-            return sum(self._delete_in(subject, key) for subject in self._subjects_for(selector))
+                if key is not None:  # both: only when that id is the active fact of that text
+                    found = self._read_fact(self._client, wanted_id)
+                    if found is None or not found.active or normalize_text(found.fact) != key:
+                        return 0
+                return self._delete_by_id(selector, wanted_id)
+            if selector.scope_id is None:
+                return self._delete_every(selector, key)
+            parts = self._subject(selector.scope, selector.scope_id, selector.project_id)
+            return self._delete_subjects([parts], key)
 
         return self._call(run)
 
@@ -578,10 +627,11 @@ class RedisFactStore:
         fact_id = check_fact_id(fact_id)
         return self._call(lambda: self._read_fact(self._client, fact_id))
 
-    def _newest(self, index_key: str, limit: int | None) -> list[Fact]:
+    def _newest(self, index_key: str, limit: int | None, offset: int) -> list[Fact]:
         """Facts of an active index, read one by one on the server (the slow path)."""
         reply = self._read_newest(
-            keys=[index_key], args=[self._k("fact", ""), -1 if limit is None else limit]
+            keys=[index_key],
+            args=[self._k("fact", ""), -1 if limit is None else limit, offset],
         )
         facts = []
         for row in json.loads(reply):
@@ -591,26 +641,52 @@ class RedisFactStore:
                 facts.append(fact)
         return facts
 
-    def _subject_newest(self, subject: tuple[str, str, str], limit: int | None) -> list[Fact]:
+    def _subject_newest(
+        self, subject: tuple[str, str, str], limit: int | None, offset: int
+    ) -> list[Fact]:
         """A subject's newest facts from its rows: one ZREVRANGE, one JSON parse."""
-        stop = -1 if limit is None else limit - 1
-        entries = self._client.zrevrange(self._k("rows", *subject), 0, stop)
+        stop = -1 if limit is None else offset + limit - 1
+        entries = self._client.zrevrange(self._k("rows", *subject), offset, stop)
         rows = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in entries]) + "]")
         return [Fact(*row) for row in rows]
 
     def list_active(
-        self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
     ) -> list[Fact]:
         """Active facts of a subject, newest first; ``"*"`` reads every subject."""
         check_limit(limit)
+        integer("offset", offset, minimum=0)
         selector = read_selector(scope, scope_id, project_id)
         if selector is None or limit == 0:
             return []
         if selector.scope_id is None:
             index = self._scope_key(selector.scope, selector.project_id)
-            return self._call(lambda: self._newest(index, limit))
+            return self._call(lambda: self._newest(index, limit, offset))
         subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
-        return self._call(lambda: self._subject_newest(subject, limit))
+        return self._call(lambda: self._subject_newest(subject, limit, offset))
+
+    def _find(self, selector: Selector, key: str) -> Fact | None:
+        """The active fact of one subject with normalised text ``key``: its content key."""
+        subject = self._subject(selector.scope, selector.scope_id or "", selector.project_id)
+        fact_id = self._client.get(self._k("key", *subject, _digest(key)))
+        if fact_id is None:
+            return None
+        fact = self._read_fact(self._client, int(fact_id))
+        if fact is None or not fact.active or normalize_text(fact.fact) != key:
+            return None  # superseded or deleted meanwhile
+        return fact
+
+    def find_active(self, scope: str, scope_id: str, project_id: str, text: str) -> Fact | None:
+        """The subject's active fact with this normalised text (its content key)."""
+        read_selector(scope, scope_id, project_id)  # checks the scope and the id types
+        key = check_fact_text(text)
+        selector = Selector(scope, scope_id, project_id)
+        return self._call(lambda: self._find(selector, key))
 
     def browse(
         self,

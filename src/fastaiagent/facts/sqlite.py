@@ -27,7 +27,7 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.store import SubjectCount
+from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
 
 # Version 1 is the layout written before versions were recorded (so it is also
 # the step that upgrades such a file: every statement is IF [NOT] EXISTS).
@@ -94,7 +94,7 @@ _SUBJECT_READ = (
     "SELECT fact, confidence, NULLIF(source, 'manual'), source_trace_id, "
     "NULLIF(metadata, '{}'), id, created_at FROM learned_memory "
     "WHERE scope_id = ? AND scope = ? AND project_id = ? AND superseded_by IS NULL "
-    "ORDER BY created_at DESC, id DESC LIMIT ?"
+    "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
 )
 
 
@@ -137,6 +137,9 @@ class SQLiteFactStore:
     wait for a writer. The first connection checks the schema version (see
     ``docs/backends.md``, "Schema versions").
     """
+
+    delete_batch: int = DELETE_BATCH
+    """Rows one step of :meth:`delete` removes at most (one short write transaction)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
         self._explicit_path = Path(path).expanduser() if path is not None else None
@@ -240,15 +243,27 @@ class SQLiteFactStore:
         fact: str | None = None,
         fact_id: int | None = None,
     ) -> int:
+        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``),
+        in write transactions of at most :attr:`delete_batch` rows each, so other
+        writers get the database lock between steps; returns how many went."""
         where, params = _where(delete_selector(scope, scope_id, project_id), active_only=False)
-        if fact is not None:
-            where += " AND fact_key = ?"
+        if fact is not None:  # the active fact with this text: the unique active-key index
+            where += " AND fact_key = ? AND superseded_by IS NULL"
             params.append(check_fact_text(fact))
         if fact_id is not None:
             where += " AND id = ?"
             params.append(check_fact_id(fact_id))
-        with self._write() as conn:
-            return conn.execute(f"DELETE FROM learned_memory WHERE {where}", params).rowcount
+        step = (
+            f"DELETE FROM learned_memory WHERE id IN "
+            f"(SELECT id FROM learned_memory WHERE {where} LIMIT ?)"
+        )
+        batch, total = self.delete_batch, 0
+        while True:
+            with self._write() as conn:
+                deleted = conn.execute(step, [*params, batch]).rowcount
+            total += deleted
+            if deleted < batch:
+                return total
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         integer("keep", keep, minimum=0)
@@ -272,24 +287,43 @@ class SQLiteFactStore:
         return self._get(self._connection(), check_fact_id(fact_id))
 
     def list_active(
-        self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
     ) -> list[Fact]:
         check_limit(limit)
+        integer("offset", offset, minimum=0)
         selector = read_selector(scope, scope_id, project_id)
         if selector is None or limit == 0:
             return []
         count = -1 if limit is None else limit
         if selector.scope_id is not None:  # one subject: the per-turn read
-            cursor = self._connection().execute(_SUBJECT_READ, (scope_id, scope, project_id, count))
+            cursor = self._connection().execute(
+                _SUBJECT_READ, (scope_id, scope, project_id, count, offset)
+            )
             return _subject_facts(cursor.fetchall(), scope, scope_id, project_id)
         where, params = _where(selector, active_only=True)
-        params.append(count)
+        params += [count, offset]
         rows = self._connection().execute(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
-            "ORDER BY created_at DESC, id DESC LIMIT ?",
+            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
             params,
         )
         return [_row_to_fact(row) for row in rows]
+
+    def find_active(self, scope: str, scope_id: str, project_id: str, text: str) -> Fact | None:
+        """The subject's active fact with this normalised text (the unique active-key index)."""
+        read_selector(scope, scope_id, project_id)  # checks the scope and the id types
+        cursor = self._connection().execute(
+            f"SELECT {_COLUMNS} FROM learned_memory WHERE scope = ? AND scope_id = ? "
+            "AND project_id = ? AND fact_key = ? AND superseded_by IS NULL",
+            (scope, scope_id, project_id, check_fact_text(text)),
+        )
+        row = cursor.fetchone()
+        return _row_to_fact(row) if row else None
 
     def browse(
         self,

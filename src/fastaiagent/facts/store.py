@@ -7,6 +7,16 @@ from typing import Protocol, runtime_checkable
 
 from fastaiagent.facts.fact import Fact
 
+DEFAULT_LIMIT = 50
+"""How many facts a read returns when no limit is given (``list_active``,
+``Memory.retrieve``): reads are bounded by default; page with ``offset``."""
+
+DELETE_BATCH = 500
+"""Facts one step of a subject delete removes at most. Each step is its own
+short transaction (or script), so deleting a huge subject never holds the
+server or the database lock for long, and a crash midway leaves a state that
+repeating the delete finishes."""
+
 
 @dataclass(frozen=True)
 class SubjectCount:
@@ -37,9 +47,22 @@ class FactStore(Protocol):
         ...
 
     def list_active(
-        self, scope: str, scope_id: str, project_id: str = "", limit: int | None = 50
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
     ) -> list[Fact]:
-        """Active facts of a subject, newest first (``"*"`` = every subject)."""
+        """Active facts of a subject, newest first (``"*"`` = every subject);
+        ``limit=None`` reads them all. ``offset`` skips that many of the newest
+        (pages: ``offset=0, limit``; ``offset=limit, limit``; ...)."""
+        ...
+
+    def find_active(self, scope: str, scope_id: str, project_id: str, text: str) -> Fact | None:
+        """The subject's active fact whose normalised text equals ``text``'s, or None;
+        found through the unique active-key index, whatever the subject's size.
+        ``scope_id`` is one exact id (``"*"`` is not a wildcard here)."""
         ...
 
     def supersede(self, old_id: int, new_id: int) -> None:
@@ -59,7 +82,12 @@ class FactStore(Protocol):
         fact: str | None = None,
         fact_id: int | None = None,
     ) -> int:
-        """Hard-delete a subject's facts and history (or one fact); returns the count."""
+        """Hard-delete a subject's facts and history (or one fact); returns the count.
+
+        A whole subject (or ``"*"``) goes in steps of at most ``DELETE_BATCH``
+        facts, each its own transaction: a crash midway leaves a state that a
+        repeat finishes, and the count is what was deleted. ``fact=`` removes
+        the active fact with that text, found by index like :meth:`find_active`."""
         ...
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
