@@ -21,6 +21,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("fastaiagent.cli.ui", "register", "ui"),
     ("fastaiagent.cli.learn", "register", "learn"),
     ("fastaiagent.cli.plane", "register", "plane"),
+    ("fastaiagent.cli.mcp", "register", "mcp"),
     ("fastaiagent.demo", "register", "demo"),
 ]
 # Driver loggers that repeat, per retry, what the one error line already says.

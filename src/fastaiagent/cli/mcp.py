@@ -1,0 +1,126 @@
+"""``fastaiagent mcp``: serve memory to MCP hosts and agents (stdio or streamable HTTP)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+import typer
+
+from fastaiagent._optional import require
+from fastaiagent._serving import listen
+from fastaiagent._serving import url as socket_url
+from fastaiagent._validate import one_of, optional_id
+from fastaiagent._validate import port as port_option
+from fastaiagent.agent.memory import Memory
+from fastaiagent.cli.failures import checking_options
+from fastaiagent.errors import InvalidValueError
+from fastaiagent.ui.server import is_loopback
+
+TOKENS_ENV = "FASTAIAGENT_MCP_TOKENS"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7870
+TRANSPORTS = ("stdio", "http")
+
+
+def _tokens(specs: list[str], tokens_file: str | None) -> Any:
+    """The TokenMap of --token, --tokens-file and the environment variable (None when empty)."""
+    from fastaiagent.mcp.auth import TokenMap, load_tokens_file, parse_token_specs
+
+    tokens = TokenMap()
+    parse_token_specs(specs, tokens)
+    parse_token_specs([s for s in re.split(r"[\s,]+", os.environ.get(TOKENS_ENV, "")) if s], tokens)
+    if tokens_file:
+        load_tokens_file(tokens_file, tokens)
+    return tokens if len(tokens) else None
+
+
+def check_connection_options(transport: str, host: str, tokens: Any, user_id: str | None) -> None:
+    """Who a connection acts for must be fixed by the server, and tokens guard remote binds."""
+    if transport == "stdio":
+        if tokens is not None:
+            raise InvalidValueError(
+                f"tokens are for --transport http; over stdio the connection acts for --user-id "
+                f"(unset {TOKENS_ENV} or drop --token/--tokens-file)"
+            )
+        return
+    if tokens is not None and user_id is not None:
+        raise InvalidValueError(
+            "pass either --user-id (one user, no tokens, loopback only) or tokens (each acts "
+            "for its own user), not both"
+        )
+    if tokens is None and not is_loopback(host):
+        raise InvalidValueError(
+            f"refusing to serve MCP on {host!r} without a token: anyone who can reach that "
+            "address could read and change your facts. Pass --token TOKEN=USER (or "
+            f"--tokens-file, or set {TOKENS_ENV}), or bind 127.0.0.1."
+        )
+
+
+def mcp(
+    location: str = typer.Option(
+        "sqlite", "--location", "-l", help="Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
+    ),
+    transport: str = typer.Option("stdio", help="stdio (desktop/IDE hosts) or http (streamable HTTP)."),
+    host: str = typer.Option(DEFAULT_HOST, help="HTTP: address to bind; other than loopback needs a token."),
+    port: int = typer.Option(DEFAULT_PORT, help="HTTP: port to listen on (0 picks a free one)."),
+    agent_id: str | None = typer.Option(None, "--agent-id", help="The global tier's id (off without it)."),
+    project_id: str = typer.Option("", "--project-id", help="Tenant partition applied to every tier."),
+    user_id: str | None = typer.Option(
+        None, "--user-id", help="The user a connection without a token acts for (stdio, or HTTP on loopback)."
+    ),
+    token: list[str] = typer.Option(
+        [], "--token", help=f"HTTP: TOKEN=USER, repeatable (also {TOKENS_ENV}, comma-separated)."
+    ),
+    tokens_file: str | None = typer.Option(
+        None, "--tokens-file", help='HTTP: a file of TOKEN=USER lines or a JSON {"TOKEN": "USER"}.'
+    ),
+    global_writes: bool = typer.Option(
+        False, "--global-writes", help="Let clients write and forget global facts (read by every user)."
+    ),
+    semantic: bool = typer.Option(
+        True, "--semantic/--no-semantic", help="Let recall search by meaning (needs an embedder)."
+    ),
+    embedder: str = typer.Option("auto", help="Embedder for recall by meaning: auto, local, openai[:model]."),
+) -> None:
+    """Serve memory as MCP tools: remember, recall, update, forget."""
+    require("mcp.server.mcpserver", "mcp")
+    from fastaiagent.mcp.server import create_server, http_app, serve_http, serve_stdio
+    from fastaiagent.mcp.tools import MemoryTools
+
+    # Bad options exit 2 before anything is served; a store outage or a taken port exits 1.
+    with checking_options():
+        one_of("--transport", transport, TRANSPORTS)
+        optional_id("--user-id", user_id)
+        tokens = _tokens(token, tokens_file)
+        check_connection_options(transport, host, tokens, user_id)
+        port_number = port_option("--port", port)
+        memory = Memory(
+            location,
+            agent_id=agent_id,
+            project_id=project_id,
+            semantic="auto" if semantic else None,
+            embedder=embedder,
+        )
+        server = create_server(MemoryTools(memory, user_id=user_id, allow_global_writes=global_writes))
+        sock = listen(host, port_number) if transport == "http" else None
+    try:
+        if sock is None:
+            who = f"user {user_id!r}" if user_id else "no user (global tier only)"
+            print(f"fastaiagent MCP server on stdio, acting for {who}", file=sys.stderr)
+            serve_stdio(server)
+        else:
+            who = f"{len(tokens)} token(s)" if tokens else f"user {user_id!r}" if user_id else "no user"
+            typer.echo(f"fastaiagent MCP server on {socket_url(sock)}/mcp for {who}  (Ctrl+C to stop)")
+            serve_http(http_app(server, host=host, tokens=tokens), sock)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        memory.location.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``mcp`` command to the ``fastaiagent`` CLI."""
+    app.command("mcp")(mcp)

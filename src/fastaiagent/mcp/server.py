@@ -1,0 +1,131 @@
+"""The MCP server: :class:`MemoryTools` as Model Context Protocol tools.
+
+Built on the official ``mcp`` SDK (``MCPServer``). Over stdio a connection
+acts for the server's ``user_id``; over streamable HTTP with tokens, each
+request acts for its bearer token's user (see :mod:`fastaiagent.mcp.auth`).
+Expected failures (bad arguments, guard rails, an unknown fact) come back as
+tool errors (``isError``) with one line that names the fix; the server keeps
+serving.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from fastaiagent import _serving
+from fastaiagent._format import one_line
+from fastaiagent._version import __version__
+from fastaiagent.errors import FastAIAgentError
+from fastaiagent.mcp.auth import USER_SCOPE_KEY, BearerAuth, TokenMap
+from fastaiagent.mcp.tools import (
+    DEFAULT_RECALL_LIMIT,
+    MAX_RECALL_LIMIT,
+    Forgotten,
+    MemoryTools,
+    Recalled,
+    Remembered,
+    Tier,
+    Updated,
+)
+
+SERVER_NAME = "fastaiagent-memory"
+HTTP_PATH = "/mcp"
+INSTRUCTIONS = (
+    "Durable memory. Use recall before answering to read what is known about the user "
+    "(tier 'user') or true for everyone (tier 'global'); remember new lasting facts; "
+    "update a fact that changed instead of adding a contradicting one; forget on request."
+)
+R = TypeVar("R")
+
+TextArg = Annotated[str, Field(description="The fact, one short self-contained statement.")]
+TierArg = Annotated[Tier, Field(description="'user': facts about this user; 'global': facts for everyone.")]
+ConfidenceArg = Annotated[float, Field(ge=0.0, le=1.0, description="How sure the fact is, 0 to 1.")]
+QueryArg = Annotated[
+    str | None, Field(description="Search by meaning; leave out to list the newest facts.")
+]
+LimitArg = Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="At most this many facts.")]
+OldArg = Annotated[int | str, Field(description="The fact to replace: its id (from recall) or its exact text.")]
+
+
+def connection_user(ctx: Context[Any, Any], default: str | None) -> str | None:
+    """The user a tool call acts for: its HTTP request's token user, else ``default``."""
+    request = ctx.request_context.request
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and USER_SCOPE_KEY in scope:
+        return str(scope[USER_SCOPE_KEY])
+    return default
+
+
+def _run(call: Callable[[], R]) -> R:
+    """Run a tool body; an expected failure becomes a tool error with its one-line reason."""
+    try:
+        return call()
+    except (FastAIAgentError, ValueError, TypeError, LookupError) as exc:
+        raise ToolError(one_line(exc)) from exc
+
+
+def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[Any]:
+    """An ``MCPServer`` with the remember / recall / update / forget tools over ``tools``."""
+    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS, version=__version__)
+    fallback = tools.user_id
+
+    def remember(text: TextArg, ctx: Context[Any, Any], tier: TierArg = "user", confidence: ConfidenceArg = 1.0) -> Remembered:
+        """Remember a durable fact. The same text again keeps its id."""
+        user = connection_user(ctx, fallback)
+        return _run(lambda: tools.remember(user, text, tier, confidence))
+
+    def recall(
+        ctx: Context[Any, Any],
+        query: QueryArg = None,
+        tier: TierArg = "user",
+        limit: LimitArg = DEFAULT_RECALL_LIMIT,
+    ) -> Recalled:
+        """Recall active facts: the closest to query by meaning, or the newest without one."""
+        user = connection_user(ctx, fallback)
+        return _run(lambda: tools.recall(user, query, tier, limit))
+
+    def update(
+        new: TextArg, old: OldArg, ctx: Context[Any, Any], tier: TierArg = "user", confidence: ConfidenceArg = 1.0
+    ) -> Updated:
+        """Replace a fact that changed; the old one is kept as history and no longer recalled."""
+        user = connection_user(ctx, fallback)
+        return _run(lambda: tools.update(user, new, old, tier, confidence))
+
+    def forget(
+        ctx: Context[Any, Any],
+        tier: TierArg = "user",
+        fact: Annotated[str | None, Field(description="The exact text of the fact to delete.")] = None,
+        everything: Annotated[bool, Field(description="Delete every fact of the tier.")] = False,
+    ) -> Forgotten:
+        """Delete a fact for good (history included), or every fact of the tier with everything=true."""
+        user = connection_user(ctx, fallback)
+        return _run(lambda: tools.forget(user, tier, fact, everything))
+
+    server.add_tool(remember, annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+    server.add_tool(recall, annotations=ToolAnnotations(read_only_hint=True))
+    server.add_tool(update, annotations=ToolAnnotations(destructive_hint=False))
+    server.add_tool(forget, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
+    return server
+
+
+def http_app(server: MCPServer[Any], *, host: str, tokens: TokenMap | None = None) -> Any:
+    """The streamable HTTP ASGI app at ``/mcp``; with ``tokens``, every request needs one."""
+    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    return BearerAuth(app, tokens) if tokens else app
+
+
+def serve_stdio(server: MCPServer[Any]) -> None:
+    """Serve over stdin/stdout until the host closes the pipe."""
+    server.run("stdio")
+
+
+def serve_http(app: Any, sock: socket.socket) -> None:
+    """Serve ``app`` (from :func:`http_app`) on a listening socket until interrupted."""
+    _serving.run(app, sock)
