@@ -193,10 +193,15 @@ class Memory:
         tier: str = "user",
         id: str | None = None,
         limit: int | None = None,
+        offset: int = 0,
     ) -> list[Fact]:
         """Active facts of a tier, newest first; with ``query``, the closest by meaning
-        (needs ``Memory(semantic=...)``). A user tier with no id returns []."""
-        return self._verbs.retrieve(query, tier=tier, id=id, limit=limit)
+        (needs ``Memory(semantic=...)``). A user tier with no id returns [].
+
+        Bounded by default: ``limit=None`` returns at most 50 facts
+        (:data:`fastaiagent.facts.store.DEFAULT_LIMIT`; 10 with ``query``).
+        Page with ``offset``: ``offset=50`` is the next 50, and so on."""
+        return self._verbs.retrieve(query, tier=tier, id=id, limit=limit, offset=offset)
 
     def update(
         self,

@@ -22,8 +22,8 @@ from fastaiagent.errors import (
     UnsupportedTierError,
 )
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.scoping import WILDCARD, normalize_text
-from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.store import DEFAULT_LIMIT, FactStore
 
 TIERS = ("global", "user", "session")
 DEFAULT_SEARCH_LIMIT = 10
@@ -33,7 +33,8 @@ class MemoryVerbs:
     """The direct verbs over a Memory's fact store.
 
     ``forget_user_state`` drops a forgotten user's in-process and shared window
-    state; ``flush`` waits for queued learning (so it cannot write facts back).
+    state; ``flush(user_id)`` waits for that user's queued learning (``"*"``:
+    everyone's), so it cannot write facts back.
     """
 
     def __init__(
@@ -43,7 +44,7 @@ class MemoryVerbs:
         stack: MemoryStack,
         *,
         forget_user_state: Callable[[str], None],
-        flush: Callable[[], Any],
+        flush: Callable[[str], Any],
     ) -> None:
         self.config = config
         self.store = store
@@ -120,11 +121,13 @@ class MemoryVerbs:
         tier: str = "user",
         id: str | None = None,
         limit: int | None = None,
+        offset: int = 0,
     ) -> list[Fact]:
         """:meth:`Memory.retrieve <fastaiagent.agent.memory.Memory.retrieve>`."""
         scope, scope_id = self._subject("retrieve", tier, id)
         if limit is not None:
             integer("limit", limit, minimum=0)
+        integer("offset", offset, minimum=0)
         if query is not None and self.config.semantic is None:
             raise InvalidValueError(
                 'retrieve(query) searches by meaning and needs Memory(semantic="auto") or a '
@@ -137,27 +140,31 @@ class MemoryVerbs:
             if (scope == "user" and not scope_id) or limit == 0:
                 facts: list[Fact] = []
             elif query is not None:
+                wanted = DEFAULT_SEARCH_LIMIT if limit is None else limit
                 facts = self.stack.semantic_index().search(
-                    query,
-                    scope,
-                    scope_id or "",
-                    self.config.project_id,
-                    limit=limit or DEFAULT_SEARCH_LIMIT,
-                )
+                    query, scope, scope_id or "", self.config.project_id, limit=offset + wanted
+                )[offset:]
             else:
-                facts = self.store.list_active(scope, scope_id or "", self.config.project_id, limit)
+                wanted = DEFAULT_LIMIT if limit is None else limit
+                facts = self._list(scope, scope_id or "", wanted, offset)
             trace.annotate({"memory.count": len(facts)})
         return facts
+
+    def _list(self, scope: str, scope_id: str, limit: int, offset: int) -> list[Fact]:
+        """One page of a subject's active facts (``offset`` passed only when paging)."""
+        if offset:
+            return self.store.list_active(scope, scope_id, self.config.project_id, limit, offset)
+        return self.store.list_active(scope, scope_id, self.config.project_id, limit)
 
     def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
         if isinstance(old, bool) or not isinstance(old, (int, str)):
             raise InvalidTypeError("old= must be the old fact's text or its int id")
         if isinstance(old, int):
             return old
-        key = normalize_text(old)
-        for fact in self.store.list_active(scope, scope_id, self.config.project_id, None):
-            if normalize_text(fact.fact) == key:
-                return int(fact.id or 0)
+        # One indexed lookup (the store's unique active key), whatever the user's size.
+        found = self.store.find_active(scope, scope_id, self.config.project_id, old)
+        if found is not None and found.id is not None:
+            return int(found.id)
         raise NotFoundError(
             f"no active {scope}:{scope_id} fact matches old={old!r}: pass the text of an "
             "active fact or its id (retrieve() lists them)"
@@ -199,8 +206,9 @@ class MemoryVerbs:
                 'forget(tier="global") needs Memory(agent_id=...) or id=; an empty id would '
                 'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
             )
-        # Learning queued before the forget must not write the user's facts back after it.
-        self._flush()
+        # Learning queued before the forget must not write the user's facts back
+        # after it: wait for this user's queued work (everyone's for "*").
+        self._flush(scope_id if scope == "user" else WILDCARD)
         with trace.span(
             "memory.forget", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
