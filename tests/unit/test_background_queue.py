@@ -14,7 +14,12 @@ import time
 
 import pytest
 
-from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+from _wait import wait_until
+from fastaiagent.agent.memory_blocks.background import (
+    BackgroundQueue,
+    current_user,
+    flush_lane_everywhere,
+)
 
 
 def test_jobs_run_in_submission_order_and_flush_waits_for_all():
@@ -119,10 +124,7 @@ def test_idle_worker_exits_and_restarts_on_next_submit():
     seen: list[int] = []
     queue.submit(lambda: seen.append(1))
     assert queue.flush(timeout=5)
-    deadline = time.monotonic() + 5
-    while queue._worker is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert queue._worker is None
+    wait_until(lambda: queue.worker_count == 0, "the idle worker exits")
     queue.submit(lambda: seen.append(2))
     assert queue.flush(timeout=5)
     assert seen == [1, 2]
@@ -197,3 +199,115 @@ def test_pending_jobs_finish_at_normal_interpreter_exit(tmp_path):
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert out.read_text().split() == ["0", "1", "2", "3", "4"]
+
+
+# -- lanes: one user's jobs in order, several users at once ---------------------
+
+
+def test_each_lanes_jobs_run_in_order_while_lanes_run_in_parallel():
+    queue = BackgroundQueue(workers=3)
+    seen: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+    running: set[str] = set()
+    overlap = threading.Event()
+    lock = threading.Lock()
+
+    def job(lane: str, i: int) -> None:
+        with lock:
+            assert lane not in running, "two jobs of one lane ran at once"
+            running.add(lane)
+            if len(running) > 1:
+                overlap.set()
+        overlap.wait(2)  # hold until another lane runs beside this one
+        with lock:
+            running.discard(lane)
+            seen[lane].append(i)
+
+    for i in range(5):
+        for lane in seen:
+            queue.submit(lambda lane=lane, i=i: job(lane, i), lane=lane)
+    assert queue.flush(timeout=20)
+    assert overlap.is_set()
+    assert seen == {lane: [0, 1, 2, 3, 4] for lane in seen}
+    assert queue.worker_count <= 3
+
+
+def test_parallelism_is_bounded_by_workers():
+    queue = BackgroundQueue(workers=2)
+    gate = threading.Event()
+    lock = threading.Lock()
+    state = {"now": 0, "most": 0}
+
+    def job() -> None:
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        gate.wait(5)
+        with lock:
+            state["now"] -= 1
+
+    for user in range(6):
+        queue.submit(job, lane=f"u{user}")
+    wait_until(lambda: state["now"] == 2, "two lanes run")
+    assert queue.pending == 6
+    gate.set()
+    assert queue.flush(timeout=10)
+    assert state["most"] == 2
+
+
+def test_flush_lane_waits_for_that_user_only():
+    queue = BackgroundQueue(workers=2)
+    release_bob = threading.Event()
+    done: list[str] = []
+    queue.submit(lambda: (release_bob.wait(10), done.append("bob")), lane="bob")
+    queue.submit(lambda: done.append("alice"), lane="alice")
+    assert queue.flush_lane("alice", timeout=5) is True
+    assert done == ["alice"]
+    assert queue.pending_in("bob") == 1
+    assert queue.flush_lane("bob", timeout=0.05) is False
+    release_bob.set()
+    assert queue.flush(timeout=5)
+    assert queue.pending_in("bob") == 0
+
+
+def test_the_lane_defaults_to_the_user_of_the_run_in_progress():
+    queue = BackgroundQueue(workers=2)
+    release = threading.Event()
+    token = current_user.set("bob")
+    try:
+        queue.submit(lambda: release.wait(10))
+    finally:
+        current_user.reset(token)
+    assert queue.pending_in("bob") == 1
+    assert flush_lane_everywhere("alice", timeout=5) is True
+    release.set()
+    assert flush_lane_everywhere("bob", timeout=5) is True
+    assert queue.pending == 0
+
+
+def test_bad_workers_raise():
+    with pytest.raises(ValueError, match=re.escape("workers must be >= 1, got 0")):
+        BackgroundQueue(workers=0)
+
+
+def test_a_forked_child_starts_with_an_empty_queue_of_its_own(tmp_path):
+    script = textwrap.dedent(
+        """
+        import os, threading
+        from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+
+        queue = BackgroundQueue(workers=2)
+        gate = threading.Event()
+        queue.submit(lambda: gate.wait(10), lane="parent")
+        pid = os.fork()
+        if pid == 0:
+            seen = []
+            queue.submit(lambda: seen.append("child"), lane="x")
+            ok = queue.flush(timeout=10) and seen == ["child"] and queue.pending == 0
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        gate.set()
+        assert queue.flush(timeout=10)
+        raise SystemExit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -62,3 +63,67 @@ def test_async_flush():
 
     asyncio.run(main())
     assert [f.fact for f in mem.retrieve(tier="user", id="bob")] == ["Has a cat named Tom"]
+
+
+# -- learning scales with users -------------------------------------------------
+
+
+def _slow_extractor(latency: float, held: dict[str, threading.Event]) -> tuple[FunctionLLM, dict[str, int]]:
+    """An extractor whose call takes ``latency`` seconds (an Event nobody sets
+    stands in for the model), or until ``held[user]`` is set for a held user."""
+    lock = threading.Lock()
+    stats = {"now": 0, "most": 0, "calls": 0}
+
+    def reply(messages):
+        said = messages[-1].content or ""
+        with lock:
+            stats["now"] += 1
+            stats["most"] = max(stats["most"], stats["now"])
+        try:
+            user = next((u for u in held if f"I am {u}" in said), None)
+            if user is not None:
+                held[user].wait(30)
+            else:
+                threading.Event().wait(latency)
+        finally:
+            with lock:
+                stats["now"] -= 1
+                stats["calls"] += 1
+        return '{"facts": [{"fact": "Likes tea", "replaces": null}]}'
+
+    return FunctionLLM(reply), stats
+
+
+def test_twelve_users_learn_in_parallel_each_in_order():
+    llm, stats = _slow_extractor(0.5, {})
+    mem = Memory(user_id=lambda c: c.state.user_id, learn=llm)
+    agent = Agent(name="a", llm=CannedLLM("noted"), memory=mem)
+    start = time.perf_counter()
+    for i in range(12):
+        agent.run("I like tea", context=RunContext(state=Session(f"user{i}")))
+    assert mem.flush(timeout=30) is True
+    elapsed = time.perf_counter() - start
+    # One worker took 12 x 0.5 s = 6 s; four lanes at once take about 1.5 s.
+    assert elapsed < 3.5, f"12 extractions took {elapsed:.2f}s"
+    assert stats["most"] == 4
+    assert stats["calls"] == 12
+    assert all(mem.retrieve(tier="user", id=f"user{i}") for i in range(12))
+
+
+def test_forget_does_not_wait_for_another_users_slow_learning():
+    release_bob = threading.Event()
+    llm, _ = _slow_extractor(0.0, {"bob": release_bob})
+    mem = Memory(user_id=lambda c: c.state.user_id, learn=llm)
+    agent = Agent(name="a", llm=CannedLLM("noted"), memory=mem)
+    agent.run("I am bob and I like tea", context=RunContext(state=Session("bob")))
+    agent.run("I am alice and I like tea", context=RunContext(state=Session("alice")))
+    try:
+        start = time.perf_counter()
+        mem.forget(tier="user", id="alice")
+        assert time.perf_counter() - start < 5  # bob's extraction is held for 30 s
+        assert mem.retrieve(tier="user", id="alice") == []
+        assert mem.flush(timeout=0) is False  # bob's work is still queued
+    finally:
+        release_bob.set()
+    assert mem.flush(timeout=10) is True
+    assert [f.fact for f in mem.retrieve(tier="user", id="bob")] == ["Likes tea"]

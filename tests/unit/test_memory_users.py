@@ -314,3 +314,70 @@ def test_a_resolver_missing_its_key_gets_the_missing_id_hint(caplog):
     [warning] = [r.getMessage() for r in caplog.records if "resolver" in r.getMessage()]
     assert "KeyError" in warning and "has no user id there" in warning
     assert 'ctx.state["user_id"]' not in warning  # the dict access was right; the key is missing
+
+
+# -- a resolved user id is an id, never a wildcard ------------------------------
+
+
+def _facts_for_two_users(mem: Memory) -> None:
+    mem.persist("Bob's address is 1 Main St", tier="user", id="bob")
+    mem.persist("Alice's card ends 4242", tier="user", id="alice")
+
+
+@pytest.mark.parametrize("junk", ["*", "   ", True, ["alice"], 1.5])
+def test_a_resolver_returning_a_non_id_is_refused_on_every_path(tmp_path, caplog, junk):
+    seen: list[str] = []
+    llm = FunctionLLM(lambda messages: seen.append(prompt_text(messages)) or "ok")
+    mem = Memory(f"sqlite:///{tmp_path / 'm.db'}", user_id=lambda c: junk)
+    _facts_for_two_users(mem)
+    agent = Agent(name="s", llm=llm, memory=mem)
+
+    async def async_paths() -> None:
+        await agent.arun("async secret", context=ctx("x"))
+        async for _ in agent.astream("stream secret", context=ctx("x")):
+            pass
+
+    with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
+        agent.run("sync secret", context=ctx("x"))
+        asyncio.run(async_paths())
+        agent.run("again", context=ctx("x"))
+    assert len(seen) == 4
+    for prompt in seen:
+        assert "Main St" not in prompt and "4242" not in prompt
+    assert "secret" not in seen[-1]  # nothing was kept in a window either
+    assert mem.cached_users == []
+    refused = [r.getMessage() for r in caplog.records if "not a user id" in r.getMessage()]
+    assert len(refused) == 1  # once per resolver
+    assert "resolver returned" in refused[0]
+
+
+def test_a_numeric_resolved_id_is_its_text(tmp_path):
+    mem = Memory(f"sqlite:///{tmp_path / 'm.db'}", user_id=lambda c: 42)
+    mem.persist("Is user forty-two", tier="user", id="42")
+    seen: list[str] = []
+    agent = Agent(name="s", llm=FunctionLLM(lambda m: seen.append(prompt_text(m)) or "ok"), memory=mem)
+    agent.run("hi", context=ctx("x"))
+    assert "Is user forty-two" in seen[0]
+    assert mem.cached_users == ["42"]
+
+
+def test_save_inside_a_refused_run_has_no_user(tmp_path):
+    mem = Memory(user_id=lambda c: "*")
+    errors: list[Exception] = []
+
+    def reply(messages):
+        try:
+            mem.save(tmp_path / "state")
+        except RuntimeError as exc:
+            errors.append(exc)
+        return "ok"
+
+    Agent(name="s", llm=FunctionLLM(reply), memory=mem).run("hi", context=ctx("x"))
+    assert len(errors) == 1 and "needs a current user" in str(errors[0])
+
+
+@pytest.mark.parametrize("bad", ["*", "", "  ", None])
+def test_for_user_refuses_a_wildcard_or_missing_id(bad):
+    mem = Memory(user_id=resolver)
+    with pytest.raises((ValueError, TypeError), match=r"user_id|for_user"):
+        mem.for_user(bad)

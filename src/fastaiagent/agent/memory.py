@@ -22,6 +22,7 @@ from typing import Any
 
 from fastaiagent._validate import optional_id
 from fastaiagent.agent.composable import ComposableMemory
+from fastaiagent.agent.memory_blocks.background import flush_lane_everywhere
 from fastaiagent.agent.memory_config import (
     DEFAULT_MAX_FACTS,
     DEFAULT_MAX_LEARNED,
@@ -36,7 +37,7 @@ from fastaiagent.agent.memory_users import Turn, UserCache, UserResolution, User
 from fastaiagent.agent.verbs import MemoryVerbs
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
 from fastaiagent.agent.windows.sync import shared_windows
-from fastaiagent.errors import UsageError
+from fastaiagent.errors import InvalidValueError, UsageError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
@@ -155,7 +156,7 @@ class Memory:
             self.location,
             self._stack,
             forget_user_state=self._forget_user_state,
-            flush=self.flush,
+            flush=self._flush_for_forget,
         )
 
     def __bool__(self) -> bool:
@@ -238,6 +239,14 @@ class Memory:
         queue = self._stack.queue
         return True if queue is None else bool(queue.flush(timeout))
 
+    def _flush_for_forget(self, user_id: str) -> None:
+        # One user: only their queued work, in every Memory of this process (a
+        # slow extraction of another user never delays the forget). "*": all.
+        if user_id == WILDCARD:
+            self.flush()
+        else:
+            flush_lane_everywhere(user_id)
+
     async def aflush(self, timeout: float | None = None) -> bool:
         """Async :meth:`flush`; waits without holding the event loop."""
         queue = self._stack.queue
@@ -284,7 +293,11 @@ class Memory:
                 "for_user() is for a Memory with a user_id resolver; this Memory has one "
                 "window: call save()/load() on it directly"
             )
-        return UserMemory(self, optional_id("user_id", user_id) or "")
+        # An explicit id: "*", blank or missing is an error here, not a warning.
+        checked = optional_id("user_id", user_id)
+        if checked is None:
+            raise InvalidValueError('for_user() needs the user\'s id, e.g. mem.for_user("alice")')
+        return UserMemory(self, checked)
 
     def drop_user(self, user_id: str) -> bool:
         """Drop a user's in-process state (window, summary, recall index), and with

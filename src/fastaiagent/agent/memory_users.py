@@ -8,23 +8,23 @@ window and in-process caches; durable facts stay in the store.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastaiagent.agent.composable import ComposableMemory
+from fastaiagent.agent.memory_blocks.background import current_user
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
 
-# The user of the run in progress, for save()/load() called from inside a run.
-current_user: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "fastaiagent_memory_user", default=None
-)
+# The user of the run in progress (for save()/load() inside a run, and the lane
+# of learning it queues) lives with the background queue, which reads it.
 
 
 class UserState:
@@ -38,16 +38,24 @@ class UserState:
         self.own_blocks = own_blocks
 
 
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value[:40])
+    return f"a {type(value).__name__}"
+
+
 class UserResolution:
     """Turns a run's ``context`` into a user id with the configured resolver.
 
-    A resolver that raises gets one warning (per resolver) and the run gets no
-    conversation memory; it never fails the run.
+    A resolver that raises, or returns something that is not a user id (``"*"``,
+    a whitespace-only str, a bool, a list...), gets one warning (per resolver)
+    and the run gets no conversation memory; it never fails the run. ``None``
+    or ``""`` means an unknown caller (no warning); an int or UUID is its text.
     """
 
     def __init__(self, user_id: Any) -> None:
         self.user_id = user_id
-        self._warned: set[int] = set()
+        self._warned: set[tuple[int, str]] = set()
 
     def resolve(self, context: Any) -> str | None:
         if not callable(self.user_id):
@@ -59,14 +67,38 @@ class UserResolution:
         except Exception as exc:
             self._warn(exc, context)
             return None
-        if resolved is None or resolved == "":
+        if resolved is None or resolved == "":  # the documented "unknown caller"
             return None
-        return resolved if isinstance(resolved, str) else str(resolved)
+        if isinstance(resolved, (int, uuid.UUID)) and not isinstance(resolved, bool):
+            resolved = str(resolved)  # numeric and UUID ids are ids; their text is the key
+        if isinstance(resolved, str) and resolved.strip() and resolved != WILDCARD:
+            return resolved
+        self._refuse(resolved)
+        return None
+
+    def _once(self, kind: str) -> bool:
+        """True the first time a resolver misbehaves this way (one warning each)."""
+        key = (id(self.user_id), kind)
+        if key in self._warned:
+            return False
+        self._warned.add(key)
+        return True
+
+    def _refuse(self, resolved: Any) -> None:
+        # A resolved id is an id, never a selector: "*" would read every user's
+        # facts into the prompt, a blank one would file a window under no one.
+        if not self._once("refused"):
+            return
+        logger.warning(
+            "user_id resolver returned %s; that is not a user id, so the run gets no "
+            "conversation memory (global facts only). Return a non-blank str other than "
+            '"*" (None or "" for an unknown caller). This warning is shown once per resolver.',
+            _describe(resolved),
+        )
 
     def _warn(self, exc: Exception, context: Any) -> None:
-        if id(self.user_id) in self._warned:
+        if not self._once("raised"):
             return
-        self._warned.add(id(self.user_id))
         hint = ""
         if isinstance(exc, AttributeError) and isinstance(getattr(context, "state", None), dict):
             hint = (
