@@ -14,9 +14,11 @@ Subclass :class:`FactStoreConformance` in a test module and override the
             s.close()
 
 Every ``test_*`` method then runs against your store: idempotent add (also
-from 16 threads and 4 processes at once), normalisation, newest-first reads
-and limits, supersede rules and history, transactional update, scoped delete
-and prune, browse/subjects, the empty-id and ``"*"`` rules, project
+from 16 threads and 4 processes at once), normalisation, newest-first reads,
+limits and ``offset`` pages, ``find_active`` by normalised text, supersede
+rules and history, transactional update, scoped delete (also of a subject
+larger than one delete step, and ``"*"`` over many subjects, with exact
+counts) and prune, browse/subjects, the empty-id and ``"*"`` rules, project
 isolation, bad input, and a hypothesis state machine that checks random
 operations on one subject never touch another. Optional hooks add fault
 tests: override :meth:`break_connections` and :meth:`unreachable_store`.
@@ -47,7 +49,7 @@ from hypothesis.stateful import (
 
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import MAX_FACT_CHARS, normalize_text
-from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.store import DELETE_BATCH, FactStore
 
 __all__ = ["FactStoreConformance"]
 
@@ -176,6 +178,46 @@ class FactStoreConformance:
         for bad in (1.5, "3", True):
             with pytest.raises(TypeError, match="limit must be an int"):
                 store.list_active("user", "alice", limit=bad)  # type: ignore[arg-type]
+
+    def test_list_active_pages_with_offset(self, store: FactStore) -> None:
+        ids = [store.add(_user(f"fact {i}")) for i in range(7)]
+        store.update(_user("replacement"), ids[3])
+        expected = [f.id for f in store.list_active("user", "alice", limit=None)]
+        assert len(expected) == 7
+        pages = [store.list_active("user", "alice", limit=3, offset=o) for o in (0, 3, 6, 9)]
+        assert [len(p) for p in pages] == [3, 3, 1, 0]
+        assert [f.id for page in pages for f in page] == expected
+        assert [f.id for f in store.list_active("user", "alice", limit=None, offset=5)] == expected[5:]
+        store.add(_user("bob", "bob"))
+        everyone = [f.id for f in store.list_active("user", "*", limit=None)]
+        assert [f.id for f in store.list_active("user", "*", limit=2, offset=1)] == everyone[1:3]
+        with pytest.raises(ValueError, match="offset must be >= 0"):
+            store.list_active("user", "alice", offset=-1)
+        for bad in (1.5, "3", True):
+            with pytest.raises(TypeError, match="offset must be an int"):
+                store.list_active("user", "alice", offset=bad)  # type: ignore[arg-type]
+
+    def test_find_active_by_normalised_text(self, store: FactStore) -> None:
+        old = store.add(_user("Prefers email", metadata={"k": 1}))
+        found = store.find_active("user", "alice", "", "  prefers   EMAIL ")
+        assert found is not None and found == store.get(old)
+        new = store.update(_user("Prefers Slack"), old)
+        assert store.find_active("user", "alice", "", "Prefers email") is None  # superseded
+        assert store.find_active("user", "alice", "", "prefers slack").id == new  # type: ignore[union-attr]
+        store.add(_user("Prefers Slack", "bob"))
+        store.add(_user("Prefers Slack", project_id="p2"))
+        assert store.find_active("user", "alice", "p2", "Prefers Slack").id != new  # type: ignore[union-attr]
+        assert store.find_active("user", "carol", "", "Prefers Slack") is None
+        assert store.find_active("user", "*", "", "Prefers Slack") is None  # an id, not a wildcard
+        assert store.find_active("user", "", "", "Prefers Slack") is None
+        assert store.find_active("agent", "alice", "", "Prefers Slack") is None
+        assert store.find_active("user", "alice", "", "   ") is None
+        with pytest.raises(ValueError, match="unknown scope"):
+            store.find_active("team", "alice", "", "x")
+        with pytest.raises(TypeError):
+            store.find_active("user", "alice", "", None)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.find_active("user", None, "", "x")  # type: ignore[arg-type]
 
     def test_limit_n_returns_n_when_n_active_exist(self, store: FactStore) -> None:
         """Superseded and deleted facts between active ones never shorten a page."""
@@ -389,6 +431,44 @@ class FactStoreConformance:
         assert store.delete("user", "alice", fact_id=keep) == 1
         assert store.list_active("user", "alice") == []
         assert store.add(_user("Keep me")) != keep  # deleted text can be added afresh
+
+    def test_delete_by_text_removes_the_active_fact_only(self, store: FactStore) -> None:
+        """``fact=`` is the active fact with that text (found by index); history stays."""
+        first = store.add(_user("Prefers email"))
+        middle = store.update(_user("Prefers Slack"), first)
+        again = store.update(_user("prefers EMAIL"), middle)
+        assert store.delete("user", "alice", fact="Prefers email") == 1
+        assert store.get(again) is None
+        assert store.get(first) is not None and store.get(middle) is not None
+        assert store.find_active("user", "alice", "", "Prefers email") is None
+        assert store.delete("user", "alice", fact="Prefers Slack") == 0  # history only
+        assert store.delete("user", "alice", fact="never said") == 0
+        bob = store.add(_user("Prefers Slack", "bob"))
+        assert store.delete("user", "*", fact="prefers slack") == 1
+        assert store.get(bob) is None
+
+    def test_delete_of_a_subject_larger_than_one_step(self, store: FactStore) -> None:
+        """A subject of more than DELETE_BATCH facts goes entirely; the count is exact."""
+        neighbour = store.add(_user("neighbour", "bob"))
+        ids = [store.add(_user(f"fact {i}")) for i in range(DELETE_BATCH + 150)]
+        store.update(_user("replacement"), ids[0])  # history counts too
+        assert store.delete("user", "alice") == DELETE_BATCH + 151
+        assert store.list_active("user", "alice", limit=None) == []
+        assert store.get(ids[0]) is None and store.get(ids[-1]) is None
+        assert [f.id for f in store.list_active("user", "bob")] == [neighbour]
+        assert store.delete("user", "alice") == 0
+
+    def test_delete_star_over_many_subjects_counts_exactly(self, store: FactStore) -> None:
+        for n in range(40):
+            for k in range(1 + n % 3):
+                store.add(_user(f"fact {k}", f"user-{n}"))
+        store.add(_user("other project", "user-1", project_id="p2"))
+        store.add(Fact("global", scope="agent", scope_id="support"))
+        assert store.delete("user", "*") == sum(1 + n % 3 for n in range(40))
+        assert store.list_active("user", "*", limit=None) == []
+        assert _texts(store.list_active("user", "user-1", "p2")) == ["other project"]
+        assert _texts(store.list_active("agent", "support")) == ["global"]
+        assert store.delete("user", "*") == 0
 
     def test_prune_learned_checks_keep(self, store: FactStore) -> None:
         with pytest.raises(ValueError, match="keep must be >= 0, got -1"):
