@@ -113,6 +113,58 @@ def test_delete_all_clears_one_agent_and_project(windows: WindowStore) -> None:
     assert all(windows.load(key) is not None for key in keep)
 
 
+def test_delete_user_clears_that_user_for_every_agent_of_the_project(windows: WindowStore) -> None:
+    mine = [WindowKey(agent, "proj", "alice") for agent in ("agent", "agent2", "", "a:b", "a*b")]
+    for key in mine:
+        windows.save(key, "alice", None, None)
+    keep = [
+        WindowKey("agent", "proj", "bob"),
+        WindowKey("agent", "proj2", "alice"),  # another project
+        WindowKey("agent", "proj", "alice2"),
+        WindowKey("agent", "proj", "xalice"),
+        WindowKey("agent", "proj:alice", ""),  # a ':' never makes two keys collide
+        WindowKey("agent", "", "proj:alice"),
+        WindowKey("agent:proj", "alice", "x"),
+    ]
+    for key in keep:
+        windows.save(key, "keep", None, None)
+    assert windows.delete_user("proj", "alice") == len(mine)
+    assert all(windows.load(key) is None for key in mine)
+    assert all(windows.load(key) is not None for key in keep)
+    assert windows.delete_user("proj", "alice") == 0
+
+
+@pytest.mark.parametrize(("project", "user"), [("proj", "*"), ("*", "alice"), ("proj", "")])
+def test_delete_user_refuses_wildcards_and_empty_users(windows: WindowStore, project, user) -> None:
+    windows.save(ALICE, "alice", None, None)
+    with pytest.raises(ValueError, match=r'cannot be "\*"|needs a user id'):
+        windows.delete_user(project, user)
+    assert windows.load(ALICE) is not None
+
+
+def test_a_version_1_sqlite_windows_table_gets_the_user_index(tmp_path) -> None:
+    import sqlite3
+
+    from fastaiagent._schema import VERSION_TABLE
+    from fastaiagent.facts.sqlite_windows import _V1
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # a file written by the version-1 code
+        conn.executescript(_V1.format(t="conversation_windows"))
+        conn.execute(
+            "INSERT INTO conversation_windows VALUES ('a', 'p', 'alice', 'v1', 'old', 0, NULL)"
+        )
+    windows = window_store_for(MemoryStore(path))
+    assert windows.delete_user("p", "alice") == 1
+    with sqlite3.connect(path) as conn:
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(conversation_windows)")}
+        version = conn.execute(
+            f"SELECT version FROM {VERSION_TABLE} WHERE component = 'windows:conversation_windows'"
+        ).fetchone()
+    assert "idx_conversation_windows_user" in indexes
+    assert version == (2,)
+
+
 def test_idle_windows_expire_and_can_start_again(windows: WindowStore) -> None:
     old = windows.save(ALICE, "old", None, 0.3)
     windows.save(WindowKey("agent", "proj", "forever"), "kept", None, None)
@@ -211,3 +263,36 @@ def test_postgres_windows_survive_dropped_connections(postgres_url, pg_table) ->
     finally:
         facts.close()
         _drop_table(postgres_url, f"{pg_table}_windows")
+
+
+def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg_table) -> None:
+    import psycopg
+
+    from fastaiagent._schema import VERSION_TABLE
+    from fastaiagent.facts.postgres import PostgresFactStore
+
+    table = f"{pg_table}_windows"
+    component = f"windows:{table}"
+    facts = PostgresFactStore(postgres_url, table=pg_table, max_pool_size=2)
+    try:
+        window_store_for(facts).save(ALICE, "alice", None, None)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:  # back to version 1
+            conn.execute(f'DROP INDEX "idx_{table}_user"')
+            conn.execute(f"UPDATE {VERSION_TABLE} SET version = 1 WHERE component = %s", (component,))
+        reopened = PostgresFactStore(postgres_url, table=pg_table, max_pool_size=2)
+        try:
+            assert window_store_for(reopened).delete_user("proj", "alice") == 1
+        finally:
+            reopened.close()
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            index = conn.execute("SELECT to_regclass(%s)", (f"idx_{table}_user",)).fetchone()
+            version = conn.execute(
+                f"SELECT version FROM {VERSION_TABLE} WHERE component = %s", (component,)
+            ).fetchone()
+        assert index[0] is not None
+        assert version == (2,)
+    finally:
+        facts.close()
+        _drop_table(postgres_url, table)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {VERSION_TABLE} WHERE component = %s", (component,))

@@ -8,7 +8,7 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
-from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
 
 DEFAULT_TABLE = "conversation_windows"
 PURGE_EVERY = 500  # writes per process between sweeps of expired rows (reads ignore them)
@@ -39,7 +39,7 @@ class PostgresWindowStore:
         self._q = self._queries(table)
         # Version 1 is the layout written before versions were recorded (IF NOT
         # EXISTS: its step also upgrades such a table).
-        self._schema = Schema(f"windows:{table}", [self._create_table])
+        self._schema = Schema(f"windows:{table}", [self._create_table, self._index_users])
 
     def __repr__(self) -> str:
         return f"PostgresWindowStore(table={self.table!r})"
@@ -80,6 +80,10 @@ class PostgresWindowStore:
                 "DELETE FROM {} WHERE agent_id = %s AND project_id = %s AND user_id = %s"
             ).format(t),
             "delete_all": sql.SQL("DELETE FROM {} WHERE agent_id = %s AND project_id = %s").format(t),
+            "user_index": sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (project_id, user_id)").format(
+                sql.Identifier(f"idx_{table}_user"), t
+            ),
+            "delete_user": sql.SQL("DELETE FROM {} WHERE project_id = %s AND user_id = %s").format(t),
             "purge": sql.SQL("DELETE FROM {} WHERE expires_at <= now()").format(t),
         }
 
@@ -88,6 +92,13 @@ class PostgresWindowStore:
         with conn.transaction():
             conn.execute(self._q["create"])
             conn.execute(self._q["index"])
+
+    def _index_users(self, conn: Any) -> None:
+        """Schema step 2: forget of a user deletes their windows of every agent by
+        (project, user). The table holds one row per live conversation, so the
+        build is short."""
+        with conn.transaction():
+            conn.execute(self._q["user_index"])
 
     def _ensure_table(self, conn: Any) -> None:
         if self._ready:
@@ -136,6 +147,11 @@ class PostgresWindowStore:
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete an agent and project's windows (see :class:`WindowStore`)."""
         return int(self._execute("delete_all", (agent_id, project_id)))
+
+    def delete_user(self, project_id: str, user_id: str) -> int:
+        """Delete a user's windows of every agent (see :class:`WindowStore`)."""
+        check_user(project_id, user_id)
+        return int(self._execute("delete_user", (project_id, user_id)))
 
     def purge_expired(self) -> int:
         """Delete rows past their TTL now (reads already ignore them); returns the count."""

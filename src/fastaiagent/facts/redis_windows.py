@@ -15,7 +15,7 @@ from typing import Any
 from fastaiagent._validate import text
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.redis import RedisFactStore, escape_part, glob_escape, unavailable
-from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
 
 # Returns {} when missing, {v} when the caller holds that version, else {v, s}.
 _LOAD = """
@@ -92,7 +92,20 @@ class RedisWindowStore:
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete an agent and project's windows (see :class:`WindowStore`)."""
         base = ":".join((self.prefix, "win", escape_part(agent_id), escape_part(project_id)))
-        pattern = glob_escape(base) + ":*"
+        return self._delete_matching(glob_escape(base) + ":*")
+
+    def delete_user(self, project_id: str, user_id: str) -> int:
+        """Delete a user's windows of every agent (see :class:`WindowStore`).
+
+        Key parts are escaped (no raw ``:``), so ``<prefix>:win:*:<project>:<user>``
+        matches exactly that user's windows, whatever the agent. SCAN walks the
+        keyspace in bounded steps: no single call holds the server.
+        """
+        check_user(project_id, user_id)
+        tail = ":".join((escape_part(project_id), escape_part(user_id)))
+        return self._delete_matching(f"{glob_escape(self.prefix)}:win:*:{glob_escape(tail)}")
+
+    def _delete_matching(self, pattern: str) -> int:
         count = 0
         with unavailable("the window store"):
             batch: list[str] = []

@@ -10,7 +10,7 @@ from fastaiagent._schema import Schema
 from fastaiagent._sqlite import migrate
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.sqlite import SQLiteFactStore
-from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, new_version
+from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
 
 DEFAULT_TABLE = "conversation_windows"
 PURGE_EVERY = 500  # writes between sweeps of expired rows (reads ignore them anyway)
@@ -32,9 +32,13 @@ CREATE INDEX IF NOT EXISTS idx_{t}_expires ON {t} (expires_at) WHERE expires_at 
 """
 
 
+# Version 2: forget of a user deletes their windows of every agent by (project, user).
+_V2 = "CREATE INDEX IF NOT EXISTS idx_{t}_user ON {t} (project_id, user_id);"
+
+
 def windows_schema(table: str) -> Schema:
     """The migrations of a windows table (component ``windows:<table>``)."""
-    return Schema(f"windows:{table}", [_V1.format(t=table)])
+    return Schema(f"windows:{table}", [_V1.format(t=table), _V2.format(t=table)])
 
 
 class SQLiteWindowStore:
@@ -130,6 +134,13 @@ class SQLiteWindowStore:
         """Delete an agent and project's windows (see :class:`WindowStore`)."""
         return self._execute_write(
             f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ?", (agent_id, project_id)
+        )
+
+    def delete_user(self, project_id: str, user_id: str) -> int:
+        """Delete a user's windows of every agent (see :class:`WindowStore`)."""
+        check_user(project_id, user_id)
+        return self._execute_write(
+            f"DELETE FROM {self.table} WHERE project_id = ? AND user_id = ?", (project_id, user_id)
         )
 
     def purge_expired(self) -> int:

@@ -50,6 +50,13 @@ def check_key(key: WindowKey) -> WindowKey:
     return key
 
 
+def check_user(project_id: str, user_id: str) -> None:
+    """Reject a (project, user) a store could not delete unambiguously."""
+    check_key(WindowKey("", project_id, user_id))
+    if not user_id:
+        raise InvalidValueError("delete_user needs a user id (an empty one is nobody's)")
+
+
 def check_ttl(ttl_seconds: float | None) -> float | None:
     """None (never expire) or a positive number of seconds."""
     return positive_number("window_ttl_seconds", ttl_seconds, allow_none=True)
@@ -79,6 +86,14 @@ class WindowStore(Protocol):
 
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete every user's window of an agent and project; returns the count."""
+        ...
+
+    def delete_user(self, project_id: str, user_id: str) -> int:
+        """Delete one user's windows of *every* agent in a project; returns the count.
+
+        ``forget`` of a user calls it, so no agent keeps their messages,
+        summary or block state. Deleting one agent's window is :meth:`delete`.
+        """
         ...
 
     def close(self) -> None:
