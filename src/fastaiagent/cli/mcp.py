@@ -61,15 +61,28 @@ def check_connection_options(transport: str, host: str, tokens: Any, user_id: st
 
 def mcp(
     location: str = typer.Option(
-        "sqlite", "--location", "-l", help="Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
+        "sqlite",
+        "--location",
+        "-l",
+        help="Fact store: sqlite, sqlite:///path, postgres://..., redis://...",
     ),
-    transport: str = typer.Option("stdio", help="stdio (desktop/IDE hosts) or http (streamable HTTP)."),
-    host: str = typer.Option(DEFAULT_HOST, help="HTTP: address to bind; other than loopback needs a token."),
+    transport: str = typer.Option(
+        "stdio", help="stdio (desktop/IDE hosts) or http (streamable HTTP)."
+    ),
+    host: str = typer.Option(
+        DEFAULT_HOST, help="HTTP: address to bind; other than loopback needs a token."
+    ),
     port: int = typer.Option(DEFAULT_PORT, help="HTTP: port to listen on (0 picks a free one)."),
-    agent_id: str | None = typer.Option(None, "--agent-id", help="The global tier's id (off without it)."),
-    project_id: str = typer.Option("", "--project-id", help="Tenant partition applied to every tier."),
+    agent_id: str | None = typer.Option(
+        None, "--agent-id", help="The global tier's id (off without it)."
+    ),
+    project_id: str = typer.Option(
+        "", "--project-id", help="Tenant partition applied to every tier."
+    ),
     user_id: str | None = typer.Option(
-        None, "--user-id", help="The user a connection without a token acts for (stdio, or HTTP on loopback)."
+        None,
+        "--user-id",
+        help="The user a connection without a token acts for (stdio, or HTTP on loopback).",
     ),
     token: list[str] = typer.Option(
         [], "--token", help=f"HTTP: TOKEN=USER, repeatable (also {TOKENS_ENV}, comma-separated)."
@@ -78,12 +91,16 @@ def mcp(
         None, "--tokens-file", help='HTTP: a file of TOKEN=USER lines or a JSON {"TOKEN": "USER"}.'
     ),
     global_writes: bool = typer.Option(
-        False, "--global-writes", help="Let clients write and forget global facts (read by every user)."
+        False,
+        "--global-writes",
+        help="Let clients write and forget global facts (read by every user).",
     ),
     semantic: bool = typer.Option(
         True, "--semantic/--no-semantic", help="Let recall search by meaning (needs an embedder)."
     ),
-    embedder: str = typer.Option("auto", help="Embedder for recall by meaning: auto, local, openai[:model]."),
+    embedder: str = typer.Option(
+        "auto", help="Embedder for recall by meaning: auto, local, openai[:model]."
+    ),
 ) -> None:
     """Serve memory as MCP tools: remember, recall, update, forget."""
     require("mcp.server.mcpserver", "mcp")
@@ -104,7 +121,9 @@ def mcp(
             semantic="auto" if semantic else None,
             embedder=embedder,
         )
-        server = create_server(MemoryTools(memory, user_id=user_id, allow_global_writes=global_writes))
+        server = create_server(
+            MemoryTools(memory, user_id=user_id, allow_global_writes=global_writes)
+        )
         sock = listen(host, port_number) if transport == "http" else None
     try:
         if sock is None:
@@ -112,8 +131,16 @@ def mcp(
             print(f"fastaiagent MCP server on stdio, acting for {who}", file=sys.stderr)
             serve_stdio(server)
         else:
-            who = f"{len(tokens)} token(s)" if tokens else f"user {user_id!r}" if user_id else "no user"
-            typer.echo(f"fastaiagent MCP server on {socket_url(sock)}/mcp for {who}  (Ctrl+C to stop)")
+            who = (
+                f"{len(tokens)} token(s)"
+                if tokens
+                else f"user {user_id!r}"
+                if user_id
+                else "no user"
+            )
+            typer.echo(
+                f"fastaiagent MCP server on {socket_url(sock)}/mcp for {who}  (Ctrl+C to stop)"
+            )
             serve_http(http_app(server, host=host, tokens=tokens), sock)
     except KeyboardInterrupt:
         pass

@@ -42,7 +42,9 @@ class TokenMap:
     def add(self, token: str, user: str) -> None:
         """Map ``token`` to ``user`` (at least 16 characters; a token names one user)."""
         if not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS:
-            raise InvalidValueError(f"a token must be at least {MIN_TOKEN_CHARS} characters; {TOKEN_HINT}")
+            raise InvalidValueError(
+                f"a token must be at least {MIN_TOKEN_CHARS} characters; {TOKEN_HINT}"
+            )
         if optional_id("the token's user", user) is None:
             raise InvalidValueError("a token needs a user: pass TOKEN=USER")
         digest = _digest(token)
@@ -97,14 +99,20 @@ def load_tokens_file(path: str | Path, into: TokenMap | None = None) -> TokenMap
     try:
         raw = file.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise MissingFileError(f"no tokens file at {str(file)!r}: pass --tokens-file with an existing file") from exc
+        raise MissingFileError(
+            f"no tokens file at {str(file)!r}: pass --tokens-file with an existing file"
+        ) from exc
     if raw.lstrip().startswith("{"):
         try:
             data: Any = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise InvalidValueError(f"the tokens file {str(file)!r} is not valid JSON: {exc.msg}") from exc
+            raise InvalidValueError(
+                f"the tokens file {str(file)!r} is not valid JSON: {exc.msg}"
+            ) from exc
         if not all(isinstance(key, str) and isinstance(value, str) for key, value in data.items()):
-            raise InvalidValueError(f"the tokens file {str(file)!r} must map token strings to user strings")
+            raise InvalidValueError(
+                f"the tokens file {str(file)!r} must map token strings to user strings"
+            )
         tokens = into if into is not None else TokenMap()
         for token, user in data.items():
             tokens.add(token, user)

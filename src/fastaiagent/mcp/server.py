@@ -45,13 +45,17 @@ INSTRUCTIONS = (
 R = TypeVar("R")
 
 TextArg = Annotated[str, Field(description="The fact, one short self-contained statement.")]
-TierArg = Annotated[Tier, Field(description="'user': facts about this user; 'global': facts for everyone.")]
+TierArg = Annotated[
+    Tier, Field(description="'user': facts about this user; 'global': facts for everyone.")
+]
 ConfidenceArg = Annotated[float, Field(ge=0.0, le=1.0, description="How sure the fact is, 0 to 1.")]
 QueryArg = Annotated[
     str | None, Field(description="Search by meaning; leave out to list the newest facts.")
 ]
 LimitArg = Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="At most this many facts.")]
-OldArg = Annotated[int | str, Field(description="The fact to replace: its id (from recall) or its exact text.")]
+OldArg = Annotated[
+    int | str, Field(description="The fact to replace: its id (from recall) or its exact text.")
+]
 
 
 def connection_user(ctx: Context[Any, Any], default: str | None) -> str | None:
@@ -76,7 +80,12 @@ def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[A
     server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS, version=__version__)
     fallback = tools.user_id
 
-    def remember(text: TextArg, ctx: Context[Any, Any], tier: TierArg = "user", confidence: ConfidenceArg = 1.0) -> Remembered:
+    def remember(
+        text: TextArg,
+        ctx: Context[Any, Any],
+        tier: TierArg = "user",
+        confidence: ConfidenceArg = 1.0,
+    ) -> Remembered:
         """Remember a durable fact. The same text again keeps its id."""
         user = connection_user(ctx, fallback)
         return _run(lambda: tools.remember(user, text, tier, confidence))
@@ -92,7 +101,11 @@ def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[A
         return _run(lambda: tools.recall(user, query, tier, limit))
 
     def update(
-        new: TextArg, old: OldArg, ctx: Context[Any, Any], tier: TierArg = "user", confidence: ConfidenceArg = 1.0
+        new: TextArg,
+        old: OldArg,
+        ctx: Context[Any, Any],
+        tier: TierArg = "user",
+        confidence: ConfidenceArg = 1.0,
     ) -> Updated:
         """Replace a fact that changed; the old one is kept as history and no longer recalled."""
         user = connection_user(ctx, fallback)
@@ -101,17 +114,23 @@ def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[A
     def forget(
         ctx: Context[Any, Any],
         tier: TierArg = "user",
-        fact: Annotated[str | None, Field(description="The exact text of the fact to delete.")] = None,
+        fact: Annotated[
+            str | None, Field(description="The exact text of the fact to delete.")
+        ] = None,
         everything: Annotated[bool, Field(description="Delete every fact of the tier.")] = False,
     ) -> Forgotten:
         """Delete a fact for good (history included), or every fact of the tier with everything=true."""
         user = connection_user(ctx, fallback)
         return _run(lambda: tools.forget(user, tier, fact, everything))
 
-    server.add_tool(remember, annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+    server.add_tool(
+        remember, annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False)
+    )
     server.add_tool(recall, annotations=ToolAnnotations(read_only_hint=True))
     server.add_tool(update, annotations=ToolAnnotations(destructive_hint=False))
-    server.add_tool(forget, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True))
+    server.add_tool(
+        forget, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True)
+    )
     return server
 
 

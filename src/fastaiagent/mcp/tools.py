@@ -83,7 +83,9 @@ class MemoryTools:
         allow_global_writes: bool = False,
     ) -> None:
         if not isinstance(memory, Memory):
-            raise InvalidValueError(f"memory must be a fastaiagent Memory, got {type(memory).__name__}")
+            raise InvalidValueError(
+                f"memory must be a fastaiagent Memory, got {type(memory).__name__}"
+            )
         self.memory = memory
         self.user_id = optional_id("user_id", user_id)
         self.allow_global_writes = boolean("allow_global_writes", allow_global_writes)
@@ -107,7 +109,9 @@ class MemoryTools:
             )
         return agent_id
 
-    def remember(self, user: str | None, text: str, tier: str = "user", confidence: float = 1.0) -> Remembered:
+    def remember(
+        self, user: str | None, text: str, tier: str = "user", confidence: float = 1.0
+    ) -> Remembered:
         """Store ``text`` as a durable fact of ``tier``."""
         subject = self._subject("remember", tier, user, write=True)
         fact_id = self.memory.persist(text, tier, subject, confidence=confidence)
@@ -124,11 +128,21 @@ class MemoryTools:
         subject = self._subject("recall", tier, user, write=False)
         if query is not None and not query.strip():
             query = None  # an empty query asks for the list
+        if query is not None and self.memory.config.semantic is None:
+            raise PolicyError(
+                "recall by meaning is off on this server (started with --no-semantic); leave out "
+                "query to list the newest facts"
+            )
         facts = self.memory.retrieve(query, tier=tier, id=subject, limit=limit)
         return Recalled(tier=tier, query=query, facts=[_out(fact, tier) for fact in facts])  # type: ignore[arg-type]
 
     def update(
-        self, user: str | None, new: str, old: int | str, tier: str = "user", confidence: float = 1.0
+        self,
+        user: str | None,
+        new: str,
+        old: int | str,
+        tier: str = "user",
+        confidence: float = 1.0,
     ) -> Updated:
         """Replace ``old`` (an active fact's id or text) with ``new``; the old fact stays as history."""
         subject = self._subject("update", tier, user, write=True)
@@ -153,7 +167,11 @@ class MemoryTools:
             )
 
     def forget(
-        self, user: str | None, tier: str = "user", fact: str | None = None, everything: bool = False
+        self,
+        user: str | None,
+        tier: str = "user",
+        fact: str | None = None,
+        everything: bool = False,
     ) -> Forgotten:
         """Delete one fact (by its text) or, with ``everything``, every fact of the tier."""
         subject = self._subject("forget", tier, user, write=True)
