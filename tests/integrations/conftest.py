@@ -71,3 +71,21 @@ def fact_store(backend: str, tmp_path: Path) -> Iterator[Any]:
     yield make_store(backend, tmp_path, cleanups)
     for cleanup in reversed(cleanups):
         cleanup()
+
+
+@pytest.fixture
+def postgres_fact_store(tmp_path: Path) -> Iterator[Any]:
+    """A fresh Postgres fact store (its own tables)."""
+    cleanups: list[Any] = []
+    yield make_store("postgres", tmp_path, cleanups)
+    for cleanup in reversed(cleanups):
+        cleanup()
+
+
+@pytest.fixture
+def redis_fact_store(tmp_path: Path) -> Iterator[Any]:
+    """A fresh Redis fact store (its own key prefix)."""
+    cleanups: list[Any] = []
+    yield make_store("redis", tmp_path, cleanups)
+    for cleanup in reversed(cleanups):
+        cleanup()

@@ -649,6 +649,13 @@ class PostgresFactStore:
 
         return PostgresWindowStore(self)
 
+    def item_store(self) -> Any:
+        """Namespaced items (framework adapters' state) on this store's connections
+        (the :class:`~fastaiagent.facts.items.HoldsItems` capability)."""
+        from fastaiagent.facts.postgres_items import PostgresItemStore
+
+        return PostgresItemStore(self)
+
 def connection_lost(exc: BaseException) -> bool:
     """Whether a psycopg error means the connection is gone (lost, refused, or the
     server shutting it down) rather than a failed statement on a live connection."""

@@ -843,3 +843,10 @@ class RedisFactStore:
         from fastaiagent.facts.redis_windows import RedisWindowStore
 
         return RedisWindowStore(self)
+
+    def item_store(self) -> Any:
+        """Namespaced items (framework adapters' state) on this store's connections
+        (the :class:`~fastaiagent.facts.items.HoldsItems` capability)."""
+        from fastaiagent.facts.redis_items import RedisItemStore
+
+        return RedisItemStore(self)

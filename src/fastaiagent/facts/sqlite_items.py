@@ -165,6 +165,7 @@ class SQLiteItemStore:
     ) -> list[StoredItem]:
         """Live items under ``prefix`` in (namespace, key) order (see :class:`ItemStore`)."""
         limit, offset = check_page(limit, offset)
+        params: list[Any]
         if exact:
             where, params = "ns = ?", [encode_namespace(prefix)]
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -146,7 +147,7 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> list[CheckpointTuple]:
+    ) -> builtins.list[CheckpointTuple]:
         conf = config["configurable"] if config else {}
         prefix = self._checkpoints()
         if "thread_id" in conf:
@@ -159,7 +160,7 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
         # Without a metadata filter the store applies the limit itself.
         page = None if filter or only_id else limit
         found = self.items.scan(prefix, exact=exact, before=before_id, descending=True, limit=page)
-        out: list[CheckpointTuple] = []
+        out: builtins.list[CheckpointTuple] = []
         for item in found:
             if limit is not None and len(out) >= limit:
                 break

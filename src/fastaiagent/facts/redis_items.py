@@ -1,0 +1,317 @@
+"""Namespaced items in Redis, on the fact store's client (its pool is fork-aware).
+
+Key layout under ``<prefix>:it:`` (``<ns>`` is the encoded namespace, see
+:func:`fastaiagent.facts.items.encode_namespace`):
+
+- ``ns`` - every namespace that holds items (sorted set, lexical order)
+- ``k:<ns>`` - the namespace's keys (sorted set, lexical order)
+- ``v:<ns>`` - key -> value (hash)
+- ``m:<ns>`` - key -> ``"<created> <updated> <expires> <ttl>"`` (hash; ``-`` for none)
+- ``exp`` - expiring items by expiry time (member: ``<len(ns)>:<ns><key>``)
+- ``layout`` - the items layout version (``ITEMS_LAYOUT``)
+
+Every operation is one script call, so a batch of writes is atomic and a scan
+is one round trip. Expired items are skipped by reads and swept now and then.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fastaiagent.errors import InvalidTypeError, SchemaVersionError
+from fastaiagent.facts.items import (
+    ItemWrite,
+    Namespace,
+    StoredItem,
+    check_key,
+    check_page,
+    check_write,
+    decode_namespace,
+    encode_namespace,
+    prefix_range,
+)
+from fastaiagent.facts.redis import RedisFactStore, unavailable
+
+ITEMS_LAYOUT = "1"
+PURGE_EVERY = 1000  # writes per process between sweeps of expired items
+
+# Shared by the scripts: is a meta string live at `now`; delete one item.
+_COMMON = """
+local p = ARGV[2]
+local now = tonumber(ARGV[1])
+local function live(meta)
+  if not meta then return false end
+  local exp = string.match(meta, '^%S+ %S+ (%S+)')
+  return exp == '-' or tonumber(exp) > now
+end
+local function drop(ns, key)
+  redis.call('HDEL', p .. 'm:' .. ns, key)
+  redis.call('HDEL', p .. 'v:' .. ns, key)
+  redis.call('ZREM', p .. 'k:' .. ns, key)
+  redis.call('ZREM', p .. 'exp', #ns .. ':' .. ns .. key)
+  if redis.call('ZCARD', p .. 'k:' .. ns) == 0 then redis.call('ZREM', p .. 'ns', ns) end
+end
+"""
+
+# ARGV: now, p, then per write: op (p put, a add-if-absent, d delete), ns, key,
+# value, ttl ('-' none), expires ('-' none). Returns 1/0 per write (changed).
+_WRITE = _COMMON + """
+local out = {}
+for i = 3, #ARGV, 6 do
+  local op, ns, key, value, ttl, exp = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
+  local meta = redis.call('HGET', p .. 'm:' .. ns, key)
+  local alive = live(meta)
+  if op == 'd' then
+    if meta then drop(ns, key) end
+    out[#out + 1] = alive and 1 or 0
+  elseif op == 'a' and alive then
+    out[#out + 1] = 0
+  else
+    local created = ARGV[1]
+    if alive then created = string.match(meta, '^(%S+)') end
+    redis.call('HSET', p .. 'm:' .. ns, key, created .. ' ' .. ARGV[1] .. ' ' .. exp .. ' ' .. ttl)
+    redis.call('HSET', p .. 'v:' .. ns, key, value)
+    redis.call('ZADD', p .. 'k:' .. ns, 0, key)
+    redis.call('ZADD', p .. 'ns', 0, ns)
+    if exp == '-' then
+      redis.call('ZREM', p .. 'exp', #ns .. ':' .. ns .. key)
+    else
+      redis.call('ZADD', p .. 'exp', tonumber(exp), #ns .. ':' .. ns .. key)
+    end
+    out[#out + 1] = 1
+  end
+end
+return out
+"""
+
+# ARGV: now, p, ns, refresh ('1'/'0'), keys... Returns {meta, value} per key ({} if none).
+_GET = _COMMON + """
+local ns = ARGV[3]
+local out = {}
+for i = 5, #ARGV do
+  local key = ARGV[i]
+  local meta = redis.call('HGET', p .. 'm:' .. ns, key)
+  if live(meta) then
+    local c, u, e, ttl = string.match(meta, '^(%S+) (%S+) (%S+) (%S+)')
+    if ARGV[4] == '1' and ttl ~= '-' then
+      e = tostring(now + tonumber(ttl))
+      meta = c .. ' ' .. u .. ' ' .. e .. ' ' .. ttl
+      redis.call('HSET', p .. 'm:' .. ns, key, meta)
+      redis.call('ZADD', p .. 'exp', tonumber(e), #ns .. ':' .. ns .. key)
+    end
+    out[#out + 1] = {meta, redis.call('HGET', p .. 'v:' .. ns, key)}
+  else
+    out[#out + 1] = {}
+  end
+end
+return out
+"""
+
+# ARGV: now, p, lo, hi, exact ('1'/'0'), before ('' none; else '(' .. key),
+# descending ('1'/'0'), limit (-1 all), offset. Returns a flat list ns, key, meta, value.
+_SCAN = _COMMON + """
+local lo, hi, before, desc = ARGV[3], ARGV[4], ARGV[6], ARGV[7] == '1'
+local limit, skip = tonumber(ARGV[8]), tonumber(ARGV[9])
+local nss
+if ARGV[5] == '1' then nss = {lo}
+elseif desc then nss = redis.call('ZREVRANGEBYLEX', p .. 'ns', '(' .. hi, '[' .. lo)
+else nss = redis.call('ZRANGEBYLEX', p .. 'ns', '[' .. lo, '(' .. hi) end
+local out, n, batch = {}, 0, 200
+for _, ns in ipairs(nss) do
+  local start = 0
+  while limit < 0 or n < limit do
+    local keys
+    if desc then
+      keys = redis.call('ZREVRANGEBYLEX', p .. 'k:' .. ns, before ~= '' and before or '+', '-', 'LIMIT', start, batch)
+    else
+      keys = redis.call('ZRANGEBYLEX', p .. 'k:' .. ns, '-', before ~= '' and before or '+', 'LIMIT', start, batch)
+    end
+    if #keys == 0 then break end
+    local metas = redis.call('HMGET', p .. 'm:' .. ns, unpack(keys))
+    for j, key in ipairs(keys) do
+      if live(metas[j]) then
+        if skip > 0 then skip = skip - 1
+        elseif limit < 0 or n < limit then
+          n = n + 1
+          out[#out + 1] = ns; out[#out + 1] = key; out[#out + 1] = metas[j]
+          out[#out + 1] = redis.call('HGET', p .. 'v:' .. ns, key)
+        end
+      end
+    end
+    start = start + batch
+  end
+  if limit >= 0 and n >= limit then break end
+end
+return out
+"""
+
+# ARGV: now, p, max. Deletes up to `max` expired items; returns how many.
+_PURGE = _COMMON + """
+local members = redis.call('ZRANGEBYSCORE', p .. 'exp', '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+for _, member in ipairs(members) do
+  local len, rest = string.match(member, '^(%d+):(.*)$')
+  local ns = string.sub(rest, 1, tonumber(len))
+  local key = string.sub(rest, tonumber(len) + 1)
+  drop(ns, key)
+  redis.call('ZREM', p .. 'exp', member)
+end
+return #members
+"""
+
+# ARGV: now, p, lo, hi. Namespaces in [lo, hi) that hold a live item.
+_NAMESPACES = _COMMON + """
+local out = {}
+for _, ns in ipairs(redis.call('ZRANGEBYLEX', p .. 'ns', '[' .. ARGV[3], '(' .. ARGV[4])) do
+  for _, meta in ipairs(redis.call('HVALS', p .. 'm:' .. ns)) do
+    if live(meta) then out[#out + 1] = ns; break end
+  end
+end
+return out
+"""
+
+# ARGV: now, p, lo, hi. Deletes every namespace in [lo, hi); returns the item count.
+_DELETE_PREFIX = _COMMON + """
+local count = 0
+for _, ns in ipairs(redis.call('ZRANGEBYLEX', p .. 'ns', '[' .. ARGV[3], '(' .. ARGV[4])) do
+  for _, key in ipairs(redis.call('ZRANGE', p .. 'k:' .. ns, 0, -1)) do
+    drop(ns, key)
+    count = count + 1
+  end
+end
+return count
+"""
+
+
+def _num(text: str) -> float | None:
+    return None if text == "-" else float(text)
+
+
+def _item(ns: str, key: str, meta: str, value: str) -> StoredItem:
+    created, updated, expires, ttl = meta.split(" ")
+    return StoredItem(
+        decode_namespace(ns), key, value, float(created), float(updated), _num(expires), _num(ttl)
+    )
+
+
+class RedisItemStore:
+    """Items in Redis next to a :class:`RedisFactStore`'s facts, on its client (the
+    :class:`~fastaiagent.facts.items.ItemStore` contract). Expiry uses the
+    clients' clocks."""
+
+    def __init__(self, store: RedisFactStore) -> None:
+        if not isinstance(store, RedisFactStore):
+            raise InvalidTypeError(f"RedisItemStore needs a RedisFactStore, got {type(store).__name__}")
+        self.store = store
+        self.prefix = f"{store.prefix}:it:"
+        self._client: Any = store.client
+        script = self._client.register_script
+        self._write, self._get, self._scan = script(_WRITE), script(_GET), script(_SCAN)
+        self._purge, self._namespaces = script(_PURGE), script(_NAMESPACES)
+        self._delete_prefix = script(_DELETE_PREFIX)
+        self._checked = False
+        self._lock = threading.Lock()
+        self._writes = 0
+
+    def __repr__(self) -> str:
+        return f"RedisItemStore(prefix={self.prefix!r})"
+
+    def _call(self, script: Any, *args: Any) -> Any:
+        with unavailable("the item store"):
+            self._check_layout()
+            return script(args=[repr(time.time()), self.prefix, *args])
+
+    def _check_layout(self) -> None:
+        if self._checked:
+            return
+        with self._lock:
+            key = self.prefix + "layout"
+            found = self._client.get(key)
+            if found is None:
+                self._client.set(key, ITEMS_LAYOUT, nx=True)
+            elif not found.isdigit() or int(found) > int(ITEMS_LAYOUT):
+                raise SchemaVersionError(
+                    f"the Redis items under {self.prefix!r} have layout {found!r}, but this "
+                    f"fastaiagent knows layouts up to {ITEMS_LAYOUT}: they were written by a "
+                    "newer fastaiagent. Upgrade the package (pip install -U fastaiagent) in "
+                    "every process that opens them."
+                )
+            self._checked = True
+
+    def write(self, writes: Sequence[ItemWrite]) -> list[bool]:
+        """Apply a batch atomically (one script call; see :class:`ItemStore`)."""
+        now = time.time()
+        args: list[Any] = []
+        for w in map(check_write, writes):
+            op = "d" if w.value is None else ("a" if w.if_absent else "p")
+            ttl = "-" if w.ttl_seconds is None else repr(float(w.ttl_seconds))
+            exp = "-" if w.ttl_seconds is None else repr(now + w.ttl_seconds)
+            args += [op, encode_namespace(w.namespace), w.key, w.value or "", ttl, exp]
+        if not args:
+            return []
+        changed = [bool(c) for c in self._call(self._write, *args)]
+        self._writes += len(changed)
+        if self._writes >= PURGE_EVERY:
+            self._writes = 0
+            self.purge_expired()
+        return changed
+
+    def get(
+        self, namespace: Namespace, keys: Sequence[str], *, refresh_ttl: bool = False
+    ) -> list[StoredItem | None]:
+        """The live items of ``keys`` (see :class:`ItemStore`)."""
+        ns = encode_namespace(namespace)
+        wanted = [check_key(k) for k in keys]
+        if not wanted:
+            return []
+        found = self._call(self._get, ns, "1" if refresh_ttl else "0", *wanted)
+        return [_item(ns, k, *row) if row else None for k, row in zip(wanted, found, strict=True)]
+
+    def scan(
+        self,
+        prefix: Namespace,
+        *,
+        exact: bool = False,
+        before: str | None = None,
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredItem]:
+        """Live items under ``prefix`` in (namespace, key) order (see :class:`ItemStore`)."""
+        limit, offset = check_page(limit, offset)
+        if limit == 0:
+            return []
+        lo, hi = (encode_namespace(prefix), "") if exact else prefix_range(prefix)
+        flat = self._call(
+            self._scan,
+            lo,
+            hi,
+            "1" if exact else "0",
+            "" if before is None else "(" + check_key(before),
+            "1" if descending else "0",
+            -1 if limit is None else limit,
+            offset,
+        )
+        return [_item(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+
+    def namespaces(self, prefix: Namespace = ()) -> list[Namespace]:
+        """Namespaces with live items under ``prefix`` (see :class:`ItemStore`)."""
+        return [decode_namespace(ns) for ns in self._call(self._namespaces, *prefix_range(prefix))]
+
+    def delete_prefix(self, prefix: Namespace) -> int:
+        """Delete everything under ``prefix`` (see :class:`ItemStore`)."""
+        return int(self._call(self._delete_prefix, *prefix_range(prefix)))
+
+    def purge_expired(self) -> int:
+        """Delete expired items now, in script calls of at most 500; returns the count."""
+        total = 0
+        while True:
+            done = int(self._call(self._purge, 500))
+            total += done
+            if done < 500:
+                return total
+
+    def close(self) -> None:
+        """Nothing to release: the client belongs to the fact store."""
