@@ -77,7 +77,10 @@ def _run(call: Callable[[], R]) -> R:
 
 def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[Any]:
     """An ``MCPServer`` with the remember / recall / update / forget tools over ``tools``."""
-    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS, version=__version__)
+    # WARNING: the SDK configures root logging when no handler is set; INFO would log every request.
+    server: MCPServer[Any] = MCPServer(
+        name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
+    )
     fallback = tools.user_id
 
     def remember(
