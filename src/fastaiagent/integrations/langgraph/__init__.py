@@ -5,5 +5,6 @@ Install with ``pip install 'fastaiagent[langgraph]'``.
 """
 
 from fastaiagent.integrations.langgraph.checkpoint import FastAIAgentSaver
+from fastaiagent.integrations.langgraph.store import FastAIAgentStore
 
-__all__ = ["FastAIAgentSaver"]
+__all__ = ["FastAIAgentSaver", "FastAIAgentStore"]
