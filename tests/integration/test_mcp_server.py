@@ -378,3 +378,44 @@ def test_the_http_command_serves_token_users_off_localhost(tmp_path):
         process.terminate()
         process.wait(timeout=20)
         process.stdout.close()
+
+
+# -- the example and the desktop host snippet ------------------------------------------------------
+
+EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "examples" / "integrations" / "mcp"
+
+
+def test_the_example_client_runs(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE_DIR / "client.py"), sqlite_location(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "after update: ['Alice prefers aisle seats']" in done.stdout
+    assert "a bad argument is a tool error: True" in done.stdout
+
+
+def test_the_desktop_host_snippet_starts_a_server(tmp_path):
+    import json
+
+    entry = json.loads((EXAMPLE_DIR / "host_config.json").read_text())["mcpServers"][
+        "fastaiagent-memory"
+    ]
+    assert entry["command"] == "fastaiagent" and entry["args"][0] == "mcp"
+    args = list(entry["args"])
+    args[args.index("--location") + 1] = sqlite_location(
+        tmp_path
+    )  # the snippet's path is a placeholder
+
+    async def scenario() -> None:
+        # The same arguments after the command, as the host passes them.
+        async with stdio_session(["-m", "fastaiagent.cli", *args], str(tmp_path)) as session:
+            assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
+            await call(session, "remember", text="Alice uses the desktop app")
+            assert await recalled(session) == ["Alice uses the desktop app"]
+
+    anyio.run(scenario)

@@ -1,0 +1,59 @@
+"""Drive `fastaiagent mcp` the way an MCP host does: spawn it over stdio and call its tools.
+
+    pip install 'fastaiagent[mcp]'
+    python examples/integrations/mcp/client.py [LOCATION]
+
+LOCATION is any --location (default: sqlite:///mcp_example.db in the current
+folder). The server acts for the user given by --user-id; the client cannot
+choose another user, which is what makes one server safe for many hosts.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+
+def facts(result) -> list[str]:
+    return [fact["text"] for fact in result.structured_content["facts"]]
+
+
+async def main(location: str) -> None:
+    server = StdioServerParameters(
+        command=sys.executable,  # a desktop host would run the `fastaiagent` command
+        args=[
+            "-m",
+            "fastaiagent.cli",
+            "mcp",
+            "--location",
+            location,
+            "--user-id",
+            "alice",
+            "--no-semantic",
+        ],
+    )
+    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = await session.list_tools()
+        print("tools:", ", ".join(tool.name for tool in tools.tools))
+
+        first = await session.call_tool("remember", {"text": "Alice prefers window seats"})
+        print("remembered #", first.structured_content["id"])
+        print("recall:", facts(await session.call_tool("recall", {})))
+
+        await session.call_tool(
+            "update", {"new": "Alice prefers aisle seats", "old": first.structured_content["id"]}
+        )
+        print("after update:", facts(await session.call_tool("recall", {})))
+
+        refused = await session.call_tool("recall", {"tier": "session"})
+        print("a bad argument is a tool error:", refused.is_error)
+
+        gone = await session.call_tool("forget", {"everything": True})
+        print("forgot", gone.structured_content["deleted"], "facts (history included)")
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1] if len(sys.argv) > 1 else "sqlite:///mcp_example.db")
