@@ -16,7 +16,7 @@ from test_shared_windows import make_memory, spec  # noqa: F401  (spec is a fixt
 from _wait import wait_until
 from fastaiagent.agent.agent import Agent
 from fastaiagent.agent.memory import Memory
-from fastaiagent.agent.memory_blocks.summary import SUMMARY_PREFIX
+from fastaiagent.agent.memory_blocks.summary import render_summary
 from fastaiagent.agent.windows import WindowKey
 from fastaiagent.facts.sqlite import MemoryStore
 from fastaiagent.facts.sqlite_windows import SQLiteWindowStore
@@ -136,7 +136,7 @@ def test_the_running_summary_travels_with_the_window(tmp_path) -> None:
     b.run("what do I like?", context="alice")
     assert summary_a.call_count >= 1 and summary_b.call_count == 0
     system = [m.content or "" for m in seen[-1] if m.role == "system"]
-    assert SUMMARY_PREFIX + "Alice likes tea." in system  # b shows the summary a wrote
+    assert render_summary("Alice likes tea.") in system  # b shows the summary a wrote
 
 
 def test_validation_happens_at_construction(tmp_path) -> None:

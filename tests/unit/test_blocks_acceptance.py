@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -33,7 +34,9 @@ def injected(block: PersistentFactBlock) -> list[str]:
     rendered = block.render("q")
     if not rendered:
         return []
-    return [line[2:] for line in (rendered[0].content or "").splitlines()[1:]]
+    # heading, preamble, then one `- "<JSON string>" (source, confidence)` per fact
+    lines = (rendered[0].content or "").splitlines()[2:]
+    return [json.JSONDecoder().raw_decode(line[2:])[0] for line in lines]
 
 
 # -- StaticBlock (102) -----------------------------------------------------------------

@@ -14,6 +14,7 @@ from fastaiagent import trace
 from fastaiagent.agent import Agent, ComposableMemory, MemoryIsolationError
 from fastaiagent.agent.memory_blocks.background import BackgroundQueue
 from fastaiagent.agent.memory_blocks.facts import HEADING, FactExtractionBlock
+from fastaiagent.agent.memory_blocks.framing import PREAMBLE
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.learn import SOURCE_CONVERSATION, Fact, MemoryStore
 from fastaiagent.llm.base import BaseLLM, LLMResponse
@@ -70,7 +71,11 @@ def test_renders_known_facts_bullets():
     feed(block, "FACT: Is allergic to peanuts\nFACT: Has a beagle named Biscuit")
     [message] = block.render("q")
     assert message.role == "system"
-    assert message.content == f"{HEADING}\n- Is allergic to peanuts\n- Has a beagle named Biscuit"
+    assert message.content == (
+        f"{HEADING}\n{PREAMBLE}\n"
+        '- "Is allergic to peanuts" (learned, 0.6)\n'
+        '- "Has a beagle named Biscuit" (learned, 0.6)'
+    )
 
 
 def test_inject_false_extracts_without_rendering():

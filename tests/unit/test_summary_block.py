@@ -12,9 +12,9 @@ import pytest
 from fastaiagent import trace
 from fastaiagent.agent import Agent, AgentMemory, ComposableMemory
 from fastaiagent.agent.memory_blocks.summary import (
-    SUMMARY_PREFIX,
     SummaryBlock,
     cut_summary,
+    render_summary,
 )
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM, LLMResponse
@@ -69,7 +69,7 @@ def test_refreshes_every_summarize_every_messages_covering_everything_older_than
     assert llm.call_count == 4
     # After 12 messages, everything but the last 4 is summarised, in order.
     assert block.summary == "m1 m2 m3 m4 m5 m6 m7 m8"
-    assert block.render("q")[0].content == SUMMARY_PREFIX + block.summary
+    assert block.render("q")[0].content == render_summary(block.summary)
 
 
 def test_spec_defaults_first_refresh_after_fifteen_messages():
@@ -192,7 +192,7 @@ def test_agent_prompt_carries_the_summary_before_the_window():
         agent.run(f"turn {i}")
     last_prompt = model_calls[-1]
     systems = [m.content for m in last_prompt if m.role == "system"]
-    assert SUMMARY_PREFIX + "The user introduced themselves as Ada." in systems
+    assert render_summary("The user introduced themselves as Ada.") in systems
 
 
 def test_aon_message_awaits_acomplete_without_holding_the_loop():
@@ -271,7 +271,7 @@ def test_composable_memory_writes_blocks_summary_json(tmp_path):
     assert (tmp_path / "state" / "blocks" / "summary.json").is_file()
     fresh = SummaryBlock(CannedLLM("x"), keep_last=1, summarize_every=1)
     ComposableMemory(blocks=[fresh]).load(tmp_path / "state")
-    assert fresh.render("")[0].content == SUMMARY_PREFIX + "a summary"
+    assert fresh.render("")[0].content == render_summary("a summary")
 
 
 @pytest.mark.parametrize(
@@ -382,4 +382,4 @@ def test_slow_summary_in_the_background_does_not_hold_the_caller():
     assert block.render("") == []
     release.set()
     assert queue.flush(timeout=10)
-    assert block.render("")[0].content == SUMMARY_PREFIX + "late summary"
+    assert block.render("")[0].content == render_summary("late summary")

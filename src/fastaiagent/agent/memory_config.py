@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import _validate as check
+from fastaiagent.agent.memory_blocks.fact_policy import check_policy
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.windows import check_ttl
@@ -47,6 +48,7 @@ class MemoryConfig:
     windows: Any = None
     window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL
     learn_in_background: bool = True
+    fact_policy: Any = None  # None = default_fact_policy (see fact_policy.py)
 
     def __post_init__(self) -> None:
         if self.user_id is not None and not callable(self.user_id):
@@ -62,6 +64,7 @@ class MemoryConfig:
         check.positive_int("max_facts", self.max_facts)
         check.boolean("dedupe", self.dedupe)
         check.boolean("learn_in_background", self.learn_in_background)
+        check_policy(self.fact_policy)
         check_ttl(self.window_ttl_seconds)
         _check_embedder(self.embedder)
         _check_llm("learn", self.learn)

@@ -137,6 +137,7 @@ class MemoryStack:
             confidence=LEARNED_CONFIDENCE,
             max_persisted=self.config.max_learned_facts,
             store=self.store,
+            fact_policy=self.config.fact_policy,
         )
 
     def _after_reply(self, block: MemoryBlock) -> MemoryBlock:

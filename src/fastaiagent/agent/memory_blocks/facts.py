@@ -13,7 +13,16 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent._validate import boolean, fraction, integer, one_of, positive_int
 from fastaiagent._validate import text as check_text
+from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.agent.memory_blocks.fact_policy import (
+    FLAG,
+    FLAGGED_KEY,
+    KEEP,
+    FactPolicy,
+    check_policy,
+    judge,
+)
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
@@ -52,6 +61,15 @@ class _Job:
     trace_id: str | None
 
 
+@dataclass
+class _Screened:
+    """Extracted facts after the fact policy: kept, flagged (stored, not shown), dropped."""
+
+    kept: list[ExtractedFact]
+    flagged: list[str]
+    dropped: int
+
+
 def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
     chosen = (roles,) if isinstance(roles, str) else tuple(roles)
     if not chosen:
@@ -66,7 +84,14 @@ class FactExtractionBlock(MemoryBlock):
     model with the subject's current facts. New facts are kept in order,
     deduplicated by normalised text (case and spacing), at most ``max_facts``
     (the oldest drop). A fact the model says replaces a known one takes its
-    place. ``inject=False`` extracts without rendering.
+    place. ``inject=False`` extracts without rendering; injected facts are
+    quoted data under a preamble (see ``framing``), never bare text.
+
+    Every extracted fact first goes through ``fact_policy`` (default:
+    :func:`~fastaiagent.agent.memory_blocks.fact_policy.default_fact_policy`,
+    which drops text that reads as instructions to the assistant): ``keep``
+    stores and shows it, ``flag`` stores it with ``metadata["flagged"]`` but
+    never shows it (nor lets it replace a fact), ``drop`` discards it.
 
     With ``persist=True`` each new fact is also written to ``store`` (default:
     the local SQLite store) under ``scope:scope_id`` in ``project_id``, with
@@ -95,6 +120,7 @@ class FactExtractionBlock(MemoryBlock):
         store: FactStore | None = None,
         *,
         name: str = "facts",
+        fact_policy: FactPolicy | None = None,
     ) -> None:
         if llm is None or not callable(getattr(llm, "complete", None)):
             raise InvalidTypeError("FactExtractionBlock needs an llm with a complete() method")
@@ -126,6 +152,7 @@ class FactExtractionBlock(MemoryBlock):
         self.project_id = project_id
         self.max_persisted = max_persisted
         self.name = name
+        self.fact_policy = check_policy(fact_policy)
         if store is None and self.persist:
             from fastaiagent.facts.sqlite import SQLiteFactStore
 
@@ -160,7 +187,11 @@ class FactExtractionBlock(MemoryBlock):
                 stored = self.store.list_active(
                     self.scope, self.scope_id, self.project_id, limit=MAX_KNOWN_FACTS
                 )
-                return [KnownFact(f.fact, f.id, f.source == SOURCE_CONVERSATION) for f in stored]
+                return [
+                    KnownFact(f.fact, f.id, f.source == SOURCE_CONVERSATION)
+                    for f in stored
+                    if not (f.metadata and f.metadata.get(FLAGGED_KEY))
+                ]
             except Exception as exc:
                 logger.warning("FactExtractionBlock: could not read known facts: %s", exc)
         with self._lock:
@@ -198,7 +229,29 @@ class FactExtractionBlock(MemoryBlock):
                 del self.facts[: len(self.facts) - self.max_facts]
         return to_write
 
-    def _write(self, text: str, old: KnownFact | None, trace_id: str | None) -> bool:
+    def _screen(self, role: str, extracted: list[ExtractedFact]) -> _Screened:
+        """Run every extracted fact through the fact policy."""
+        source = framing.USER_SAID if role == "user" else f"{role} said"
+        screened = _Screened([], [], 0)
+        for item in extracted:
+            verdict = judge(self.fact_policy, item.text, source)
+            if verdict == KEEP:
+                screened.kept.append(item)
+            elif verdict == FLAG:
+                screened.flagged.append(item.text)
+            else:
+                screened.dropped += 1
+        if screened.dropped or screened.flagged:
+            logger.info(
+                "FactExtractionBlock: the fact policy dropped %d and flagged %d extracted "
+                "fact(s) of %s:%s",
+                screened.dropped, len(screened.flagged), self.scope, self.scope_id,
+            )
+        return screened
+
+    def _write(
+        self, text: str, old: KnownFact | None, trace_id: str | None, *, flagged: bool = False
+    ) -> bool:
         """Persist one fact (superseding ``old`` when it is a stored learned fact)."""
         assert self.store is not None
         fact = Fact(
@@ -209,6 +262,7 @@ class FactExtractionBlock(MemoryBlock):
             confidence=self.confidence,
             source=SOURCE_CONVERSATION,
             source_trace_id=trace_id,
+            metadata={FLAGGED_KEY: "fact_policy"} if flagged else {},
         )
         if old is not None and old.store_id is not None and old.learned:
             try:
@@ -228,10 +282,16 @@ class FactExtractionBlock(MemoryBlock):
             logger.warning("FactExtractionBlock: could not persist a learned fact: %s", exc)
             return False
 
-    def _persist(self, to_write: list[tuple[str, KnownFact | None]], trace_id: str | None) -> int:
-        if not self.persist or self.store is None or not to_write:
+    def _persist(
+        self,
+        to_write: list[tuple[str, KnownFact | None]],
+        trace_id: str | None,
+        flagged: Sequence[str] = (),
+    ) -> int:
+        if not self.persist or self.store is None or not (to_write or flagged):
             return 0
         written = sum(self._write(text, old, trace_id) for text, old in to_write)
+        written += sum(self._write(text, None, trace_id, flagged=True) for text in flagged)
         if written and self.max_persisted is not None:
             try:
                 self.store.prune_learned(
@@ -242,10 +302,13 @@ class FactExtractionBlock(MemoryBlock):
         return written
 
     def _apply(self, job: _Job, known: list[KnownFact], extracted: list[ExtractedFact]) -> None:
-        to_write = self._merge(known, extracted)
+        screened = self._screen(job.role, extracted)
+        to_write = self._merge(known, screened.kept)
         detail: dict[str, int] = {"facts_extracted": len(to_write)}
+        if screened.dropped or screened.flagged:
+            detail.update(dropped_by_policy=screened.dropped, flagged=len(screened.flagged))
         if self.persist:
-            detail["persisted"] = self._persist(to_write, job.trace_id)
+            detail["persisted"] = self._persist(to_write, job.trace_id, screened.flagged)
         trace.annotate({"memory.action": "extracted_facts", "memory.detail": json.dumps(detail)})
 
     @staticmethod
@@ -297,7 +360,9 @@ class FactExtractionBlock(MemoryBlock):
             facts = list(self.facts)
         if not facts:
             return []
-        return [SystemMessage(HEADING + "\n" + "\n".join(f"- {fact}" for fact in facts))]
+        source = framing.USER_SAID if self.roles == ("user",) else framing.LEARNED
+        suffix = f"{source}, {framing.confidence_label(self.confidence)}"
+        return [SystemMessage(framing.notes_section(HEADING, facts, [suffix] * len(facts)))]
 
     def clear(self) -> None:
         """Forget the extracted facts held here (persisted facts stay in the store)."""
@@ -324,6 +389,7 @@ class FactExtractionBlock(MemoryBlock):
             confidence=self.confidence,
             max_persisted=self.max_persisted,
             name=self.name,
+            fact_policy=self.fact_policy,
         )
         with self._lock:
             copy.facts = list(self.facts)
@@ -351,7 +417,8 @@ class FactExtractionBlock(MemoryBlock):
         unique: dict[str, str] = {}
         for fact in facts:
             key = normalize_text(fact)
-            if key and key not in unique:
+            # Saved before a policy (or under a looser one): judged again on load.
+            if key and key not in unique and judge(self.fact_policy, fact, framing.USER_SAID) == KEEP:
                 unique[key] = fact
         with self._lock:
             self.facts = list(unique.values())[-self.max_facts :]

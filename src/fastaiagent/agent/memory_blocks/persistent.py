@@ -7,18 +7,73 @@ import warnings
 
 from fastaiagent import trace
 from fastaiagent._validate import one_of, positive_int, text
+from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.agent.memory_blocks.fact_policy import FLAGGED_KEY
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.fact import SCOPES, Fact
+from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, SOURCE_MANUAL, SOURCE_TRACES, Fact
 from fastaiagent.facts.store import FactStore
 from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_HEADING = "Known facts:"
 
+# What the model is told about where a fact came from: by source, and for
+# facts written directly, by the tier they were written to.
+_LABELS = {
+    scope: {
+        SOURCE_CONVERSATION: framing.USER_SAID,
+        SOURCE_TRACES: framing.LEARNED,
+        SOURCE_MANUAL: manual,
+        "": manual,
+    }
+    for scope, manual in (("user", framing.MANUAL), ("agent", framing.GLOBAL), ("project", framing.PROJECT))
+}
+# scope -> source -> confidence -> ' (label, confidence)': format_facts runs
+# every turn, and three dict lookups per fact cost less than formatting one.
+_suffixes: dict[str, dict[str, dict[float, str]]] = {}
+_MAX_SUFFIXES = 4096  # a handful of distinct combinations in practice
+
+
+def source_label(fact: Fact) -> str:
+    """``user said`` / ``learned`` / ``manual`` / ``global`` / ``project``, or a
+    custom source name when it is one short plain word (else ``other``)."""
+    label = _LABELS.get(fact.scope, _LABELS["user"]).get(fact.source)
+    if label is not None:
+        return label
+    source = fact.source
+    plain = len(source) <= 32 and source.replace("_", "").replace("-", "").isalnum()
+    return source if plain else "other"
+
+
+def _suffix(fact: Fact) -> str:
+    suffix = f" ({source_label(fact)}, {framing.confidence_label(fact.confidence)})"
+    by_confidence = _suffixes.setdefault(fact.scope, {}).setdefault(fact.source, {})
+    if len(by_confidence) < _MAX_SUFFIXES:
+        by_confidence[fact.confidence] = suffix
+    return suffix
+
+
+def shown(facts: list[Fact]) -> list[Fact]:
+    """``facts`` without those a fact policy flagged (stored, never injected)."""
+    return [f for f in facts if not (f.metadata and f.metadata.get(FLAGGED_KEY))]
+
+
+def fact_lines(facts: list[Fact]) -> list[str]:
+    """One line per fact: ``- "Prefers email" (user said, 0.6)`` (quoted, escaped)."""
+    if framing.all_plain([f.fact for f in facts]):
+        table = _suffixes
+        try:
+            return ['- "' + f.fact + '"' + table[f.scope][f.source][f.confidence] for f in facts]
+        except KeyError:
+            pass  # a combination not seen yet: the line below remembers it
+    return ["- " + framing.quote(f.fact) + _suffix(f) for f in facts]
+
 
 def format_facts(heading: str, facts: list[Fact]) -> str:
-    return heading + "\n" + "\n".join(f"- {fact.fact}" for fact in facts)
+    """``heading``, the notes preamble, then one quoted fact per line with its
+    source and confidence (see :func:`fact_lines`)."""
+    return framing.section(heading, fact_lines(facts))
 
 
 class PersistentFactBlock(MemoryBlock):
@@ -29,6 +84,10 @@ class PersistentFactBlock(MemoryBlock):
     With ``recency_weight``/``importance_weight`` > 0 the facts are re-ranked
     (importance is the fact's ``confidence``); with both at zero the store's
     newest-first order is kept as is.
+
+    The facts are rendered as quoted data under ``heading`` and a one-line
+    preamble, each with its source and confidence (see :func:`fact_lines`);
+    facts a fact policy flagged are never injected.
     """
 
     name = "persistent_facts"
@@ -105,7 +164,7 @@ class PersistentFactBlock(MemoryBlock):
         return self._cache
 
     def render(self, query: str) -> list[Message]:
-        facts = self.fetch()
+        facts = shown(self.fetch())
         if not facts:
             return []
         if trace.is_enabled():

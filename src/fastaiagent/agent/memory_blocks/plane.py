@@ -18,6 +18,7 @@ import httpx
 
 from fastaiagent import _validate as check
 from fastaiagent import trace
+from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.llm.message import Message, SystemMessage
 from fastaiagent.plane import client as plane
@@ -232,7 +233,9 @@ class PlaneFactBlock(MemoryBlock):
     def _messages(facts: list[PlaneFact]) -> list[Message]:
         if not facts:
             return []
-        return [SystemMessage(HEADING + "\n" + "\n".join(f"- {f.fact}" for f in facts))]
+        # Quoted like local facts: curated, but still data, never instructions.
+        texts = [f.fact for f in facts]
+        return [SystemMessage(framing.notes_section(HEADING, texts, [framing.PLANE] * len(texts)))]
 
     # -- state ---------------------------------------------------------------
 

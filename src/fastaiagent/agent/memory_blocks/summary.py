@@ -11,6 +11,7 @@ from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._validate import integer, text
+from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM
@@ -18,7 +19,7 @@ from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 
 logger = logging.getLogger("fastaiagent.memory")
 
-SUMMARY_PREFIX = "Summary of the earlier conversation: "
+SUMMARY_PREFIX = "Summary of the earlier conversation:"  # the heading of the rendered message
 MAX_MESSAGE_CHARS = 2_000  # each message is cut here in the summary prompt: bounded input
 MIN_PENDING_CAP = 50
 
@@ -29,6 +30,14 @@ Keep what matters later: who the user is, their goals, preferences, decisions, \
 facts they gave and open questions. Drop greetings and small talk. Write plain \
 prose in the third person, under {max_chars} characters. Answer with the \
 summary only."""
+
+
+def render_summary(summary: str) -> str:
+    """The injected message: the summary is written by a model from what users
+    said, so it is one quoted note under the heading and preamble."""
+    return framing.notes_section(
+        SUMMARY_PREFIX, [summary], [framing.SUMMARY], framing.SUMMARY_PREAMBLE
+    )
 
 
 def cut_summary(text: str, max_chars: int) -> str:
@@ -201,7 +210,7 @@ class SummaryBlock(MemoryBlock):
 
     def render(self, query: str) -> list[Message]:
         summary = self.summary
-        return [SystemMessage(SUMMARY_PREFIX + summary)] if summary else []
+        return [SystemMessage(render_summary(summary))] if summary else []
 
     def clear(self) -> None:
         with self._lock:
@@ -273,4 +282,4 @@ class SummaryBlock(MemoryBlock):
         )
 
 
-__all__ = ["SUMMARY_PREFIX", "SummaryBlock", "cut_summary"]
+__all__ = ["SUMMARY_PREFIX", "SummaryBlock", "cut_summary", "render_summary"]

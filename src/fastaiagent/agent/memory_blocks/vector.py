@@ -26,6 +26,7 @@ from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._validate import boolean, fraction, integer, one_of, text
+from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
@@ -48,6 +49,11 @@ class Recalled:
     chunk: Chunk
     score: float
     similarity: float
+
+
+def _said(role: Any) -> str:
+    """``user said`` for a known role; the role is never shown raw (it is store data)."""
+    return f"{role} said" if role in ROLES else "earlier message"
 
 
 def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
@@ -329,12 +335,11 @@ class VectorBlock(MemoryBlock):
         return self.render_with_context(query, SharedMemoryContext())
 
     def format(self, recalled: Sequence[Recalled]) -> str:
-        """The SystemMessage text for the recalled chunks."""
-        lines = [HEADER]
-        for item in recalled:
-            role = item.chunk.metadata.get("role")
-            lines.append(f"- {role}: {item.chunk.text}" if role else f"- {item.chunk.text}")
-        return "\n".join(lines)
+        """The SystemMessage text for the recalled chunks: each one quoted on one
+        line with who said it, ``- "I adopted a puppy" (user said)``."""
+        texts = [item.chunk.text for item in recalled]
+        sources = [_said(item.chunk.metadata.get("role")) for item in recalled]
+        return framing.notes_section(HEADER, texts, sources, framing.MESSAGES_PREAMBLE)
 
     # -- lifecycle -------------------------------------------------------------
 
