@@ -99,6 +99,9 @@ class Memory:
       (default True); ``flush()`` / ``aflush()`` wait for them.
     - ``windows`` / ``window_ttl_seconds``: share windows across processes
       (see ``docs/production.md``).
+    - ``fact_policy``: ``(text, source) -> "keep" | "flag" | "drop"``, judging
+      each fact ``learn=`` extracts before it is stored (default: drop text
+      that reads as instructions to the assistant; see ``docs/blocks.md``).
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.
@@ -127,6 +130,7 @@ class Memory:
         learn_in_background: bool = True,
     ) -> None:
         self.config = MemoryConfig(
+        fact_policy: Any = None,
             user_id=user_id,
             agent_id=agent_id,
             project_id=project_id,
@@ -146,6 +150,7 @@ class Memory:
             learn_in_background=learn_in_background,
         )
         self.location: FactStore = make_fact_store(location)
+            fact_policy=fact_policy,
         self._stack = MemoryStack(self.config, self.location)
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
