@@ -97,11 +97,11 @@ class Memory:
     - ``max_facts``: facts injected per tier per turn (default 50).
     - ``learn_in_background``: run extraction and summaries after the reply
       (default True); ``flush()`` / ``aflush()`` wait for them.
-    - ``windows`` / ``window_ttl_seconds``: share windows across processes
-      (see ``docs/production.md``).
     - ``fact_policy``: ``(text, source) -> "keep" | "flag" | "drop"``, judging
       each fact ``learn=`` extracts before it is stored (default: drop text
       that reads as instructions to the assistant; see ``docs/blocks.md``).
+    - ``windows`` / ``window_ttl_seconds``: share windows across processes
+      (see ``docs/production.md``).
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.
@@ -128,9 +128,9 @@ class Memory:
         windows: Any = None,
         window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
         learn_in_background: bool = True,
+        fact_policy: Any = None,
     ) -> None:
         self.config = MemoryConfig(
-        fact_policy: Any = None,
             user_id=user_id,
             agent_id=agent_id,
             project_id=project_id,
@@ -148,9 +148,9 @@ class Memory:
             windows=windows,
             window_ttl_seconds=window_ttl_seconds,
             learn_in_background=learn_in_background,
+            fact_policy=fact_policy,
         )
         self.location: FactStore = make_fact_store(location)
-            fact_policy=fact_policy,
         self._stack = MemoryStack(self.config, self.location)
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
