@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 from typing import Any
 
@@ -104,7 +105,7 @@ def mcp(
 ) -> None:
     """Serve memory as MCP tools: remember, recall, update, forget."""
     require("mcp.server.mcpserver", "mcp")
-    from fastaiagent.mcp.server import create_server, http_app, serve_http, serve_stdio
+    from fastaiagent.mcp.server import create_server
     from fastaiagent.mcp.tools import MemoryTools
 
     # Bad options exit 2 before anything is served; a store outage or a taken port exits 1.
@@ -121,31 +122,30 @@ def mcp(
             semantic="auto" if semantic else None,
             embedder=embedder,
         )
-        server = create_server(
-            MemoryTools(memory, user_id=user_id, allow_global_writes=global_writes)
-        )
+        tools = MemoryTools(memory, user_id=user_id, allow_global_writes=global_writes)
         sock = listen(host, port_number) if transport == "http" else None
     try:
-        if sock is None:
-            who = f"user {user_id!r}" if user_id else "no user (global tier only)"
-            print(f"fastaiagent MCP server on stdio, acting for {who}", file=sys.stderr)
-            serve_stdio(server)
-        else:
-            who = (
-                f"{len(tokens)} token(s)"
-                if tokens
-                else f"user {user_id!r}"
-                if user_id
-                else "no user"
-            )
-            typer.echo(
-                f"fastaiagent MCP server on {socket_url(sock)}/mcp for {who}  (Ctrl+C to stop)"
-            )
-            serve_http(http_app(server, host=host, tokens=tokens), sock)
+        _serve(create_server(tools), sock, host, tokens, user_id)
     except KeyboardInterrupt:
         pass
     finally:
         memory.location.close()
+
+
+def _serve(
+    server: Any, sock: socket.socket | None, host: str, tokens: Any, user_id: str | None
+) -> None:
+    """Announce (stderr over stdio: stdout is the protocol) and serve until stopped."""
+    from fastaiagent.mcp.server import http_app, serve_http, serve_stdio
+
+    if sock is None:
+        who = f"user {user_id!r}" if user_id else "no user (global tier only)"
+        print(f"fastaiagent MCP server on stdio, acting for {who}", file=sys.stderr)
+        serve_stdio(server)
+        return
+    who = f"{len(tokens)} token(s)" if tokens else f"user {user_id!r}" if user_id else "no user"
+    typer.echo(f"fastaiagent MCP server on {socket_url(sock)}/mcp for {who}  (Ctrl+C to stop)")
+    serve_http(http_app(server, host=host, tokens=tokens), sock)
 
 
 def register(app: typer.Typer) -> None:
