@@ -23,6 +23,7 @@ from fastaiagent.errors import (
     InvalidValueError,
     StoreUnavailableError,
 )
+from fastaiagent.facts import outage
 from fastaiagent.facts._sql import browse_where, selector_where
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.schema import Schema, advisory_lock, migrate_postgres
@@ -59,8 +60,30 @@ _COLUMNS = (
     "superseded_by",
     "metadata",
 )
+DEFAULT_CONNECT_TIMEOUT = 5
+"""Seconds to open a connection when neither the URL nor the store sets one."""
+_PAUSED = "cannot reach Postgres for the fact store: "
 _T = TypeVar("_T")
 _PARENT_POOLS: list[Any] = []  # pools inherited through fork, never used or closed here
+
+
+def _connect_kwargs(url: str, connect_timeout: int | None) -> tuple[dict[str, Any], int]:
+    """The connect arguments and the timeout in effect: ``connect_timeout`` when
+    given, else the URL's own, else :data:`DEFAULT_CONNECT_TIMEOUT` (psycopg's
+    default would be 130 s)."""
+    if connect_timeout is not None:
+        seconds = integer("connect_timeout", connect_timeout, minimum=2)
+        return {"connect_timeout": seconds}, seconds
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(url).get("connect_timeout")
+    except psycopg.Error:
+        given = None  # an unparsable URL fails with psycopg's own message on first use
+    if given is None:
+        return {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}, DEFAULT_CONNECT_TIMEOUT
+    try:
+        return {}, int(float(given))
+    except ValueError:
+        return {}, DEFAULT_CONNECT_TIMEOUT
 
 
 def index_names(table: str) -> dict[str, str]:
@@ -121,7 +144,14 @@ class PostgresFactStore:
     written by a newer fastaiagent raises
     :class:`~fastaiagent.errors.SchemaVersionError`. A lost or refused
     connection raises :class:`~fastaiagent.errors.StoreUnavailableError`
-    (a ``ConnectionError``).
+    (a ``ConnectionError``) naming the server's reason, and pauses calls to
+    that server for every store of the process (see
+    :mod:`fastaiagent.facts.outage`), so an outage costs one wait.
+
+    ``connect_timeout`` (whole seconds, at least 2 as in libpq) bounds opening a
+    connection; it defaults to the URL's ``connect_timeout`` parameter, else
+    :data:`DEFAULT_CONNECT_TIMEOUT`. ``timeout`` bounds waiting for a free
+    pooled connection while the pool is busy.
     """
 
     delete_batch: int = DELETE_BATCH
@@ -135,6 +165,7 @@ class PostgresFactStore:
         table: str = DEFAULT_TABLE,
         *,
         timeout: float = 30.0,
+        connect_timeout: int | None = None,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidValueError("url must be a non-empty postgres:// or postgresql:// URL")
@@ -156,6 +187,8 @@ class PostgresFactStore:
         self.min_pool_size = min_pool_size
         self.max_pool_size = max_pool_size
         self.timeout = timeout
+        self._connect_kwargs, self.connect_timeout = _connect_kwargs(url, connect_timeout)
+        self._health = outage.health(f"Postgres at {redacted_url(url)}")
         self._lock = threading.Lock()
         self._holder = _PoolHolder()
         self._schema_ready = False
@@ -185,39 +218,61 @@ class PostgresFactStore:
                 holder.pool = None
                 self._schema_ready = True  # the parent already set the table up
             if holder.pool is None:
+                # Callers queued on the lock behind a failed open give up at once.
+                self._health.check(_PAUSED)
                 holder.pool = self._open_pool()
                 holder.pid = os.getpid()
             return holder.pool
 
     def _open_pool(self) -> Any:
+        # One direct connection first: a server that is down, unreachable or
+        # refusing us fails here within connect_timeout and with its own reason
+        # (a pool would wait out its timeout, the reason only in its log).
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, **self._connect_kwargs)
+        except psycopg.Error as exc:
+            raise self._cannot_connect(exc) from exc
+        try:
+            with conn:
+                if not self._schema_ready:
+                    self._ensure_schema(conn)
+                    self._schema_ready = True
+                self._compile(conn)
+        except BaseException as exc:
+            mapped = self._unavailable(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
         pool = psycopg_pool.ConnectionPool(
             self.url,
             min_size=self.min_pool_size,
             max_size=self.max_pool_size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, **self._connect_kwargs},
             timeout=self.timeout,
             open=False,
             name=f"fastaiagent-{self.table}",
         )
         pool.open(wait=False)
-        try:
-            with pool.connection(timeout=min(self.timeout, 10.0)) as conn:
-                if not self._schema_ready:
-                    self._ensure_schema(conn)
-                    self._schema_ready = True
-                self._compile(conn)
-        except psycopg_pool.PoolTimeout as exc:
-            pool.close()
-            raise StoreUnavailableError(
-                f"cannot connect to Postgres for the fact store ({redacted_url(self.url)}): {exc}"
-            ) from exc
-        except BaseException as exc:
-            pool.close()
-            mapped = self._unavailable(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
         return pool
+
+    def _cannot_connect(self, exc: BaseException) -> StoreUnavailableError:
+        """The error for a failed connect, naming the server's reason; pauses the server."""
+        reason = " ".join(redacted_url(str(exc)).split())
+        self._health.failed(reason)
+        return StoreUnavailableError(
+            f"cannot connect to Postgres for the fact store ({redacted_url(self.url)}): "
+            f"{reason}; check that the server is up and the URL's host, port, user, "
+            "password and database"
+        )
+
+    def _drop_pool(self, pool: Any) -> None:
+        """Set ``pool`` aside (if still current) and close it off the caller's path:
+        its server failed, so the next call opens a fresh one (one direct connect)."""
+        holder = self._holder
+        if pool is None or holder.pool is not pool or holder.pid != os.getpid():
+            return
+        holder.pool = None
+        threading.Thread(target=pool.close, name="fastaiagent-pool-close", daemon=True).start()
 
     def close(self) -> None:
         """Release every connection; the store reopens on its next use."""
@@ -231,43 +286,55 @@ class PostgresFactStore:
 
     def _run(self, operation: Callable[[Any], _T]) -> _T:
         """Run ``operation(conn)``; when the server dropped the connection
-        (restart, pg_terminate_backend), discard dead connections and retry once.
-        Every operation is idempotent, so the retry cannot double-apply. What
-        still fails is classified by :meth:`_unavailable`."""
+        (restart, pg_terminate_backend), set the pool aside and retry once on a
+        fresh one. Every operation is idempotent, so the retry cannot
+        double-apply. What still fails is classified by :meth:`_unavailable`;
+        while the server is paused (see :mod:`fastaiagent.facts.outage`) the call
+        raises at once."""
+        self._health.check(_PAUSED)  # while the server is paused: raise at once
         try:
+            pool = self.pool
             try:
-                with self._connection() as conn:
-                    return operation(conn)
+                with pool.connection() as conn:
+                    result = operation(conn)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 if not connection_lost(exc):
                     raise
-            self.pool.check()  # drops every idle connection that is broken too
-            with self._connection() as conn:
-                return operation(conn)
+                self._drop_pool(pool)  # its other connections are likely dead too
+                with self.pool.connection() as conn:
+                    result = operation(conn)
         except Exception as exc:
             mapped = self._unavailable(exc)
             if mapped is exc:
                 raise
             raise mapped from exc
+        self._health.succeeded()
+        return result
 
     def _unavailable(self, exc: BaseException) -> BaseException:
         """The one place psycopg errors are classified: a pool timeout, a lost or
         refused connection and the server's other operational failures (shutdown,
         a statement or lock timeout) become StoreUnavailableError, a ConnectionError;
-        anything else (errors of this library, SQL errors) is returned as it is."""
+        anything else (errors of this library, SQL errors) is returned as it is.
+        A pool timeout also pauses the server for every store of the process
+        (:mod:`fastaiagent.facts.outage`), as a failed connect does; a lost
+        connection sets the pool aside, so the next call connects afresh."""
         where = f"({redacted_url(self.url)})"
         if isinstance(exc, psycopg_pool.PoolTimeout):
+            self._health.failed(str(exc))
+            self._drop_pool(self._holder.pool)
             return StoreUnavailableError(
                 f"no Postgres connection for the fact store within {self.timeout} s {where}: {exc}"
             )
         if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            reason = " ".join(redacted_url(str(exc)).split())
             if connection_lost(exc):
+                self._drop_pool(self._holder.pool)
                 what, fix = "lost the Postgres connection", "check that the server is up and reachable"
             else:
                 what, fix = "Postgres could not complete the call", "retry, or check the server's log"
             return StoreUnavailableError(
-                f"{what} for the fact store {where}: {type(exc).__name__}: "
-                f"{redacted_url(str(exc)).strip()}; {fix}"
+                f"{what} for the fact store {where}: {type(exc).__name__}: {reason}; {fix}"
             )
         return exc
 

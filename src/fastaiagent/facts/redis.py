@@ -56,6 +56,7 @@ from fastaiagent.errors import (
     StoreUnavailableError,
 )
 from fastaiagent.facts import _redis_lua as lua
+from fastaiagent.facts import outage
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import (
     Selector,
@@ -209,6 +210,38 @@ def unavailable(what: str) -> Iterator[None]:
         raise StoreUnavailableError(f"cannot reach Redis for {what}: {exc}") from exc
 
 
+def _guarded_client(url: str, **options: Any) -> Any:
+    """A ``redis.Redis`` for ``url`` whose connections consult the server's shared
+    :class:`~fastaiagent.facts.outage.StoreHealth` before connecting: while the
+    server is paused a call raises at once instead of waiting out a timeout
+    (options in the URL's query, e.g. ``socket_connect_timeout``, win)."""
+    pool = redis_lib.ConnectionPool.from_url(url, **options)
+    pool.connection_class = _guarded_class(
+        pool.connection_class, outage.health(outage.server_name("Redis", url))
+    )
+    client = redis_lib.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # as Redis.from_url: close() closes the pool
+    return client
+
+
+def _guarded_class(base: type, health: outage.StoreHealth) -> type:
+    """``base`` (plain, TLS or unix-socket connection) whose connect is gated by ``health``."""
+    failures = (redis_lib.exceptions.ConnectionError, redis_lib.exceptions.TimeoutError)
+
+    def connect_check_health(self: Any, *args: Any, **kwargs: Any) -> None:
+        if self._sock:  # connected already: nothing to wait for
+            return
+        health.check(error=redis_lib.exceptions.ConnectionError)  # unavailable() words it
+        try:
+            base.connect_check_health(self, *args, **kwargs)  # type: ignore[attr-defined]
+        except failures as exc:
+            health.failed(" ".join(str(exc).split()))
+            raise
+        health.succeeded()
+
+    return type(f"Guarded{base.__name__}", (base,), {"connect_check_health": connect_check_health})
+
+
 def _member(fact_id: int) -> str:
     return str(fact_id).zfill(_ID_WIDTH)
 
@@ -314,7 +347,7 @@ class RedisFactStore:
         self.client_name = "fastaiagent-" + "".join(
             c if c.isalnum() or c in "-_." else "_" for c in prefix
         )
-        self._client = client or redis_lib.Redis.from_url(
+        self._client = client or _guarded_client(
             url,
             client_name=self.client_name,
             decode_responses=True,
