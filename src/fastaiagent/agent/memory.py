@@ -20,8 +20,10 @@ import logging
 import os
 from typing import Any
 
+from fastaiagent import trace
 from fastaiagent._validate import optional_id
 from fastaiagent.agent.composable import ComposableMemory
+from fastaiagent.agent.forgetting import PEERS, attributed
 from fastaiagent.agent.memory_blocks.background import flush_lane_everywhere
 from fastaiagent.agent.memory_config import (
     DEFAULT_MAX_FACTS,
@@ -151,18 +153,22 @@ class Memory:
             fact_policy=fact_policy,
         )
         self.location: FactStore = make_fact_store(location)
-        self._stack = MemoryStack(self.config, self.location)
+        # Writes go through a view that records the writing agent on user facts.
+        facts = attributed(self.location, self.config.agent_id)
+        self._stack = MemoryStack(self.config, facts)
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
         # windows=None keeps windows in process; else the user cache fronts a shared store.
         self._windows = shared_windows(self.config, windows, self.location, location, self._new_state)
         self._verbs = MemoryVerbs(
             self.config,
-            self.location,
+            facts,
             self._stack,
             forget_user_state=self._forget_user_state,
             flush=self._flush_for_forget,
         )
+        self._peer_key = PEERS.key(location, self.location, self.config.project_id)
+        PEERS.join(self._peer_key, self)
 
     def __bool__(self) -> bool:
         return True
@@ -224,14 +230,30 @@ class Memory:
         """
         return self._verbs.update(new, old, tier, id, confidence=confidence)
 
-    def forget(self, tier: str = "user", id: str | None = None, *, fact: str | None = None) -> int:
+    def forget(
+        self,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        fact: str | None = None,
+        agent_only: bool = False,
+    ) -> int:
         """Hard-delete a subject's facts (history included) or one ``fact``; returns the count.
 
-        ``id="*"`` deletes every subject of the tier, on purpose. Forgetting a
-        user also drops their window, summary, extracted facts and recall
-        entries, in process and in shared vector stores.
+        Forgetting a user (``tier="user", id="alice"``) removes everything of
+        theirs in the location: every fact (they are shared by all agents), the
+        stored windows, summaries and block state of *every* agent, the
+        in-process windows of every Memory of this process on the same
+        location, recall entries, and their runs in the local trace store.
+
+        ``agent_only=True`` (needs ``agent_id``) scopes it to this agent on
+        purpose: the user facts this agent's Memory wrote, and this agent's
+        window. ``id="*"`` on a Memory with ``agent_id`` is that, for every
+        user: other agents' facts and windows stay. Without ``agent_id``,
+        ``id="*"`` deletes every user fact of the project. See
+        ``docs/how-memory-works.md``.
         """
-        return self._verbs.forget(tier, id, fact=fact)
+        return self._verbs.forget(tier, id, fact=fact, agent_only=agent_only)
 
     # -- background learning ---------------------------------------------------
 
@@ -318,21 +340,45 @@ class Memory:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
         return True
 
-    def _forget_user_state(self, user_id: str) -> None:
-        users = self.cached_users if user_id == WILDCARD else [user_id]
-        if user_id == WILDCARD and self._windows is not None:
-            self._windows.drop_all()
-        for user in users:
-            self.drop_user(user)
-        if self._users.has_single() and user_id in (WILDCARD, self._users.single_user):
-            self.drop_user(self._users.single_user or "")
+    def _drop_local(self, user_id: str) -> None:
+        """Drop a user's in-process state and recall entries (not the stored window)."""
+        state = self._users.pop(user_id)
+        for block in state.own_blocks if state is not None else []:
+            try:
+                block.clear()
+            except Exception as exc:
+                logger.warning("memory block %r failed to clear: %s", block.name, exc)
         recall = self.config.recall
-        if recall not in (None, "auto"):
-            purge = getattr(recall, "delete_namespace", None)
-            if user_id == WILDCARD:
-                logger.warning("forget(id='*') cannot enumerate recall namespaces of a shared store")
-            elif purge is not None:
-                purge(self._stack.recall_namespace(user_id))
+        purge = getattr(recall, "delete_namespace", None) if recall not in (None, "auto") else None
+        if purge is not None:
+            purge(self._stack.recall_namespace(user_id))
+
+    def _forget_user_state(self, user_id: str, everywhere: bool) -> None:
+        """After a user's facts are gone: their windows and caches (``everywhere``:
+        every agent's stored windows, every peer Memory, the local trace store)."""
+        if user_id == WILDCARD:
+            self._forget_every_user_state()
+            return
+        if self._windows is not None:
+            if everywhere:
+                self._windows.drop_everywhere(user_id)
+            else:
+                self._windows.drop(user_id)
+        for memory in PEERS.of(self._peer_key) if everywhere else [self]:
+            memory._drop_local(user_id)
+        if everywhere:
+            trace.forget_user(user_id)
+
+    def _forget_every_user_state(self) -> None:
+        # This agent's windows only: other agents' users were not forgotten.
+        if self._windows is not None:
+            self._windows.drop_all()
+        for user in self.cached_users:
+            self.drop_user(user)
+        if self._users.has_single():
+            self.drop_user(self._users.single_user or "")
+        if self.config.recall not in (None, "auto"):
+            logger.warning("forget(id='*') cannot enumerate recall namespaces of a shared store")
 
     # -- save / load -----------------------------------------------------------
 

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fastaiagent import trace
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks.background import current_user
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
@@ -199,12 +200,19 @@ class Turn:
         self._windows = windows if state is not None else None
         self._token = current_user.set(state.user_id if state else None)
 
+    def _tag_run(self) -> None:
+        # The run's root span names its user, so forget can find and erase the run.
+        if self.state is not None and self.state.user_id:
+            trace.annotate({"memory.user_id": self.state.user_id})
+
     def context_messages(self, query: str) -> list[Message]:
+        self._tag_run()
         if self._windows is not None:
             self._windows.refresh(self.state)
         return self._view.get_context(query)
 
     async def acontext_messages(self, query: str) -> list[Message]:
+        self._tag_run()
         if self._windows is not None:
             await self._windows.arefresh(self.state)
         return await self._view.aget_context(query)

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._validate import fraction, integer
+from fastaiagent._validate import boolean, fraction, integer
+from fastaiagent.agent.forgetting import delete_agent_facts
 from fastaiagent.agent.memory_config import MemoryConfig
 from fastaiagent.agent.memory_stack import MemoryStack
 from fastaiagent.errors import (
@@ -32,8 +33,8 @@ DEFAULT_SEARCH_LIMIT = 10
 class MemoryVerbs:
     """The direct verbs over a Memory's fact store.
 
-    ``forget_user_state`` drops a forgotten user's in-process and shared window
-    state; ``flush(user_id)`` waits for that user's queued learning (``"*"``:
+    ``forget_user_state(user_id, everywhere)`` drops a forgotten user's
+    in-process and shared window state (every agent's when ``everywhere``); ``flush(user_id)`` waits for that user's queued learning (``"*"``:
     everyone's), so it cannot write facts back.
     """
 
@@ -43,7 +44,7 @@ class MemoryVerbs:
         store: FactStore,
         stack: MemoryStack,
         *,
-        forget_user_state: Callable[[str], None],
+        forget_user_state: Callable[[str, bool], None],
         flush: Callable[[str], Any],
     ) -> None:
         self.config = config
@@ -196,7 +197,14 @@ class MemoryVerbs:
             trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
         return new_id
 
-    def forget(self, tier: str = "user", id: str | None = None, *, fact: str | None = None) -> int:
+    def forget(
+        self,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        fact: str | None = None,
+        agent_only: bool = False,
+    ) -> int:
         """:meth:`Memory.forget <fastaiagent.agent.memory.Memory.forget>`."""
         scope, scope_id = self._subject("forget", tier, id)
         if not scope_id:
@@ -206,17 +214,37 @@ class MemoryVerbs:
                 'forget(tier="global") needs Memory(agent_id=...) or id=; an empty id would '
                 'match every agent\'s global facts (pass id="*" to delete them all on purpose)'
             )
+        by_agent = self._by_agent(scope, scope_id, fact, boolean("agent_only", agent_only))
         # Learning queued before the forget must not write the user's facts back
         # after it: wait for this user's queued work (everyone's for "*").
         self._flush(scope_id if scope == "user" else WILDCARD)
-        with trace.span(
-            "memory.forget", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
-        ):
-            count = self.store.delete(scope, scope_id, self.config.project_id, fact=fact)
+        attributes: dict[str, Any] = {"memory.tier": tier, "memory.scope": scope}
+        if scope != "user":  # a forgotten user's id is not written back into the traces
+            attributes["memory.scope_id"] = scope_id
+        with trace.span("memory.forget", attributes):
             index = self.stack.semantic_index_if_built
-            if index is not None:
-                index.forget(scope, scope_id, self.config.project_id)
+            if by_agent:
+                agent = self.config.agent_id or ""
+                ids = delete_agent_facts(self.store, scope_id, self.config.project_id, agent)
+                count = len(ids)
+                if index is not None and ids:
+                    index.remove(ids)
+            else:
+                count = self.store.delete(scope, scope_id, self.config.project_id, fact=fact)
+                if index is not None:
+                    index.forget(scope, scope_id, self.config.project_id)
             if scope == "user" and fact is None:
-                self._forget_user_state(scope_id)
-            trace.annotate({"memory.count": count})
+                self._forget_user_state(scope_id, not by_agent)
+            trace.annotate({"memory.count": count, "memory.agent_only": by_agent})
         return count
+
+    def _by_agent(self, scope: str, scope_id: str, fact: str | None, agent_only: bool) -> bool:
+        """True when a forget deletes only what this agent wrote: ``agent_only``, or
+        ``id="*"`` of the user tier on a Memory with an agent id."""
+        if agent_only and (scope != "user" or not self.config.agent_id or fact is not None):
+            raise InvalidValueError(
+                'forget(agent_only=True) deletes what this agent wrote about a user: use it with '
+                'tier="user" and no fact=, on a Memory(agent_id=...)'
+            )
+        wildcard = scope == "user" and scope_id == WILDCARD and bool(self.config.agent_id)
+        return agent_only or wildcard

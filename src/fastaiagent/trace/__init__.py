@@ -130,6 +130,43 @@ def current_trace_id() -> str | None:
     return format(context.trace_id, "032x") if context.is_valid else None
 
 
+def forget_user(user_id: str, store: Any = None) -> int:
+    """Erase a user's runs from the local trace store; returns the traces deleted.
+
+    Pending spans are written out first, then every trace that belongs to or
+    mentions ``user_id`` is deleted (see :meth:`TraceStore.erase_user`) from
+    ``store`` (a TraceStore or a path), else from the store tracing writes to
+    now and the default ``traces.db`` (the file ``fastaiagent ui`` reads).
+    Spans already sent to an OTLP collector or other exporters are out of
+    reach, as are spans still open (a run in progress).
+    ``Memory.forget(tier="user", id=...)`` calls this.
+    """
+    import sys
+
+    from fastaiagent.trace.store import TraceStore, default_trace_db_path
+
+    provider = sys.modules.get("fastaiagent.trace.provider")  # loaded only if tracing was on
+    tracing = provider.active() if provider is not None else None
+    if tracing is not None:
+        tracing.flush()
+    opened: list[TraceStore] = []
+    if isinstance(store, TraceStore):
+        stores = [store]
+    elif store is not None:
+        stores = opened = [TraceStore(store)]
+    else:
+        stores = [tracing.store] if tracing is not None and tracing.store is not None else []
+        default = default_trace_db_path()
+        if default.exists() and all(s.path != default for s in stores):
+            opened = [TraceStore(default)]
+            stores.extend(opened)
+    try:
+        return sum(s.erase_user(user_id) for s in stores)
+    finally:
+        for own in opened:
+            own.close()
+
+
 __all__ = [
     "ENV_PAYLOADS",
     "PAYLOAD_KEYS",
@@ -143,6 +180,7 @@ __all__ = [
     "capture",
     "current_trace_id",
     "flush",
+    "forget_user",
     "get_redaction_policy",
     "is_enabled",
     "payloads_enabled",

@@ -29,6 +29,7 @@ PAYLOAD_KEYS = frozenset(
         "memory.query",
         "memory.detail",
         "memory.scope_id",
+        "memory.user_id",
         "memory.fact",
         "memory.facts",
         "agent.input",

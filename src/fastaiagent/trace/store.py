@@ -20,6 +20,7 @@ from typing import Any
 from fastaiagent._paths import default_db_path
 from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
+from fastaiagent.errors import InvalidValueError
 
 ENV_TRACE_DB = "FASTAIAGENT_TRACE_DB"
 TRACE_FILE = "traces.db"
@@ -190,6 +191,16 @@ def _decode(trace_id: str, item: EncodedSpan) -> SpanRecord:
     )
 
 
+_USER_KEYS = ("memory.user_id", "memory.scope_id")
+
+
+def _mentions_user(attributes: dict[str, Any], user_id: str) -> bool:
+    """True when a span's attributes name ``user_id`` as the user it served."""
+    if attributes.get("memory.user_id") == user_id:
+        return True
+    return attributes.get("memory.scope_id") == user_id and attributes.get("memory.scope", "user") == "user"
+
+
 def encode_spans(items: list[EncodedSpan]) -> bytes:
     """The stored bytes of one trace's spans (format SPANS_FORMAT: UTF-8 JSON)."""
     return _to_json(items).encode()
@@ -283,6 +294,56 @@ class TraceStore:
                 "INSERT OR REPLACE INTO mined_traces (trace_id, mined_at) VALUES (?, ?)",
                 [(trace_id, when) for trace_id in trace_ids],
             )
+
+    def erase_user(self, user_id: str) -> int:
+        """Delete every trace that belongs to or mentions a user; returns how many.
+
+        A trace is the user's when one of its spans carries the user's id as
+        ``memory.user_id`` (runs, window loads and saves) or as the
+        ``memory.scope_id`` of a user-tier verb (persist, retrieve, update).
+        The whole trace goes (spans, run row, ``learn`` marks): its other spans
+        hold the user's words too. Freed pages are zeroed (``secure_delete``)
+        and the WAL is checkpointed, so the text does not linger in the file.
+        """
+        if not isinstance(user_id, str) or not user_id.strip() or user_id == "*":
+            raise InvalidValueError('erase_user needs one user id (not blank, not "*")')
+        if not self._exists():
+            return 0
+        trace_ids = sorted(self._traces_of_user(user_id))
+        if not trace_ids:
+            return 0
+        conn = self._connection()
+        conn.execute("PRAGMA secure_delete = ON")
+        try:
+            for start in range(0, len(trace_ids), 500):  # stay under SQLite's variable limit
+                chunk = trace_ids[start : start + 500]
+                marks = ", ".join("?" for _ in chunk)
+                with self._write() as writer:
+                    for table in ("span_batches", "runs", "mined_traces"):
+                        writer.execute(f"DELETE FROM {table} WHERE trace_id IN ({marks})", chunk)
+        finally:
+            conn.execute("PRAGMA secure_delete = OFF")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return len(trace_ids)
+
+    def _traces_of_user(self, user_id: str) -> set[str]:
+        # A substring test in SQLite picks the candidate rows without decoding
+        # every stored span; decoding the candidates confirms the attribute.
+        encoded = _to_json(user_id)
+        needles = [f'"{key}":{encoded}'.encode() for key in _USER_KEYS]
+        found: set[str] = set()
+        rows = self._connection().execute(
+            "SELECT trace_id, spans FROM span_batches WHERE format = ? AND ("
+            + " OR ".join("instr(spans, ?) > 0" for _ in needles)
+            + ")",
+            [SPANS_FORMAT, *needles],
+        )
+        for trace_id, payload in rows:
+            if trace_id not in found and any(
+                _mentions_user(item[6] or {}, user_id) for item in json.loads(payload)
+            ):
+                found.add(trace_id)
+        return found
 
     # -- reads -------------------------------------------------------------
 

@@ -197,6 +197,10 @@ class SharedWindows:
         """Delete one user's stored window; True when there was one."""
         return self.store.delete(self.key(user_id))
 
+    def drop_everywhere(self, user_id: str) -> int:
+        """Delete a user's stored windows of every agent in this project (forget)."""
+        return self.store.delete_user(self.project_id, user_id)
+
     def drop_all(self) -> int:
         """Delete every stored window of this agent and project."""
         return self.store.delete_all(self.agent_id, self.project_id)
