@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,41 @@ from fastaiagent.llm.message import Message
 logger = logging.getLogger("fastaiagent.memory")
 
 DEFAULT_WINDOW = 20
+LOG_INTERVAL_SECONDS = 60.0
+"""A failing block is logged at most once per this many seconds (per block name,
+render or message, and error class), with a count of the repeats in between:
+an outage over many users and turns is a few lines, not one per turn. Read at
+each failure."""
+
+
+class _LogThrottle:
+    """Counts repeats of a failure and says when the next log line is due."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, ...], tuple[float, int]] = {}
+
+    def due(self, key: tuple[str, ...]) -> int | None:
+        """None to stay quiet; else how many repeats were kept quiet since the last line."""
+        now = time.monotonic()
+        with self._lock:
+            last, quiet = self._last.get(key, (float("-inf"), 0))
+            if now - last < LOG_INTERVAL_SECONDS:
+                self._last[key] = (last, quiet + 1)
+                return None
+            self._last[key] = (now, 0)
+            return quiet
+
+
+_failures = _LogThrottle()  # shared by every user's memory: block names repeat across users
+
+
+def _log_failure(block: MemoryBlock, kind: str, error: Exception) -> None:
+    quiet = _failures.due((block.name, kind, type(error).__qualname__))
+    if quiet is None:
+        return
+    repeats = f" ({quiet} more since the last report)" if quiet else ""
+    logger.warning("memory block %r failed %s; skipped: %s%s", block.name, kind, error, repeats)
 
 
 class ComposableMemory:
@@ -65,7 +101,7 @@ class ComposableMemory:
     ) -> list[Message]:
         """Trace and return one block's render; a failure injects nothing (and no rendered count)."""
         if error is not None:
-            logger.warning("memory block %r failed to render; skipped: %s", block.name, error)
+            _log_failure(block, "to render", error)
             if block_span is not None:
                 block_span.record_exception(error)
                 block_span.set_attribute("memory.error", str(error)[:SNIPPET_CHARS])
@@ -136,7 +172,7 @@ class ComposableMemory:
 
     @staticmethod
     def _feed_failed(block: MemoryBlock, error: Exception) -> None:
-        logger.warning("memory block %r failed on a message; skipped: %s", block.name, error)
+        _log_failure(block, "on a message", error)
         trace.annotate({"memory.action": "failed", "memory.error": str(error)[:SNIPPET_CHARS]})
 
     def add_message(self, message: Message) -> None:

@@ -107,7 +107,9 @@ class StoreHealth:
                 self._cause, self._until, self._probing = cause, now + self._pause, False
                 logger.warning(
                     "%s is unavailable (%s): memory runs without it; retrying in %.0f s",
-                    self.target, cause, self._pause,
+                    self.target,
+                    cause,
+                    self._pause,
                 )
                 return
             self._cause = cause
@@ -118,7 +120,9 @@ class StoreHealth:
             self._until = now + self._pause
             logger.info(
                 "%s is still unavailable (%s); retrying in %.0f s",
-                self.target, cause, self._pause,
+                self.target,
+                cause,
+                self._pause,
             )
 
     def succeeded(self) -> None:
