@@ -77,7 +77,7 @@ def agent_on(store: Any, agent_id: str | None, recorder: Recorder, **kwargs: Any
 def test_forget_removes_the_user_from_every_agents_shared_window(store) -> None:
     seen = Recorder()
     a, mem_a = agent_on(store, "support", seen, windows="shared")
-    b, mem_b = agent_on(store, "billing", seen, windows="shared")
+    b, _ = agent_on(store, "billing", seen, windows="shared")
     a.run(CARD, context=ctx("alice"))
     b.run(CARD, context=ctx("alice"))
     b.run("bob's own words", context=ctx("bob"))
@@ -97,7 +97,7 @@ def test_forget_removes_the_user_from_every_agents_shared_window(store) -> None:
 
 def test_forget_reaches_in_process_windows_of_other_agents(store) -> None:
     seen = Recorder()
-    a, mem_a = agent_on(store, "support", seen)
+    _, mem_a = agent_on(store, "support", seen)
     b, mem_b = agent_on(store, "billing", seen)
     b.run(CARD, context=ctx("alice"))
     b.run("bob's own words", context=ctx("bob"))
