@@ -6,6 +6,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
+from fastaiagent.facts.store import DEFAULT_LIMIT, SubjectCount
 
 # Version 1 is the layout written before versions were recorded (so it is also
 # the step that upgrades such a file: every statement is IF [NOT] EXISTS).
@@ -77,6 +78,7 @@ _COLUMNS = (
     "id, created_at, superseded_by"
 )
 _EMPTY_METADATA = ("", "{}")
+_DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
@@ -138,8 +140,11 @@ class SQLiteFactStore:
     ``docs/backends.md``, "Schema versions").
     """
 
-    delete_batch: int = DELETE_BATCH
-    """Rows one step of :meth:`delete` removes at most (one short write transaction)."""
+    delete_batch: int = 200
+    """Rows one step of :meth:`delete` removes at most (one write transaction of
+    about a millisecond). Between steps the lock is left free for twice as long
+    as the step took (2 ms at least), so other writers, which poll for it, get
+    in: a huge delete takes longer, but no other write waits long."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0):
         self._explicit_path = Path(path).expanduser() if path is not None else None
@@ -259,11 +264,15 @@ class SQLiteFactStore:
         )
         batch, total = self.delete_batch, 0
         while True:
+            started = time.perf_counter()
             with self._write() as conn:
                 deleted = conn.execute(step, [*params, batch]).rowcount
             total += deleted
             if deleted < batch:
                 return total
+            # Other connections wait for the lock by polling (after 1, 2, 5, 10 ms ...):
+            # leave it free for a while, or back-to-back steps would starve them.
+            time.sleep(max(_DELETE_PAUSE, 2 * (time.perf_counter() - started)))
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         integer("keep", keep, minimum=0)

@@ -12,10 +12,12 @@ DEFAULT_LIMIT = 50
 ``Memory.retrieve``): reads are bounded by default; page with ``offset``."""
 
 DELETE_BATCH = 500
-"""Facts one step of a subject delete removes at most. Each step is its own
-short transaction (or script), so deleting a huge subject never holds the
-server or the database lock for long, and a crash midway leaves a state that
-repeating the delete finishes."""
+"""Facts one step of a subject delete removes at most, by default (each shipped
+store has a ``delete_batch`` attribute, sized so a step takes a few ms: 500 on
+Postgres, 200 on SQLite, 100 on Redis). Each step is its own short transaction
+(or script), so deleting a huge subject never holds the server or the database
+lock for long, and a crash midway leaves a state that repeating the delete
+finishes."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,8 @@ class FactStore(Protocol):
     ) -> int:
         """Hard-delete a subject's facts and history (or one fact); returns the count.
 
-        A whole subject (or ``"*"``) goes in steps of at most ``DELETE_BATCH``
-        facts, each its own transaction: a crash midway leaves a state that a
+        A whole subject (or ``"*"``) goes in bounded steps (see
+        :data:`DELETE_BATCH`), each its own transaction: a crash midway leaves a state that a
         repeat finishes, and the count is what was deleted. ``fact=`` removes
         the active fact with that text, found by index like :meth:`find_active`."""
         ...

@@ -1,0 +1,404 @@
+"""Huge users on every backend: forget in bounded steps, one fact by index, bounded reads.
+
+Each backend gets a 100k-fact user, bulk-loaded in the store's own layout (not
+through ``add``), and SQLite a 1M-fact one:
+
+- ``forget`` of the whole user completes while a second client keeps getting
+  answers within 50 ms (Redis PING, Postgres SELECT 1, SQLite a read and a
+  write from another connection): no single step holds the server or the
+  database lock for long;
+- a process killed (SIGKILL) in the middle of that delete leaves a state that
+  a repeat finishes, and the repeat's count is exactly what was left;
+- ``update(new, old=<text>)``, ``forget(fact=<text>)`` and the default
+  ``retrieve()`` page never read the whole user: they take milliseconds and
+  never call ``list_active`` over the subject.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _wait import wait_until
+from fastaiagent import Memory
+from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.scoping import normalize_text
+from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.store import DEFAULT_LIMIT, FactStore
+
+BIG = "big"
+MAX_PROBE_MS = 50.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def text_of(n: int) -> str:
+    return f"Fact {n} about the big user"
+
+
+# -- a second client, timed in a thread ------------------------------------------
+
+
+class Probe:
+    """Calls ``call`` in a loop on its own thread (its own connection) and keeps
+    the longest round trip, so a test can assert the server kept answering."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call = call
+        self.longest_ms = 0.0
+        self.calls = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            try:
+                self.call()
+            except BaseException as exc:  # reported by the test, never swallowed
+                self.errors.append(exc)
+                return
+            self.longest_ms = max(self.longest_ms, (time.perf_counter() - started) * 1000)
+            self.calls += 1
+            self._stop.wait(0.001)  # pacing, so the probe does not hog a core
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        wait_until(lambda: self.calls > 0 or self.errors, "the probe answers once")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+# -- bulk loads (the store's own layout) -----------------------------------------
+
+
+def load_sqlite(store: SQLiteFactStore, count: int, scope_id: str = BIG) -> None:
+    store.list_active("user", "nobody")  # creates the table
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.execute(
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < ?) "
+        "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
+        "source, created_at, metadata) SELECT 'Fact ' || x || ' about the big user', "
+        "'fact ' || x || ' about the big user', 'user', ?, '', 1.0, 'manual', 1e6 + x, '{}' "
+        "FROM n",
+        (count, scope_id),
+    )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def load_postgres(url: str, store: Any, count: int) -> None:
+    import psycopg
+    from psycopg import sql
+
+    store.list_active("user", "nobody")  # creates the table
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (fact, fact_key, scope, scope_id, project_id, created_at) "
+                "SELECT 'Fact ' || x || ' about the big user', "
+                "'fact ' || x || ' about the big user', 'user', %s, '', 1e6 + x "
+                "FROM generate_series(1, %s) AS x"
+            ).format(sql.Identifier(store.table)),
+            (BIG, count),
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(store.table)))
+
+
+def load_redis(store: Any, count: int) -> None:
+    client = store.client
+    store.list_active("user", "nobody")  # checks the layout first
+    first = int(client.incrby(store._k("seq"), count)) - count
+    pipe = client.pipeline(transaction=False)
+    for n in range(1, count + 1):
+        fact = Fact(text_of(n), scope="user", scope_id=BIG, created_at=1e6 + n)
+        store._queue_create(pipe, first + n, fact, normalize_text(fact.fact))
+        if n % 2000 == 0:
+            pipe.execute()
+    pipe.execute()
+
+
+# -- the checks every backend runs ------------------------------------------------
+
+
+def check_one_fact_paths_are_indexed(store: FactStore, count: int) -> None:
+    """update(old=text), forget(fact=text) and the default retrieve page never
+    read the subject: no list_active over it, and each takes milliseconds."""
+    mem = Memory(location=store)
+    listed: list[tuple[Any, ...]] = []
+    real_list = store.list_active
+
+    def spy(*args: Any, **kwargs: Any) -> list[Fact]:
+        listed.append((args, kwargs))
+        return real_list(*args, **kwargs)
+
+    store.list_active = spy  # type: ignore[method-assign]
+    try:
+        started = time.perf_counter()
+        new_id = mem.update("The big user moved to Lyon", old=text_of(500).upper(), id=BIG)
+        update_s = time.perf_counter() - started
+        assert listed == []  # found by index, not by listing the user
+        assert store.get(new_id).fact == "The big user moved to Lyon"  # type: ignore[union-attr]
+        started = time.perf_counter()
+        assert mem.forget(tier="user", id=BIG, fact=text_of(501)) == 1
+        forget_s = time.perf_counter() - started
+        assert store.find_active("user", BIG, "", text_of(501)) is None
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            page = mem.retrieve(tier="user", id=BIG)
+            timings.append(time.perf_counter() - started)
+        assert len(page) == DEFAULT_LIMIT
+        assert page[0].fact == "The big user moved to Lyon"
+        nxt = mem.retrieve(tier="user", id=BIG, offset=DEFAULT_LIMIT)
+        # page 1: the new fact, then the newest 49 loaded ones; page 2 goes on from there
+        assert [f.fact for f in page[1:3]] == [text_of(count), text_of(count - 1)]
+        assert [f.fact for f in nxt[:2]] == [text_of(count - 49), text_of(count - 50)]
+        assert listed and all(call[0][3] == DEFAULT_LIMIT for call in listed)  # bounded reads
+    finally:
+        del store.list_active
+    # Generous bounds for a shared machine; reading the whole user takes seconds.
+    assert update_s < 0.5 and forget_s < 0.5, (update_s, forget_s)
+    assert max(timings) < 0.2, timings
+
+
+def forget_while_probing(store: FactStore, probes: list[Probe], expected: int) -> float:
+    mem = Memory(location=store)
+    started = time.perf_counter()
+    for probe in probes:
+        probe.__enter__()
+    try:
+        assert mem.forget(tier="user", id=BIG) == expected
+    finally:
+        for probe in probes:
+            probe.__exit__()
+    elapsed = time.perf_counter() - started
+    for probe in probes:
+        assert not probe.errors, probe.errors
+        assert probe.calls > 10
+        assert probe.longest_ms < MAX_PROBE_MS, (probe.longest_ms, probe.calls)
+    assert store.list_active("user", BIG) == []
+    return elapsed
+
+
+def kill_midway(code: str, remaining: Callable[[], int], total: int) -> int:
+    """Run ``code`` (a delete) in a child process, SIGKILL it once part of the
+    subject is gone, and return what is left."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    try:
+        wait_until(
+            lambda: remaining() < total or child.poll() is not None,
+            "the child deletes its first step",
+            timeout=60,
+            interval=0.002,
+        )
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    left = remaining()
+    assert 0 < left < total, f"the delete should be killed midway ({left} of {total} left)"
+    return left
+
+
+# -- SQLite ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteFactStore]:
+    store = SQLiteFactStore(tmp_path / "big.db")
+    yield store
+    store.close()
+
+
+def test_sqlite_retrieve_over_a_million_facts_returns_the_default_page_fast(
+    sqlite_store: SQLiteFactStore,
+) -> None:
+    load_sqlite(sqlite_store, 1_000_000)
+    check_one_fact_paths_are_indexed(sqlite_store, 1_000_000)
+
+
+def test_sqlite_forget_of_100k_facts_keeps_the_database_available(
+    sqlite_store: SQLiteFactStore,
+) -> None:
+    load_sqlite(sqlite_store, 100_000)
+    neighbour = sqlite_store.add(Fact("neighbour", scope="user", scope_id="other"))
+    reader = sqlite3.connect(sqlite_store.path, check_same_thread=False, timeout=30)
+    writer = sqlite3.connect(
+        sqlite_store.path, check_same_thread=False, timeout=30, isolation_level=None
+    )
+
+    def read() -> None:
+        assert reader.execute(
+            "SELECT fact FROM learned_memory WHERE id = ?", (neighbour,)
+        ).fetchone() == ("neighbour",)
+
+    def write() -> None:  # takes the write lock, so it waits for each delete step
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("ROLLBACK")
+
+    try:
+        forget_while_probing(sqlite_store, [Probe(read), Probe(write)], 100_000)
+    finally:
+        reader.close()
+        writer.close()
+    assert [f.fact for f in sqlite_store.list_active("user", "other")] == ["neighbour"]
+
+
+def test_sqlite_delete_killed_midway_is_finished_by_a_repeat(
+    sqlite_store: SQLiteFactStore,
+) -> None:
+    load_sqlite(sqlite_store, 100_000)
+    counter = sqlite3.connect(sqlite_store.path)
+
+    def remaining() -> int:
+        return int(
+            counter.execute(
+                "SELECT COUNT(*) FROM learned_memory WHERE scope = 'user' AND scope_id = ?",
+                (BIG,),
+            ).fetchone()[0]
+        )
+
+    code = (
+        "from fastaiagent.facts.sqlite import SQLiteFactStore\n"
+        f"s = SQLiteFactStore({str(sqlite_store.path)!r})\n"
+        "s.delete_batch = 50\n"
+        f"s.delete('user', {BIG!r})\n"
+    )
+    left = kill_midway(code, remaining, 100_000)
+    assert counter.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    counter.close()
+    assert sqlite_store.delete("user", BIG) == left
+    assert sqlite_store.list_active("user", BIG, limit=None) == []
+    assert sqlite_store.browse(scope_id=BIG, include_superseded=True) == []
+
+
+# -- Postgres -------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_store(postgres_url: str, pg_table: str) -> Iterator[Any]:
+    from fastaiagent.facts.postgres import PostgresFactStore
+
+    store = PostgresFactStore(postgres_url, table=pg_table)
+    yield store
+    store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_big_user_one_fact_paths_and_forget_while_select_1_answers(
+    postgres_url: str, pg_store: Any
+) -> None:
+    import psycopg
+
+    load_postgres(postgres_url, pg_store, 100_000)
+    check_one_fact_paths_are_indexed(pg_store, 100_000)
+    with psycopg.connect(postgres_url, autocommit=True) as other:
+        probe = Probe(lambda: other.execute("SELECT 1").fetchone())
+        forget_while_probing(pg_store, [probe], 100_000)
+
+
+@pytest.mark.postgres
+def test_postgres_delete_killed_midway_is_finished_by_a_repeat(
+    postgres_url: str, pg_store: Any
+) -> None:
+    import psycopg
+    from psycopg import sql
+
+    load_postgres(postgres_url, pg_store, 100_000)
+    counter = psycopg.connect(postgres_url, autocommit=True)
+    query = sql.SQL("SELECT COUNT(*) FROM {} WHERE scope = 'user' AND scope_id = %s").format(
+        sql.Identifier(pg_store.table)
+    )
+
+    def remaining() -> int:
+        return int(counter.execute(query, (BIG,)).fetchone()[0])
+
+    code = (
+        "from fastaiagent.facts.postgres import PostgresFactStore\n"
+        f"s = PostgresFactStore({postgres_url!r}, table={pg_store.table!r})\n"
+        "s.delete_batch = 100\n"
+        f"s.delete('user', {BIG!r})\n"
+    )
+    try:
+        left = kill_midway(code, remaining, 100_000)
+        assert pg_store.delete("user", BIG) == left
+        assert remaining() == 0
+    finally:
+        counter.close()
+
+
+# -- Redis ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_store(redis_url: str, redis_prefix: str) -> Iterator[Any]:
+    from fastaiagent.facts.redis import RedisFactStore
+
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    yield store
+    store.close()
+
+
+def subject_keys(client: Any, prefix: str) -> list[str]:
+    return [k for k in client.scan_iter(match=prefix + ":*", count=5000) if k.endswith(":" + BIG)]
+
+
+@pytest.mark.redis
+def test_redis_big_user_one_fact_paths_and_forget_while_ping_answers(
+    redis_url: str, redis_store: Any, redis_prefix: str
+) -> None:
+    import redis
+
+    load_redis(redis_store, 100_000)
+    check_one_fact_paths_are_indexed(redis_store, 100_000)
+    other = redis.Redis.from_url(redis_url)
+    try:
+        forget_while_probing(redis_store, [Probe(other.ping)], 100_000)
+    finally:
+        other.close()
+    assert subject_keys(redis_store.client, redis_prefix) == []
+    assert redis_store.client.zcard(redis_store._k("all")) == 0
+
+
+@pytest.mark.redis
+def test_redis_delete_killed_midway_is_finished_by_a_repeat(
+    redis_url: str, redis_store: Any, redis_prefix: str
+) -> None:
+    load_redis(redis_store, 100_000)
+    hist = redis_store._hist_key("user", BIG, "")
+    client = redis_store.client
+
+    def remaining() -> int:
+        return int(client.scard(hist))
+
+    code = (
+        "from fastaiagent.facts.redis import RedisFactStore\n"
+        f"s = RedisFactStore({redis_url!r}, prefix={redis_prefix!r})\n"
+        "s.delete_batch = 50\n"
+        f"s.delete('user', {BIG!r})\n"
+    )
+    left = kill_midway(code, remaining, 100_000)
+    assert client.zcard(redis_store._k("all")) == left  # each step is atomic: no half-deleted fact
+    assert redis_store.delete("user", BIG) == left
+    assert subject_keys(client, redis_prefix) == []
+    assert client.zcard(redis_store._k("all")) == 0
