@@ -120,6 +120,7 @@ if ARGV[5] == '1' then nss = {lo}
 elseif desc then nss = redis.call('ZREVRANGEBYLEX', p .. 'ns', '(' .. hi, '[' .. lo)
 else nss = redis.call('ZRANGEBYLEX', p .. 'ns', '[' .. lo, '(' .. hi) end
 local out, n, batch = {}, 0, 200
+if limit >= 0 and limit + skip < batch then batch = limit + skip + 1 end  -- read no more than asked
 for _, ns in ipairs(nss) do
   local start = 0
   while limit < 0 or n < limit do
