@@ -369,3 +369,37 @@ def test_the_checked_keywords_are_on_config_and_location_is_the_store(tmp_path):
     assert repr(mem).startswith("Memory(location=SQLiteFactStore(")
     with pytest.raises(AttributeError, match="cannot assign"):
         mem.config.window = 3  # type: ignore[misc]
+
+
+def test_retrieve_is_bounded_by_default_and_pages_with_offset(tmp_path):
+    store = MemoryStore(tmp_path / "facts.db")
+    mem = Memory(location=store)
+    for i in range(120):
+        store.add(Fact(f"fact {i}", scope="user", scope_id="alice", created_at=1000.0 + i))
+    first = mem.retrieve(tier="user", id="alice")
+    assert [f.fact for f in first] == [f"fact {i}" for i in range(119, 69, -1)]  # 50, newest first
+    second = mem.retrieve(tier="user", id="alice", offset=50)
+    last = mem.retrieve(tier="user", id="alice", offset=100)
+    assert [f.fact for f in second] == [f"fact {i}" for i in range(69, 19, -1)]
+    assert [f.fact for f in last] == [f"fact {i}" for i in range(19, -1, -1)]
+    assert mem.retrieve(tier="user", id="alice", offset=120) == []
+    assert [f.fact for f in mem.retrieve(tier="user", id="alice", limit=2, offset=1)] == [
+        "fact 118",
+        "fact 117",
+    ]
+    with pytest.raises(ValueError, match="offset must be >= 0, got -1"):
+        mem.retrieve(tier="user", id="alice", offset=-1)
+    with pytest.raises(TypeError, match="offset must be an int"):
+        mem.retrieve(tier="user", id="alice", offset="50")  # type: ignore[arg-type]
+
+
+def test_update_by_text_finds_the_old_fact_by_index(tmp_path):
+    store = MemoryStore(tmp_path / "facts.db")
+    mem = Memory(location=store)
+    old = mem.persist("Prefers email", tier="user", id="alice")
+    mem.persist("Prefers email", tier="user", id="bob")
+    new = mem.update("Prefers Slack", old="  prefers EMAIL ", tier="user", id="alice")
+    assert store.get(old).superseded_by == new  # type: ignore[union-attr]
+    assert [f.fact for f in mem.retrieve(tier="user", id="bob")] == ["Prefers email"]
+    with pytest.raises(LookupError, match="no active user:alice fact matches old='Prefers email'"):
+        mem.update("Prefers phone", old="Prefers email", tier="user", id="alice")
