@@ -140,7 +140,9 @@ class BackgroundQueue:
     def _reset_after_fork(self) -> None:
         # Also the initial state. A forked child has the parent's queue but not
         # its worker threads: it starts empty and opens its own.
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # flush and back-pressure waiters
+        self._work = threading.Condition(lock)  # idle workers, woken one per new ready lane
         self._lanes: dict[str | None, deque[tuple[contextvars.Context, Callable[[], Any]]]] = {}
         self._ready: deque[str | None] = deque()  # lanes with a job waiting and none running
         self._waiting = 0  # jobs queued, not yet running
@@ -201,7 +203,7 @@ class BackgroundQueue:
         self._unfinished += 1
         self._lane_unfinished[lane] = self._lane_unfinished.get(lane, 0) + 1
         self._ensure_worker()
-        self._cond.notify_all()
+        self._work.notify()
 
     def _call(self, context: contextvars.Context, fn: Callable[[], Any]) -> None:
         try:
@@ -219,7 +221,7 @@ class BackgroundQueue:
                 break
             self._idle += 1
             try:
-                self._cond.wait(remaining)
+                self._work.wait(remaining)
             finally:
                 self._idle -= 1
         if not self._ready:  # closed and drained, or idle: let the thread go
@@ -254,6 +256,7 @@ class BackgroundQueue:
             del self._lane_unfinished[lane]
         if self._lanes[lane]:
             self._ready.append(lane)  # the lane's next job, behind the other lanes
+            self._work.notify()
         else:
             del self._lanes[lane]
         self._cond.notify_all()
@@ -298,6 +301,7 @@ class BackgroundQueue:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._work.notify_all()
         _live.discard(self)
         return drained
 
