@@ -54,7 +54,7 @@ class StoreHealth:
         self._pause = 0.0  # length of the current pause
         self._since = 0.0  # when the outage began
         self._cause = ""
-        self._probing = False  # a call was let through to try the server
+        self._prober = 0  # the thread let through to try the server (0: none)
 
     def __repr__(self) -> str:
         state = f"paused ({self._cause})" if self._down else "healthy"
@@ -77,9 +77,9 @@ class StoreHealth:
         """Return when a call may go to the server; raise ``error`` while it is
         paused (``prefix`` starts the message, e.g. ``"the fact store is unavailable: "``).
 
-        The first call after a pause ends is let through as the probe; the
-        pause is held for others until it reports (or for one more pause
-        length, should it never report).
+        The first call after a pause ends is let through as the probe (with
+        whatever else its thread calls on the way); the pause is held for
+        others until it reports (or for one more pause, should it never report).
         """
         if not self._down:
             return
@@ -88,23 +88,25 @@ class StoreHealth:
                 return
             now = time.monotonic()
             if now < self._until:
+                if self._prober == threading.get_ident():
+                    return
                 raise error(
                     f"{prefix}{self.target} is paused after a failure ({self._cause}); "
                     f"calls to it fail at once until the next attempt in "
                     f"{self._until - now:.1f} s"
                 )
             # This caller probes; the others wait for it (for one more pause at most).
-            self._until, self._probing = now + self._pause, True
+            self._until, self._prober = now + self._pause, threading.get_ident()
 
     def failed(self, cause: str) -> None:
         """Record a connection-level failure: start the pause, or lengthen it
         when a probe failed. Calls already in flight when the pause began
-        report too; they do not lengthen it."""
+        report too (as may a probe's, from another thread); they do not lengthen it."""
         with self._lock:
             now = time.monotonic()
             if not self._down:
                 self._down, self._since, self._pause = True, now, PAUSE_SECONDS
-                self._cause, self._until, self._probing = cause, now + self._pause, False
+                self._cause, self._until, self._prober = cause, now + self._pause, 0
                 logger.warning(
                     "%s is unavailable (%s): memory runs without it; retrying in %.0f s",
                     self.target,
@@ -113,9 +115,9 @@ class StoreHealth:
                 )
                 return
             self._cause = cause
-            if not self._probing:
+            if self._prober != threading.get_ident():
                 return  # a call that started before the pause: the pause stands
-            self._probing = False
+            self._prober = 0
             self._pause = min(max(self._pause * 2, PAUSE_SECONDS), MAX_PAUSE_SECONDS)
             self._until = now + self._pause
             logger.info(
@@ -134,12 +136,12 @@ class StoreHealth:
                 return
             down_for = time.monotonic() - self._since
             self._down, self._cause, self._until, self._pause = False, "", 0.0, 0.0
-            self._probing = False
+            self._prober = 0
         logger.warning("%s is back after %.0f s", self.target, down_for)
 
     def _reset(self) -> None:
         self._down, self._cause, self._until, self._pause = False, "", 0.0, 0.0
-        self._probing = False
+        self._prober = 0
 
 
 def server_name(kind: str, url: str) -> str:
