@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent._validate import one_of
 from fastaiagent.facts.items import ItemWrite, Namespace, StoredItem
 from fastaiagent.integrations.items import item_store_for, root_namespace
 
@@ -217,6 +218,37 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
         self.items.delete_prefix(self._checkpoints(str(thread_id)))
         self.items.delete_prefix(self._writes(str(thread_id)))
 
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread (all its namespaces, the
+        whole parent chain) to another thread, in one atomic write."""
+        copies = []
+        for under in (self._checkpoints, self._writes):
+            source = under(str(source_thread_id))
+            for item in self.items.scan(source):
+                namespace = under(str(target_thread_id), *item.namespace[len(source) :])
+                copies.append(ItemWrite(namespace, item.key, item.value))
+        self.items.write(copies)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"``: keep only each namespace's newest checkpoint (and its
+        writes); ``"delete"``: delete the threads. Checkpoints here hold every
+        channel value, so the kept one is complete on its own."""
+        one_of("strategy", strategy, ("keep_latest", "delete"))
+        for thread_id in map(str, thread_ids):
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            newest: dict[str, str] = {}
+            drop = []
+            for item in self.items.scan(self._checkpoints(thread_id), descending=True):
+                if newest.setdefault(item.namespace[-1], item.key) != item.key:
+                    drop.append(ItemWrite(item.namespace, item.key, None))
+            for item in self.items.scan(self._writes(thread_id)):
+                checkpoint_ns, checkpoint_id = item.namespace[-2:]
+                if newest.get(checkpoint_ns) != checkpoint_id:
+                    drop.append(ItemWrite(item.namespace, item.key, None))
+            self.items.write(drop)
+
     # -- async: the same calls in a worker thread ---------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -258,3 +290,11 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
     async def adelete_thread(self, thread_id: str) -> None:
         """Async :meth:`delete_thread`."""
         await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async :meth:`copy_thread`."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async :meth:`prune`."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
