@@ -19,7 +19,7 @@ from fastaiagent import trace
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks.background import current_user
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.scoping import WILDCARD, check_message_size
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -208,23 +208,29 @@ class Turn:
     def context_messages(self, query: str) -> list[Message]:
         self._tag_run()
         if self._windows is not None:
+            check_message_size("user", query)  # a shared window stores it: refuse before the model runs
             self._windows.refresh(self.state)
         return self._view.get_context(query)
 
     async def acontext_messages(self, query: str) -> list[Message]:
         self._tag_run()
         if self._windows is not None:
+            check_message_size("user", query)
             await self._windows.arefresh(self.state)
         return await self._view.aget_context(query)
 
     def record(self, messages: Sequence[Message]) -> None:
         if self._windows is not None:
+            for message in messages:
+                check_message_size(message.role, message.content)
             self._windows.record(self.state, messages)
         elif self.state is not None:
             self.state.memory.record(messages)
 
     async def arecord(self, messages: Sequence[Message]) -> None:
         if self._windows is not None:
+            for message in messages:
+                check_message_size(message.role, message.content)
             await self._windows.arecord(self.state, messages)
         elif self.state is not None:
             await self.state.memory.arecord(messages)

@@ -9,6 +9,12 @@
 
 Fact text is compared normalised (case and spacing) everywhere, so the same
 statement typed twice is one fact.
+
+Size limits (each refused with an ``InvalidValueError`` that names it) are
+module settings read at every call; assign a new value to change one::
+
+    from fastaiagent.facts import scoping
+    scoping.MAX_METADATA_BYTES = 64_000
 """
 
 from __future__ import annotations
@@ -23,7 +29,20 @@ from fastaiagent.facts.fact import SCOPES, Fact
 
 WILDCARD = "*"
 MAX_FACT_CHARS = 10_000
+"""Longest fact text, in characters (facts are injected into prompts)."""
+MAX_METADATA_BYTES = 16_384
+"""Largest ``metadata`` of a fact, as JSON (it comes back with every read of the fact)."""
+MAX_MESSAGE_CHARS = 65_536
+"""Longest message a shared window stores (the window is written on every turn)."""
 MAX_ID_CHARS = 512  # ids are keys in every backend's indexes; keep them bounded
+
+
+def _too_big(what: str, size: str, setting: str) -> InvalidValueError:
+    limit = globals()[setting]
+    return InvalidValueError(
+        f"{what} is {size}; the limit is {limit:,}: keep it smaller, or raise the limit "
+        f"with fastaiagent.facts.scoping.{setting} = <new value>"
+    )
 _SPACES = re.compile(r"\s+")
 
 
@@ -54,7 +73,7 @@ def validate_for_write(fact: Fact) -> Fact:
     if not normalize_text(text):
         raise InvalidValueError("fact text is empty")
     if len(text) > MAX_FACT_CHARS:
-        raise InvalidValueError(f"fact text is {len(text)} characters; the limit is {MAX_FACT_CHARS}")
+        raise _too_big("fact text", f"{len(text):,} characters", "MAX_FACT_CHARS")
     for name, value in (
         ("fact", text),
         ("scope_id", fact.scope_id),
@@ -77,10 +96,19 @@ def validate_for_write(fact: Fact) -> Fact:
     if not isinstance(fact.metadata, dict):
         raise InvalidTypeError("metadata must be a dict")
     try:
-        json.dumps(fact.metadata)
+        size = len(json.dumps(fact.metadata)) if fact.metadata else 0
     except (TypeError, ValueError) as exc:
         raise InvalidTypeError(f"metadata must be JSON-serialisable: {exc}") from None
+    if size > MAX_METADATA_BYTES:
+        raise _too_big("metadata", f"{size:,} bytes of JSON", "MAX_METADATA_BYTES")
     return fact.stamped()
+
+
+def check_message_size(role: str, content: object) -> None:
+    """Refuse a message longer than :data:`MAX_MESSAGE_CHARS` before a shared
+    window stores it (``content`` that is not text is left to its own checks)."""
+    if isinstance(content, str) and len(content) > MAX_MESSAGE_CHARS:
+        raise _too_big(f"the {role} message", f"{len(content):,} characters", "MAX_MESSAGE_CHARS")
 
 
 @dataclass(frozen=True)
