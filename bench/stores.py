@@ -5,7 +5,12 @@ Per backend it measures
 - read p50: ``list_active(limit=50)`` of a random subject holding 50 facts, in
   a store of 10k facts (200 subjects) and one of 1M (20k subjects), read in
   alternating rounds so both see the same machine load, and the ratio of the
-  two (a read should cost what it returns, not what is stored).
+  two (a read should cost what it returns, not what is stored);
+- forget: ``delete`` of one user holding 10k and 100k facts: the total time,
+  the longest single server call (one delete step: a SQLite write transaction,
+  a Postgres statement, a Redis script, timed at the client) and the longest
+  answer a second client got meanwhile (SQLite: a write, which needs the lock;
+  Postgres: SELECT 1; Redis: PING).
 
 The large data sets are bulk-loaded (executemany / COPY / pipelines) in the
 store's own layout, not through ``add``. Results go to bench/results/stores.json.
@@ -13,6 +18,7 @@ store's own layout, not through ``add``. Results go to bench/results/stores.json
     python bench/stores.py                 # all backends, 10k vs 1M
     python bench/stores.py --quick         # 10k vs 100k, fewer samples
     python bench/stores.py --backends sqlite,redis
+    python bench/stores.py --quick --forget-only
 
 Targets: SQLite >= 5,000 adds/s and read p50 <= 0.1 ms; Postgres read p50
 <= 0.5 ms; Redis read p50 <= 0.3 ms; every ratio (1M / 10k) <= 1.2.
@@ -26,6 +32,7 @@ import random
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -104,6 +111,159 @@ def bulk_redis(store: Any, first: int, last: int, base: float) -> None:
             pipe.execute()
     pipe.execute()
     client.set(store._k("seq"), next_id + (last - first) * PER_SUBJECT)
+
+
+def one_user(count: int) -> Iterator[tuple[str, str, float]]:
+    """(text, scope_id, created_at) of ``count`` facts of the user ``doomed``."""
+    for n in range(count):
+        yield f"Doomed fact {n}", "doomed", 1e6 + n
+
+
+def load_user_sqlite(store: MemoryStore, count: int) -> None:
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
+        "source, created_at, metadata) VALUES (?, ?, 'user', ?, '', 1.0, 'manual', ?, '{}')",
+        ((t, normalize_text(t), sid, ts) for t, sid, ts in one_user(count)),
+    )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def load_user_postgres(store: Any, count: int) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        query = sql.SQL(
+            "COPY {} (fact, fact_key, scope, scope_id, project_id, created_at) FROM STDIN"
+        ).format(sql.Identifier(store.table))
+        with conn.cursor() as cur, cur.copy(query) as copy:
+            for text, sid, ts in one_user(count):
+                copy.write_row((text, normalize_text(text), "user", sid, "", ts))
+
+
+def load_user_redis(store: Any, count: int) -> None:
+    client = store._client
+    first = int(client.incrby(store._k("seq"), count)) - count
+    pipe = client.pipeline(transaction=False)
+    for i, (text, sid, ts) in enumerate(one_user(count), start=1):
+        store._queue_create(
+            pipe,
+            first + i,
+            Fact(text, scope="user", scope_id=sid, created_at=ts),
+            normalize_text(text),
+        )
+        if i % 2000 == 0:
+            pipe.execute()
+    pipe.execute()
+
+
+class StepTimer:
+    """Times each call of one of the store's own per-step functions (a bench
+    may reach into the store; the library never does this)."""
+
+    def __init__(self, store: Any, name: str, *, context: bool = False) -> None:
+        self.store, self.name, self.longest = store, name, 0.0
+        self.calls = 0
+        inner = getattr(store, name)
+        self._own = store.__dict__.get(name)  # an instance attribute (a Redis script) or None
+        if context:
+            from contextlib import contextmanager
+
+            @contextmanager
+            def timed_cm(*args: Any, **kwargs: Any) -> Iterator[Any]:
+                started = time.perf_counter()
+                with inner(*args, **kwargs) as value:
+                    yield value
+                self._record(started)
+
+            setattr(store, name, timed_cm)
+        else:
+
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    self._record(started)
+
+            setattr(store, name, timed)
+
+    def _record(self, started: float) -> None:
+        self.longest = max(self.longest, time.perf_counter() - started)
+        self.calls += 1
+
+    def remove(self) -> None:
+        if self._own is not None:
+            setattr(self.store, self.name, self._own)
+        else:
+            delattr(self.store, self.name)
+
+
+def second_client(name: str, store: Any) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """A call on a connection of its own (see the docstring), and its closer."""
+    if name == "sqlite":
+        conn = sqlite3.connect(
+            store.path, check_same_thread=False, timeout=60, isolation_level=None
+        )
+
+        def write() -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+
+        return write, conn.close
+    if name == "postgres":
+        import psycopg
+
+        pg = psycopg.connect(POSTGRES_URL, autocommit=True)
+        return (lambda: pg.execute("SELECT 1").fetchone()), pg.close
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    return client.ping, client.close
+
+
+def measure_forget(name: str, store: Any, count: int) -> dict[str, float]:
+    """Delete one user of ``count`` facts while a second client is timed."""
+    loader = {"sqlite": load_user_sqlite, "postgres": load_user_postgres, "redis": load_user_redis}
+    loader[name](store, count)
+    step = {
+        "sqlite": ("_write", True),
+        "postgres": ("_run", False),
+        "redis": ("_delete_some", False),
+    }
+    timer = StepTimer(store, step[name][0], context=step[name][1])
+    call, close = second_client(name, store)
+    stop, worst = threading.Event(), [0.0]
+
+    def probe() -> None:
+        while not stop.is_set():
+            started = time.perf_counter()
+            call()
+            worst[0] = max(worst[0], time.perf_counter() - started)
+            stop.wait(0.001)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    started = time.perf_counter()
+    try:
+        deleted = store.delete("user", "doomed")
+    finally:
+        elapsed = time.perf_counter() - started
+        stop.set()
+        thread.join(10)
+        timer.remove()
+        close()
+    assert deleted == count, (deleted, count)
+    return {
+        "facts": count,
+        "forget_s": round(elapsed, 3),
+        "steps": timer.calls,
+        "longest_call_ms": round(timer.longest * 1000, 2),
+        "second_client_max_ms": round(worst[0] * 1000, 2),
+    }
 
 
 # -- backends ------------------------------------------------------------------
@@ -228,6 +388,20 @@ def run_backend(name: str, big_subjects: int, adds: int, samples: int) -> dict[s
             cleanup_big()
 
 
+def run_forget(name: str, sizes: list[int]) -> list[dict[str, float]]:
+    opener = BACKENDS[name][0]
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store, cleanup = opener(Path(tmp) / "forget")
+        try:
+            store.list_active("user", "nobody")  # first open: schema / layout
+            for size in sizes:
+                out.append(measure_forget(name, store, size))
+        finally:
+            cleanup()
+    return out
+
+
 def check(name: str, result: dict[str, Any]) -> dict[str, bool]:
     target = TARGETS[name]
     out = {"ratio": result["ratio"] <= MAX_RATIO}
@@ -245,6 +419,10 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="10k vs 100k facts, fewer samples")
     parser.add_argument("--backends", default="sqlite,postgres,redis")
+    parser.add_argument(
+        "--forget-sizes", default="10000,100000", help="facts of the forgotten user(s)"
+    )
+    parser.add_argument("--forget-only", action="store_true", help="only the forget figures")
     args = parser.parse_args()
     big_subjects = 2_000 if args.quick else 20_000
     adds = 2_000 if args.quick else 10_000
@@ -252,9 +430,22 @@ def main() -> int:
     results: dict[str, Any] = {}
     load_before = os.getloadavg()
     print(f"load average {load_before[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    sizes = [int(n) for n in args.forget_sizes.split(",") if n]
     for name in args.backends.split(","):
         print(f"[{name}] running ...", flush=True)
+        forget = run_forget(name, sizes)
+        for f in forget:
+            print(
+                f"[{name}] forget of {f['facts']:,} facts {f['forget_s']:.2f} s in "
+                f"{f['steps']} steps | longest call {f['longest_call_ms']:.1f} ms | "
+                f"second client max {f['second_client_max_ms']:.1f} ms",
+                flush=True,
+            )
+        if args.forget_only:
+            results[name] = {"forget": forget}
+            continue
         results[name] = run_backend(name, big_subjects, adds, samples)
+        results[name]["forget"] = forget
         r = results[name]
         print(
             f"[{name}] add/s {r['adds_per_s']:>8,} | list_active(limit=50) p50 "
