@@ -228,6 +228,60 @@ def test_token_is_required_once_then_kept_in_a_cookie(store, tmp_path):
     assert fresh.get("/memory", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
 
 
+def test_the_cookie_holds_a_derived_value_never_the_token(store, tmp_path):
+    from fastaiagent.ui.app import TOKEN_COOKIE, cookie_value
+
+    app = create_app(store, trace_db=tmp_path / "t.db", token="s3cret-token")
+    first = TestClient(app, base_url="http://0.0.0.0").get("/memory?token=s3cret-token")
+    kept = first.cookies[TOKEN_COOKIE]
+    assert kept == cookie_value("s3cret-token") and "s3cret-token" not in kept
+    assert "s3cret-token" not in first.headers["set-cookie"]
+    for value, status in ((kept, 200), ("s3cret-token", 401), (cookie_value("other-token"), 401)):
+        browser = TestClient(app, base_url="http://0.0.0.0", cookies={TOKEN_COOKIE: value})
+        assert browser.get("/memory").status_code == status
+    # The cookie's value is no token: it opens nothing as ?token= or a bearer token.
+    thief = TestClient(app, base_url="http://0.0.0.0")
+    assert thief.get(f"/memory?token={kept}").status_code == 401
+    assert thief.get("/memory", headers={"Authorization": f"Bearer {kept}"}).status_code == 401
+
+
+def test_ui_command_never_prints_its_token(monkeypatch, tmp_path):
+    from fastaiagent.cli import _register, app
+    from fastaiagent.cli import ui as ui_command
+
+    def fake_serve(sock, store, *, token, trace_db, announce):  # type: ignore[no-untyped-def]
+        sock.close()
+        assert token == "env-token-123"  # the UI still guards with it
+        announce("http://127.0.0.1:7860")
+
+    monkeypatch.setattr(ui_command, "serve_on", fake_serve)
+    monkeypatch.setenv("FASTAIAGENT_UI_TOKEN", "env-token-123")
+    _register()
+    result = CliRunner().invoke(app, ["ui", "--port", "0", "--location", f"sqlite:///{tmp_path}/f.db"])
+    assert result.exit_code == 0, result.output
+    assert "env-token-123" not in result.output
+    assert "?token=<token>" in result.output and "$FASTAIAGENT_UI_TOKEN" in result.output
+    assert "passed with --token" in ui_command.announcement("http://h:1", "--token")
+    assert "token" not in ui_command.announcement("http://h:1", None)
+
+
+def test_trace_db_help_names_the_real_default(monkeypatch, tmp_path):
+    import inspect
+
+    from fastaiagent.cli.ui import ui
+    from fastaiagent.trace.store import default_trace_db_path
+
+    help_text = inspect.signature(ui).parameters["trace_db"].default.help
+    assert "$FASTAIAGENT_TRACE_DB" in help_text and "./.fastaiagent/" in help_text
+    assert "beside the fact db" not in help_text
+    monkeypatch.delenv("FASTAIAGENT_TRACE_DB", raising=False)
+    monkeypatch.setenv("FASTAIAGENT_LOCAL_DB", str(tmp_path / "data" / "local.db"))
+    assert default_trace_db_path() == tmp_path / "data" / "traces.db"  # what the help says
+    monkeypatch.delenv("FASTAIAGENT_LOCAL_DB")
+    monkeypatch.chdir(tmp_path)
+    assert default_trace_db_path() == tmp_path / ".fastaiagent" / "traces.db"
+
+
 def test_pages_forbid_scripts(store, tmp_path):
     response = _client(store, tmp_path).get("/memory")
     assert "default-src 'none'" in response.headers["content-security-policy"]
@@ -276,6 +330,7 @@ def _error_message(response) -> str:
         ("page=abc", "page must be a whole number from 1 to 1000000, got &#39;abc&#39;"),
         ("page=0", "page must be &gt;= 1, got 0"),
         ("page=1000001", "page must be &lt;= 1000000, got 1000001"),
+        (f"page={10**24}", f"page must be &lt;= 1000000, got {10**24}"),
         ("per_page=100000000", "per_page must be &lt;= 200, got 100000000"),
         ("per_page=0", "per_page must be &gt;= 1, got 0"),
         ("per_page=ten", "per_page must be a whole number from 1 to 200, got &#39;ten&#39;"),
@@ -298,6 +353,8 @@ def test_a_bad_parameter_is_escaped_on_the_error_page(store, tmp_path):
 def test_traces_page_parameters_are_checked_too(store, tmp_path):
     response = _client(store, tmp_path).get("/traces?page=x")
     assert response.status_code == 400
+    huge = _client(store, tmp_path).get(f"/traces?page={10**24}")  # once a 503
+    assert huge.status_code == 400 and _error_message(huge) == f"page must be &lt;= 1000000, got {10**24}"
     assert _error_message(response) == "page must be a whole number from 1 to 1000000, got &#39;x&#39;"
     assert 'class="active"' in response.text and 'id="nav-traces" class="active"' in response.text
 

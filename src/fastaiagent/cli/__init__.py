@@ -24,8 +24,9 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("fastaiagent.cli.mcp", "register", "mcp"),
     ("fastaiagent.demo", "register", "demo"),
 ]
-# Driver loggers that repeat, per retry, what the one error line already says.
-_CHATTY_LOGGERS = ("psycopg.pool",)
+# Loggers that repeat (per retry, or as an outage notice for agent runs) what
+# the one error line already says.
+_CHATTY_LOGGERS = ("psycopg.pool", "fastaiagent.facts.outage")
 _registered = False
 
 

@@ -25,15 +25,21 @@ def ui(
         None, help=f"Require this token to view pages (or set {TOKEN_ENV})."
     ),
     trace_db: str | None = typer.Option(
-        None, "--trace-db", help="Local trace store (default: traces.db beside the fact db)."
+        None,
+        "--trace-db",
+        help=(
+            "Local trace store (default: $FASTAIAGENT_TRACE_DB, else traces.db in the folder "
+            "of the default local database: ./.fastaiagent/, or that of "
+            "$FASTAIAGENT_LOCAL_DB; never beside a --location path)."
+        ),
     ),
 ) -> None:
     """Browse durable facts (Memory) and runs (Traces) in a local web UI."""
+    source = "--token" if token else TOKEN_ENV
     token = token or os.environ.get(TOKEN_ENV) or None
 
     def announce(url: str) -> None:
-        suffix = f"/?token={token}" if token else "/"
-        typer.echo(f"fastaiagent UI on {url}{suffix}  (Ctrl+C to stop)")
+        typer.echo(announcement(url, source if token else None))
 
     # Bad --host / --port / --token exit 2 before anything is printed; a port in use exits 1.
     with checking_options():
@@ -42,6 +48,16 @@ def ui(
         store = make_fact_store(location)
         sock = listen(host, port_number)
     serve_on(sock, store, token=token, trace_db=trace_db, announce=announce)
+
+
+def announcement(url: str, token_source: str | None) -> str:
+    """What ``fastaiagent ui`` prints once it serves. Never the token: terminals,
+    logs and screen shares keep what is printed; it says where the token is set."""
+    line = f"fastaiagent UI on {url}/  (Ctrl+C to stop)"
+    if token_source is None:
+        return line
+    where = "the value passed with --token" if token_source == "--token" else f"the value of ${token_source}"
+    return f"{line}\nIt needs its token: open {url}/?token=<token>, where <token> is {where}."
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ with the reason on one line (the details go to the server log), and
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 from collections.abc import Callable
@@ -45,6 +46,14 @@ PARAMETER_RULES = {
     "page": f"a whole number from 1 to {views.MAX_PAGE_NUMBER}",
     "per_page": f"a whole number from 1 to {views.MAX_PAGE_SIZE}",
 }
+
+
+def cookie_value(token: str) -> str:
+    """What the UI's cookie holds for ``token``: an HMAC of it, never the token
+    itself, so a cookie read from a browser cannot be used as the token (not
+    as ``?token=`` nor as a bearer token, nor anywhere else it was reused); a
+    new token invalidates every cookie."""
+    return hmac.new(token.encode(), b"fastaiagent-ui-cookie-v1", hashlib.sha256).hexdigest()
 
 
 def _host_name(host_header: str) -> str:
@@ -119,7 +128,8 @@ def create_app(
     ``location`` is where facts live (``"sqlite"``, ``sqlite:///path``,
     ``postgres://…``, ``redis://…`` or a FactStore). ``trace_db`` is the
     local trace store (default beside the fact database). With ``token``
-    every page needs it once (``?token=…``, kept in a cookie) or as
+    every page needs it once (``?token=…``; the browser then keeps a cookie
+    holding an HMAC of it, see :func:`cookie_value`) or as
     ``Authorization: Bearer``. Without a token only loopback ``Host``
     headers are served, so another site cannot reach the UI through DNS
     rebinding. "Mask secrets" uses ``redaction``, else the installed
@@ -153,19 +163,18 @@ def _add_guard(app: Any, token: str | None, hosts: frozenset[str] | None) -> Non
     from starlette.requests import Request
     from starlette.responses import Response
 
+    cookie = cookie_value(token) if token else ""
+
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
         if hosts is not None and _host_name(request.headers.get("host", "")) not in hosts:
             return Response("unknown host", status_code=400, media_type="text/plain")
         set_cookie = False
         if token and not request.url.path.startswith("/static/"):
-            offered = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
-            auth = request.headers.get("authorization", "")
-            if auth.lower().startswith("bearer "):
-                offered = auth[7:].strip()
-            if not hmac.compare_digest(offered.encode(), token.encode()):
+            if not _admitted(request, token, cookie):
                 return Response(
-                    "this UI needs its token: open the URL printed by `fastaiagent ui`",
+                    "this UI needs its token: open /?token=<token>, with the token given "
+                    "to `fastaiagent ui` (--token or FASTAIAGENT_UI_TOKEN)",
                     status_code=401,
                     media_type="text/plain",
                 )
@@ -173,9 +182,20 @@ def _add_guard(app: Any, token: str | None, hosts: frozenset[str] | None) -> Non
         response = await call_next(request)
         for key, value in SECURITY_HEADERS.items():
             response.headers.setdefault(key, value)
-        if set_cookie and token:
-            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        if set_cookie:
+            response.set_cookie(TOKEN_COOKIE, cookie, httponly=True, samesite="strict")
         return response
+
+
+def _admitted(request: Any, token: str, cookie: str) -> bool:
+    """The token as ``Authorization: Bearer`` or ``?token=``, else the cookie;
+    each compared in constant time."""
+    auth = request.headers.get("authorization", "")
+    offered = auth[7:].strip() if auth.lower().startswith("bearer ") else request.query_params.get("token")
+    if offered is not None:
+        return hmac.compare_digest(offered.encode(), token.encode())
+    kept = request.cookies.get(TOKEN_COOKIE) or ""
+    return hmac.compare_digest(kept.encode(), cookie.encode())
 
 
 def explain_invalid(errors: Any) -> str:
