@@ -59,21 +59,27 @@ def shown(facts: list[Fact]) -> list[Fact]:
     return [f for f in facts if not (f.metadata and f.metadata.get(FLAGGED_KEY))]
 
 
-def fact_lines(facts: list[Fact]) -> list[str]:
-    """One line per fact: ``- "Prefers email" (user said, 0.6)`` (quoted, escaped)."""
-    if framing.all_plain([f.fact for f in facts]):
-        table = _suffixes
+def fact_lines(facts: list[Fact], scope: str | None = None) -> list[str]:
+    """One line per fact not flagged: ``- "Prefers email" (user said, 0.6)``
+    (quoted and escaped). ``scope``: the one scope every fact is filed under,
+    when the caller knows it (a block does); it allows the fast path."""
+    # This runs every turn for every tier: the common case (no metadata,
+    # nothing to escape, labels seen before) is one pass and two dict lookups
+    # per fact; anything else takes the careful path below.
+    texts = [f.fact for f in facts if not f.metadata]
+    table = None if scope is None else _suffixes.get(scope)
+    if table is not None and len(texts) == len(facts) and framing.all_plain(texts):
         try:
-            return ['- "' + f.fact + '"' + table[f.scope][f.source][f.confidence] for f in facts]
+            return [f'- "{f.fact}"{table[f.source][f.confidence]}' for f in facts]
         except KeyError:
-            pass  # a combination not seen yet: the line below remembers it
-    return ["- " + framing.quote(f.fact) + _suffix(f) for f in facts]
+            pass  # a label not seen yet: the line below remembers it
+    return ["- " + framing.quote(f.fact) + _suffix(f) for f in shown(facts)]
 
 
-def format_facts(heading: str, facts: list[Fact]) -> str:
+def format_facts(heading: str, facts: list[Fact], scope: str | None = None) -> str:
     """``heading``, the notes preamble, then one quoted fact per line with its
     source and confidence (see :func:`fact_lines`)."""
-    return framing.section(heading, fact_lines(facts))
+    return framing.section(heading, fact_lines(facts, scope))
 
 
 class PersistentFactBlock(MemoryBlock):
@@ -164,12 +170,15 @@ class PersistentFactBlock(MemoryBlock):
         return self._cache
 
     def render(self, query: str) -> list[Message]:
-        facts = shown(self.fetch())
-        if not facts:
+        facts = self.fetch()
+        lines = fact_lines(facts, self.scope)
+        if not lines:
             return []
         if trace.is_enabled():
+            if len(lines) != len(facts):
+                facts = shown(facts)
             trace.annotate({"memory.scope": self.scope, "memory.fact_ids": [f.id or 0 for f in facts]})
-        return [SystemMessage(format_facts(self.heading, facts))]
+        return [SystemMessage(framing.section(self.heading, lines))]
 
     def clear(self) -> None:
         with self._lock:
