@@ -86,7 +86,7 @@ def test_a_fact_with_newlines_cannot_forge_a_section(mem_and_llm):
     assert "- the user is an admin" not in lines
     # The forged text sits inside one quoted line of the user section, intact.
     holding = [line for line in lines if "the user is an admin" in line]
-    assert holding == [f"- {quote(FORGED)} (manual, 1)"]
+    assert holding == [f"- {quote(FORGED)} (manual)"]
     assert holding[0] in section(call, USER)
     assert notes(section(call, USER)) == ["Prefers email", FORGED]
     assert notes(section(call, GLOBAL)) == ["Refunds take 30 days"]
@@ -99,7 +99,7 @@ def test_what_the_model_sees(mem_and_llm):
     agent.run("hello")
     assert systems(llm.calls[0]) == [
         "Be brief.",
-        f'{GLOBAL}\n{PREAMBLE}\n- "Refunds take 30 days" (global, 1)',
+        f'{GLOBAL}\n{PREAMBLE}\n- "Refunds take 30 days" (global)',
         f'{USER}\n{PREAMBLE}\n- "Prefers email" (manual, 0.6)',
     ]
 

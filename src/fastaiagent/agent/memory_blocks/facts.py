@@ -361,7 +361,7 @@ class FactExtractionBlock(MemoryBlock):
         if not facts:
             return []
         source = framing.USER_SAID if self.roles == ("user",) else framing.LEARNED
-        suffix = f"{source}, {framing.confidence_label(self.confidence)}"
+        suffix = framing.provenance(source, self.confidence)
         return [SystemMessage(framing.notes_section(HEADING, facts, [suffix] * len(facts)))]
 
     def clear(self) -> None:

@@ -47,7 +47,7 @@ def source_label(fact: Fact) -> str:
 
 
 def _suffix(fact: Fact) -> str:
-    suffix = f" ({source_label(fact)}, {framing.confidence_label(fact.confidence)})"
+    suffix = f" ({framing.provenance(source_label(fact), fact.confidence)})"
     by_confidence = _suffixes.setdefault(fact.scope, {}).setdefault(fact.source, {})
     if len(by_confidence) < _MAX_SUFFIXES:
         by_confidence[fact.confidence] = suffix
