@@ -1,6 +1,7 @@
 """The shipped memory blocks, one module each."""
 
 from fastaiagent.agent.memory_blocks.background import BackgroundQueue
+from fastaiagent.agent.memory_blocks.fact_policy import FactPolicy, default_fact_policy
 from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
@@ -11,9 +12,11 @@ from fastaiagent.agent.memory_blocks.vector import VectorBlock
 __all__ = [
     "BackgroundQueue",
     "FactExtractionBlock",
+    "FactPolicy",
     "PersistentFactBlock",
     "PlaneFactBlock",
     "StaticBlock",
     "SummaryBlock",
     "VectorBlock",
+    "default_fact_policy",
 ]
