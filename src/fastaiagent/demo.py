@@ -84,14 +84,19 @@ def offline_reply(messages: list[Message]) -> str:
     return f"[offline model] You asked {question!r}. I'm keeping in mind: " + "; ".join(facts)
 
 
+def _noted(section: str) -> list[str]:
+    """The note lines of an injected section (``- "fact" (source)``), without the preamble."""
+    return [line[2:] for line in section.splitlines() if line.startswith("- ")]
+
+
 def injected_by_tier(prompt: list[Message]) -> dict[str, list[str]]:
     tiers: dict[str, list[str]] = {"global": [], "user": [], "window": []}
     for message in prompt[:-1]:
         content = message.content or ""
         if message.role == "system" and content.startswith("Facts true for everyone"):
-            tiers["global"] += [line[2:] for line in content.splitlines()[1:]]
+            tiers["global"] += _noted(content)
         elif message.role == "system" and content.startswith("Facts about this user"):
-            tiers["user"] += [line[2:] for line in content.splitlines()[1:]]
+            tiers["user"] += _noted(content)
         elif message.role in ("user", "assistant"):
             tiers["window"].append(f"{message.role}: {content[:60]}")
     return tiers

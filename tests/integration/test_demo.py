@@ -38,3 +38,5 @@ def test_demo_runs_offline_and_shows_isolation_and_semantic_retrieval(tmp_path):
     assert "-> The user is allergic to peanuts" in out
     assert (tmp_path / ".fastaiagent" / "local.db").is_file()
     assert "[offline model]" in out
+    assert '"The user is allergic to peanuts" (manual)' in out  # quoted, with its source
+    assert "Remembered notes" not in out  # the preamble is not listed as a fact
