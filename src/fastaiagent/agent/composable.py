@@ -6,13 +6,13 @@ import asyncio
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._io import read_json
+from fastaiagent._throttle import LogThrottle
 from fastaiagent.agent.memory_blocks.base import (
     SNIPPET_CHARS,
     MemoryBlock,
@@ -33,34 +33,13 @@ an outage over many users and turns is a few lines, not one per turn. Read at
 each failure."""
 
 
-class _LogThrottle:
-    """Counts repeats of a failure and says when the next log line is due."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[tuple[str, ...], tuple[float, int]] = {}
-
-    def due(self, key: tuple[str, ...]) -> int | None:
-        """None to stay quiet; else how many repeats were kept quiet since the last line."""
-        now = time.monotonic()
-        with self._lock:
-            last, quiet = self._last.get(key, (float("-inf"), 0))
-            if now - last < LOG_INTERVAL_SECONDS:
-                self._last[key] = (last, quiet + 1)
-                return None
-            self._last[key] = (now, 0)
-            return quiet
-
-
-_failures = _LogThrottle()  # shared by every user's memory: block names repeat across users
+# Shared by every user's memory: block names repeat across users.
+_failures = LogThrottle(lambda: LOG_INTERVAL_SECONDS)
 
 
 def _log_failure(block: MemoryBlock, kind: str, error: Exception) -> None:
-    quiet = _failures.due((block.name, kind, type(error).__qualname__))
-    if quiet is None:
-        return
-    repeats = f" ({quiet} more since the last report)" if quiet else ""
-    logger.warning("memory block %r failed %s; skipped: %s%s", block.name, kind, error, repeats)
+    key = (block.name, kind, type(error).__qualname__)
+    _failures.warn(logger, key, "memory block %r failed %s; skipped: %s", block.name, kind, error)
 
 
 class ComposableMemory:

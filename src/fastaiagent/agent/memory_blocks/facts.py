@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
+from fastaiagent._throttle import LogThrottle
 from fastaiagent._validate import boolean, fraction, integer, one_of, positive_int
 from fastaiagent._validate import text as check_text
 from fastaiagent.agent.memory_blocks import framing
@@ -23,7 +24,12 @@ from fastaiagent.agent.memory_blocks.fact_policy import (
     check_policy,
     judge,
 )
-from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
+from fastaiagent.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    MemoryIsolationError,
+    StoreUnavailableError,
+)
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
 from fastaiagent.facts.store import FactStore
@@ -36,6 +42,8 @@ from fastaiagent.learn.extractor import (
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import ROLES, Message, SystemMessage
 
+_outages = LogThrottle(lambda: OUTAGE_LOG_SECONDS)  # one line per store outage, not per turn
+OUTAGE_LOG_SECONDS = 60.0
 logger = logging.getLogger("fastaiagent.memory")
 
 HEADING = "Known facts:"
@@ -192,6 +200,8 @@ class FactExtractionBlock(MemoryBlock):
                     for f in stored
                     if not (f.metadata and f.metadata.get(FLAGGED_KEY))
                 ]
+            except StoreUnavailableError:
+                raise  # nothing learned could be stored: on_message skips the extraction
             except Exception as exc:
                 logger.warning("FactExtractionBlock: could not read known facts: %s", exc)
         with self._lock:
@@ -318,12 +328,23 @@ class FactExtractionBlock(MemoryBlock):
 
     # -- MemoryBlock -------------------------------------------------------------
 
+    def _store_down(self, exc: StoreUnavailableError) -> None:
+        _outages.warn(
+            logger, (type(self.store).__name__,),
+            "FactExtractionBlock: the fact store is unavailable; extraction skipped: %s", exc,
+        )
+        trace.annotate({"memory.action": "skipped", "memory.error": str(exc)[:200]})
+
     def on_message(self, message: Message) -> None:
         job = self._begin(message)
         if job is None:
             trace.annotate({"memory.action": "noop"})
             return
-        known = self.known_facts()
+        try:
+            known = self.known_facts()
+        except StoreUnavailableError as exc:
+            self._store_down(exc)
+            return
         try:
             extracted = extract_facts(
                 self.llm, job.text, role=job.role, known_facts=[k.text for k in known]
@@ -340,7 +361,11 @@ class FactExtractionBlock(MemoryBlock):
         if job is None:
             trace.annotate({"memory.action": "noop"})
             return
-        known = await asyncio.to_thread(self.known_facts) if self.persist else self.known_facts()
+        try:
+            known = await asyncio.to_thread(self.known_facts) if self.persist else self.known_facts()
+        except StoreUnavailableError as exc:
+            self._store_down(exc)
+            return
         try:
             extracted = await aextract_facts(
                 self.llm, job.text, role=job.role, known_facts=[k.text for k in known]
