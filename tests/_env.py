@@ -92,3 +92,24 @@ def require_chromium() -> tuple[str, str]:
             "FASTAIAGENT_CHROMIUM / FASTAIAGENT_CHROMEDRIVER)"
         )
     return browser, driver
+
+
+def drop_tables(url: str, *tables: str) -> None:
+    """Drop test tables from the test Postgres (missing ones are fine)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in tables:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def drop_prefix(url: str, prefix: str) -> None:
+    """Delete every key under a test key prefix from the test Redis."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=prefix + ":*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    client.close()

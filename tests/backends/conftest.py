@@ -11,7 +11,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL, require_postgres, require_redis
+from _env import (
+    POSTGRES_URL,
+    REDIS_URL,
+    drop_prefix,
+    drop_tables,
+    require_postgres,
+    require_redis,
+)
 
 RUN_ID = uuid.uuid4().hex[:8]  # keeps tables and keys apart from other people's runs
 
@@ -33,30 +40,12 @@ def unique_name(kind: str) -> str:
     return f"fa_{kind}_{RUN_ID}_{uuid.uuid4().hex[:8]}"
 
 
-def drop_table(url: str, table: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-
-
-def drop_prefix(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=prefix + ":*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
-    client.close()
-
-
 @pytest.fixture
 def pg_table(postgres_url: str) -> Iterator[str]:
     """A fresh table name, dropped afterwards."""
     table = unique_name("lm")
     yield table
-    drop_table(postgres_url, table)
+    drop_tables(postgres_url, table)
 
 
 @pytest.fixture

@@ -46,9 +46,9 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Any]:
         pg = PostgresFactStore(url, table=table, max_pool_size=4)
         yield pg
         pg.close()
-        from conftest import drop_table
+        from _env import drop_tables
 
-        drop_table(url, f"{table}_windows")
+        drop_tables(url, f"{table}_windows")
     else:
         from fastaiagent.facts.redis import RedisFactStore
 

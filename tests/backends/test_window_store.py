@@ -12,20 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from _env import drop_tables
 from _wait import wait_until
 from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
 from fastaiagent.facts.sqlite import MemoryStore
 from fastaiagent.facts.windows import check_ttl
 
 ALICE = WindowKey("agent", "proj", "alice")
-
-
-def _drop_table(url: str, table: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])
@@ -40,7 +33,7 @@ def windows(request, tmp_path) -> Iterator[WindowStore]:
         facts = PostgresFactStore(url, table=table, max_pool_size=4)
         yield window_store_for(facts)
         facts.close()
-        _drop_table(url, f"{table}_windows")
+        drop_tables(url, f"{table}_windows")
     else:
         from fastaiagent.facts.redis import RedisFactStore
 
@@ -262,7 +255,7 @@ def test_postgres_windows_survive_dropped_connections(postgres_url, pg_table) ->
         assert windows.save(ALICE, "after", version, None)
     finally:
         facts.close()
-        _drop_table(postgres_url, f"{pg_table}_windows")
+        drop_tables(postgres_url, f"{pg_table}_windows")
 
 
 def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg_table) -> None:
@@ -293,6 +286,6 @@ def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg
         assert version == (2,)
     finally:
         facts.close()
-        _drop_table(postgres_url, table)
+        drop_tables(postgres_url, table)
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f"DELETE FROM {VERSION_TABLE} WHERE component = %s", (component,))

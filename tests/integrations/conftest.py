@@ -11,28 +11,9 @@ from typing import Any
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL, require_postgres, require_redis
+from _env import POSTGRES_URL, REDIS_URL, drop_prefix, drop_tables, require_postgres, require_redis
 
 BACKENDS = ("sqlite", "postgres", "redis")
-
-
-def _drop_tables(url: str, tables: list[str]) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        for table in tables:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-
-
-def _drop_prefix(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=prefix + ":*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
-    client.close()
 
 
 def make_store(backend: str, tmp_path: Path, cleanups: list[Any]) -> Any:
@@ -48,13 +29,13 @@ def make_store(backend: str, tmp_path: Path, cleanups: list[Any]) -> Any:
         url = require_postgres(POSTGRES_URL)
         store = PostgresFactStore(url, table=name)
         cleanups.append(store.close)
-        cleanups.append(lambda: _drop_tables(url, [name, f"{name}_items", f"{name}_windows"]))
+        cleanups.append(lambda: drop_tables(url, name, f"{name}_items", f"{name}_windows"))
         return store
     from fastaiagent.facts.redis import RedisFactStore
 
     url = require_redis(REDIS_URL)
     store = RedisFactStore(url, prefix=name)
-    cleanups.append(lambda: _drop_prefix(url, name))
+    cleanups.append(lambda: drop_prefix(url, name))
     return store
 
 
