@@ -176,7 +176,7 @@ def test_an_old_windows_table_keeps_its_rows(postgres_url: str, table: str) -> N
     windows = PostgresWindowStore(store)
     stored = windows.load(WindowKey("a", "", "u"))
     assert stored is not None and (stored.version, stored.state) == ("v1", "[1]")
-    assert _versions(postgres_url, table) == {f"facts:{table}": 1, f"windows:{windows_table}": 1}
+    assert _versions(postgres_url, table) == {f"facts:{table}": 1, f"windows:{windows_table}": 2}
     _set_version(postgres_url, f"windows:{windows_table}", 5)
     newer = PostgresWindowStore(store)
     with pytest.raises(SchemaVersionError, match=rf"'windows:{windows_table}' at schema version 5"):

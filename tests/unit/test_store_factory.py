@@ -95,11 +95,20 @@ class _DuckStore:
     def browse(self, **kw): ...  # type: ignore[no-untyped-def]
     def subjects(self, *, include_superseded=False): ...  # type: ignore[no-untyped-def]
     def close(self): ...  # type: ignore[no-untyped-def]
+    def find_active(self, scope, scope_id, project_id, text): ...  # type: ignore[no-untyped-def]
 
 
 def test_a_users_own_store_is_used_as_is() -> None:
     duck = _DuckStore()
     assert make_fact_store(duck) is duck
+
+
+def test_an_incomplete_store_is_told_what_it_lacks() -> None:
+    class OlderStore(_DuckStore):
+        find_active = None  # written before find_active joined the protocol
+
+    with pytest.raises(TypeError, match="OlderStore is not a complete FactStore: it lacks find_active"):
+        make_fact_store(OlderStore())
 
 
 @pytest.mark.parametrize("location", ["mysql://x", "", "postgres:/x", "redis:/x", "SQLITE"])

@@ -67,6 +67,21 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
         )
     if isinstance(location, FactStore):
         return location
+    missing = _missing_methods(location)
+    if missing and len(missing) < len(_PROTOCOL_METHODS):  # meant as a store, but incomplete
+        raise InvalidTypeError(
+            f"{type(location).__name__} is not a complete FactStore: it lacks "
+            f"{', '.join(missing)} (see docs/backends.md, writing your own store)"
+        )
     raise InvalidTypeError(
         f"location must be a string or a FactStore instance, got {type(location).__name__}"
     )
+
+
+_PROTOCOL_METHODS = sorted(
+    name for name in vars(FactStore) if not name.startswith("_") and callable(vars(FactStore)[name])
+)
+
+
+def _missing_methods(candidate: object) -> list[str]:
+    return [name for name in _PROTOCOL_METHODS if not callable(getattr(candidate, name, None))]
