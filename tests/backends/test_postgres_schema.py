@@ -55,6 +55,9 @@ def _old_fact_table(conn, table: str) -> None:  # type: ignore[no-untyped-def]
         conn.execute(f"CREATE {unique}INDEX IF NOT EXISTS {name} ON {table} {columns}")
 
 
+FACTS_VERSION = 2  # 2: the text index over every row (delete(fact=) removes history too)
+
+
 def _old_windows_table(conn, table: str) -> None:  # type: ignore[no-untyped-def]
     """The windows table as ab594ca's PostgresWindowStore created it."""
     conn.execute(
@@ -137,7 +140,7 @@ def test_an_old_fact_table_keeps_its_rows_and_records_its_version(
     assert [f.fact for f in store.list_active("user", "u")] == ["Prefers email", "Likes tea"]
     assert store.list_active("user", "v")[0].metadata == {"n": 1}
     assert store.add(Fact("LIKES tea", scope="user", scope_id="u")) == 1
-    assert _versions(postgres_url, table) == {f"facts:{table}": 1}
+    assert _versions(postgres_url, table) == {f"facts:{table}": FACTS_VERSION}
     store.close()
 
 
@@ -164,6 +167,41 @@ def test_a_newer_table_is_refused_with_the_fix(postgres_url: str, table: str) ->
     store.close()
 
 
+def test_a_version_1_table_gets_the_text_index_concurrently_and_forgets_history(
+    postgres_url: str, table: str, statements: list[str]
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        _old_fact_table(admin, table)  # version 1's indexes
+        admin.execute(
+            "CREATE TABLE IF NOT EXISTS fastaiagent_schema "
+            "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        admin.execute("INSERT INTO fastaiagent_schema VALUES (%s, 1)", (f"facts:{table}",))
+        for text, who, by in [("Card 4111", "u", 2), ("Card 5555", "u", None), ("card 4111", "v", None)]:
+            admin.execute(
+                f"INSERT INTO {table} (fact, fact_key, scope, scope_id, created_at, superseded_by) "
+                "VALUES (%s, lower(%s), 'user', %s, 1000, %s)",
+                (text, text, who, by),
+            )
+    store = PostgresFactStore(postgres_url, table=table)
+    again = store.add(Fact("CARD 4111", scope="user", scope_id="u"))  # active again
+    name = index_names(table)["text_all"]
+    assert any(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS \"{name}\"" in s for s in statements)
+    assert _versions(postgres_url, table) == {f"facts:{table}": FACTS_VERSION}
+    with psycopg.connect(postgres_url) as admin:
+        valid = admin.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = %s",
+            (name,),
+        ).fetchone()
+    assert valid == (True,)
+    assert store.delete("user", "u", fact="card 4111") == 2  # #1 (superseded) and the new one
+    assert store.get(1) is None and store.get(again) is None
+    assert [f.fact for f in store.list_active("user", "u")] == ["Card 5555"]
+    assert [f.fact for f in store.list_active("user", "v")] == ["card 4111"]
+    store.close()
+
+
 def test_an_old_windows_table_keeps_its_rows(postgres_url: str, table: str) -> None:
     windows_table = f"{table}_windows"
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -176,7 +214,7 @@ def test_an_old_windows_table_keeps_its_rows(postgres_url: str, table: str) -> N
     windows = PostgresWindowStore(store)
     stored = windows.load(WindowKey("a", "", "u"))
     assert stored is not None and (stored.version, stored.state) == ("v1", "[1]")
-    assert _versions(postgres_url, table) == {f"facts:{table}": 1, f"windows:{windows_table}": 2}
+    assert _versions(postgres_url, table) == {f"facts:{table}": FACTS_VERSION, f"windows:{windows_table}": 2}
     _set_version(postgres_url, f"windows:{windows_table}", 5)
     newer = PostgresWindowStore(store)
     with pytest.raises(SchemaVersionError, match=rf"'windows:{windows_table}' at schema version 5"):
@@ -212,7 +250,7 @@ def test_workers_opening_an_old_table_at_once_all_succeed(postgres_url: str, tab
     for thread in threads:
         thread.join(60)
     assert results == [["kept"]] * 4
-    assert _versions(postgres_url, table) == {f"facts:{table}": 1}
+    assert _versions(postgres_url, table) == {f"facts:{table}": FACTS_VERSION}
     with psycopg.connect(postgres_url) as admin:
         present = {
             r[0] for r in admin.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s", (table,))

@@ -1,9 +1,12 @@
 """RedisFactStore layouts, script cache and error classes, on the real Redis.
 
-- A namespace written by the previous release (layout 3) opens, reads back in
-  full and is upgraded to layout 4; its facts then update and delete cleanly.
-  The layout-3 writes are replicated here key by key (as ``git show
-  ab594ca:src/fastaiagent/learn/redis.py`` wrote them), not through the store.
+- A namespace written by an older release (layout 3) opens, reads back in
+  full and is upgraded to the current layout; its facts then update and
+  delete cleanly. The layout-3 writes are replicated here key by key (as
+  ``git show ab594ca:src/fastaiagent/learn/redis.py`` wrote them), not through
+  the store; layout 4 wrote the same keys plus each hash's ``digest``.
+- A layout-4 namespace gets the ``old:`` sets of superseded ids per text, so
+  ``delete(fact=)`` then removes a text's history too.
 - A newer layout is refused with SchemaVersionError and left untouched.
 - SCRIPT FLUSH (what a restart does to the script cache) is survived.
 - Outages are StoreUnavailableError, told apart by redis-py's exception type.
@@ -146,7 +149,7 @@ def test_a_layout_3_namespace_opens_reads_back_and_upgrades(
     }
 
     # Upgraded: the layout is recorded and every hash names its content key.
-    assert raw.get(f"{redis_prefix}:layout") == LAYOUT_VERSION == "4"
+    assert raw.get(f"{redis_prefix}:layout") == LAYOUT_VERSION == "5"
     for fact_id in range(1, 6):
         stored = raw.hgetall(f"{redis_prefix}:fact:{fact_id}")
         assert stored["digest"] == hashlib.sha256(stored["fact_key"].encode()).hexdigest()[:32]
@@ -161,6 +164,42 @@ def test_a_layout_3_namespace_opens_reads_back_and_upgrades(
     assert store.delete("user", "bob:x", "p:1") == 1
     assert store.delete("agent", "support") == 1
     assert _keys(raw, redis_prefix) == {f"{redis_prefix}:seq", f"{redis_prefix}:layout"}
+
+
+class _Layout4Writer(_Layout3Writer):
+    """Layout 4's writes: layout 3's keys plus the hash's ``digest`` field; a
+    superseded fact was recorded in no per-text set."""
+
+    def add(
+        self, fact_id: int, text: str, scope: str, scope_id: str, project: str = "", **kw: Any
+    ) -> None:
+        super().add(fact_id, text, scope, scope_id, project, **kw)
+        digest = hashlib.sha256(_norm(text).encode("utf-8")).hexdigest()[:32]
+        self.raw.hset(f"{self.prefix}:fact:{fact_id}", "digest", digest)
+
+
+def test_a_layout_4_namespace_gets_the_history_sets_and_forgets_a_text_wholly(
+    redis_url: str, redis_prefix: str
+) -> None:
+    raw = _raw(redis_url)
+    old = _Layout4Writer(raw, redis_prefix)
+    old.add(1, "My card is 4111", "user", "alice")
+    old.add(2, "Card ends 5555", "user", "alice")
+    old.supersede(1, 2)
+    old.add(3, "my card is  4111", "user", "alice")  # active again
+    old.add(4, "My card is 4111", "user", "bob")
+    raw.set(f"{redis_prefix}:layout", "4")
+    assert not [k for k in _keys(raw, redis_prefix) if ":old:" in k]
+
+    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    assert [f.id for f in store.list_active("user", "alice")] == [3, 2]
+    assert raw.get(f"{redis_prefix}:layout") == LAYOUT_VERSION
+    assert [raw.smembers(k) for k in _keys(raw, redis_prefix) if ":old:" in k] == [{"1"}]
+    assert store.delete("user", "alice", fact="MY CARD is 4111") == 2
+    assert store.get(1) is None and store.get(3) is None
+    assert [f.fact for f in store.list_active("user", "alice")] == ["Card ends 5555"]
+    assert [f.fact for f in store.list_active("user", "bob")] == ["My card is 4111"]
+    assert not [k for k in _keys(raw, redis_prefix) if ":old:" in k]
 
 
 def test_reindex_brings_an_old_writers_later_facts_to_the_layout(
@@ -180,7 +219,7 @@ def test_reindex_brings_an_old_writers_later_facts_to_the_layout(
     ]
 
 
-@pytest.mark.parametrize("found", ["5", "banana"])
+@pytest.mark.parametrize("found", [str(int(LAYOUT_VERSION) + 1), "banana"])
 def test_a_newer_layout_is_refused_and_left_alone(
     redis_url: str, redis_prefix: str, found: str
 ) -> None:
@@ -188,7 +227,7 @@ def test_a_newer_layout_is_refused_and_left_alone(
     raw.set(f"{redis_prefix}:layout", found)
     store = RedisFactStore(redis_url, prefix=redis_prefix)
     with pytest.raises(
-        SchemaVersionError, match=r"knows layouts up to 4.*pip install -U fastaiagent"
+        SchemaVersionError, match=rf"knows layouts up to {LAYOUT_VERSION}.*pip install -U fastaiagent"
     ):
         store.list_active("user", "u")
     with pytest.raises(SchemaVersionError, match="newer fastaiagent"):

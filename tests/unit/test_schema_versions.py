@@ -225,8 +225,30 @@ def test_a_newer_fact_file_is_refused_with_the_fix(tmp_path: Path) -> None:
     store = SQLiteFactStore(path)
     with pytest.raises(SchemaVersionError, match=r"newer fastaiagent.*pip install -U fastaiagent"):
         store.list_active("user", "u")
-    with pytest.raises(RuntimeError, match="facts:learned_memory' at schema version 2"):
+    newer = FACTS_SCHEMA.version + 1
+    with pytest.raises(RuntimeError, match=f"facts:learned_memory' at schema version {newer}"):
         store.get(1)
+    store.close()
+
+
+def test_a_version_1_fact_file_gets_the_text_index_and_forgets_history(tmp_path: Path) -> None:
+    """Version 2 indexes every row by text, so delete(fact=) also removes superseded rows."""
+    path = tmp_path / "local.db"
+    _write_old_facts(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"CREATE TABLE {VERSION_TABLE} (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+    conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (?, 1)", (FACTS_SCHEMA.component,))
+    conn.close()
+    store = SQLiteFactStore(path)
+    assert store.add(Fact("Old FACT", scope="user", scope_id="u2")) == 5  # active again
+    assert _versions(path) == {FACTS_SCHEMA.component: 2}
+    indexes = sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'learned_memory'"
+    )
+    assert "idx_learned_memory_text_all" in {row[0] for row in indexes}
+    assert store.delete("user", "u2", fact="old fact") == 2  # #3 (superseded) and #5
+    assert store.get(3) is None and store.get(5) is None
+    assert [f.fact for f in store.list_active("user", "u2")] == ["New fact"]
     store.close()
 
 

@@ -25,6 +25,7 @@ local function subject(project, scope, sid)
   local s = project .. ':' .. scope .. ':' .. sid
   return {member = s, active = P .. ':active:' .. s, rows = P .. ':rows:' .. s,
           hist = P .. ':hist:' .. s, key = P .. ':key:' .. s .. ':',
+          old = P .. ':old:' .. s .. ':',
           scope = P .. ':scope:' .. project .. ':' .. scope}
 end
 local function active_id(content_key)
@@ -48,9 +49,11 @@ local function create(s, at)
   redis.call('SADD', P .. ':subjects', s.member)
   return id
 end
+-- Supersedes one fact; its text's set of superseded ids gets it (delete by text).
 local function retire(s, id, by, row, digest)
   local m = pad(id)
   redis.call('HSET', fact_key(id), 'superseded_by', by)
+  if digest then redis.call('SADD', s.old .. digest, id) end
   redis.call('ZREM', s.active, m)
   redis.call('ZREM', s.scope, m)
   if row then redis.call('ZREM', s.rows, m .. row) end
@@ -62,7 +65,8 @@ end
 -- the hash (or `s` for an id whose hash is already gone). Returns 1 if the
 -- fact existed, and its subject.
 local function drop(id, s)
-  local h = redis.call('HMGET', fact_key(id), 'scope', 'scope_id', 'project_id', 'row', 'digest')
+  local h = redis.call('HMGET', fact_key(id), 'scope', 'scope_id', 'project_id', 'row', 'digest',
+                       'superseded_by')
   if h[1] then s = subject(esc(h[3]), esc(h[1]), esc(h[2])) end
   local m = pad(id)
   redis.call('DEL', fact_key(id))
@@ -72,6 +76,7 @@ local function drop(id, s)
   redis.call('SREM', s.hist, id)
   if h[4] then redis.call('ZREM', s.rows, m .. h[4]) end
   if h[5] and redis.call('GET', s.key .. h[5]) == id then redis.call('DEL', s.key .. h[5]) end
+  if h[5] and (h[6] or '') ~= '' then redis.call('SREM', s.old .. h[5], id) end
   if h[1] then return 1, s end
   return 0, s
 end
@@ -154,20 +159,31 @@ return n
 """
 )
 
-# ARGV: prefix, project, scope, scope_id, normalised text, digest. Deletes the
-# subject's active fact with this text, found through its content key (never
-# by reading the subject); returns 1, or 0 when there is none.
+# ARGV: prefix, project, scope, scope_id, normalised text, digest, count. One
+# bounded step of deleting every fact of the subject with this text: the
+# active one through its content key, then up to `count` superseded ones from
+# the text's set of them (never by reading the subject). Returns {deleted,
+# taken from the set} - done when the second is below count.
 DELETE_TEXT = (
     LIBRARY
     + """
-local s = subject(ARGV[2], ARGV[3], ARGV[4])
-local id = redis.call('GET', s.key .. ARGV[6])
-if not id then return 0 end
-local h = redis.call('HMGET', fact_key(id), 'fact_key', 'superseded_by')
-if h[1] ~= ARGV[5] or (h[2] or '') ~= '' then return 0 end
-local n = drop(id, s)
+local s, text, digest = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5], ARGV[6]
+local n = 0
+local id = redis.call('GET', s.key .. digest)
+if id then
+  local h = redis.call('HMGET', fact_key(id), 'fact_key', 'superseded_by')
+  if h[1] == text and (h[2] or '') == '' then n = n + drop(id, s) end
+end
+local ids = redis.call('SPOP', s.old .. digest, ARGV[7])
+local others = {}
+for _, old in ipairs(ids) do
+  local key = redis.call('HGET', fact_key(old), 'fact_key')
+  if key == text then n = n + drop(old, s)
+  elseif key then others[#others + 1] = old end  -- another text of the same digest
+end
+if #others > 0 then redis.call('SADD', s.old .. digest, unpack(others)) end
 finish(s)
-return n
+return {n, #ids - #others}
 """
 )
 
@@ -252,6 +268,7 @@ else
   redis.call('ZREM', s.active, m)
   redis.call('ZREM', s.scope, m)
   redis.call('ZREM', s.rows, m .. row)
+  redis.call('SADD', s.old .. ARGV[8], id)
 end
 return 1
 """

@@ -18,7 +18,7 @@ from 16 threads and 4 processes at once), normalisation, newest-first reads,
 limits and ``offset`` pages, ``find_active`` by normalised text, supersede
 rules and history, transactional update, scoped delete (also of a subject
 larger than one delete step, and ``"*"`` over many subjects, with exact
-counts) and prune, browse/subjects, the empty-id and ``"*"`` rules, project
+counts; ``fact=`` removes every version of a text, history too) and prune, browse/subjects, the empty-id and ``"*"`` rules, project
 isolation, bad input, and a hypothesis state machine that checks random
 operations on one subject never touch another. Optional hooks add fault
 tests: override :meth:`break_connections` and :meth:`unreachable_store`.
@@ -432,20 +432,55 @@ class FactStoreConformance:
         assert store.list_active("user", "alice") == []
         assert store.add(_user("Keep me")) != keep  # deleted text can be added afresh
 
-    def test_delete_by_text_removes_the_active_fact_only(self, store: FactStore) -> None:
-        """``fact=`` is the active fact with that text (found by index); history stays."""
-        first = store.add(_user("Prefers email"))
-        middle = store.update(_user("Prefers Slack"), first)
-        again = store.update(_user("prefers EMAIL"), middle)
-        assert store.delete("user", "alice", fact="Prefers email") == 1
-        assert store.get(again) is None
-        assert store.get(first) is not None and store.get(middle) is not None
-        assert store.find_active("user", "alice", "", "Prefers email") is None
-        assert store.delete("user", "alice", fact="Prefers Slack") == 0  # history only
+    def test_delete_by_text_removes_every_version_with_that_text(self, store: FactStore) -> None:
+        """``fact=`` forgets a text wholly: the active fact and its superseded versions."""
+        text = "my card is 4111"
+        alice_old = store.add(_user(text))
+        alice_new = store.update(_user("card ends 5555"), alice_old)  # the text is history only
+        bob_old = [store.add(_user(text, "bob"))]
+        bob_other = [store.update(_user("card ends 5555", "bob"), bob_old[0])]
+        bob_old.append(store.update(_user("My card is  4111", "bob"), bob_other[0]))
+        bob_other.append(store.update(_user("Card ends 5555", "bob"), bob_old[1]))
+        bob_active = store.update(_user("MY CARD IS 4111", "bob"), bob_other[1])  # both
+        carol = store.add(_user(text, "carol"))
+        other_project = store.add(_user(text, project_id="p2"))
+        agent = store.add(Fact(text, scope="agent", scope_id="alice"))
+        assert store.delete("user", "alice", fact="MY CARD is 4111") == 1
+        assert store.delete("user", "bob", fact="MY CARD is 4111") == 3
+        for gone in (alice_old, *bob_old, bob_active):
+            assert store.get(gone) is None, gone
+        assert store.find_active("user", "bob", "", text) is None
+        assert _texts(store.list_active("user", "alice")) == ["card ends 5555"]
+        assert store.get(alice_new) is not None
+        assert store.list_active("user", "bob") == []  # its other text stays as history
+        assert all(store.get(kept) is not None for kept in bob_other)
+        assert store.delete("user", "alice", fact=text) == 0
+        assert store.delete("user", "bob", fact=text) == 0
+        for kept in (carol, other_project, agent):
+            assert store.get(kept) is not None, kept
         assert store.delete("user", "alice", fact="never said") == 0
-        bob = store.add(_user("Prefers Slack", "bob"))
-        assert store.delete("user", "*", fact="prefers slack") == 1
-        assert store.get(bob) is None
+
+    def test_delete_by_text_across_a_scope_removes_history_too(self, store: FactStore) -> None:
+        old = store.add(_user("Prefers email", "bob"))
+        store.update(_user("Prefers Slack", "bob"), old)
+        active = store.add(_user("prefers EMAIL", "bob"))
+        carol = store.add(_user("Prefers email", "carol"))
+        other_project = store.add(_user("Prefers email", "dan", project_id="p2"))
+        assert store.delete("user", "*", fact="prefers email") == 3
+        assert all(store.get(gone) is None for gone in (old, active, carol))
+        assert _texts(store.list_active("user", "bob")) == ["Prefers Slack"]
+        assert store.get(other_project) is not None
+
+    def test_delete_by_text_of_more_versions_than_one_step(self, store: FactStore) -> None:
+        """A text superseded more times than one delete step removes: the count is exact."""
+        step = min(getattr(store, "delete_batch", DELETE_BATCH), DELETE_BATCH)
+        current, versions = store.add(_user("B")), []
+        for _ in range(step + 3):
+            versions.append(store.update(_user("A"), current))
+            current = store.update(_user("B"), versions[-1])
+        assert store.delete("user", "alice", fact="a") == step + 3
+        assert all(store.get(gone) is None for gone in versions)
+        assert [f.id for f in store.list_active("user", "alice")] == [current]
 
     def test_delete_of_a_subject_larger_than_one_step(self, store: FactStore) -> None:
         """A subject of more than DELETE_BATCH facts goes entirely; the count is exact."""

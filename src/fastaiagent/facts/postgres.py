@@ -93,6 +93,7 @@ def index_names(table: str) -> dict[str, str]:
         "scope_active": f"idx_{table}_scope_active",
         "active_key": f"idx_{table}_active_key",
         "subject_all": f"idx_{table}_subject_all",
+        "text_all": f"idx_{table}_text_all",
     }
 
 
@@ -196,8 +197,9 @@ class PostgresFactStore:
         self._t = sql.Identifier(table)
         self._queries = self._build_queries()
         # Version 1 is the layout written before versions were recorded; its step
-        # also upgrades such a table (and older ones) in place.
-        self._schema = Schema(f"facts:{table}", [self._set_up_table])
+        # also upgrades such a table (and older ones) in place. Version 2 adds the
+        # text index over every row (delete(fact=) removes history too).
+        self._schema = Schema(f"facts:{table}", [self._set_up_table, self._add_text_index])
 
     def __repr__(self) -> str:
         return f"PostgresFactStore(table={self.table!r}, pool={self.min_pool_size}..{self.max_pool_size})"
@@ -373,6 +375,14 @@ class PostgresFactStore:
             if name not in present:
                 self._build_concurrently(conn, kind, name)
 
+    def _add_text_index(self, conn: Any) -> None:
+        """Schema step 2: every row of a subject by text, active or superseded, so
+        ``delete(fact=)`` finds history too. Built ``CONCURRENTLY`` (writers go on);
+        a table that step 1 just created has it already."""
+        name = index_names(self.table)["text_all"]
+        if name not in self._present_indexes(conn):
+            self._build_concurrently(conn, "text_all", name)
+
     def _build_concurrently(self, conn: Any, kind: str, name: str) -> None:
         drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name))
         conn.execute(drop)  # an invalid leftover of an interrupted build
@@ -438,6 +448,9 @@ class PostgresFactStore:
             "active_key": "(scope, scope_id, project_id, md5(fact_key)) "
             "WHERE superseded_by IS NULL",
             "subject_all": "(scope, scope_id, project_id)",
+            # The text leads: one subject's text and one text across a scope ("*")
+            # are both a prefix. md5 keeps entries small (texts run to 10,000 chars).
+            "text_all": "(md5(fact_key), scope, project_id, scope_id)",
         }[kind]
         unique = "UNIQUE " if kind == "active_key" else ""
         how = "CONCURRENTLY " if concurrently else ""
@@ -587,13 +600,12 @@ class PostgresFactStore:
     ) -> int:
         """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``),
         in statements of at most :attr:`delete_batch` rows, each its own short
-        transaction; returns how many went."""
+        transaction; returns how many went. ``fact=`` removes every row with that
+        normalised text, active or superseded (through the text index)."""
         where, params = self._where(delete_selector(scope, scope_id, project_id), active=False)
-        if fact is not None:  # the active fact with this text: the unique active-key index
+        if fact is not None:  # every row of this text, history too: the text index
             key = check_fact_text(fact)
-            where = sql.SQL(
-                "{} AND md5(fact_key) = md5(%s) AND fact_key = %s AND superseded_by IS NULL"
-            ).format(where)
+            where = sql.SQL("{} AND md5(fact_key) = md5(%s) AND fact_key = %s").format(where)
             params += [key, key]
         if fact_id is not None:
             where = sql.SQL("{} AND id = %s").format(where)

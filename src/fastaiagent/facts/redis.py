@@ -14,6 +14,9 @@ contains ``:`` can never collide with another subject):
 - ``<prefix>:scope:<project>:<scope>`` - a scope's active ids across subjects (``"*"`` reads)
 - ``<prefix>:hist:<project>:<scope>:<scope_id>`` - every id of a subject (history, delete)
 - ``<prefix>:key:<project>:<scope>:<scope_id>:<digest>`` - active id of a normalised text
+- ``<prefix>:old:<project>:<scope>:<scope_id>:<digest>`` - superseded ids of a normalised
+  text (written when a fact is superseded, never by ``add``), so ``delete(fact=)``
+  removes a text's history without reading the subject
 - ``<prefix>:all`` - every id, newest first (browse); ``<prefix>:subjects`` - known subjects
 - ``<prefix>:layout`` - the layout version (``LAYOUT_VERSION``)
 
@@ -30,7 +33,7 @@ lost its script cache (restart, SCRIPT FLUSH) is given the scripts again.
 
 Layouts: 1 bare hashes, 2 indexes and a ``doc`` field, 3 per-subject rows, 4
 a ``digest`` field in each hash (so scripts find a fact's content key without
-hashing on the server). Opening an older namespace upgrades it once (see
+hashing on the server), 5 the ``old:`` sets of superseded ids per text. Opening an older namespace upgrades it once (see
 :meth:`RedisFactStore.reindex`); a newer one raises
 :class:`~fastaiagent.errors.SchemaVersionError`. Outages raise
 :class:`~fastaiagent.errors.StoreUnavailableError` (see :func:`unavailable`).
@@ -72,7 +75,7 @@ from fastaiagent.facts.store import DEFAULT_LIMIT, SubjectCount
 
 redis_lib = require("redis", "redis")
 
-LAYOUT_VERSION = "4"  # see the module docstring for what each layout added
+LAYOUT_VERSION = "5"  # see the module docstring for what each layout added
 _SUBJECT_PAGE = 200  # subjects one SSCAN step of a "*" delete reads
 _T = TypeVar("_T")
 
@@ -528,8 +531,8 @@ class RedisFactStore:
             raise _refusal(reply, new)
         return int(reply)
 
-    def _delete_by_id(self, selector: Selector, fact_id: int) -> int:
-        """Delete one fact when it is in the selected subjects."""
+    def _delete_by_id(self, selector: Selector, fact_id: int, key: str | None) -> int:
+        """Delete one fact when it is in the selected subjects (and has text ``key``)."""
         if selector.scope_id is None:  # a fact's subject never changes: read it first
             scope, scope_id, project = self._client.hmget(
                 self._fact_key(fact_id), "scope", "scope_id", "project_id"
@@ -539,7 +542,7 @@ class RedisFactStore:
             subject = self._subject(scope, scope_id, project)
         else:
             subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
-        return int(self._delete_id(args=[self.prefix, *subject, fact_id, ""]))
+        return int(self._delete_id(args=[self.prefix, *subject, fact_id, key or ""]))
 
     def _delete_subject(self, parts: tuple[str, str, str]) -> int:
         """Delete one subject (escaped parts) in atomic steps of ``delete_batch`` facts."""
@@ -550,15 +553,36 @@ class RedisFactStore:
             if int(taken) < self.delete_batch:
                 return count
 
-    def _delete_subjects(self, subjects: list[tuple[str, str, str]], key: str | None) -> int:
-        """Delete these subjects (escaped parts), or their active fact with text
-        ``key``. Small subjects share a pipeline of at most ``delete_batch`` facts
-        (Redis runs a pipeline's calls back to back); larger ones go step by step."""
-        if key is not None:
+    def _delete_text_in(self, subjects: list[tuple[str, str, str]], key: str) -> int:
+        """Delete every fact with normalised text ``key`` (active and superseded) of
+        these subjects (escaped parts). Their first steps share pipelines that drop
+        at most about ``delete_batch`` facts (Redis runs a pipeline's calls back to
+        back); a subject with more of that text goes on step by step."""
+        digest, batch, total = _digest(key), self.delete_batch, 0
+        chunk = max(1, batch // 4)
+        for start in range(0, len(subjects), chunk):
+            group = subjects[start : start + chunk]
+            first = max(1, batch // len(group) - 1)  # the active fact plus `first` old ones
             pipe = self._client.pipeline(transaction=False)
-            for parts in subjects:
-                self._delete_text(args=[self.prefix, *parts, key, _digest(key)], client=pipe)
-            return sum(int(n) for n in pipe.execute())
+            for parts in group:
+                self._delete_text(args=[self.prefix, *parts, key, digest, first], client=pipe)
+            for parts, (deleted, taken) in zip(group, pipe.execute(), strict=True):
+                total += int(deleted)
+                more = int(taken) >= first  # more of that text here: go on step by step
+                while more:
+                    deleted, taken = self._delete_text(
+                        args=[self.prefix, *parts, key, digest, batch]
+                    )
+                    total += int(deleted)
+                    more = int(taken) >= batch
+        return total
+
+    def _delete_subjects(self, subjects: list[tuple[str, str, str]], key: str | None) -> int:
+        """Delete these subjects (escaped parts), or their facts with text ``key``.
+        Small subjects share a pipeline of at most ``delete_batch`` facts (Redis
+        runs a pipeline's calls back to back); larger ones go step by step."""
+        if key is not None:
+            return self._delete_text_in(subjects, key)
         sizer = self._client.pipeline(transaction=False)
         for parts in subjects:
             sizer.scard(self._k("hist", *parts))
@@ -614,20 +638,18 @@ class RedisFactStore:
     ) -> int:
         """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``).
 
-        One fact is one atomic script (``fact=`` finds it by its content key); a
-        whole subject goes in atomic steps of :attr:`delete_batch` facts (a fact
-        added meanwhile may go too), and ``"*"`` walks the subjects with SSCAN."""
+        ``fact_id=`` is one atomic script. ``fact=`` removes every fact with that
+        normalised text, active (its content key) and superseded (the text's
+        ``old:`` set), in atomic steps, never reading the subject. A whole
+        subject goes in atomic steps of :attr:`delete_batch` facts (a fact added
+        meanwhile may go too), and ``"*"`` walks the subjects with SSCAN."""
         selector = delete_selector(scope, scope_id, project_id)
         key = check_fact_text(fact) if fact is not None else None
         wanted_id = check_fact_id(fact_id) if fact_id is not None else None
 
         def run() -> int:
-            if wanted_id is not None:
-                if key is not None:  # both: only when that id is the active fact of that text
-                    found = self._read_fact(self._client, wanted_id)
-                    if found is None or not found.active or normalize_text(found.fact) != key:
-                        return 0
-                return self._delete_by_id(selector, wanted_id)
+            if wanted_id is not None:  # with fact=: only when that id has that text
+                return self._delete_by_id(selector, wanted_id, key)
             if selector.scope_id is None:
                 return self._delete_every(selector, key)
             parts = self._subject(selector.scope, selector.scope_id, selector.project_id)

@@ -69,8 +69,17 @@ CREATE INDEX IF NOT EXISTS idx_learned_memory_subject_read
 # earlier versions (dropped at open), which would only slow every add. An existing
 # database gets it at its first open (about 2 s per million facts, once).
 
-FACTS_SCHEMA = Schema("facts:learned_memory", [_V1])
-"""The fact table's migrations (see :mod:`fastaiagent._schema`); version 1 today."""
+# Version 2: every row of a text, active or superseded, by index, so delete(fact=)
+# removes them all (a forgotten text must not stay in history) without a scan.
+# fact_key leads: a subject's text and one text across a scope ("*") are both a
+# prefix, and no read without a text can pick this index over the read indexes.
+_V2 = """
+CREATE INDEX IF NOT EXISTS idx_learned_memory_text_all
+    ON learned_memory (fact_key, scope, project_id, scope_id);
+"""
+
+FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2])
+"""The fact table's migrations (see :mod:`fastaiagent._schema`); version 2 today."""
 
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = (
@@ -250,10 +259,11 @@ class SQLiteFactStore:
     ) -> int:
         """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``),
         in write transactions of at most :attr:`delete_batch` rows each, so other
-        writers get the database lock between steps; returns how many went."""
+        writers get the database lock between steps; returns how many went.
+        ``fact=`` removes every row with that normalised text, active or superseded."""
         where, params = _where(delete_selector(scope, scope_id, project_id), active_only=False)
-        if fact is not None:  # the active fact with this text: the unique active-key index
-            where += " AND fact_key = ? AND superseded_by IS NULL"
+        if fact is not None:  # every row of this text, history too: idx_learned_memory_text_all
+            where += " AND fact_key = ?"
             params.append(check_fact_text(fact))
         if fact_id is not None:
             where += " AND id = ?"

@@ -89,7 +89,8 @@ class FactStore(Protocol):
         A whole subject (or ``"*"``) goes in bounded steps (see
         :data:`DELETE_BATCH`), each its own transaction: a crash midway leaves a state that a
         repeat finishes, and the count is what was deleted. ``fact=`` removes
-        the active fact with that text, found by index like :meth:`find_active`."""
+        every row of the subject with that normalised text, the active fact and its
+        superseded versions, found by index (never by reading the subject)."""
         ...
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
