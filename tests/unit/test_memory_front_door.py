@@ -277,6 +277,16 @@ def test_forget_one_fact_only():
     assert [f.fact for f in mem.retrieve(tier="user", id="u")] == ["keep me"]
 
 
+def test_forget_of_a_text_removes_its_superseded_versions_too():
+    mem = Memory()
+    first = mem.persist("my card is 4111", tier="user", id="u")
+    mem.update("card ends 5555", old=first, id="u")  # the text is now history only
+    assert mem.forget(tier="user", id="u", fact="My card is 4111") == 1
+    assert mem.location.get(first) is None
+    history = mem.location.browse(scope_id="u", include_superseded=True)
+    assert [f.fact for f in history] == ["card ends 5555"]
+
+
 @pytest.mark.parametrize("verb", ["persist", "retrieve", "forget"])
 def test_session_tier_is_not_a_store_and_unknown_tiers_fail(verb):
     mem = Memory()
