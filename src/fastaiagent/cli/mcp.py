@@ -60,48 +60,63 @@ def check_connection_options(transport: str, host: str, tokens: Any, user_id: st
         )
 
 
-def mcp(
-    location: str = typer.Option(
+# The command's options, named once here so the command itself stays short.
+_LOCATION = typer.Option(
         "sqlite",
         "--location",
         "-l",
         help="Fact store: sqlite, sqlite:///path, postgres://..., redis://...",
-    ),
-    transport: str = typer.Option(
+    )
+_TRANSPORT = typer.Option(
         "stdio", help="stdio (desktop/IDE hosts) or http (streamable HTTP)."
-    ),
-    host: str = typer.Option(
+    )
+_HOST = typer.Option(
         DEFAULT_HOST, help="HTTP: address to bind; other than loopback needs a token."
-    ),
-    port: int = typer.Option(DEFAULT_PORT, help="HTTP: port to listen on (0 picks a free one)."),
-    agent_id: str | None = typer.Option(
+    )
+_PORT = typer.Option(DEFAULT_PORT, help="HTTP: port to listen on (0 picks a free one).")
+_AGENT_ID = typer.Option(
         None, "--agent-id", help="The global tier's id (off without it)."
-    ),
-    project_id: str = typer.Option(
+    )
+_PROJECT_ID = typer.Option(
         "", "--project-id", help="Tenant partition applied to every tier."
-    ),
-    user_id: str | None = typer.Option(
+    )
+_USER_ID = typer.Option(
         None,
         "--user-id",
         help="The user a connection without a token acts for (stdio, or HTTP on loopback).",
-    ),
-    token: list[str] = typer.Option(
+    )
+_TOKEN = typer.Option(
         [], "--token", help=f"HTTP: TOKEN=USER, repeatable (also {TOKENS_ENV}, comma-separated)."
-    ),
-    tokens_file: str | None = typer.Option(
+    )
+_TOKENS_FILE = typer.Option(
         None, "--tokens-file", help='HTTP: a file of TOKEN=USER lines or a JSON {"TOKEN": "USER"}.'
-    ),
-    global_writes: bool = typer.Option(
+    )
+_GLOBAL_WRITES = typer.Option(
         False,
         "--global-writes",
         help="Let clients write and forget global facts (read by every user).",
-    ),
-    semantic: bool = typer.Option(
+    )
+_SEMANTIC = typer.Option(
         True, "--semantic/--no-semantic", help="Let recall search by meaning (needs an embedder)."
-    ),
-    embedder: str = typer.Option(
+    )
+_EMBEDDER = typer.Option(
         "auto", help="Embedder for recall by meaning: auto, local, openai[:model]."
-    ),
+    )
+
+
+def mcp(
+    location: str = _LOCATION,
+    transport: str = _TRANSPORT,
+    host: str = _HOST,
+    port: int = _PORT,
+    agent_id: str | None = _AGENT_ID,
+    project_id: str = _PROJECT_ID,
+    user_id: str | None = _USER_ID,
+    token: list[str] = _TOKEN,
+    tokens_file: str | None = _TOKENS_FILE,
+    global_writes: bool = _GLOBAL_WRITES,
+    semantic: bool = _SEMANTIC,
+    embedder: str = _EMBEDDER,
 ) -> None:
     """Serve memory as MCP tools: remember, recall, update, forget."""
     require("mcp.server.mcpserver", "mcp")

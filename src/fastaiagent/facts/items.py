@@ -157,6 +157,21 @@ class HoldsItems(Protocol):
         ...
 
 
+def scan_filter(
+    prefix: Namespace, *, exact: bool, before: str | None, mark: str
+) -> tuple[str, list[str]]:
+    """The WHERE clause and parameters of a scan, for a SQL store whose
+    placeholder is ``mark`` (``?`` for SQLite, ``%s`` for Postgres)."""
+    if exact:
+        where, params = f"ns = {mark}", [encode_namespace(prefix)]
+    else:
+        where, params = f"ns >= {mark} AND ns < {mark}", list(prefix_range(prefix))
+    if before is not None:
+        where += f" AND key < {mark}"
+        params.append(check_key(before))
+    return where, params
+
+
 def check_page(limit: int | None, offset: int) -> tuple[int | None, int]:
     """A scan's ``limit`` (None: all; else >= 0) and ``offset`` (>= 0)."""
     if limit is not None:

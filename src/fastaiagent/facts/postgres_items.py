@@ -18,6 +18,7 @@ from fastaiagent.facts.items import (
     encode_namespace,
     expiry,
     prefix_range,
+    scan_filter,
 )
 from fastaiagent.facts.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
@@ -174,14 +175,8 @@ class PostgresItemStore:
     ) -> list[StoredItem]:
         """Live items under ``prefix`` in (namespace, key) order (see :class:`ItemStore`)."""
         limit, offset = check_page(limit, offset)
-        params: list[Any]
-        if exact:
-            where, params = "ns = %s", [encode_namespace(prefix)]
-        else:
-            where, params = "ns >= %s AND ns < %s", list(prefix_range(prefix))
-        if before is not None:
-            where += " AND key < %s"
-            params.append(check_key(before))
+        where, strings = scan_filter(prefix, exact=exact, before=before, mark="%s")
+        params: list[Any] = list(strings)
         order = "DESC" if descending else "ASC"
         params += [time.time(), limit, offset]
         query = sql.SQL(

@@ -21,6 +21,7 @@ from fastaiagent.facts.items import (
     encode_namespace,
     expiry,
     prefix_range,
+    scan_filter,
 )
 from fastaiagent.facts.sqlite import SQLiteFactStore
 
@@ -165,14 +166,8 @@ class SQLiteItemStore:
     ) -> list[StoredItem]:
         """Live items under ``prefix`` in (namespace, key) order (see :class:`ItemStore`)."""
         limit, offset = check_page(limit, offset)
-        params: list[Any]
-        if exact:
-            where, params = "ns = ?", [encode_namespace(prefix)]
-        else:
-            where, params = "ns >= ? AND ns < ?", list(prefix_range(prefix))
-        if before is not None:
-            where += " AND key < ?"
-            params.append(check_key(before))
+        where, strings = scan_filter(prefix, exact=exact, before=before, mark="?")
+        params: list[Any] = list(strings)
         order = "DESC" if descending else "ASC"
         params += [time.time(), -1 if limit is None else limit, offset]
         rows = self._conn().execute(
