@@ -348,10 +348,7 @@ class Memory:
                 block.clear()
             except Exception as exc:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
-        recall = self.config.recall
-        purge = getattr(recall, "delete_namespace", None) if recall not in (None, "auto") else None
-        if purge is not None:
-            purge(self._stack.recall_namespace(user_id))
+        self._stack.purge_recall(user_id)
 
     def _forget_user_state(self, user_id: str, everywhere: bool) -> None:
         """After a user's facts are gone: their windows and caches (``everywhere``:
@@ -377,7 +374,7 @@ class Memory:
             self.drop_user(user)
         if self._users.has_single():
             self.drop_user(self._users.single_user or "")
-        if self.config.recall not in (None, "auto"):
+        if self._stack.shared_recall_store() is not None:
             logger.warning("forget(id='*') cannot enumerate recall namespaces of a shared store")
 
     # -- save / load -----------------------------------------------------------

@@ -37,6 +37,8 @@ class MemoryStack:
         self._shared: list[MemoryBlock] | None = None
         self._embedder: Any = None
         self._semantic_index: Any = None
+        self._vector_index: Any = None
+        self._vector_index_checked = False
         self.queue: BackgroundQueue | None = None
 
     # -- blocks ----------------------------------------------------------------
@@ -112,6 +114,8 @@ class MemoryStack:
         embedder = self.embedder()
         store = self.config.recall
         if store == "auto":
+            store = self.vector_index()
+        if store is None:
             from fastaiagent.kb.backends.faiss import FaissVectorStore
 
             store = FaissVectorStore(dimension=embedder.dimension)
@@ -166,15 +170,50 @@ class MemoryStack:
                 self._embedder = get_embedder(self.config.embedder or "auto")
             return self._embedder
 
+    def vector_index(self) -> Any:
+        """The fact store's own vector index (:class:`~fastaiagent.facts.vectors.HoldsVectors`),
+        which ``"auto"`` recall and semantic facts use so they outlive the process;
+        None when the store has none (``"auto"`` is then an in-process FAISS index)."""
+        with self._lock:
+            if not self._vector_index_checked:
+                self._vector_index_checked = True
+                make = getattr(self.store, "vector_store", None)
+                if callable(make):
+                    try:
+                        self._vector_index = make()
+                    except Exception as exc:  # degrade to in-process recall, never fail the run
+                        logger.warning(
+                            "the fact store's vector index could not be opened; recall and "
+                            "semantic facts use an in-process index instead: %s",
+                            exc,
+                        )
+            return self._vector_index
+
+    def shared_recall_store(self) -> Any:
+        """The store holding every user's recall entries (a VectorStore passed as
+        ``recall=``, or the fact store's index for ``"auto"``), None when in-process."""
+        recall = self.config.recall
+        if recall is None:
+            return None
+        return self.vector_index() if recall == "auto" else recall
+
+    def purge_recall(self, user_id: str) -> None:
+        """Delete a user's recall entries from a shared or durable recall store."""
+        store = self.shared_recall_store()
+        purge = getattr(store, "delete_namespace", None)
+        if callable(purge):
+            purge(self.recall_namespace(user_id))
+
     def semantic_index(self) -> Any:
         """The semantic fact index (``semantic=``), made on first use."""
         with self._lock:
             if self._semantic_index is None:
                 from fastaiagent.facts.semantic import SemanticFactIndex
 
-                self._semantic_index = SemanticFactIndex(
-                    self.store, self.config.semantic, self.embedder()
-                )
+                vectors = self.config.semantic
+                if vectors == "auto":
+                    vectors = self.vector_index() or "auto"
+                self._semantic_index = SemanticFactIndex(self.store, vectors, self.embedder())
             return self._semantic_index
 
     @property

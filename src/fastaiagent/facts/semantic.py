@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 from fastaiagent._validate import fraction, number, one_of, positive_int
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, identity_of
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
@@ -39,7 +40,17 @@ from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchErro
 
 _UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
 _FETCH_FACTOR = 4
+_DURABLE_PREFIX = "fact:"
 Subject = tuple[str, str, str]  # (scope, scope_id, project_id)
+
+
+def is_stored_index(vectors: Any) -> bool:
+    """True for a :class:`~fastaiagent.facts.vectors.StoredVectorIndex` (durable vectors,
+    keyword postings, chunk ids and an embedding cache in the fact store)."""
+    return all(
+        callable(getattr(vectors, name, None))
+        for name in ("keyword_search", "ids", "cached_embeddings", "cache_embeddings")
+    )
 
 
 def store_identity(store: Any) -> str:
@@ -109,6 +120,9 @@ class SemanticFactIndex:
         self.retrieval = retrieval
         self.dense_weight = dense_weight
         self._vectors: VectorStore | None = None if isinstance(vectors, str) else vectors
+        # A store-backed index lives in the fact store's own database: it holds the
+        # vectors and keywords across restarts, so nothing is rebuilt or re-embedded.
+        self.durable = is_stored_index(self._vectors)
         self._embedder_spec = embedder
         self._embedder: Any = None if embedder is None or isinstance(embedder, str) else embedder
         self._identity: str | None = None
@@ -144,6 +158,8 @@ class SemanticFactIndex:
 
     def vector_id(self, fact_id: int) -> str:
         """The stable vector id of a fact of this store."""
+        if self.durable:  # same database as the facts: the fact id is unique already
+            return f"{_DURABLE_PREFIX}{fact_id}"
         if self._identity is None:
             self._identity = store_identity(self.store)
         return str(uuid.uuid5(_UUID_NAMESPACE, f"{self._identity}#{fact_id}"))
@@ -156,7 +172,9 @@ class SemanticFactIndex:
             if state is None:
                 state = self._subjects[namespace] = _SubjectIndex()
         with state.lock:
-            if not state.loaded:
+            if not state.loaded and self.durable:
+                self._load_durable(namespace, state)
+            elif not state.loaded:
                 # First touch of this subject in this process: learn what a shared
                 # (or persistent) vector store already holds for it.
                 for chunk in self.vectors.chunks(namespace):
@@ -168,10 +186,29 @@ class SemanticFactIndex:
                 state.loaded = True
         return state
 
+    def _load_durable(self, namespace: str, state: _SubjectIndex) -> None:
+        """What a store-backed index holds for a subject: its ids only (the fact id is
+        in the vector id); vectors of another embedder are dropped, to be re-embedded."""
+        held = self.vectors.ids(namespace)  # type: ignore[attr-defined]
+        if held:
+            sample = self.vectors.get([next(iter(held))])
+            made_by = sample[0].metadata.get(EMBEDDER_KEY) if sample else None
+            if made_by is not None and made_by != identity_of(self.embedder):
+                self.vectors.delete_namespace(namespace)
+                held = set()
+        for vector_id in held:
+            if vector_id.startswith(_DURABLE_PREFIX) and vector_id[len(_DURABLE_PREFIX):].isdigit():
+                state.fact_to_vector[int(vector_id[len(_DURABLE_PREFIX):])] = vector_id
+                state.vector_to_fact[vector_id] = int(vector_id[len(_DURABLE_PREFIX):])
+        state.loaded = True
+
+    def _embedder_for(self, namespace: str) -> Any:
+        return cached(self.embedder, self._vectors, namespace) if self.durable else self.embedder
+
     def _add(self, namespace: str, state: _SubjectIndex, facts: Sequence[Fact]) -> None:
         if not facts:
             return
-        vectors = self.embedder.embed([f.fact for f in facts])
+        vectors = self._embedder_for(namespace).embed([f.fact for f in facts])
         chunks = [
             Chunk(
                 id=self.vector_id(int(f.id)),  # type: ignore[arg-type]
@@ -183,6 +220,7 @@ class SemanticFactIndex:
                     "scope": f.scope,
                     "scope_id": f.scope_id,
                     "project_id": f.project_id,
+                    **({EMBEDDER_KEY: identity_of(self.embedder)} if self.durable else {}),
                 },
             )
             for f, v in zip(facts, vectors, strict=True)
@@ -191,7 +229,8 @@ class SemanticFactIndex:
         for fact, chunk in zip(facts, chunks, strict=True):
             state.fact_to_vector[int(fact.id)] = chunk.id  # type: ignore[arg-type]
             state.vector_to_fact[chunk.id] = int(fact.id)  # type: ignore[arg-type]
-            state.keywords.add(chunk.id, chunk.text)
+            if not self.durable:  # the store keeps its own keyword postings
+                state.keywords.add(chunk.id, chunk.text)
 
     def _drop(self, state: _SubjectIndex, fact_ids: Iterable[int]) -> None:
         vector_ids = [
@@ -201,7 +240,8 @@ class SemanticFactIndex:
             self.vectors.delete(vector_ids)
             for vector_id in vector_ids:
                 state.vector_to_fact.pop(vector_id, None)
-                state.keywords.remove(vector_id)
+                if not self.durable:
+                    state.keywords.remove(vector_id)
 
     def _sync(self, subject: Subject, active: Sequence[Fact]) -> _SubjectIndex:
         """Make the subject's index match its active facts (one embedding batch)."""
@@ -283,7 +323,9 @@ class SemanticFactIndex:
             subjects = [subject] if self._sync_subject(subject) else []
         if not subjects:
             return []
-        query_vector = self.embedder.embed([query])[0]  # outside every lock: the slow part
+        # Outside every lock: the slow part. One subject's query is cached with its facts.
+        embedder = self._embedder_for(subject_namespace(subjects[0])) if len(subjects) == 1 else self.embedder
+        query_vector = embedder.embed([query])[0]
         ranked: list[tuple[float, Subject, int]] = []
         for subject in subjects:
             state = self._subjects.get(subject_namespace(subject))
@@ -370,7 +412,10 @@ class SemanticFactIndex:
         fetch = limit * _FETCH_FACTOR
         hits = self.vectors.search(query_vector, fetch, namespace=namespace)
         dense = [(h.chunk.id, h.score) for h in hits]
-        if self.retrieval == "hybrid":
+        if self.retrieval == "hybrid" and self.durable:
+            keyword = self.vectors.keyword_search(query, fetch, namespace=namespace)  # type: ignore[attr-defined]
+            fused = fuse(dense, keyword, dense_weight=self.dense_weight)
+        elif self.retrieval == "hybrid":
             keyword = state.keywords.search(query, fetch)
             fused = fuse(dense, keyword, dense_weight=self.dense_weight)
         else:

@@ -30,6 +30,7 @@ from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
+from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
@@ -61,6 +62,19 @@ def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
     if not chosen:
         raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
     return tuple(one_of("roles", role, ROLES) for role in chosen)
+
+
+class _Chunks:
+    """Chunks of keyword hits: the in-process map, or one ``get`` from the store."""
+
+    def __init__(self, fetch: Any, known: dict[str, Chunk]) -> None:
+        self._fetch = fetch
+        self._known = known
+
+    def get_many(self, ids: list[str]) -> dict[str, Chunk]:
+        if self._fetch is None:
+            return {i: self._known[i] for i in ids if i in self._known}
+        return {c.id: c for c in self._fetch(ids)} if ids else {}
 
 
 class VectorBlock(MemoryBlock):
@@ -122,6 +136,7 @@ class VectorBlock(MemoryBlock):
                 )
             self._embedder = embedder
             self._check_dimension(embedder)  # a known mismatch is a configuration error
+        self._cached: Any = None
         self._pending: list[Chunk] = []
         self._keywords: BM25Index | None = None
         self._keyword_chunks: dict[str, Chunk] = {}
@@ -146,6 +161,20 @@ class VectorBlock(MemoryBlock):
             self._check_dimension(embedder)
             self._embedder = embedder
         return self._embedder
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        # A store-backed index caches vectors by text: a restart, another worker
+        # or a repeated text never embeds it again (a query is often the next message).
+        with self._lock:
+            if self._cached is None:
+                self._cached = cached(self.embedder, self.store, self.namespace)
+        return list(self._cached.embed(texts))
+
+    @property
+    def _store_keywords(self) -> bool:
+        # A store that keeps keyword postings serves the keyword side itself:
+        # no in-process BM25 to rebuild from every chunk after a restart.
+        return callable(getattr(self.store, "keyword_search", None))
 
     def _check_dimension(self, embedder: Any) -> None:
         store_dim = getattr(self.store, "dimension", None)
@@ -210,14 +239,17 @@ class VectorBlock(MemoryBlock):
             if not pending:
                 return 0
             try:
-                vectors = self.embedder.embed([self._embedding_text(c) for c in pending])
+                vectors = self._embed([self._embedding_text(c) for c in pending])
                 if len(vectors) != len(pending):
                     raise InvalidValueError(
                         f"embedder returned {len(vectors)} vectors for {len(pending)} texts: "
                         "an Embedder must return one vector per text"
                     )
+                identity = identity_of(self.embedder) if holds_cache(self.store) else None
                 for chunk, vector in zip(pending, vectors, strict=True):
                     chunk.vector = list(vector)
+                    if identity is not None:  # which model made it, for a later model change
+                        chunk.metadata[EMBEDDER_KEY] = identity
                 self.store.add(pending)
             except BaseException:
                 # Kept for the next attempt, but bounded: a dead embedder must not grow memory.
@@ -257,11 +289,19 @@ class VectorBlock(MemoryBlock):
         return self.namespace == DEFAULT_NAMESPACE
 
     def _dense(self, query: str, fetch: int) -> list[tuple[Chunk, float]]:
-        vector = self.embedder.embed([query])[0]
+        vector = self._embed([query])[0]
         hits = self.store.search(
             vector, fetch, namespace=self.namespace, include_untagged=self._reads_untagged
         )
         return [(hit.chunk, hit.score) for hit in hits]
+
+    def _keyword(self, query: str, fetch: int) -> tuple[list[tuple[str, float]], _Chunks]:
+        """The keyword ranking, from the store's postings or the in-process BM25."""
+        if self._store_keywords:
+            found = self.store.keyword_search(query, fetch, namespace=self.namespace)
+            return [(i, float(s)) for i, s in found], _Chunks(self.store.get, {})
+        index = self._keyword_index()
+        return index.search(query, fetch), _Chunks(None, self._keyword_chunks)
 
     def _candidates(self, query: str, fetch: int) -> tuple[list[tuple[Chunk, float]], bool]:
         """Chunks for ``query`` with a similarity in [0, 1], best first, and
@@ -269,13 +309,17 @@ class VectorBlock(MemoryBlock):
         if self.retrieval == "dense":
             dense = self._dense(query, fetch)
             return dense, len(dense) < fetch
-        keyword = self._keyword_index().search(query, fetch)
+        keyword, keyword_chunks = self._keyword(query, fetch)
         if self.retrieval == "bm25":
             top = keyword[0][1] if keyword else 1.0
-            return [(self._keyword_chunks[i], s / top) for i, s in keyword], len(keyword) < fetch
+            found = keyword_chunks.get_many([i for i, _ in keyword])
+            ranked = [(found[i], s / top) for i, s in keyword if i in found]
+            return ranked, len(keyword) < fetch
         dense = self._dense(query, fetch)
         by_id = {chunk.id: chunk for chunk, _ in dense}
-        by_id.update((i, self._keyword_chunks[i]) for i, _ in keyword if i not in by_id)
+        wanted = [i for i, _ in keyword if i not in by_id]
+        by_id.update(keyword_chunks.get_many(wanted))
+        keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
         fused = fuse([(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight)
         return [(by_id[i], s) for i, s in fused], len(dense) < fetch
 
