@@ -388,5 +388,12 @@ class SQLiteFactStore:
 
         return SQLiteItemStore(self)
 
+    def vector_store(self) -> Any:
+        """Durable vectors, keyword postings and cached embeddings on this store's
+        connections (the :class:`~fastaiagent.facts.vectors.HoldsVectors` capability)."""
+        from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex
+
+        return SQLiteVectorIndex(self)
+
 MemoryStore = SQLiteFactStore
 """The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""

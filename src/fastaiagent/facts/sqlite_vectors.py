@@ -1,0 +1,625 @@
+"""Durable vectors, keyword postings and cached embeddings in the fact store's SQLite file.
+
+Tables (component ``vectors:<table>``, same file and connections as the facts):
+
+- ``<table>``: one row per chunk (id, namespace, text, metadata JSON, the
+  L2-normalised vector as float32 bytes, its dimension), indexed on namespace;
+- ``<table>_fts``: an FTS5 index over the chunk's keyword tokens (the same
+  stop-word-free, stemmed tokens as the in-process BM25 index), external
+  content kept in step by triggers, so a chunk and its postings change in one
+  transaction. A namespace is one extra token in the row, so a keyword query
+  reads only that namespace's postings;
+- ``<table>_cache``: embeddings by (namespace, embedder identity, text key);
+- ``<table>_ns``: per namespace, the generation of its last change and of its
+  last removal, so a process can keep a namespace's matrix in memory and
+  check it with one indexed read per search (appends are read incrementally);
+- ``<table>_meta``: the index's dimension (fixed by the first add) and the
+  write generation counter.
+
+Search is exact cosine over one namespace with numpy (a per-user namespace is
+small; see docs/semantic.md for where an ANN index takes over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastaiagent._optional import require
+from fastaiagent._schema import Schema
+from fastaiagent._sqlite import migrate
+from fastaiagent._validate import integer
+from fastaiagent._validate import text as check_text
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.kb.protocols import (
+    Chunk,
+    DimensionMismatchError,
+    SearchHit,
+    check_chunk,
+    check_dimension,
+    check_top_k,
+    check_vector,
+    namespace_key,
+    wanted_keys,
+)
+
+DEFAULT_TABLE = "memory_vectors"
+DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
+_MAX_PARAMS = 500  # ids per IN (...) list
+
+# Trigger bodies hold ';', so the step runs statement by statement (not split on ';').
+_V1 = (
+    """CREATE TABLE IF NOT EXISTS {t} (
+        rid INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        namespace TEXT NOT NULL,
+        nskey TEXT NOT NULL,
+        text TEXT NOT NULL,
+        keywords TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        dimension INTEGER NOT NULL,
+        vector BLOB NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS idx_{t}_namespace ON {t} (namespace, rid)",
+    """CREATE VIRTUAL TABLE IF NOT EXISTS {t}_fts USING fts5(
+        nskey, keywords, content='{t}', content_rowid='rid')""",
+    """CREATE TRIGGER IF NOT EXISTS {t}_ai AFTER INSERT ON {t} BEGIN
+        INSERT INTO {t}_fts (rowid, nskey, keywords) VALUES (new.rid, new.nskey, new.keywords);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS {t}_ad AFTER DELETE ON {t} BEGIN
+        INSERT INTO {t}_fts ({t}_fts, rowid, nskey, keywords)
+        VALUES ('delete', old.rid, old.nskey, old.keywords);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS {t}_au AFTER UPDATE ON {t} BEGIN
+        INSERT INTO {t}_fts ({t}_fts, rowid, nskey, keywords)
+        VALUES ('delete', old.rid, old.nskey, old.keywords);
+        INSERT INTO {t}_fts (rowid, nskey, keywords) VALUES (new.rid, new.nskey, new.keywords);
+    END""",
+    """CREATE TABLE IF NOT EXISTS {t}_cache (
+        namespace TEXT NOT NULL,
+        identity TEXT NOT NULL,
+        text_key TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (namespace, identity, text_key)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS {t}_ns (
+        namespace TEXT PRIMARY KEY,
+        changed INTEGER NOT NULL,
+        removed INTEGER NOT NULL) WITHOUT ROWID""",
+    "CREATE TABLE IF NOT EXISTS {t}_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+)
+
+
+def vectors_schema(table: str) -> Schema:
+    """The migrations of a vector table set (component ``vectors:<table>``)."""
+    statements = [s.format(t=table) for s in _V1]
+
+    def v1(conn: sqlite3.Connection) -> None:
+        for statement in statements:
+            conn.execute(statement)
+
+    return Schema(f"vectors:{table}", [v1])
+
+
+def _nskey(namespace: str) -> str:
+    """The namespace as one FTS token (hex digest: no tokenizer splits it)."""
+    return "n" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
+
+
+def _fts_query(namespace: str, query: str) -> str | None:
+    """``nskey : "<token>" AND keywords : ("a" OR "b")``, or None when no keyword is left."""
+    terms = sorted(set(tokenize(query)))
+    if not terms:
+        return None
+    words = " OR ".join(f'"{term}"' for term in terms)  # tokens hold no '"' (word chars only)
+    return f'nskey : "{_nskey(namespace)}" AND keywords : ({words})'
+
+
+def _batches(items: Sequence[Any]) -> list[Sequence[Any]]:
+    return [items[i : i + _MAX_PARAMS] for i in range(0, len(items), _MAX_PARAMS)]
+
+
+@dataclass
+class _Matrix:
+    """One namespace's vectors in memory: rows ``[0, n)`` of ``buffer`` are live."""
+
+    generation: int  # the namespace's ``changed`` generation this matrix reflects
+    buffer: Any  # float32 (capacity, dimension)
+    rids: Any  # int64 (capacity,)
+    n: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes + self.rids.nbytes)
+
+
+class SQLiteVectorIndex:
+    """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
+    :class:`~fastaiagent.facts.sqlite.SQLiteFactStore` file (see the module doc).
+
+    Thread-safe (per-thread connections; writes are ``BEGIN IMMEDIATE``
+    transactions) and safe across processes sharing the file: each search
+    checks its in-memory copy of the namespace against the file first.
+    ``dimension`` fixes the size up front (None: the first add fixes it);
+    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU).
+    Needs numpy.
+    """
+
+    def __init__(
+        self,
+        store: SQLiteFactStore,
+        *,
+        table: str = DEFAULT_TABLE,
+        dimension: int | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        if not isinstance(store, SQLiteFactStore):
+            raise InvalidTypeError(
+                f"SQLiteVectorIndex needs a SQLiteFactStore, got {type(store).__name__}"
+            )
+        if not table.replace("_", "").isalnum() or not table[0].isalpha():
+            raise InvalidValueError(f"table {table!r} must be a plain identifier")
+        self._asked_dimension = check_dimension(dimension)
+        self._cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        self._np = require("numpy", "faiss")
+        self.store = store
+        self.table = table
+        self._ready = False
+        self._lock = threading.Lock()
+        self._dimension: int | None = None
+        self._matrices: OrderedDict[str, _Matrix] = OrderedDict()
+        self._held = 0  # bytes in self._matrices
+
+    def __repr__(self) -> str:
+        return f"SQLiteVectorIndex(path={str(self.store.path)!r}, table={self.table!r})"
+
+    # -- connections and metadata ------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = self.store._connection()
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    migrate(conn, vectors_schema(self.table), str(self.store.path))
+                    self._ready = True
+            if self._asked_dimension is not None:
+                self._check_asked(conn)
+        return conn
+
+    def _check_asked(self, conn: sqlite3.Connection) -> None:
+        found = self._stored_dimension(conn)
+        if found is not None and found != self._asked_dimension:
+            raise DimensionMismatchError(
+                f"the vector index {self.table!r} in {str(self.store.path)!r} has dimension "
+                f"{found}, but dimension={self._asked_dimension} was asked; use an embedder "
+                "of that size or another table"
+            )
+
+    def _stored_dimension(self, conn: sqlite3.Connection) -> int | None:
+        row = conn.execute(
+            f"SELECT value FROM {self.table}_meta WHERE name = 'dimension'"
+        ).fetchone()
+        return int(row[0]) if row else None
+
+    @property
+    def dimension(self) -> int | None:
+        """The vector size: fixed by the constructor or the first add (in any process)."""
+        if self._dimension is None:
+            self._dimension = self._stored_dimension(self._conn()) or self._asked_dimension
+        return self._dimension
+
+    def _next_generation(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute(
+            f"INSERT INTO {self.table}_meta (name, value) VALUES ('generation', 1) "
+            "ON CONFLICT (name) DO UPDATE SET value = value + 1 RETURNING value"
+        ).fetchone()
+        return int(row[0])
+
+    def _fix_dimension(self, conn: sqlite3.Connection, size: int) -> None:
+        """Record ``size`` as the dimension, or raise if the file already has another."""
+        conn.execute(
+            f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES ('dimension', ?)",
+            (size,),
+        )
+        stored = self._stored_dimension(conn)
+        if stored != size:
+            self._dimension = stored
+            raise DimensionMismatchError(
+                f"vectors have dimension {size} but the index has dimension {stored}; "
+                "use an embedder of the same size or another table"
+            )
+        self._dimension = size
+
+    # -- writes ------------------------------------------------------------
+
+    def _rows(self, chunks: Sequence[Chunk]) -> tuple[list[tuple[Any, ...]], int]:
+        """Validated insert rows (last write wins for a repeated id) and their dimension."""
+        if isinstance(chunks, Chunk):
+            raise InvalidTypeError("add() takes a list of chunks")
+        dimension = self.dimension
+        latest: dict[str, tuple[Chunk, list[float]]] = {}
+        for chunk in chunks:
+            vector = check_chunk(chunk, dimension)
+            dimension = dimension or len(vector)
+            latest.pop(chunk.id, None)
+            latest[chunk.id] = (chunk, vector)
+        assert dimension is not None or not latest
+        np = self._np
+        items = list(latest.values())
+        matrix = np.asarray([v for _, v in items], dtype=np.float32).reshape(len(items), -1)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        matrix /= np.where(norms > 0, norms, 1.0)
+        rows = []
+        for (chunk, _), vector in zip(items, matrix, strict=True):
+            key = namespace_key(chunk.metadata)
+            try:
+                metadata = json.dumps(chunk.metadata, ensure_ascii=False)
+            except (TypeError, ValueError) as exc:
+                raise InvalidTypeError(
+                    f"chunk {chunk.id!r} metadata must be JSON-serialisable: {exc}"
+                ) from exc
+            keywords = " ".join(tokenize(chunk.text))
+            rows.append(
+                (chunk.id, key, _nskey(key), chunk.text, keywords, metadata, dimension,
+                 vector.tobytes())
+            )
+        return rows, dimension or 0
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        """Insert or replace ``chunks`` by id (vectors, keyword postings: one transaction)."""
+        rows, dimension = self._rows(chunks)
+        if not rows:
+            return
+        self._conn()
+        t = self.table
+        with self.store._write() as conn:
+            self._fix_dimension(conn, dimension)
+            generation = self._next_generation(conn)
+            removed = self._remove(conn, [row[0] for row in rows])
+            conn.executemany(
+                f"INSERT INTO {t} (id, namespace, nskey, text, keywords, metadata, dimension, "
+                "vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            self._mark(conn, generation, {row[1] for row in rows}, removed)
+
+    def _remove(self, conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
+        """Delete rows by id (their postings go with them); returns {namespace: count}."""
+        removed: dict[str, int] = {}
+        for batch in _batches(ids):
+            marks = ", ".join("?" * len(batch))
+            for (namespace,) in conn.execute(
+                f"DELETE FROM {self.table} WHERE id IN ({marks}) RETURNING namespace", batch
+            ).fetchall():
+                removed[namespace] = removed.get(namespace, 0) + 1
+        return removed
+
+    def _mark(
+        self,
+        conn: sqlite3.Connection,
+        generation: int,
+        added: set[str],
+        removed: Mapping[str, int],
+    ) -> None:
+        """Record which namespaces changed (readers compare these with their copies).
+
+        A new namespace row starts with ``removed = generation``, so a reader's copy
+        of an earlier namespace of that name is reloaded, never appended to.
+        """
+        t = self.table
+        for namespace in added | set(removed):
+            conn.execute(
+                f"INSERT INTO {t}_ns (namespace, changed, removed) VALUES (?, ?, ?) "
+                "ON CONFLICT (namespace) DO UPDATE SET changed = excluded.changed, "
+                "removed = CASE WHEN ? THEN excluded.removed ELSE removed END",
+                (namespace, generation, generation, namespace in removed),
+            )
+        for namespace in set(removed) - added:
+            if not conn.execute(
+                f"SELECT 1 FROM {t} WHERE namespace = ? LIMIT 1", (namespace,)
+            ).fetchone():
+                conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete chunks by id (vectors and keyword postings); returns how many were there."""
+        if isinstance(ids, str):
+            raise InvalidTypeError("delete() takes a list of ids")
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return 0
+        self._conn()
+        with self.store._write() as conn:
+            removed = self._remove(conn, wanted)
+            if removed:
+                self._mark(conn, self._next_generation(conn), set(), removed)
+        return sum(removed.values())
+
+    def delete_namespace(self, namespace: str) -> int:
+        """Delete every chunk, keyword posting and cached embedding of ``namespace``."""
+        check_text("namespace", namespace)
+        self._conn()
+        t = self.table
+        with self.store._write() as conn:
+            count = conn.execute(f"DELETE FROM {t} WHERE namespace = ?", (namespace,)).rowcount
+            conn.execute(f"DELETE FROM {t}_cache WHERE namespace = ?", (namespace,))
+            conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
+        with self._lock:
+            self._drop(namespace)
+        return int(count)
+
+    # -- the in-memory copies of namespaces ---------------------------------
+
+    def _drop(self, namespace: str) -> None:
+        """Forget a namespace's copy (call under ``self._lock``)."""
+        old = self._matrices.pop(namespace, None)
+        if old is not None:
+            self._held -= old.nbytes
+
+    def _install(self, namespace: str, matrix: _Matrix) -> None:
+        """Keep ``matrix`` as the namespace's copy, evicting the least recently used
+        copies beyond ``cache_bytes`` (call under ``self._lock``)."""
+        self._drop(namespace)
+        if matrix.nbytes > self._cache_bytes:
+            return
+        self._matrices[namespace] = matrix
+        self._held += matrix.nbytes
+        while self._held > self._cache_bytes:
+            _, evicted = self._matrices.popitem(last=False)
+            self._held -= evicted.nbytes
+
+    def _read(self, conn: sqlite3.Connection, namespace: str, after: int) -> tuple[Any, Any]:
+        """(rids, vectors) of ``namespace``'s rows with ``rid > after``, in rid order: one query."""
+        np = self._np
+        rows = conn.execute(
+            f"SELECT rid, vector FROM {self.table} WHERE namespace = ? AND rid > ? ORDER BY rid",
+            (namespace, after),
+        ).fetchall()
+        rids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+        blob = b"".join(row[1] for row in rows)
+        dimension = self.dimension or 1
+        return rids, np.frombuffer(blob, dtype=np.float32).reshape(len(rows), dimension)
+
+    def _grown(self, matrix: _Matrix, rids: Any, vectors: Any) -> _Matrix:
+        """``matrix`` with rows appended (in place while there is room; readers only
+        see rows ``[0, n)`` of the copy they took)."""
+        np = self._np
+        need = matrix.n + len(rids)
+        if need > len(matrix.rids):
+            capacity = max(need, 2 * len(matrix.rids), 64)
+            buffer = np.empty((capacity, matrix.buffer.shape[1]), dtype=np.float32)
+            buffer[: matrix.n] = matrix.buffer[: matrix.n]
+            ids = np.empty(capacity, dtype=np.int64)
+            ids[: matrix.n] = matrix.rids[: matrix.n]
+            matrix = _Matrix(matrix.generation, buffer, ids, matrix.n)
+        matrix.buffer[matrix.n : need] = vectors
+        matrix.rids[matrix.n : need] = rids
+        matrix.n = need
+        return matrix
+
+    def _namespace(self, conn: sqlite3.Connection, namespace: str) -> tuple[Any, Any] | None:
+        """(rids, unit vectors) of a namespace, from the in-memory copy when it is current.
+
+        One indexed read checks the copy; rows appended since are read alone; a
+        removal since reloads the namespace. The copy is labelled with the
+        generation read *before* its rows, so a write in between only costs a
+        re-check later, never a stale answer.
+        """
+        row = conn.execute(
+            f"SELECT changed, removed FROM {self.table}_ns WHERE namespace = ?", (namespace,)
+        ).fetchone()
+        with self._lock:
+            if row is None:
+                self._drop(namespace)
+                return None
+            changed, removed = int(row[0]), int(row[1])
+            current = self._matrices.get(namespace)
+            if current is not None:
+                self._matrices.move_to_end(namespace)
+                n, generation = current.n, current.generation
+                if generation == changed:
+                    return current.rids[:n], current.buffer[:n]
+        if current is not None and generation >= removed:
+            after = int(current.rids[n - 1]) if n else 0
+            rids, vectors = self._read(conn, namespace, after)
+            with self._lock:
+                if self._matrices.get(namespace) is current and current.n == n:
+                    current = self._grown(current, rids, vectors)
+                    current.generation = changed
+                    self._install(namespace, current)
+                    return current.rids[: current.n], current.buffer[: current.n]
+            return (
+                self._np.concatenate([current.rids[:n], rids]),
+                self._np.concatenate([current.buffer[:n], vectors]),
+            )
+        rids, vectors = self._read(conn, namespace, 0)
+        with self._lock:
+            self._install(namespace, _Matrix(changed, vectors.copy(), rids, len(rids)))
+        return rids, vectors
+
+    # -- reads -------------------------------------------------------------
+
+    def _query(self, vector: Sequence[float]) -> Any:
+        np = self._np
+        query = np.asarray(check_vector(vector, self._dimension, "query vector"), dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        return query / norm if norm > 0 else query
+
+    def _best(self, rids: Any, vectors: Any, query: Any, top_k: int) -> list[tuple[float, int]]:
+        np = self._np
+        if len(rids) == 0:
+            return []
+        scores = vectors @ query
+        if len(scores) > top_k:
+            picked = np.argpartition(-scores, top_k - 1)[:top_k]
+        else:
+            picked = np.arange(len(scores))
+        return [(float(scores[i]), int(rids[i])) for i in picked]
+
+    def search(
+        self,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        namespace: str | None = None,
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """The ``top_k`` chunks closest by cosine, best first (exact search).
+
+        ``namespace=None`` reads every chunk (no in-memory copy: meant for
+        maintenance, not per-turn recall).
+        """
+        check_top_k(top_k)
+        keys = wanted_keys(namespace, include_untagged)
+        if self.dimension is None or top_k == 0:
+            return []
+        query = self._query(vector)
+        conn = self._conn()
+        found: list[tuple[float, int]] = []
+        if keys is None:
+            for key in self._all_namespaces(conn):
+                found += self._best(*self._read(conn, key, 0), query, top_k)
+        else:
+            for key in keys:
+                held = self._namespace(conn, key)
+                if held is not None:
+                    found += self._best(*held, query, top_k)
+        found.sort(key=lambda pair: -pair[0])
+        found = found[:top_k]
+        chunks = self._by_rid(conn, [rid for _, rid in found])
+        return [SearchHit(chunks[rid], score) for score, rid in found if rid in chunks]
+
+    def _all_namespaces(self, conn: sqlite3.Connection) -> list[str]:
+        return [row[0] for row in conn.execute(f"SELECT namespace FROM {self.table}_ns")]
+
+    def _by_rid(self, conn: sqlite3.Connection, rids: Sequence[int]) -> dict[int, Chunk]:
+        out: dict[int, Chunk] = {}
+        for batch in _batches(rids):
+            marks = ", ".join("?" * len(batch))
+            for rid, chunk_id, text, metadata in conn.execute(
+                f"SELECT rid, id, text, metadata FROM {self.table} WHERE rid IN ({marks})", batch
+            ):
+                out[rid] = Chunk(chunk_id, text, None, json.loads(metadata))
+        return out
+
+    def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
+        """``(chunk id, score)`` of the best FTS5 BM25 matches in ``namespace``, best
+        first (the score is ``-bm25()``: higher is better; comparable within one call)."""
+        check_text("query", query, allow_empty=True)
+        check_top_k(top_k)
+        check_text("namespace", namespace)
+        match = _fts_query(namespace, query)
+        if match is None or top_k == 0:
+            return []
+        t = self.table
+        # Weight 0 on the namespace token: only the keywords score.
+        rows = self._conn().execute(
+            f"SELECT c.id, c.namespace, -bm25({t}_fts, 0.0, 1.0) AS score FROM {t}_fts "
+            f"JOIN {t} c ON c.rid = {t}_fts.rowid WHERE {t}_fts MATCH ? "
+            "ORDER BY score DESC LIMIT ?",
+            (match, top_k),
+        ).fetchall()
+        return [(chunk_id, float(score)) for chunk_id, ns, score in rows if ns == namespace]
+
+    def ids(self, namespace: str) -> set[str]:
+        """Every chunk id ``namespace`` holds."""
+        check_text("namespace", namespace)
+        rows = self._conn().execute(
+            f"SELECT id FROM {self.table} WHERE namespace = ?", (namespace,)
+        )
+        return {row[0] for row in rows}
+
+    def get(self, ids: Sequence[str]) -> list[Chunk]:
+        """The chunks with these ids that exist, in the order asked (vectors omitted)."""
+        if isinstance(ids, str):
+            raise InvalidTypeError("get() takes a list of ids")
+        wanted = list(ids)
+        found: dict[str, Chunk] = {}
+        conn = self._conn()
+        for batch in _batches(list(dict.fromkeys(wanted))):
+            marks = ", ".join("?" * len(batch))
+            for chunk_id, text, metadata in conn.execute(
+                f"SELECT id, text, metadata FROM {self.table} WHERE id IN ({marks})", batch
+            ):
+                found[chunk_id] = Chunk(chunk_id, text, None, json.loads(metadata))
+        return [found[i] for i in wanted if i in found]
+
+    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
+        """Every chunk of a namespace (vectors omitted), oldest first."""
+        keys = wanted_keys(namespace, include_untagged)
+        where, params = ("", ()) if keys is None else (
+            f"WHERE namespace IN ({', '.join('?' * len(keys))})", tuple(keys)
+        )
+        rows = self._conn().execute(
+            f"SELECT id, text, metadata FROM {self.table} {where} ORDER BY rid", params
+        )
+        return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
+
+    def count(self, namespace: str | None = None) -> int:
+        """How many chunks the index (or one namespace) holds."""
+        if namespace is None:
+            row = self._conn().execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()
+        else:
+            check_text("namespace", namespace)
+            row = self._conn().execute(
+                f"SELECT COUNT(*) FROM {self.table} WHERE namespace = ?", (namespace,)
+            ).fetchone()
+        return int(row[0])
+
+    # -- the embedding cache -------------------------------------------------
+
+    def cached_embeddings(
+        self, identity: str, namespace: str, keys: Sequence[str]
+    ) -> dict[str, list[float]]:
+        """Cached vectors of ``identity`` by text key in ``namespace`` (missing keys left out)."""
+        check_text("identity", identity)
+        check_text("namespace", namespace)
+        np = self._np
+        out: dict[str, list[float]] = {}
+        conn = self._conn()
+        for batch in _batches(list(dict.fromkeys(keys))):
+            marks = ", ".join("?" * len(batch))
+            for key, blob in conn.execute(
+                f"SELECT text_key, vector FROM {self.table}_cache WHERE namespace = ? "
+                f"AND identity = ? AND text_key IN ({marks})",
+                (namespace, identity, *batch),
+            ):
+                out[key] = np.frombuffer(blob, dtype=np.float32).tolist()
+        return out
+
+    def cache_embeddings(
+        self, identity: str, namespace: str, vectors: Mapping[str, Sequence[float]]
+    ) -> None:
+        """Remember vectors of ``identity`` by text key in ``namespace`` (float32)."""
+        check_text("identity", identity)
+        check_text("namespace", namespace)
+        np = self._np
+        rows = [
+            (namespace, identity, check_text("text key", key),
+             np.asarray(check_vector(vector, None, f"cached vector {key!r}"),
+                        dtype=np.float32).tobytes())
+            for key, vector in vectors.items()
+        ]
+        if not rows:
+            return
+        self._conn()
+        with self.store._write() as conn:
+            conn.executemany(
+                f"INSERT OR REPLACE INTO {self.table}_cache (namespace, identity, text_key, "
+                "vector) VALUES (?, ?, ?, ?)",
+                rows,
+            )
+
+    def close(self) -> None:
+        """Drop the in-memory namespace copies (the connections belong to the fact store)."""
+        with self._lock:
+            self._matrices.clear()
+            self._held = 0
+
+
+__all__ = ["DEFAULT_TABLE", "SQLiteVectorIndex", "vectors_schema"]
