@@ -908,3 +908,10 @@ class RedisFactStore:
         from fastaiagent.facts.redis_items import RedisItemStore
 
         return RedisItemStore(self)
+
+    def vector_store(self) -> Any:
+        """Durable vectors, keyword postings and cached embeddings on this store's
+        connections (the :class:`~fastaiagent.facts.vectors.HoldsVectors` capability)."""
+        from fastaiagent.facts.redis_vectors import RedisVectorIndex
+
+        return RedisVectorIndex(self)
