@@ -735,6 +735,13 @@ class PostgresFactStore:
 
         return PostgresItemStore(self)
 
+    def vector_store(self) -> Any:
+        """Durable vectors, keyword postings and cached embeddings on this store's
+        connections (the :class:`~fastaiagent.facts.vectors.HoldsVectors` capability)."""
+        from fastaiagent.facts.postgres_vectors import PostgresVectorIndex
+
+        return PostgresVectorIndex(self)
+
 def connection_lost(exc: BaseException) -> bool:
     """Whether a psycopg error means the connection is gone (lost, refused, or the
     server shutting it down) rather than a failed statement on a live connection."""

@@ -1,0 +1,540 @@
+"""Durable vectors, keyword postings and cached embeddings in Postgres, next to the facts.
+
+Tables (schema component ``vectors:<fact table>_vectors``), on the fact store's pool:
+
+- ``<t>_vectors``: one row per chunk (id, namespace, text, metadata JSONB, the
+  L2-normalised vector as float32 bytes, its dimension, the namespace
+  generation that wrote it, and a ``tsvector`` of its keyword tokens written with
+  the row), indexed on (namespace, generation) and by GIN on the tsvector;
+- ``<t>_vector_ns``: per namespace, the generation of its last write and the
+  epoch of its last removal, both drawn from one sequence under the namespace
+  row's lock, so generations grow in commit order within a namespace;
+- ``<t>_embeddings``: cached embeddings by (namespace, embedder identity, text key);
+- ``<t>_vector_meta``: the index's dimension, fixed by the first add.
+
+Search is exact cosine over one namespace with numpy: each process keeps the
+namespace's matrix in memory (LRU, bounded by ``cache_bytes``) and checks it
+with one indexed statement per search, which also returns what was written
+since (a removal reloads the namespace). A per-user namespace is small, so
+exact search stays in milliseconds; for namespaces of millions of vectors an
+ANN index (pgvector's HNSW on a ``vector`` column) would take over, which this
+module does not need or use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastaiagent._optional import require
+from fastaiagent._validate import integer
+from fastaiagent._validate import text as check_text
+from fastaiagent.errors import InvalidTypeError
+from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
+from fastaiagent.facts.schema import Schema, migrate_postgres
+from fastaiagent.facts.vectors import text_key
+from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.kb.protocols import (
+    Chunk,
+    DimensionMismatchError,
+    SearchHit,
+    check_chunk,
+    check_dimension,
+    check_top_k,
+    check_vector,
+    namespace_key,
+    wanted_keys,
+)
+
+DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
+_NONE = -1  # an epoch no namespace has (the sequence starts at 1): read everything
+
+_DDL = (
+    "CREATE SEQUENCE IF NOT EXISTS {seq}",
+    "CREATE TABLE IF NOT EXISTS {v} (id TEXT PRIMARY KEY, namespace TEXT NOT NULL, "
+    "text TEXT NOT NULL, metadata JSONB NOT NULL, vector BYTEA NOT NULL, "
+    "dimension INTEGER NOT NULL, gen BIGINT NOT NULL, tsv TSVECTOR NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS {idx_ns} ON {v} (namespace, gen)",
+    "CREATE INDEX IF NOT EXISTS {idx_tsv} ON {v} USING GIN (tsv)",
+    "CREATE TABLE IF NOT EXISTS {n} (namespace TEXT PRIMARY KEY, gen BIGINT NOT NULL, "
+    "epoch BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {e} (namespace TEXT NOT NULL, identity TEXT NOT NULL, "
+    "text_key TEXT NOT NULL, vector BYTEA NOT NULL, PRIMARY KEY (namespace, identity, text_key))",
+    "CREATE TABLE IF NOT EXISTS {m} (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+)
+
+_QUERIES = {
+    "dimension": "SELECT value FROM {m} WHERE name = 'dimension'",
+    "fix_dimension": "INSERT INTO {m} (name, value) VALUES ('dimension', %s) "
+    "ON CONFLICT (name) DO NOTHING",
+    "where_now": "SELECT id, namespace FROM {v} WHERE id = ANY(%s)",
+    # SET runs after the row lock is taken: generations grow in commit order.
+    "bump": "INSERT INTO {n} (namespace, gen, epoch) SELECT %s, g, g FROM nextval({seq_name}) g "
+    "ON CONFLICT (namespace) DO UPDATE SET gen = nextval({seq_name}) RETURNING gen",
+    "removed": "UPDATE {n} SET epoch = nextval({seq_name}) WHERE namespace = %s",
+    "upsert": "INSERT INTO {v} (id, namespace, text, metadata, vector, dimension, gen, tsv) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s)) ON CONFLICT (id) DO UPDATE "
+    "SET namespace = excluded.namespace, text = excluded.text, metadata = excluded.metadata, "
+    "vector = excluded.vector, dimension = excluded.dimension, gen = excluded.gen, "
+    "tsv = excluded.tsv",
+    # One statement, one snapshot: the namespace's state and the rows written
+    # since the cached generation (all of them when the epoch moved).
+    "refresh": "SELECT n.gen, n.epoch, v.id, v.vector FROM {n} n LEFT JOIN {v} v "
+    "ON v.namespace = n.namespace AND v.dimension = %s "
+    "AND v.gen > CASE WHEN n.epoch = %s THEN %s ELSE -1 END WHERE n.namespace = %s",
+    "rows": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s)",
+    "hits": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s) AND namespace = ANY(%s)",
+    "keyword": "SELECT id, ts_rank_cd(tsv, q, 1) AS s FROM {v}, to_tsquery('simple', %s) q "
+    "WHERE namespace = %s AND tsv @@ q ORDER BY s DESC, id LIMIT %s",
+    "ids": "SELECT id FROM {v} WHERE namespace = %s",
+    "namespaces": "SELECT namespace FROM {n}",
+    "delete_rows": "DELETE FROM {v} WHERE id = ANY(%s) RETURNING namespace, text",
+    "forget_texts": "DELETE FROM {e} WHERE (namespace, text_key) IN "
+    "(SELECT * FROM unnest(%s::text[], %s::text[]))",
+    "delete_ns_rows": "DELETE FROM {v} WHERE namespace = %s",
+    "delete_ns_cache": "DELETE FROM {e} WHERE namespace = %s",
+    "delete_ns": "DELETE FROM {n} WHERE namespace = %s",
+    "cached": "SELECT text_key, vector FROM {e} WHERE namespace = %s AND identity = %s "
+    "AND text_key = ANY(%s)",
+    "cache": "INSERT INTO {e} (namespace, identity, text_key, vector) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (namespace, identity, text_key) DO UPDATE SET vector = excluded.vector",
+}
+
+
+def vectors_table_for(fact_table: str) -> str:
+    """The vector table that goes with a fact table (the others share its prefix)."""
+    return f"{fact_table}_vectors"
+
+
+def _names(fact_table: str) -> dict[str, Any]:
+    v = vectors_table_for(fact_table)
+    return {
+        "v": sql.Identifier(v),
+        "n": sql.Identifier(f"{fact_table}_vector_ns"),
+        "e": sql.Identifier(f"{fact_table}_embeddings"),
+        "m": sql.Identifier(f"{fact_table}_vector_meta"),
+        "seq": sql.Identifier(f"{v}_gen"),
+        # nextval() reads a name: quoted, so its case is kept.
+        "seq_name": sql.Literal('"' + f"{v}_gen".replace('"', '""') + '"'),
+        "idx_ns": sql.Identifier(f"idx_{v}_ns"),
+        "idx_tsv": sql.Identifier(f"idx_{v}_tsv"),
+    }
+
+
+def _tsquery(query: str) -> str | None:
+    """``'a' | 'b'``: any keyword matches (tokens are word characters only), or None."""
+    terms = sorted(set(tokenize(query)))
+    return " | ".join(f"'{term}'" for term in terms) if terms else None
+
+
+@dataclass
+class _Matrix:
+    """One namespace's vectors in memory: rows ``[0, n)`` of ``buffer`` are live."""
+
+    gen: int
+    epoch: int
+    buffer: Any  # float32 (capacity, dimension)
+    ids: list[str]
+    where: dict[str, int]  # chunk id -> row
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes)
+
+    def merge(self, np: Any, ids: list[str], vectors: Any) -> None:
+        """Replace rows of known ids in place, append the others (capacity doubles)."""
+        for chunk_id, vector in zip(ids, vectors, strict=True):
+            row = self.where.get(chunk_id)
+            if row is None:
+                row = len(self.ids)
+                if row == len(self.buffer):
+                    grown = np.empty((max(16, 2 * row), self.buffer.shape[1]), dtype="float32")
+                    grown[:row] = self.buffer[:row]
+                    self.buffer = grown
+                self.buffer[row] = vector  # written before the row is counted
+                self.ids.append(chunk_id)
+                self.where[chunk_id] = row
+            else:
+                self.buffer[row] = vector
+
+
+class PostgresVectorIndex:
+    """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
+    :class:`~fastaiagent.facts.postgres.PostgresFactStore`'s database (see the module doc).
+
+    Thread-safe, and safe across processes and hosts: each search checks its
+    in-memory copy of the namespace against the database first. ``dimension``
+    fixes the size up front (None: the first add, in any process, fixes it);
+    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU). Errors
+    of the server are classified as the fact store's are
+    (:class:`~fastaiagent.errors.StoreUnavailableError` for an outage). Needs numpy.
+    """
+
+    def __init__(
+        self,
+        store: PostgresFactStore,
+        *,
+        dimension: int | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        if not isinstance(store, PostgresFactStore):
+            raise InvalidTypeError(
+                f"PostgresVectorIndex needs a PostgresFactStore, got {type(store).__name__}"
+            )
+        self._asked_dimension = check_dimension(dimension)
+        self._cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        self._np = require("numpy", "faiss")
+        self.store = store
+        self.table = vectors_table_for(store.table)
+        names = _names(store.table)
+        self._q = {k: sql.SQL(text).format(**names) for k, text in _QUERIES.items()}
+        ddl = [sql.SQL(text).format(**names) for text in _DDL]
+        self._schema = Schema(f"vectors:{self.table}", [lambda conn: _create(conn, ddl)])
+        self._ready = False
+        self._dimension: int | None = None
+        self._fixed = False  # whether the database holds self._dimension
+        self._lock = threading.Lock()
+        self._matrices: OrderedDict[str, _Matrix] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"PostgresVectorIndex(table={self.table!r})"
+
+    # -- connections and metadata ------------------------------------------
+
+    def _run(self, operation: Any) -> Any:
+        """``operation(conn)`` through the fact store's pool and error handling."""
+
+        def run(conn: Any) -> Any:
+            if not self._ready:
+                where = f"the database at {redacted_url(self.store.url)}"
+                migrate_postgres(conn, self._schema, self.table, where)
+                self._load_dimension(conn)
+                self._ready = True
+            return operation(conn)
+
+        return self.store._run(run)
+
+    def _load_dimension(self, conn: Any) -> None:
+        row = conn.execute(self._q["dimension"]).fetchone()
+        found = None if row is None else int(row[0])
+        asked = self._asked_dimension
+        if found is not None and asked is not None and found != asked:
+            raise DimensionMismatchError(
+                f"the vector index {self.table!r} has dimension {found}, but "
+                f"dimension={asked} was asked; use an embedder of that size or another fact table"
+            )
+        self._dimension = found or asked
+        self._fixed = found is not None
+
+    def _fix_dimension(self, conn: Any, size: int) -> None:
+        """Record ``size`` as the dimension, or raise if the database has another."""
+        if self._fixed and self._dimension == size:
+            return
+        conn.execute(self._q["fix_dimension"], (size,))
+        self._load_dimension(conn)
+        if self._dimension != size:
+            raise DimensionMismatchError(
+                f"vectors have dimension {size} but the index has dimension {self._dimension}; "
+                "use an embedder of the same size or another fact table"
+            )
+
+    @property
+    def dimension(self) -> int | None:
+        """The vector size: fixed by the constructor or the first add (in any process)."""
+        if self._dimension is None:
+            self._run(self._load_dimension)
+        return self._dimension
+
+    def _normalised(self, vectors: list[list[float]]) -> Any:
+        np = self._np
+        matrix = np.asarray(vectors, dtype="float32")
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0  # a zero vector stays zero (scores 0 against anything)
+        return matrix / norms
+
+    # -- writes --------------------------------------------------------------
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        """Insert or replace ``chunks`` by id, in one transaction (last one wins for a
+        repeated id); a chunk moved to another namespace leaves the old one."""
+        items = list(chunks)
+        if not items:
+            return
+        dimension = self._dimension
+        vectors = []
+        for chunk in items:
+            vector = check_chunk(chunk, dimension)
+            dimension = dimension or len(vector)
+            vectors.append(vector)
+        assert dimension is not None
+        latest = {chunk.id: n for n, chunk in enumerate(items)}  # last write wins
+        order = list(latest.values())
+        matrix = self._normalised([vectors[n] for n in order])
+        rows = [
+            (items[n], namespace_key(items[n].metadata), matrix[i].tobytes())
+            for i, n in enumerate(order)
+        ]
+        self._run(lambda conn: self._write(conn, rows, dimension))
+
+    def _write(self, conn: Any, rows: list[tuple[Chunk, str, bytes]], dimension: int) -> None:
+        from psycopg.types.json import Jsonb
+
+        ids = [chunk.id for chunk, _, _ in rows]
+        with conn.transaction():
+            self._fix_dimension(conn, dimension)
+            before = dict(conn.execute(self._q["where_now"], (ids,)).fetchall())
+            new = {key for _, key, _ in rows}
+            left = {before[c.id] for c, key, _ in rows if c.id in before and before[c.id] != key}
+            gens = self._lock_namespaces(conn, new, left)
+            params = [
+                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], " ".join(tokenize(c.text)))
+                for c, key, vec in rows
+            ]
+            with conn.cursor() as cursor:
+                cursor.executemany(self._q["upsert"], params)
+
+    def _lock_namespaces(self, conn: Any, written: set[str], removed: set[str]) -> dict[str, int]:
+        """Take the namespace rows' locks in one order (no deadlock between writers):
+        a new generation for each written namespace, a new epoch for each one that
+        loses rows. Returns the generations."""
+        gens = {}
+        for key in sorted(written | removed):
+            if key in removed:
+                conn.execute(self._q["removed"], (key,))
+            if key in written:
+                gens[key] = int(conn.execute(self._q["bump"], (key,)).fetchone()[0])
+        return gens
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete chunks by id, with their keyword postings and the cached embeddings
+        of their texts; returns how many were there."""
+        if isinstance(ids, str):
+            raise InvalidTypeError("delete() takes a list of ids")
+        wanted = list(dict.fromkeys(check_text("chunk id", i) for i in ids))
+        if not wanted:
+            return 0
+
+        def run(conn: Any) -> int:
+            with conn.transaction():
+                found = conn.execute(self._q["where_now"], (wanted,)).fetchall()
+                self._lock_namespaces(conn, set(), {key for _, key in found})
+                gone = conn.execute(self._q["delete_rows"], (wanted,)).fetchall()
+                if gone:
+                    keys = [text_key(text) for _, text in gone]
+                    conn.execute(self._q["forget_texts"], ([ns for ns, _ in gone], keys))
+                return len(gone)
+
+        return int(self._run(run))
+
+    def delete_namespace(self, namespace: str) -> int:
+        """Delete every chunk, keyword posting and cached embedding of ``namespace``;
+        returns how many chunks there were."""
+        wanted_keys(namespace, False)  # validates
+
+        def run(conn: Any) -> int:
+            with conn.transaction():
+                # The namespace row goes too (nothing of a forgotten user stays); a
+                # later add starts a new epoch, so no process keeps the old matrix.
+                conn.execute(self._q["delete_ns"], (namespace,))
+                deleted = int(conn.execute(self._q["delete_ns_rows"], (namespace,)).rowcount)
+                conn.execute(self._q["delete_ns_cache"], (namespace,))
+                return deleted
+
+        deleted = int(self._run(run))
+        with self._lock:
+            self._matrices.pop(namespace, None)
+        return deleted
+
+    # -- search --------------------------------------------------------------
+
+    def search(
+        self,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        namespace: str | None = None,
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """The ``top_k`` chunks closest by cosine, best first (see the module doc)."""
+        check_top_k(top_k)
+        keys = wanted_keys(namespace, include_untagged)
+        dimension = self.dimension
+        if dimension is None or top_k == 0:
+            return []
+        query = self._normalised([check_vector(vector, dimension, "query vector")])[0]
+        return list(self._run(lambda conn: self._search(conn, query, top_k, keys)))
+
+    def _search(self, conn: Any, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        np = self._np
+        if keys is None:
+            keys = [row[0] for row in conn.execute(self._q["namespaces"])]
+        scored: list[tuple[float, str]] = []
+        for key in keys:
+            ids, vectors = self._refresh(conn, key)
+            if not ids:
+                continue
+            scores = vectors @ query
+            if len(scores) > top_k:
+                best = np.argpartition(-scores, top_k - 1)[:top_k]
+            else:
+                best = np.arange(len(scores))
+            scored += [(float(scores[i]), ids[i]) for i in best]
+        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        scored = scored[:top_k]
+        if not scored:
+            return []
+        # Rows removed since the refresh are left out (the namespace check too).
+        rows = conn.execute(self._q["hits"], ([i for _, i in scored], keys)).fetchall()
+        found = {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
+        return [SearchHit(found[i], score) for score, i in scored if i in found]
+
+    def _refresh(self, conn: Any, key: str) -> tuple[list[str], Any]:
+        """The namespace's ids and vectors (a consistent snapshot: rows ``[0, n)``),
+        brought up to date by one indexed statement."""
+        with self._lock:
+            cached = self._matrices.get(key)
+        epoch, gen = (cached.epoch, cached.gen) if cached is not None else (_NONE, 0)
+        rows = conn.execute(self._q["refresh"], (self._dimension, epoch, gen, key)).fetchall()
+        with self._lock:
+            if not rows:  # no such namespace (or it was forgotten)
+                self._matrices.pop(key, None)
+                return [], None
+            matrix = self._merge(key, rows, cached)
+            n = len(matrix.ids)
+            return matrix.ids, matrix.buffer[:n]
+
+    def _merge(self, key: str, rows: list[Any], read: _Matrix | None) -> _Matrix:
+        """Apply a refresh's rows (caller holds the lock). A thread that refreshed
+        meanwhile may have got further: its matrix is kept."""
+        np = self._np
+        new_gen, new_epoch = int(rows[0][0]), int(rows[0][1])
+        current = self._matrices.get(key)
+        if current is not None and current.epoch == new_epoch and current.gen >= new_gen:
+            self._matrices.move_to_end(key)
+            return current
+        if read is None or read.epoch != new_epoch:  # the rows are the whole namespace
+            base = _Matrix(new_gen, new_epoch, np.empty((0, self._dimension), "float32"), [], {})
+        elif current is not None and current.epoch == new_epoch and current.gen >= read.gen:
+            base = current  # the rows since read.gen cover whatever current lacks
+        else:
+            base = read
+        live = [row for row in rows if row[2] is not None]
+        vectors = np.frombuffer(b"".join(row[3] for row in live), dtype="float32")
+        base.merge(np, [row[2] for row in live], vectors.reshape(len(live), self._dimension))
+        base.gen, base.epoch = new_gen, new_epoch
+        self._keep(key, base)
+        return base
+
+    def _keep(self, key: str, matrix: _Matrix) -> None:
+        """Hold ``matrix`` (caller holds the lock), evicting the least recently used."""
+        self._matrices[key] = matrix
+        self._matrices.move_to_end(key)
+        held = sum(m.nbytes for m in self._matrices.values())
+        while held > self._cache_bytes and len(self._matrices) > 1:
+            _, dropped = self._matrices.popitem(last=False)
+            held -= dropped.nbytes
+        if held > self._cache_bytes:
+            self._matrices.pop(key, None)  # too big to keep: searched, then dropped
+
+    def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
+        """``(chunk id, score)`` of the best keyword matches in ``namespace`` (any
+        keyword matches; Postgres' cover-density rank, normalised by document
+        length), best first; scores are comparable within one call only."""
+        check_top_k(top_k)
+        check_text("query", query, allow_empty=True)
+        wanted_keys(namespace, False)
+        terms = _tsquery(query)
+        if terms is None or top_k == 0:
+            return []
+        params = (terms, namespace, top_k)
+        rows = self._run(lambda conn: conn.execute(self._q["keyword"], params).fetchall())
+        return [(row[0], float(row[1])) for row in rows]
+
+    # -- reads ---------------------------------------------------------------
+
+    def ids(self, namespace: str) -> set[str]:
+        """Every chunk id ``namespace`` holds."""
+        wanted_keys(namespace, False)
+        rows = self._run(lambda conn: conn.execute(self._q["ids"], (namespace,)).fetchall())
+        return {row[0] for row in rows}
+
+    def get(self, ids: Sequence[str]) -> list[Chunk]:
+        """The chunks with these ids that exist, in the order asked (without vectors)."""
+        if isinstance(ids, str):
+            raise InvalidTypeError("get() takes a list of ids")
+        wanted = list(ids)
+        if not wanted:
+            return []
+        rows = self._run(lambda conn: conn.execute(self._q["rows"], (wanted,)).fetchall())
+        found = {row[0]: row for row in rows}
+        return [Chunk(i, found[i][1], None, dict(found[i][2])) for i in wanted if i in found]
+
+    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
+        """Every chunk of a namespace (``None``: all), without vectors."""
+        keys = wanted_keys(namespace, include_untagged)
+        where = "TRUE" if keys is None else "namespace = ANY(%s)"
+        query = sql.SQL("SELECT id, text, metadata FROM {} WHERE " + where + " ORDER BY id").format(
+            sql.Identifier(self.table)
+        )
+        params = () if keys is None else (keys,)
+        rows = self._run(lambda conn: conn.execute(query, params).fetchall())
+        return [Chunk(row[0], row[1], None, dict(row[2])) for row in rows]
+
+    def count(self, namespace: str | None = None) -> int:
+        """How many chunks the index (or one namespace) holds."""
+        keys = wanted_keys(namespace, False)
+        where = "TRUE" if keys is None else "namespace = %s"
+        query = sql.SQL("SELECT count(*) FROM {} WHERE " + where).format(sql.Identifier(self.table))
+        params = () if keys is None else (namespace,)
+        return int(self._run(lambda conn: conn.execute(query, params).fetchone()[0]))
+
+    # -- embedding cache -------------------------------------------------------
+
+    def cached_embeddings(
+        self, identity: str, namespace: str, keys: Sequence[str]
+    ) -> dict[str, list[float]]:
+        """Cached vectors of ``identity`` for these text keys in ``namespace``."""
+        check_text("identity", identity)
+        wanted_keys(namespace, False)
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        params = (namespace, identity, wanted)
+        rows = self._run(lambda conn: conn.execute(self._q["cached"], params).fetchall())
+        frombuffer = self._np.frombuffer
+        return {row[0]: frombuffer(row[1], dtype="float32").tolist() for row in rows}
+
+    def cache_embeddings(
+        self, identity: str, namespace: str, vectors: Mapping[str, Sequence[float]]
+    ) -> None:
+        """Remember vectors of ``identity`` by text key in ``namespace`` (one batch)."""
+        check_text("identity", identity)
+        wanted_keys(namespace, False)
+        params = [
+            (namespace, identity, check_text("text key", key), self._np.asarray(
+                check_vector(vector, None, f"embedding {key!r}"), dtype="float32").tobytes())
+            for key, vector in vectors.items()
+        ]
+        if not params:
+            return
+
+        def run(conn: Any) -> None:
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(self._q["cache"], params)
+
+        self._run(run)
+
+    def close(self) -> None:
+        """Drop the in-memory matrices (the connections belong to the fact store)."""
+        with self._lock:
+            self._matrices.clear()
+
+
+def _create(conn: Any, ddl: list[Any]) -> None:
+    """Schema step 1 (under the table's advisory lock, see facts/schema.py)."""
+    with conn.transaction():
+        for statement in ddl:
+            conn.execute(statement)
