@@ -83,7 +83,8 @@ local function drop(id, want)
     local first = true
     for word in string.gmatch(tm, '%S+') do
       if first then
-        redis.call('HINCRBY', P .. 'm:' .. ns, 'tot', -tonumber(word))
+        -- 0 - n, not -n: Lua writes -0 as "-0", which HINCRBY refuses
+        redis.call('HINCRBY', P .. 'm:' .. ns, 'tot', 0 - tonumber(word))
         first = false
       else
         redis.call('HDEL', P .. 'p:' .. ns .. ':' .. word, id)
