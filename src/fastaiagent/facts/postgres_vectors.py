@@ -57,6 +57,7 @@ _DDL = (
     "CREATE TABLE IF NOT EXISTS {v} (id TEXT PRIMARY KEY, namespace TEXT NOT NULL, "
     "text TEXT NOT NULL, metadata JSONB NOT NULL, vector BYTEA NOT NULL, "
     "dimension INTEGER NOT NULL, gen BIGINT NOT NULL, tsv TSVECTOR NOT NULL)",
+    "ALTER SEQUENCE {seq} OWNED BY {v}.gen",  # dropped with the table
     "CREATE INDEX IF NOT EXISTS {idx_ns} ON {v} (namespace, gen)",
     "CREATE INDEX IF NOT EXISTS {idx_tsv} ON {v} USING GIN (tsv)",
     "CREATE TABLE IF NOT EXISTS {n} (namespace TEXT PRIMARY KEY, gen BIGINT NOT NULL, "
