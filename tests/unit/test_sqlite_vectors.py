@@ -1,0 +1,196 @@
+"""SQLite specifics of the store-backed vector index: raw tables after deletes, schema
+version, a file written before vectors, the in-memory copies, other processes."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _env import require_module
+from fastaiagent.errors import SchemaVersionError
+from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.vectors import HoldsVectors, text_key
+from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
+
+require_module("numpy")
+
+from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex, vectors_schema  # noqa: E402
+
+T = "memory_vectors"
+TABLES = (T, f"{T}_cache", f"{T}_ns")
+
+
+def _chunk(cid: str, namespace: str, text: str, vector: list[float]) -> Chunk:
+    return Chunk(cid, text, vector, {"namespace": namespace})
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "memory.db"
+
+
+@pytest.fixture
+def index(path: Path) -> Iterator[SQLiteVectorIndex]:
+    store = SQLiteFactStore(path)
+    made = store.vector_store()
+    assert isinstance(made, SQLiteVectorIndex)
+    yield made
+    store.close()
+
+
+def _raw(path: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def _fts_rows(path: Path) -> int:
+    """Documents in the FTS index itself (its docsize shadow table: one row per document)."""
+    return int(_raw(path, f"SELECT COUNT(*) FROM {T}_fts_docsize")[0][0])
+
+
+def _fill(index: SQLiteVectorIndex) -> None:
+    for ns in ("user:alice", "user:bob"):
+        index.add([_chunk(f"{ns}-{i}", ns, f"Jane lives in Lisbon {i}", [1.0, i, 0.0]) for i in range(5)])
+        index.cache_embeddings("m@3", ns, {text_key("Jane"): [1.0, 0.0, 0.0]})
+
+
+def test_the_fact_store_holds_vectors(path: Path) -> None:
+    store = SQLiteFactStore(path)
+    assert isinstance(store, HoldsVectors)
+    store.close()
+
+
+def test_delete_namespace_leaves_no_row_of_it_in_any_table(index: SQLiteVectorIndex, path: Path) -> None:
+    _fill(index)
+    assert _fts_rows(path) == 10
+    assert index.delete_namespace("user:alice") == 5
+    for table in TABLES:
+        assert _raw(path, f"SELECT COUNT(*) FROM {table} WHERE namespace = 'user:alice'") == [(0,)], table
+        assert _raw(path, f"SELECT COUNT(*) FROM {table} WHERE namespace = 'user:bob'")[0][0] > 0, table
+    assert _fts_rows(path) == 5
+    # The postings left are exactly bob's rows: FTS5's own consistency check passes.
+    _raw(path, f"INSERT INTO {T}_fts ({T}_fts) VALUES ('integrity-check')")
+    assert index.keyword_search("Jane", 10, namespace="user:bob")
+
+
+def test_delete_by_id_removes_the_row_and_its_postings(index: SQLiteVectorIndex, path: Path) -> None:
+    _fill(index)
+    assert index.delete(["user:alice-0", "user:alice-1"]) == 2
+    assert _raw(path, f"SELECT COUNT(*) FROM {T} WHERE id IN ('user:alice-0', 'user:alice-1')") == [(0,)]
+    assert _fts_rows(path) == 8
+    assert index.delete([f"user:alice-{i}" for i in range(2, 5)]) == 3
+    assert _raw(path, f"SELECT COUNT(*) FROM {T}_ns WHERE namespace = 'user:alice'") == [(0,)]
+    _raw(path, f"INSERT INTO {T}_fts ({T}_fts) VALUES ('integrity-check')")
+
+
+def test_upsert_keeps_one_row_and_one_posting_per_id(index: SQLiteVectorIndex, path: Path) -> None:
+    for n in range(3):
+        index.add([_chunk("a", "n", f"version {n} of the text", [1.0, n, 0.0])])
+    assert _raw(path, f"SELECT COUNT(*) FROM {T}") == [(1,)]
+    assert _fts_rows(path) == 1
+    assert [i for i, _ in index.keyword_search("version", 5, namespace="n")] == ["a"]
+
+
+def test_vectors_are_stored_as_unit_float32(index: SQLiteVectorIndex, path: Path) -> None:
+    index.add([_chunk("a", "n", "x", [3.0, 4.0, 0.0])])
+    ((blob, dimension),) = _raw(path, f"SELECT vector, dimension FROM {T}")
+    assert dimension == 3 and len(blob) == 3 * 4
+    import numpy as np
+
+    assert np.frombuffer(blob, dtype=np.float32).tolist() == pytest.approx([0.6, 0.8, 0.0])
+
+
+def test_schema_version_is_recorded_and_a_newer_one_is_refused(index: SQLiteVectorIndex, path: Path) -> None:
+    index.add([_chunk("a", "n", "x", [1.0, 0.0])])
+    assert _raw(path, "SELECT version FROM fastaiagent_schema WHERE component = ?", f"vectors:{T}") == [
+        (vectors_schema(T).version,)
+    ]
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE fastaiagent_schema SET version = 99 WHERE component = ?", (f"vectors:{T}",))
+    conn.commit()
+    conn.close()
+    store = SQLiteFactStore(path)
+    with pytest.raises(SchemaVersionError, match=f"'vectors:{T}' at schema version 99"):
+        store.vector_store().search([1.0, 0.0], 3, namespace="n")
+    store.close()
+
+
+def test_a_file_written_before_vectors_gains_them_and_keeps_its_facts(path: Path) -> None:
+    old = SQLiteFactStore(path)
+    old.add(Fact("likes tea", scope="user", scope_id="alice"))
+    old.close()
+    assert not _raw(path, "SELECT name FROM sqlite_master WHERE name = ?", T)
+    store = SQLiteFactStore(path)
+    index = store.vector_store()
+    index.add([_chunk("a", "user:alice", "likes tea", [1.0, 0.0])])
+    assert [f.fact for f in store.list_active("user", "alice")] == ["likes tea"]
+    assert [h.chunk.id for h in index.search([1.0, 0.0], 3, namespace="user:alice")] == ["a"]
+    store.close()
+
+
+def test_asked_dimension_must_match_the_file(index: SQLiteVectorIndex, path: Path) -> None:
+    index.add([_chunk("a", "n", "x", [1.0, 0.0, 0.0])])
+    store = SQLiteFactStore(path)
+    with pytest.raises(DimensionMismatchError, match="has dimension 3, but dimension=8 was asked"):
+        SQLiteVectorIndex(store, dimension=8).count()
+    assert SQLiteVectorIndex(store, dimension=3).dimension == 3
+    store.close()
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 200])
+def test_results_do_not_depend_on_the_memory_budget(path: Path, cache_bytes: int) -> None:
+    store = SQLiteFactStore(path)
+    index = SQLiteVectorIndex(store, cache_bytes=cache_bytes)
+    for ns in ("a", "b", "c"):  # 200 bytes holds one small namespace at most: evictions
+        index.add([_chunk(f"{ns}{i}", ns, "t", [1.0, i, 0.0]) for i in range(4)])
+    for _ in range(2):
+        for ns in ("a", "b", "c"):
+            hits = index.search([1.0, 3.0, 0.0], 2, namespace=ns)
+            assert [h.chunk.id for h in hits] == [f"{ns}3", f"{ns}2"]
+    store.close()
+
+
+def test_bad_table_name_and_store_type_are_refused(path: Path) -> None:
+    store = SQLiteFactStore(path)
+    with pytest.raises(ValueError, match="table 'x; drop' must be a plain identifier"):
+        SQLiteVectorIndex(store, table="x; drop")
+    with pytest.raises(TypeError, match="SQLiteVectorIndex needs a SQLiteFactStore, got str"):
+        SQLiteVectorIndex("memory.db")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cache_bytes must be an int"):
+        SQLiteVectorIndex(store, cache_bytes=1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="metadata must be JSON-serialisable"):
+        store.vector_store().add([Chunk("a", "x", [1.0], {"namespace": "n", "when": object()})])
+    store.close()
+
+
+_CHILD = """
+import sys
+from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.kb.protocols import Chunk
+index = SQLiteFactStore(sys.argv[1]).vector_store()
+action = sys.argv[2]
+if action == "add":
+    index.add([Chunk("child", "a note from another process", [0.0, 1.0], {"namespace": "n"})])
+else:
+    index.delete_namespace("n")
+"""
+
+
+def test_another_process_writes_are_seen_by_a_warm_index(index: SQLiteVectorIndex, path: Path) -> None:
+    index.add([_chunk("mine", "n", "mine", [1.0, 0.0])])
+    assert [h.chunk.id for h in index.search([0.0, 1.0], 5, namespace="n")] == ["mine"]  # warm copy
+    for action in ("add", "delete"):
+        subprocess.run([sys.executable, "-c", _CHILD, str(path), action], check=True, timeout=60)
+        hits = [h.chunk.id for h in index.search([0.0, 1.0], 5, namespace="n")]
+        assert hits == (["child", "mine"] if action == "add" else []), action
+    assert index.keyword_search("note", 5, namespace="n") == []
