@@ -298,7 +298,7 @@ class VectorBlock(MemoryBlock):
     def _keyword(self, query: str, fetch: int) -> tuple[list[tuple[str, float]], _Chunks]:
         """The keyword ranking, from the store's postings or the in-process BM25."""
         if self._store_keywords:
-            found = self.store.keyword_search(query, fetch, namespace=self.namespace)
+            found = self.store.keyword_search(query, fetch, namespace=self.namespace)  # type: ignore[attr-defined]
             return [(i, float(s)) for i, s in found], _Chunks(self.store.get, {})
         index = self._keyword_index()
         return index.search(query, fetch), _Chunks(None, self._keyword_chunks)
