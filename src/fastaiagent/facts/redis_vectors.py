@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from fastaiagent._optional import require
 from fastaiagent._validate import positive_int
+from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
 from fastaiagent.facts.redis import RedisFactStore, escape_part, unavailable
 from fastaiagent.kb.bm25 import tokenize
@@ -373,6 +374,7 @@ class RedisVectorIndex:
 
     def _cache_key(self, identity: str, namespace: str) -> str:
         wanted_keys(namespace, False)  # validates
+        check_text("identity", identity)
         return self._k("c:", f"{escape_part(namespace)}:{escape_part(identity)}")
 
     def cached_embeddings(
