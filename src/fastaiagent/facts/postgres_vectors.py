@@ -5,7 +5,9 @@ Tables (schema component ``vectors:<fact table>_vectors``), on the fact store's 
 - ``<t>_vectors``: one row per chunk (id, namespace, text, metadata JSONB, the
   L2-normalised vector as float32 bytes, its dimension, the namespace
   generation that wrote it, and a ``tsvector`` of its keyword tokens written with
-  the row), indexed on (namespace, generation) and by GIN on the tsvector;
+  the row, plus one lexeme naming the namespace so a keyword query reads only
+  that namespace's rows), indexed on (namespace, generation) and by GIN on the
+  tsvector;
 - ``<t>_vector_ns``: per namespace, the generation of its last write and the
   epoch of its last removal, both drawn from one sequence under the namespace
   row's lock, so generations grow in commit order within a namespace;
@@ -23,6 +25,7 @@ module does not need or use.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -59,7 +62,8 @@ _DDL = (
     "dimension INTEGER NOT NULL, gen BIGINT NOT NULL, tsv TSVECTOR NOT NULL)",
     "ALTER SEQUENCE {seq} OWNED BY {v}.gen",  # dropped with the table
     "CREATE INDEX IF NOT EXISTS {idx_ns} ON {v} (namespace, gen)",
-    "CREATE INDEX IF NOT EXISTS {idx_tsv} ON {v} USING GIN (tsv)",
+    # fastupdate off: a search never scans a long pending list (writes are one turn's rows).
+    "CREATE INDEX IF NOT EXISTS {idx_tsv} ON {v} USING GIN (tsv) WITH (fastupdate = off)",
     "CREATE TABLE IF NOT EXISTS {n} (namespace TEXT PRIMARY KEY, gen BIGINT NOT NULL, "
     "epoch BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS {e} (namespace TEXT NOT NULL, identity TEXT NOT NULL, "
@@ -88,8 +92,10 @@ _QUERIES = {
     "AND v.gen > CASE WHEN n.epoch = %s THEN %s ELSE -1 END WHERE n.namespace = %s",
     "rows": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s)",
     "hits": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s) AND namespace = ANY(%s)",
-    "keyword": "SELECT id, ts_rank_cd(tsv, q, 1) AS s FROM {v}, to_tsquery('simple', %s) q "
-    "WHERE namespace = %s AND tsv @@ q ORDER BY s DESC, id LIMIT %s",
+    # Matched with the namespace's token (the index reads only its postings' rows),
+    # ranked on the keywords alone.
+    "keyword": "SELECT id, ts_rank_cd(tsv, to_tsquery('simple', %s), 1) AS s FROM {v} "
+    "WHERE namespace = %s AND tsv @@ to_tsquery('simple', %s) ORDER BY s DESC, id LIMIT %s",
     "ids": "SELECT id FROM {v} WHERE namespace = %s",
     "namespaces": "SELECT namespace FROM {n}",
     "delete_rows": "DELETE FROM {v} WHERE id = ANY(%s) RETURNING namespace, text",
@@ -123,6 +129,18 @@ def _names(fact_table: str) -> dict[str, Any]:
         "idx_ns": sql.Identifier(f"idx_{v}_ns"),
         "idx_tsv": sql.Identifier(f"idx_{v}_tsv"),
     }
+
+
+def _nskey(namespace: str) -> str:
+    """The namespace as one lexeme of the row's tsvector (a hex digest: one word)."""
+    return "n" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
+
+
+def _keywords(text: str, namespace: str) -> str:
+    """What the row's tsvector is made of: the text's keyword tokens (the same
+    stop-word-free, stemmed tokens as the in-process BM25 index), then the
+    namespace's lexeme."""
+    return " ".join([*tokenize(text), _nskey(namespace)])
 
 
 def _tsquery(query: str) -> str | None:
@@ -291,7 +309,7 @@ class PostgresVectorIndex:
             left = {before[c.id] for c, key, _ in rows if c.id in before and before[c.id] != key}
             gens = self._lock_namespaces(conn, new, left)
             params = [
-                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], " ".join(tokenize(c.text)))
+                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], _keywords(c.text, key))
                 for c, key, vec in rows
             ]
             with conn.cursor() as cursor:
@@ -452,7 +470,7 @@ class PostgresVectorIndex:
         terms = _tsquery(query)
         if terms is None or top_k == 0:
             return []
-        params = (terms, namespace, top_k)
+        params = (terms, namespace, f"'{_nskey(namespace)}' & ({terms})", top_k)
         rows = self._run(lambda conn: conn.execute(self._q["keyword"], params).fetchall())
         return [(row[0], float(row[1])) for row in rows]
 
