@@ -24,7 +24,7 @@ require_module("numpy")
 from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex, vectors_schema  # noqa: E402
 
 T = "memory_vectors"
-TABLES = (T, f"{T}_cache", f"{T}_ns")
+TABLES = (T, f"{T}_vec", f"{T}_cache", f"{T}_ns")
 
 
 def _chunk(cid: str, namespace: str, text: str, vector: list[float]) -> Chunk:
@@ -88,6 +88,7 @@ def test_delete_by_id_removes_the_row_and_its_postings(index: SQLiteVectorIndex,
     assert index.delete(["user:alice-0", "user:alice-1"]) == 2
     assert _raw(path, f"SELECT COUNT(*) FROM {T} WHERE id IN ('user:alice-0', 'user:alice-1')") == [(0,)]
     assert _fts_rows(path) == 8
+    assert _raw(path, f"SELECT COUNT(*) FROM {T}_vec") == [(8,)]
     assert index.delete([f"user:alice-{i}" for i in range(2, 5)]) == 3
     assert _raw(path, f"SELECT COUNT(*) FROM {T}_ns WHERE namespace = 'user:alice'") == [(0,)]
     _raw(path, f"INSERT INTO {T}_fts ({T}_fts) VALUES ('integrity-check')")
@@ -97,13 +98,14 @@ def test_upsert_keeps_one_row_and_one_posting_per_id(index: SQLiteVectorIndex, p
     for n in range(3):
         index.add([_chunk("a", "n", f"version {n} of the text", [1.0, n, 0.0])])
     assert _raw(path, f"SELECT COUNT(*) FROM {T}") == [(1,)]
+    assert _raw(path, f"SELECT COUNT(*) FROM {T}_vec") == [(1,)]
     assert _fts_rows(path) == 1
     assert [i for i, _ in index.keyword_search("version", 5, namespace="n")] == ["a"]
 
 
 def test_vectors_are_stored_as_unit_float32(index: SQLiteVectorIndex, path: Path) -> None:
     index.add([_chunk("a", "n", "x", [3.0, 4.0, 0.0])])
-    ((blob, dimension),) = _raw(path, f"SELECT vector, dimension FROM {T}")
+    ((blob, dimension),) = _raw(path, f"SELECT v.vector, c.dimension FROM {T} c JOIN {T}_vec v USING (rid)")
     assert dimension == 3 and len(blob) == 3 * 4
     import numpy as np
 
