@@ -20,7 +20,9 @@ from _env import (
     require_redis,
 )
 
-RUN_ID = uuid.uuid4().hex[:8]  # keeps tables and keys apart from other people's runs
+RUN_ID = uuid.uuid4().hex[:8]
+# Tables a fact store creates beside its own (windows, items, vectors, embeddings).
+COMPANIONS = ("windows", "items", "vectors", "vector_ns", "vector_meta", "embeddings")  # keeps tables and keys apart from other people's runs
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +37,18 @@ def redis_url() -> str:
     return require_redis(REDIS_URL)
 
 
+def forget_schema_rows(url: str, table: str) -> None:
+    """Delete the schema-version rows of ``table`` and its companions."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        exists = conn.execute("SELECT to_regclass('fastaiagent_schema')").fetchone()
+        if exists and exists[0]:
+            conn.execute(
+                "DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{table}%",)
+            )
+
+
 def unique_name(kind: str) -> str:
     """A table name / key prefix no other test run uses."""
     return f"fa_{kind}_{RUN_ID}_{uuid.uuid4().hex[:8]}"
@@ -42,10 +56,12 @@ def unique_name(kind: str) -> str:
 
 @pytest.fixture
 def pg_table(postgres_url: str) -> Iterator[str]:
-    """A fresh table name, dropped afterwards."""
+    """A fresh table name, dropped afterwards with every companion table a store
+    makes beside it (windows, items, vectors) and their schema-version rows."""
     table = unique_name("lm")
     yield table
-    drop_tables(postgres_url, table)
+    drop_tables(postgres_url, table, *(f"{table}_{suffix}" for suffix in COMPANIONS))
+    forget_schema_rows(postgres_url, table)
 
 
 @pytest.fixture

@@ -205,7 +205,7 @@ class PostgresVectorIndex:
             )
         self._asked_dimension = check_dimension(dimension)
         self._cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
-        self._np = require("numpy", "faiss")
+        self._np = require("numpy", "postgres")
         self.store = store
         self.table = vectors_table_for(store.table)
         names = _names(store.table)
