@@ -1,5 +1,8 @@
 """Store-backed vector index per backend: warm search, a turn (add then search), cold load, keywords.
 
+A turn indexes a *new* chunk (read incrementally by a warm process); replacing an
+existing one is measured apart (SQLite reloads the namespace after a removal).
+
 One namespace of N vectors (384 dims, random unit vectors; texts of 12 words
 from a 5,000-word vocabulary) in a fresh SQLite file / Postgres table set /
 Redis prefix, removed afterwards. Every backend goes through its fact store's
@@ -13,6 +16,7 @@ and $FASTAIAGENT_TEST_REDIS (the test servers by default).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import sys
@@ -134,19 +138,28 @@ def _measure(opener: Opener, n: int, count: int) -> dict[str, Any]:
     cold_ms = (time.perf_counter() - start) * 1000
     warm = time_calls(lambda i: index.search(queries[i % 64], 10, namespace=NS), count, warmup=20)
 
-    def turn(i: int) -> None:  # index one message, then recall
-        index.add([Chunk(f"t{i}", "a new message", queries[(i + 1) % 64], {"namespace": NS})])
+    fresh_ids = itertools.count()  # time_calls repeats i after its warm-up: an id is new once
+
+    def turn(i: int) -> None:  # index one new message, then recall
+        chunk = Chunk(f"t{next(fresh_ids)}", "a new message", queries[(i + 1) % 64], {"namespace": NS})
+        index.add([chunk])
         index.search(queries[i % 64], 10, namespace=NS)
 
     after_write = time_calls(turn, count // 2, warmup=5)
     add_one = time_calls(
-        lambda i: index.add([Chunk(f"a{i}", "one more", queries[i % 64], {"namespace": NS})]),
+        lambda i: index.add([Chunk(f"a{next(fresh_ids)}", "one more", queries[i % 64], {"namespace": NS})]),
         count // 2,
         warmup=5,
     )
+
+    def upsert(i: int) -> None:  # replace an existing chunk (a removal: the copy is reloaded)
+        index.add([Chunk(f"c{i}", "edited", queries[i % 64], {"namespace": NS})])
+        index.search(queries[i % 64], 10, namespace=NS)
+
+    after_upsert = time_calls(upsert, 10, warmup=1)
     phrases = [" ".join(random.choices(words, k=3)) for _ in range(64)]
     keyword = time_calls(lambda i: index.keyword_search(phrases[i % 64], 10, namespace=NS), count, 20)
-    uncached = opener(cache_bytes=0)
+    uncached = opener(cache_bytes=1)  # no namespace fits: every search reads it
     no_cache = time_calls(lambda i: uncached.search(queries[i % 64], 10, namespace=NS), 5, 1)
     return {
         "vectors": n,
@@ -155,6 +168,7 @@ def _measure(opener: Opener, n: int, count: int) -> dict[str, Any]:
         "warm_search": summary(warm),
         "add_then_search": summary(after_write),
         "add_one": summary(add_one),
+        "upsert_then_search": summary(after_upsert),
         "keyword_search": summary(keyword),
         "search_without_memory_cache": summary(no_cache),
     }

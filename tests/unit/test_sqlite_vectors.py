@@ -196,3 +196,37 @@ def test_another_process_writes_are_seen_by_a_warm_index(index: SQLiteVectorInde
         hits = [h.chunk.id for h in index.search([0.0, 1.0], 5, namespace="n")]
         assert hits == (["child", "mine"] if action == "add" else []), action
     assert index.keyword_search("note", 5, namespace="n") == []
+
+
+def test_random_writes_from_two_objects_match_a_brute_force_reference(path: Path) -> None:
+    """Adds, upserts and deletes from two objects on one file (each keeps its own
+    in-memory copies, masks its own deletes, reads the other's changes): every
+    search equals an exact search over what the file holds."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    stores = [SQLiteFactStore(path), SQLiteFactStore(path)]
+    objects = [s.vector_store() for s in stores]
+    truth: dict[str, tuple[str, np.ndarray]] = {}  # id -> (namespace, unit vector)
+    for step in range(400):
+        index = objects[rng.integers(2)]
+        ns = f"user:{rng.integers(2)}"
+        roll = rng.random()
+        if roll < 0.45 or not truth:
+            cid = f"c{rng.integers(60)}"  # a small id space: many upserts
+            vector = rng.standard_normal(8).astype(np.float32)
+            index.add([_chunk(cid, ns, f"text {cid}", vector.tolist())])
+            truth[cid] = (ns, vector / np.linalg.norm(vector))
+        elif roll < 0.6:
+            doomed = [str(c) for c in rng.choice(sorted(truth), size=min(3, len(truth)), replace=False)]
+            assert index.delete(doomed) == len(doomed)
+            for cid in doomed:
+                del truth[cid]
+        query = rng.standard_normal(8).astype(np.float32)
+        mine = {cid: float(v @ query) / float(np.linalg.norm(query)) for cid, (n, v) in truth.items() if n == ns}
+        expected = sorted(mine, key=lambda cid: -mine[cid])[:5]
+        hits = index.search(query.tolist(), 5, namespace=ns)
+        assert [h.chunk.id for h in hits] == expected, step
+        assert [h.score for h in hits] == pytest.approx([mine[c] for c in expected], abs=1e-5)
+    for store in stores:
+        store.close()

@@ -136,16 +136,24 @@ def _batches(items: Sequence[Any]) -> list[Sequence[Any]]:
 
 @dataclass
 class _Matrix:
-    """One namespace's vectors in memory: rows ``[0, n)`` of ``buffer`` are live."""
+    """One namespace's vectors in memory: rows ``[0, n)`` of ``buffer``, in rid order;
+    a row this process deleted is masked out (``alive``) until the next compaction."""
 
     generation: int  # the namespace's ``changed`` generation this matrix reflects
     buffer: Any  # float32 (capacity, dimension)
-    rids: Any  # int64 (capacity,)
+    rids: Any  # int64 (capacity,), ascending over [0, n)
     n: int
+    alive: Any  # bool (capacity,)
+    dead: int = 0
 
     @property
     def nbytes(self) -> int:
-        return int(self.buffer.nbytes + self.rids.nbytes)
+        return int(self.buffer.nbytes + self.rids.nbytes + self.alive.nbytes)
+
+    def view(self) -> tuple[Any, Any, Any]:
+        """(rids, vectors, alive mask or None) of rows ``[0, n)``: what a search reads."""
+        n = self.n
+        return self.rids[:n], self.buffer[:n], (self.alive[:n] if self.dead else None)
 
 
 class SQLiteVectorIndex:
@@ -176,7 +184,7 @@ class SQLiteVectorIndex:
             raise InvalidValueError(f"table {table!r} must be a plain identifier")
         self._asked_dimension = check_dimension(dimension)
         self._cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
-        self._np = require("numpy", "faiss")
+        self._np = require("numpy", "local")
         self.store = store
         self.table = table
         self._ready = False
@@ -302,25 +310,39 @@ class SQLiteVectorIndex:
             conn.executemany(
                 f"INSERT INTO {t}_vec (namespace, rid, vector) VALUES (?, ?, ?)", vectors
             )
-            self._mark(conn, generation, {row[1] for row in rows}, removed)
+            added = {row[1] for row in rows}
+            prior = self._prior(conn, added | set(removed))
+            self._mark(conn, generation, added, removed)
+        self._apply_own(generation, prior, removed, vectors)
 
-    def _remove(self, conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
-        """Delete rows by id (their postings go with them); returns {namespace: count}."""
-        removed: dict[str, int] = {}
+    def _remove(self, conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[int]]:
+        """Delete rows by id (postings and vectors go with them); returns {namespace: rids}."""
+        removed: dict[str, list[int]] = {}
         for batch in _batches(ids):
             marks = ", ".join("?" * len(batch))
-            for (namespace,) in conn.execute(
-                f"DELETE FROM {self.table} WHERE id IN ({marks}) RETURNING namespace", batch
+            for namespace, rid in conn.execute(
+                f"DELETE FROM {self.table} WHERE id IN ({marks}) RETURNING namespace, rid", batch
             ).fetchall():
-                removed[namespace] = removed.get(namespace, 0) + 1
+                removed.setdefault(namespace, []).append(rid)
         return removed
+
+    def _prior(self, conn: sqlite3.Connection, namespaces: set[str]) -> dict[str, int]:
+        """The ``changed`` generation of namespaces before this write marks them."""
+        out: dict[str, int] = {}
+        for namespace in namespaces:
+            row = conn.execute(
+                f"SELECT changed FROM {self.table}_ns WHERE namespace = ?", (namespace,)
+            ).fetchone()
+            if row is not None:
+                out[namespace] = int(row[0])
+        return out
 
     def _mark(
         self,
         conn: sqlite3.Connection,
         generation: int,
         added: set[str],
-        removed: Mapping[str, int],
+        removed: Mapping[str, Sequence[int]],
     ) -> None:
         """Record which namespaces changed (readers compare these with their copies).
 
@@ -351,9 +373,13 @@ class SQLiteVectorIndex:
         self._conn()
         with self.store._write() as conn:
             removed = self._remove(conn, wanted)
-            if removed:
-                self._mark(conn, self._next_generation(conn), set(), removed)
-        return sum(removed.values())
+            if not removed:
+                return 0
+            generation = self._next_generation(conn)
+            prior = self._prior(conn, set(removed))
+            self._mark(conn, generation, set(), removed)
+        self._apply_own(generation, prior, removed, [])
+        return sum(len(rids) for rids in removed.values())
 
     def delete_namespace(self, namespace: str) -> int:
         """Delete every chunk, keyword posting and cached embedding of ``namespace``."""
@@ -406,27 +432,78 @@ class SQLiteVectorIndex:
         """``matrix`` with rows appended (in place while there is room; readers only
         see rows ``[0, n)`` of the copy they took)."""
         np = self._np
-        need = matrix.n + len(rids)
-        if need > len(matrix.rids):
+        n, need = matrix.n, matrix.n + len(rids)
+        if need > len(matrix.rids) or not matrix.buffer.flags.writeable:
             # 1/8 headroom, not doubling: a 100k x 384 namespace is 150 MB already.
             capacity = max(need + need // 8, 64)
             buffer = np.empty((capacity, matrix.buffer.shape[1]), dtype=np.float32)
-            buffer[: matrix.n] = matrix.buffer[: matrix.n]
+            buffer[:n] = matrix.buffer[:n]
             ids = np.empty(capacity, dtype=np.int64)
-            ids[: matrix.n] = matrix.rids[: matrix.n]
-            matrix = _Matrix(matrix.generation, buffer, ids, matrix.n)
-        matrix.buffer[matrix.n : need] = vectors
-        matrix.rids[matrix.n : need] = rids
+            ids[:n] = matrix.rids[:n]
+            alive = np.ones(capacity, dtype=bool)
+            alive[:n] = matrix.alive[:n]
+            matrix = _Matrix(matrix.generation, buffer, ids, n, alive, matrix.dead)
+        matrix.buffer[n:need] = vectors
+        matrix.rids[n:need] = rids
+        matrix.alive[n:need] = True
         matrix.n = need
         return matrix
 
-    def _namespace(self, conn: sqlite3.Connection, namespace: str) -> tuple[Any, Any] | None:
-        """(rids, unit vectors) of a namespace, from the in-memory copy when it is current.
+    def _compacted(self, matrix: _Matrix) -> _Matrix:
+        """``matrix`` without its masked rows (a new copy: readers keep theirs)."""
+        rids, vectors, alive = matrix.view()
+        if alive is None:
+            return matrix
+        empty = _Matrix(matrix.generation, vectors[:0], rids[:0], 0, alive[:0])
+        return self._grown(empty, rids[alive], vectors[alive])
+
+    def _apply_own(
+        self,
+        generation: int,
+        prior: Mapping[str, int],
+        removed: Mapping[str, Sequence[int]],
+        written: Sequence[tuple[str, int, bytes]],
+    ) -> None:
+        """Bring this process's copies up to a write it just committed, without a read.
+
+        Only a copy that reflected the namespace right before the write (its
+        generation equals the one read inside the write transaction) is updated;
+        any other copy is left for the next search to check.
+        """
+        np = self._np
+        appended: dict[str, list[tuple[int, bytes]]] = {}
+        for namespace, rid, blob in written:
+            appended.setdefault(namespace, []).append((rid, blob))
+        with self._lock:
+            for namespace, before in prior.items():
+                matrix = self._matrices.get(namespace)
+                if matrix is None or matrix.generation != before:
+                    continue
+                gone = np.asarray(removed.get(namespace, ()), dtype=np.int64)
+                if len(gone) and matrix.n:  # rids ascend: a removed rid is found by bisection
+                    rids = matrix.rids[: matrix.n]
+                    at = np.searchsorted(rids, gone)
+                    at = at[(at < matrix.n) & (rids[np.minimum(at, matrix.n - 1)] == gone)]
+                    matrix.alive[at] = False
+                    matrix.dead += len(at)
+                new = appended.get(namespace, [])
+                if new:
+                    blob = b"".join(b for _, b in new)
+                    vectors = np.frombuffer(blob, dtype=np.float32).reshape(len(new), -1)
+                    matrix = self._grown(matrix, [r for r, _ in new], vectors)
+                if matrix.dead * 4 > matrix.n:
+                    matrix = self._compacted(matrix)
+                matrix.generation = generation
+                self._install(namespace, matrix)
+
+    def _namespace(self, conn: sqlite3.Connection, namespace: str) -> tuple[Any, Any, Any] | None:
+        """(rids, unit vectors, alive mask or None) of a namespace, from the in-memory
+        copy when it is current.
 
         One indexed read checks the copy; rows appended since are read alone; a
-        removal since reloads the namespace. The copy is labelled with the
-        generation read *before* its rows, so a write in between only costs a
-        re-check later, never a stale answer.
+        removal by another process since reloads the namespace. The copy is
+        labelled with the generation read *before* its rows, so a write in
+        between only costs a re-check later, never a stale answer.
         """
         row = conn.execute(
             f"SELECT changed, removed FROM {self.table}_ns WHERE namespace = ?", (namespace,)
@@ -441,7 +518,7 @@ class SQLiteVectorIndex:
                 self._matrices.move_to_end(namespace)
                 n, generation = current.n, current.generation
                 if generation == changed:
-                    return current.rids[:n], current.buffer[:n]
+                    return current.view()
         if current is not None and generation >= removed:
             after = int(current.rids[n - 1]) if n else 0
             rids, vectors = self._read(conn, namespace, after)
@@ -450,15 +527,19 @@ class SQLiteVectorIndex:
                     current = self._grown(current, rids, vectors)
                     current.generation = changed
                     self._install(namespace, current)
-                    return current.rids[: current.n], current.buffer[: current.n]
-            return (
-                self._np.concatenate([current.rids[:n], rids]),
-                self._np.concatenate([current.buffer[:n], vectors]),
-            )
+                    return current.view()
+            return self._read_all(conn, namespace)  # raced with another thread: no copy
         rids, vectors = self._read(conn, namespace, 0)
+        # Copied into a buffer with room, so the next turn's append needs no regrowth.
+        empty = _Matrix(changed, vectors[:0], rids[:0], 0, self._np.ones(0, dtype=bool))
+        matrix = self._grown(empty, rids, vectors)
         with self._lock:
-            self._install(namespace, _Matrix(changed, vectors.copy(), rids, len(rids)))
-        return rids, vectors
+            self._install(namespace, matrix)
+        return matrix.view()
+
+    def _read_all(self, conn: sqlite3.Connection, namespace: str) -> tuple[Any, Any, Any]:
+        rids, vectors = self._read(conn, namespace, 0)
+        return rids, vectors, None
 
     # -- reads -------------------------------------------------------------
 
@@ -468,18 +549,22 @@ class SQLiteVectorIndex:
         norm = float(np.linalg.norm(query))
         return query / norm if norm > 0 else query
 
-    def _best(self, rids: Any, vectors: Any, query: Any, top_k: int) -> list[tuple[float, int]]:
+    def _best(
+        self, rids: Any, vectors: Any, alive: Any, query: Any, top_k: int
+    ) -> list[tuple[float, int]]:
         np = self._np
         if len(rids) == 0:
             return []
         # einsum runs in the calling thread; BLAS (``@``) may wake its thread pool for a
         # matrix-vector product: at 10k x 384 on 2 busy cores, p99 8 ms against 0.4 ms.
         scores = np.einsum("ij,j->i", vectors, query)
+        if alive is not None:  # rows this process deleted, not yet compacted away
+            scores[~alive] = -np.inf
         if len(scores) > top_k:
             picked = np.argpartition(-scores, top_k - 1)[:top_k]
         else:
             picked = np.arange(len(scores))
-        return [(float(scores[i]), int(rids[i])) for i in picked]
+        return [(float(scores[i]), int(rids[i])) for i in picked if scores[i] > -np.inf]
 
     def search(
         self,
@@ -503,7 +588,7 @@ class SQLiteVectorIndex:
         found: list[tuple[float, int]] = []
         if keys is None:
             for key in self._all_namespaces(conn):
-                found += self._best(*self._read(conn, key, 0), query, top_k)
+                found += self._best(*self._read_all(conn, key), query, top_k)
         else:
             for key in keys:
                 held = self._namespace(conn, key)
