@@ -38,7 +38,7 @@ from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
-from fastaiagent.facts.vectors import text_key
+from fastaiagent.facts.vectors import keyword_text, text_key
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
@@ -309,7 +309,7 @@ class PostgresVectorIndex:
             left = {before[c.id] for c, key, _ in rows if c.id in before and before[c.id] != key}
             gens = self._lock_namespaces(conn, new, left)
             params = [
-                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], _keywords(c.text, key))
+                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], _keywords(keyword_text(c), key))
                 for c, key, vec in rows
             ]
             with conn.cursor() as cursor:

@@ -38,6 +38,7 @@ from fastaiagent._validate import positive_int
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
 from fastaiagent.facts.redis import RedisFactStore, escape_part, unavailable
+from fastaiagent.facts.vectors import keyword_text
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
@@ -327,7 +328,7 @@ class RedisVectorIndex:
         for chunk in chunks:
             vector = check_chunk(chunk, dimension)
             dimension = dimension or len(vector)
-            terms, tfs = _terms(chunk.text)
+            terms, tfs = _terms(keyword_text(chunk))
             ns = escape_part(namespace_key(chunk.metadata))
             args += [chunk.id, ns, _vector_bytes(vector), _doc(chunk), terms, tfs]
         if not args:

@@ -40,6 +40,7 @@ from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.vectors import keyword_text
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
@@ -281,7 +282,7 @@ class SQLiteVectorIndex:
                 raise InvalidTypeError(
                     f"chunk {chunk.id!r} metadata must be JSON-serialisable: {exc}"
                 ) from exc
-            keywords = " ".join(tokenize(chunk.text))
+            keywords = " ".join(tokenize(keyword_text(chunk)))
             rows.append(
                 (chunk.id, key, _nskey(key), chunk.text, keywords, metadata, dimension,
                  vector.tobytes())

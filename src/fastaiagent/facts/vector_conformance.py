@@ -187,6 +187,18 @@ class StoredVectorIndexConformance:
         assert keyword_ids(index, "Jane Lisbon", "n", top_k=1) == ["both"]
         assert index.keyword_search("Jane Lisbon", 0, namespace="n") == []
 
+    def test_keyword_search_also_finds_the_context_turn(self, index: Index) -> None:
+        # Recall stores the turn before a message in metadata["context"]; the
+        # in-process BM25 always indexed it with the message, so the store does too.
+        index.add(
+            [
+                chunk("reply", vec(1), "n", text="Sounds lovely, bring sandwiches", context="the picnic on Saturday"),
+                chunk("other", vec(1), "n", text="the weather in Oslo", context=7),
+            ]
+        )
+        assert keyword_ids(index, "picnic", "n") == ["reply"]
+        assert keyword_ids(index, "Oslo", "n") == ["other"]  # a non-str context is ignored
+
     def test_keyword_search_takes_any_text(self, index: Index) -> None:
         index.add([chunk("a", vec(1), "n", text="cats AND dogs OR birds")])
         for query in ('"', "AND OR NOT", "NEAR(cats)", "cats*", "(", "-cats", "cats:dogs", "'; --", "日本"):

@@ -24,12 +24,20 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from fastaiagent.kb.protocols import Chunk, SearchHit
+from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore
 
 
 def text_key(text: str) -> str:
     """The cache key of a text: its SHA-256, hex (the text itself is not stored twice)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def keyword_text(chunk: Chunk) -> str:
+    """What a chunk's keyword postings index: its text, then ``metadata["context"]``
+    when that is a str (recall stores the turn before a message there, which
+    the in-process BM25 index has always indexed with it)."""
+    context = chunk.metadata.get("context")
+    return f"{chunk.text} {context}" if isinstance(context, str) and context else chunk.text
 
 
 def embedder_identity(model: str, dimension: int) -> str:
@@ -38,7 +46,7 @@ def embedder_identity(model: str, dimension: int) -> str:
 
 
 @runtime_checkable
-class StoredVectorIndex(Protocol):
+class StoredVectorIndex(VectorStore, Protocol):
     """A VectorStore that lives in the fact store's database (see the module doc)."""
 
     @property
@@ -107,4 +115,4 @@ class HoldsVectors(Protocol):
         ...
 
 
-__all__ = ["HoldsVectors", "StoredVectorIndex", "embedder_identity", "text_key"]
+__all__ = ["HoldsVectors", "StoredVectorIndex", "embedder_identity", "keyword_text", "text_key"]
