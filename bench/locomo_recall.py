@@ -108,13 +108,27 @@ def returned_turns(block: VectorBlock, question: str, k: int) -> list[str]:
     return turns[:k]
 
 
-def evaluate(samples: list[dict[str, Any]], embedder: Any, retrieval: str) -> dict[str, Any]:
+def recall_store(location: str | None, embedder: Any) -> Any:
+    """The in-process FAISS store (the spec's default), or the durable index that
+    the fact store at ``location`` offers (``vector_store()``, what
+    ``Memory(recall="auto")`` uses on that location)."""
+    if location is None:
+        return FaissVectorStore(dimension=embedder.dimension)
+    from fastaiagent.facts import make_fact_store
+
+    return make_fact_store(location).vector_store()
+
+
+def evaluate(
+    samples: list[dict[str, Any]], embedder: Any, retrieval: str, location: str | None = None
+) -> dict[str, Any]:
     sums: dict[Any, dict[int, float]] = defaultdict(lambda: dict.fromkeys(KS, 0.0))
     counts: dict[Any, int] = defaultdict(int)
-    for sample in samples:
+    for number, sample in enumerate(samples):
         turns = turns_of(sample["conversation"])
         block = TurnTaggedBlock(
-            FaissVectorStore(dimension=embedder.dimension),
+            recall_store(location, embedder),
+            namespace=f"locomo:{retrieval}:{number}",
             embedder=embedder,
             top_k=max(KS),
             retrieval=retrieval,
@@ -155,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dense-weight", type=float, default=None)
     parser.add_argument(
+        "--location",
+        default=None,
+        help="run through the durable index of this fact store (e.g. sqlite:///tmp/locomo.db)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "locomo_recall.json"
     )
     args = parser.parse_args(argv)
@@ -166,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     for label in args.modes.split(","):
         started = time.perf_counter()
-        results[label] = evaluate(samples, embedder, modes[label])
+        results[label] = evaluate(samples, embedder, modes[label], args.location)
         embedder.save()
         elapsed = time.perf_counter() - started
         print(f"\n{label} (retrieval={modes[label]!r}, {elapsed:.1f} s)")

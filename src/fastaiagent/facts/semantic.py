@@ -349,6 +349,11 @@ class SemanticFactIndex:
         state = self._state(namespace)
         with state.lock:
             now = time.monotonic()
+            if state.synced_at is None and self.durable and state.fact_to_vector:
+                # The store already holds this subject's vectors (another process or an
+                # earlier run indexed them): reading the head finds what is new, so a
+                # restart costs no full read of the subject.
+                state.synced_at = now
             if state.synced_at is None or now - state.synced_at >= self.full_sync_seconds:
                 return self._full_sync(subject, state, now)
             head = self.store.list_active(*subject, limit=self.head_size)
