@@ -24,7 +24,7 @@ require_module("numpy")
 from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex, vectors_schema  # noqa: E402
 
 T = "memory_vectors"
-TABLES = (T, f"{T}_vec", f"{T}_cache", f"{T}_ns")
+TABLES = (T, f"{T}_vec", f"{T}_cache", f"{T}_ns", f"{T}_kw")
 
 
 def _chunk(cid: str, namespace: str, text: str, vector: list[float]) -> Chunk:
@@ -230,3 +230,32 @@ def test_random_writes_from_two_objects_match_a_brute_force_reference(path: Path
         assert [h.score for h in hits] == pytest.approx([mine[c] for c in expected], abs=1e-5)
     for store in stores:
         store.close()
+
+
+def test_keyword_scores_use_the_namespaces_own_statistics(index: SQLiteVectorIndex) -> None:
+    index.add([_chunk("a1", "a", "Jane moved to Lisbon", [1.0, 0.0]), _chunk("a2", "a", "Lisbon is sunny", [0.0, 1.0])])
+    before = index.keyword_search("Jane Lisbon", 5, namespace="a")
+    # Another user says "Lisbon" a thousand times: user a's ranking and scores stay put.
+    index.add([_chunk(f"b{i}", "b", f"Lisbon trip number {i}", [1.0, 1.0]) for i in range(1000)])
+    assert index.keyword_search("Jane Lisbon", 5, namespace="a") == before
+    assert [chunk_id for chunk_id, _ in before] == ["a1", "a2"]
+
+
+def test_a_version_1_vector_table_gains_keyword_statistics(path: Path) -> None:
+    store = SQLiteFactStore(path)
+    index = store.vector_store()
+    index.add([_chunk("a1", "a", "Jane moved to Lisbon", [1.0, 0.0]), _chunk("a2", "a", "Lisbon is sunny", [0.0, 1.0])])
+    expected = index.keyword_search("Jane Lisbon", 5, namespace="a")
+    store.close()
+    conn = sqlite3.connect(path)  # back to the layout of version 1
+    for trigger in ("ai", "ad", "au"):
+        conn.execute(f"DROP TRIGGER {T}_kw_{trigger}")
+    conn.execute(f"DROP TABLE {T}_kw")
+    conn.execute("UPDATE fastaiagent_schema SET version = 1 WHERE component = ?", (f"vectors:{T}",))
+    conn.commit()
+    conn.close()
+    reopened = SQLiteFactStore(path)
+    assert reopened.vector_store().keyword_search("Jane Lisbon", 5, namespace="a") == expected
+    assert _raw(path, f"SELECT namespace, docs, tokens FROM {T}_kw") == [("a", 2, 5)]  # "to" and "is" are stop words
+    assert _raw(path, "SELECT version FROM fastaiagent_schema WHERE component = ?", f"vectors:{T}") == [(2,)]
+    reopened.close()

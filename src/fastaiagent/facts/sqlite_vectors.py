@@ -25,10 +25,12 @@ small; see docs/semantic.md for where an ANN index takes over).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
+import math
 import sqlite3
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,15 +108,46 @@ _V1 = (
 )
 
 
+# Version 2: per-namespace keyword statistics (documents, tokens), kept by triggers in
+# the write's transaction, so keyword scores use the user's own BM25 statistics (as
+# the in-process index does) instead of FTS5's table-wide ones.
+# A row's token count is (length(k) - length(replace(k, ' ', '')) + (k != '')) of its
+# space-joined keywords k.
+_V2 = (
+    """CREATE TABLE IF NOT EXISTS {t}_kw (
+        namespace TEXT PRIMARY KEY,
+        docs INTEGER NOT NULL,
+        tokens INTEGER NOT NULL) WITHOUT ROWID""",
+    """INSERT OR REPLACE INTO {t}_kw (namespace, docs, tokens)
+        SELECT namespace, count(*), sum((length(keywords) - length(replace(keywords, ' ', '')) + (keywords != ''))) FROM {t} GROUP BY namespace""",
+    """CREATE TRIGGER IF NOT EXISTS {t}_kw_ai AFTER INSERT ON {t} BEGIN
+        INSERT INTO {t}_kw (namespace, docs, tokens) VALUES (new.namespace, 1, (length(new.keywords) - length(replace(new.keywords, ' ', '')) + (new.keywords != '')))
+        ON CONFLICT (namespace) DO UPDATE SET docs = docs + 1, tokens = tokens + excluded.tokens;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS {t}_kw_ad AFTER DELETE ON {t} BEGIN
+        UPDATE {t}_kw SET docs = docs - 1, tokens = tokens - (length(old.keywords) - length(replace(old.keywords, ' ', '')) + (old.keywords != ''))
+        WHERE namespace = old.namespace;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS {t}_kw_au AFTER UPDATE ON {t} BEGIN
+        UPDATE {t}_kw SET docs = docs - 1, tokens = tokens - (length(old.keywords) - length(replace(old.keywords, ' ', '')) + (old.keywords != ''))
+        WHERE namespace = old.namespace;
+        INSERT INTO {t}_kw (namespace, docs, tokens) VALUES (new.namespace, 1, (length(new.keywords) - length(replace(new.keywords, ' ', '')) + (new.keywords != '')))
+        ON CONFLICT (namespace) DO UPDATE SET docs = docs + 1, tokens = tokens + excluded.tokens;
+    END""",
+)
+
+
 def vectors_schema(table: str) -> Schema:
     """The migrations of a vector table set (component ``vectors:<table>``)."""
-    statements = [s.format(t=table) for s in _V1]
 
-    def v1(conn: sqlite3.Connection) -> None:
-        for statement in statements:
-            conn.execute(statement)
+    def step(statements: Sequence[str]) -> Any:
+        def run(conn: sqlite3.Connection) -> None:
+            for statement in statements:
+                conn.execute(statement.format(t=table))
 
-    return Schema(f"vectors:{table}", [v1])
+        return run
+
+    return Schema(f"vectors:{table}", [step(_V1), step(_V2)])
 
 
 def _nskey(namespace: str) -> str:
@@ -129,6 +162,27 @@ def _fts_query(namespace: str, query: str) -> str | None:
         return None
     words = " OR ".join(f'"{term}"' for term in terms)  # tokens hold no '"' (word chars only)
     return f'nskey : "{_nskey(namespace)}" AND keywords : ({words})'
+
+
+def _bm25(
+    terms: set[str], rows: Sequence[tuple[str, str]], docs: int, tokens: int, top_k: int
+) -> list[tuple[str, float]]:
+    """Okapi BM25 of ``rows`` (id, space-joined keyword tokens) for ``terms``, with the
+    namespace's document count and token total; the formula of kb/bm25.py."""
+    k1, b = 1.2, 0.75
+    slope = k1 * b / ((tokens / docs) or 1.0)
+    counted = [(chunk_id, Counter(keywords.split())) for chunk_id, keywords in rows]
+    frequency = Counter(term for _, counts in counted for term in counts.keys() & terms)
+    gains = {
+        term: (k1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+        for term, df in frequency.items()
+    }
+    scores = []
+    for chunk_id, counts in counted:
+        norm = k1 * (1.0 - b) + slope * sum(counts.values())
+        score = sum(gain * counts[term] / (counts[term] + norm) for term, gain in gains.items() if term in counts)
+        scores.append((chunk_id, score))
+    return heapq.nlargest(top_k, scores, key=lambda item: item[1])
 
 
 def _batches(items: Sequence[Any]) -> list[Sequence[Any]]:
@@ -363,6 +417,7 @@ class SQLiteVectorIndex:
                 f"SELECT 1 FROM {t} WHERE namespace = ? LIMIT 1", (namespace,)
             ).fetchone():
                 conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
+                conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete chunks by id (vectors and keyword postings); returns how many were there."""
@@ -392,6 +447,7 @@ class SQLiteVectorIndex:
             count = conn.execute(f"DELETE FROM {t} WHERE namespace = ?", (namespace,)).rowcount
             conn.execute(f"DELETE FROM {t}_cache WHERE namespace = ?", (namespace,))
             conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
+            conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
         with self._lock:
             self._drop(namespace)
         return int(count)
@@ -614,8 +670,12 @@ class SQLiteVectorIndex:
         return out
 
     def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
-        """``(chunk id, score)`` of the best FTS5 BM25 matches in ``namespace``, best
-        first (the score is ``-bm25()``: higher is better; comparable within one call)."""
+        """``(chunk id, score)`` of the best BM25 matches in ``namespace``, best first.
+
+        FTS5 finds the namespace's documents holding a query term; they are scored
+        with the namespace's own statistics (Okapi BM25 as
+        :class:`~fastaiagent.kb.bm25.BM25Index`, k1 1.2, b 0.75), so a user's
+        ranking does not depend on what other users said."""
         check_text("query", query, allow_empty=True)
         check_top_k(top_k)
         check_text("namespace", namespace)
@@ -623,14 +683,18 @@ class SQLiteVectorIndex:
         if match is None or top_k == 0:
             return []
         t = self.table
-        # Weight 0 on the namespace token: only the keywords score.
-        rows = self._conn().execute(
-            f"SELECT c.id, c.namespace, -bm25({t}_fts, 0.0, 1.0) AS score FROM {t}_fts "
-            f"JOIN {t} c ON c.rid = {t}_fts.rowid WHERE {t}_fts MATCH ? "
-            "ORDER BY score DESC LIMIT ?",
-            (match, top_k),
+        conn = self._conn()
+        stats = conn.execute(
+            f"SELECT docs, tokens FROM {t}_kw WHERE namespace = ?", (namespace,)
+        ).fetchone()
+        rows = conn.execute(
+            f"SELECT c.id, c.keywords FROM {t}_fts JOIN {t} c ON c.rid = {t}_fts.rowid "
+            f"WHERE {t}_fts MATCH ? AND c.namespace = ?",
+            (match, namespace),
         ).fetchall()
-        return [(chunk_id, float(score)) for chunk_id, ns, score in rows if ns == namespace]
+        if not rows or not stats or stats[0] <= 0:
+            return []
+        return _bm25(set(tokenize(query)), rows, stats[0], stats[1], top_k)
 
     def ids(self, namespace: str) -> set[str]:
         """Every chunk id ``namespace`` holds."""
