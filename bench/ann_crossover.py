@@ -111,7 +111,8 @@ def main() -> None:
         print(
             f"{size:>7} vectors  exact p50 {row['exact']['p50_ms']:7.2f} ms "
             f"p99 {row['exact']['p99_ms']:7.2f}  |  hnsw p50 {row['hnsw']['p50_ms']:6.3f} ms "
-            f"p99 {row['hnsw']['p99_ms']:6.3f}  recall@10 {row['hnsw_recall_at_10']:.3f}  "
+            f"p99 {row['hnsw']['p99_ms']:6.3f}  recall@10 {row['hnsw_recall_at_10']:.3f} "
+            f"target {row['hnsw_target_in_top10']:.3f}  "
             f"(build {row['hnsw_build_s']} s)",
             flush=True,
         )
