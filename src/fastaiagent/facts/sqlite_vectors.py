@@ -59,6 +59,7 @@ from fastaiagent.kb.protocols import (
 DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
+KEYWORD_CANDIDATES = 200  # FTS5 matches rescored with the namespace's own statistics
 
 # Trigger bodies hold ';', so the step runs statement by statement (not split on ';').
 _V1 = (
@@ -165,17 +166,18 @@ def _fts_query(namespace: str, query: str) -> str | None:
 
 
 def _bm25(
-    terms: set[str], rows: Sequence[tuple[str, str]], docs: int, tokens: int, top_k: int
+    frequency: Mapping[str, int], rows: Sequence[tuple[str, str]], docs: int, tokens: int, top_k: int
 ) -> list[tuple[str, float]]:
-    """Okapi BM25 of ``rows`` (id, space-joined keyword tokens) for ``terms``, with the
-    namespace's document count and token total; the formula of kb/bm25.py."""
+    """Okapi BM25 of ``rows`` (id, space-joined keyword tokens) for the query terms of
+    ``frequency`` (term -> documents holding it), with the namespace's document count
+    and token total; the formula of kb/bm25.py."""
     k1, b = 1.2, 0.75
     slope = k1 * b / ((tokens / docs) or 1.0)
     counted = [(chunk_id, Counter(keywords.split())) for chunk_id, keywords in rows]
-    frequency = Counter(term for _, counts in counted for term in counts.keys() & terms)
     gains = {
         term: (k1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
         for term, df in frequency.items()
+        if df
     }
     scores = []
     for chunk_id, counts in counted:
@@ -687,14 +689,27 @@ class SQLiteVectorIndex:
         stats = conn.execute(
             f"SELECT docs, tokens FROM {t}_kw WHERE namespace = ?", (namespace,)
         ).fetchone()
+        if not stats or stats[0] <= 0:
+            return []
+        # FTS5 picks the candidates (its own ranking, with table-wide statistics) at C
+        # speed; they are then scored with the namespace's statistics: per-term
+        # document counts come from FTS5 counts, never from reading every match.
         rows = conn.execute(
             f"SELECT c.id, c.keywords FROM {t}_fts JOIN {t} c ON c.rid = {t}_fts.rowid "
-            f"WHERE {t}_fts MATCH ? AND c.namespace = ?",
-            (match, namespace),
+            f"WHERE {t}_fts MATCH ? ORDER BY bm25({t}_fts, 0.0, 1.0) LIMIT ?",
+            (match, max(KEYWORD_CANDIDATES, 4 * top_k)),
         ).fetchall()
-        if not rows or not stats or stats[0] <= 0:
+        if not rows:
             return []
-        return _bm25(set(tokenize(query)), rows, stats[0], stats[1], top_k)
+        nskey = _nskey(namespace)
+        frequency = {
+            term: conn.execute(
+                f"SELECT count(*) FROM {t}_fts WHERE {t}_fts MATCH ?",
+                (f'nskey : "{nskey}" AND keywords : "{term}"',),
+            ).fetchone()[0]
+            for term in set(tokenize(query))
+        }
+        return _bm25(frequency, rows, stats[0], stats[1], top_k)
 
     def ids(self, namespace: str) -> set[str]:
         """Every chunk id ``namespace`` holds."""
