@@ -67,6 +67,8 @@ def _fill(index: SQLiteVectorIndex) -> None:
 def test_the_fact_store_holds_vectors(path: Path) -> None:
     store = SQLiteFactStore(path)
     assert isinstance(store, HoldsVectors)
+    # One index per store: its in-memory matrices are shared by every caller.
+    assert store.vector_store() is store.vector_store()
     store.close()
 
 

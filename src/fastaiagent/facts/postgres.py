@@ -25,6 +25,7 @@ from fastaiagent.errors import (
 )
 from fastaiagent.facts import outage
 from fastaiagent.facts._sql import browse_where, selector_where
+from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.schema import Schema, advisory_lock, migrate_postgres
 from fastaiagent.facts.scoping import (
@@ -129,7 +130,7 @@ def _close_holder(holder: _PoolHolder) -> None:
         pool.close()
 
 
-class PostgresFactStore:
+class PostgresFactStore(StoreCapabilities):
     """Facts in a Postgres table (``learned_memory`` by default).
 
     ``url`` is any libpq URL (``postgres://`` or ``postgresql://``). The store
@@ -154,6 +155,9 @@ class PostgresFactStore:
     :data:`DEFAULT_CONNECT_TIMEOUT`. ``timeout`` bounds waiting for a free
     pooled connection while the pool is busy.
     """
+
+    backend = "postgres"
+    backend_class = "Postgres"
 
     delete_batch: int = DELETE_BATCH
     """Rows one step of :meth:`delete` removes at most (one short statement)."""
@@ -720,27 +724,6 @@ class PostgresFactStore:
         return self._run(
             lambda conn: [SubjectCount(r[0], r[1], r[2], int(r[3])) for r in conn.execute(query)]
         )
-
-    def window_store(self) -> Any:
-        """Shared conversation windows on this store's connections (the
-        :class:`~fastaiagent.facts.windows.HoldsWindows` capability)."""
-        from fastaiagent.facts.postgres_windows import PostgresWindowStore
-
-        return PostgresWindowStore(self)
-
-    def item_store(self) -> Any:
-        """Namespaced items (framework adapters' state) on this store's connections
-        (the :class:`~fastaiagent.facts.items.HoldsItems` capability)."""
-        from fastaiagent.facts.postgres_items import PostgresItemStore
-
-        return PostgresItemStore(self)
-
-    def vector_store(self) -> Any:
-        """Durable vectors, keyword postings and cached embeddings on this store's
-        connections (the :class:`~fastaiagent.facts.vectors.HoldsVectors` capability)."""
-        from fastaiagent.facts.postgres_vectors import PostgresVectorIndex
-
-        return PostgresVectorIndex(self)
 
 def connection_lost(exc: BaseException) -> bool:
     """Whether a psycopg error means the connection is gone (lost, refused, or the

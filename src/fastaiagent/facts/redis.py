@@ -60,6 +60,7 @@ from fastaiagent.errors import (
 )
 from fastaiagent.facts import _redis_lua as lua
 from fastaiagent.facts import outage
+from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import (
     Selector,
@@ -317,7 +318,7 @@ def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
     )
 
 
-class RedisFactStore:
+class RedisFactStore(StoreCapabilities):
     """Facts in Redis under ``prefix`` (escaped; default ``fastaiagent``).
 
     The first use of a namespace written by an older SDK is upgraded once (see
@@ -328,6 +329,9 @@ class RedisFactStore:
     ``decode_responses=True``); otherwise one is built from ``url``. Redis
     Cluster is not supported (scripts touch keys of many hash slots).
     """
+
+    backend = "redis"
+    backend_class = "Redis"
 
     delete_batch: int = 100
     """Facts one script call of :meth:`delete` removes at most. Dropping a fact
@@ -894,24 +898,3 @@ class RedisFactStore:
                 done = pruner.execute()
                 work = [(keys, int(rank)) for (keys, _), rank in zip(work, done, strict=False)]
                 work = [(keys, rank) for keys, rank in work if rank >= 0]
-
-    def window_store(self) -> Any:
-        """Shared conversation windows on this store's connections (the
-        :class:`~fastaiagent.facts.windows.HoldsWindows` capability)."""
-        from fastaiagent.facts.redis_windows import RedisWindowStore
-
-        return RedisWindowStore(self)
-
-    def item_store(self) -> Any:
-        """Namespaced items (framework adapters' state) on this store's connections
-        (the :class:`~fastaiagent.facts.items.HoldsItems` capability)."""
-        from fastaiagent.facts.redis_items import RedisItemStore
-
-        return RedisItemStore(self)
-
-    def vector_store(self) -> Any:
-        """Durable vectors, keyword postings and cached embeddings on this store's
-        connections (the :class:`~fastaiagent.facts.vectors.HoldsVectors` capability)."""
-        from fastaiagent.facts.redis_vectors import RedisVectorIndex
-
-        return RedisVectorIndex(self)

@@ -16,6 +16,7 @@ from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
 from fastaiagent._validate import integer
 from fastaiagent.facts._sql import browse_where, selector_where
+from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
 from fastaiagent.facts.scoping import (
     Selector,
@@ -136,7 +137,7 @@ def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
     return selector_where(selector, active_only=active_only, mark="?")
 
 
-class SQLiteFactStore:
+class SQLiteFactStore(StoreCapabilities):
     """SQLite fact store (the default ``location="sqlite"``).
 
     ``path=None`` means ``$FASTAIAGENT_LOCAL_DB`` or ``.fastaiagent/local.db``
@@ -148,6 +149,9 @@ class SQLiteFactStore:
     wait for a writer. The first connection checks the schema version (see
     ``docs/backends.md``, "Schema versions").
     """
+
+    backend = "sqlite"
+    backend_class = "SQLite"
 
     delete_batch: int = 200
     """Rows one step of :meth:`delete` removes at most (one write transaction of
@@ -373,27 +377,6 @@ class SQLiteFactStore:
             "GROUP BY scope, scope_id, project_id ORDER BY scope, scope_id, project_id"
         )
         return [SubjectCount(*row) for row in rows]
-
-    def window_store(self) -> Any:
-        """Shared conversation windows on this store's connections (the
-        :class:`~fastaiagent.facts.windows.HoldsWindows` capability)."""
-        from fastaiagent.facts.sqlite_windows import SQLiteWindowStore
-
-        return SQLiteWindowStore(self)
-
-    def item_store(self) -> Any:
-        """Namespaced items (framework adapters' state) on this store's connections
-        (the :class:`~fastaiagent.facts.items.HoldsItems` capability)."""
-        from fastaiagent.facts.sqlite_items import SQLiteItemStore
-
-        return SQLiteItemStore(self)
-
-    def vector_store(self) -> Any:
-        """Durable vectors, keyword postings and cached embeddings on this store's
-        connections (the :class:`~fastaiagent.facts.vectors.HoldsVectors` capability)."""
-        from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex
-
-        return SQLiteVectorIndex(self)
 
 MemoryStore = SQLiteFactStore
 """The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""
