@@ -36,6 +36,7 @@ from fastaiagent.facts.scoping import (
     check_supersede,
     delete_selector,
     normalize_text,
+    page_selector,
     read_selector,
     validate_for_write,
 )
@@ -663,10 +664,8 @@ class PostgresFactStore(StoreCapabilities):
         offset: int = 0,
     ) -> list[Fact]:
         """Active facts of a subject, newest first; ``"*"`` reads every subject."""
-        check_limit(limit)
-        integer("offset", offset, minimum=0)
-        selector = read_selector(scope, scope_id, project_id)
-        if selector is None or limit == 0:
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
             return []
         if selector.scope_id is None:
             query = self._q("list_scope")

@@ -69,6 +69,7 @@ from fastaiagent.facts.scoping import (
     check_limit,
     delete_selector,
     normalize_text,
+    page_selector,
     read_selector,
     validate_for_write,
 )
@@ -721,10 +722,8 @@ class RedisFactStore(StoreCapabilities):
         offset: int = 0,
     ) -> list[Fact]:
         """Active facts of a subject, newest first; ``"*"`` reads every subject."""
-        check_limit(limit)
-        integer("offset", offset, minimum=0)
-        selector = read_selector(scope, scope_id, project_id)
-        if selector is None or limit == 0:
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
             return []
         if selector.scope_id is None:
             index = self._scope_key(selector.scope, selector.project_id)

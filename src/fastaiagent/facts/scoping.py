@@ -132,6 +132,17 @@ def read_selector(scope: str, scope_id: str, project_id: str = "") -> Selector |
     return Selector(scope, scope_id, project_id)
 
 
+def page_selector(
+    scope: str, scope_id: str, project_id: str, limit: int | None, offset: int
+) -> Selector | None:
+    """The subjects one page of ``list_active`` covers, with the page checked;
+    None when the read returns nothing (an empty user id, or ``limit=0``)."""
+    check_limit(limit)
+    integer("offset", offset, minimum=0)
+    selector = read_selector(scope, scope_id, project_id)
+    return None if selector is None or limit == 0 else selector
+
+
 def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector:
     """The subjects a delete covers; an empty id is refused at every scope."""
     check_scope(scope)

@@ -26,6 +26,7 @@ from fastaiagent.facts.scoping import (
     check_supersede,
     delete_selector,
     normalize_text,
+    page_selector,
     read_selector,
     validate_for_write,
 )
@@ -317,10 +318,8 @@ class SQLiteFactStore(StoreCapabilities):
         limit: int | None = DEFAULT_LIMIT,
         offset: int = 0,
     ) -> list[Fact]:
-        check_limit(limit)
-        integer("offset", offset, minimum=0)
-        selector = read_selector(scope, scope_id, project_id)
-        if selector is None or limit == 0:
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
             return []
         count = -1 if limit is None else limit
         if selector.scope_id is not None:  # one subject: the per-turn read
