@@ -18,14 +18,16 @@ Search is exact cosine over one namespace with numpy: each process keeps the
 namespace's matrix in memory (LRU, bounded by ``cache_bytes``) and checks it
 with one indexed statement per search, which also returns what was written
 since (a removal reloads the namespace). A per-user namespace is small, so
-exact search stays in milliseconds; for namespaces of millions of vectors an
-ANN index (pgvector's HNSW on a ``vector`` column) would take over, which this
-module does not need or use.
+exact search stays in milliseconds. With the pgvector extension
+(:mod:`fastaiagent.facts.pgvector`) the vectors are also written to a ``vector``
+column, and a namespace this process holds no copy of yet is searched in the
+server while its copy loads in the background.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -33,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent._validate import integer
+from fastaiagent._validate import boolean, integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
+from fastaiagent.facts import pgvector
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.vectors import keyword_text, text_key
@@ -51,6 +54,8 @@ from fastaiagent.kb.protocols import (
     namespace_key,
     wanted_keys,
 )
+
+logger = logging.getLogger("fastaiagent.facts.postgres_vectors")
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _NONE = -1  # an epoch no namespace has (the sequence starts at 1): read everything
@@ -109,6 +114,14 @@ _QUERIES = {
     "cache": "INSERT INTO {e} (namespace, identity, text_key, vector) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (namespace, identity, text_key) DO UPDATE SET vector = excluded.vector",
 }
+# With pgvector the row's vector is also written to its ``embedding`` column, in the
+# same statement (a second UPDATE would leave a dead copy of every row behind).
+_QUERIES["upsert_pgvector"] = (
+    _QUERIES["upsert"]
+    .replace("gen, tsv)", "gen, tsv, embedding)")
+    .replace("to_tsvector('simple', %s))", "to_tsvector('simple', %s), %s::vector)")
+    .replace("tsv = excluded.tsv", "tsv = excluded.tsv, embedding = excluded.embedding")
+)
 
 
 def vectors_table_for(fact_table: str) -> str:
@@ -187,7 +200,9 @@ class PostgresVectorIndex:
     Thread-safe, and safe across processes and hosts: each search checks its
     in-memory copy of the namespace against the database first. ``dimension``
     fixes the size up front (None: the first add, in any process, fixes it);
-    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU). Errors
+    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU).
+    ``pgvector``: None uses the ``vector`` extension when the server has it,
+    True requires it, False never uses it. Errors
     of the server are classified as the fact store's are
     (:class:`~fastaiagent.errors.StoreUnavailableError` for an outage). Needs numpy.
     """
@@ -198,6 +213,7 @@ class PostgresVectorIndex:
         *,
         dimension: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        pgvector: bool | None = None,
     ) -> None:
         if not isinstance(store, PostgresFactStore):
             raise InvalidTypeError(
@@ -205,6 +221,9 @@ class PostgresVectorIndex:
             )
         self._asked_dimension = check_dimension(dimension)
         self._cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        self._asked_pgvector = None if pgvector is None else boolean("pgvector", pgvector)
+        self._pgvector = False
+        self._warming: set[str] = set()  # namespaces whose copy loads in the background
         self._np = require("numpy", "postgres")
         self.store = store
         self.table = vectors_table_for(store.table)
@@ -230,6 +249,7 @@ class PostgresVectorIndex:
             if not self._ready:
                 where = f"the database at {redacted_url(self.store.url)}"
                 migrate_postgres(conn, self._schema, self.table, where)
+                self._pgvector = pgvector.enable(conn, self.table, self._asked_pgvector, where)
                 self._load_dimension(conn)
                 self._ready = True
             return operation(conn)
@@ -259,6 +279,12 @@ class PostgresVectorIndex:
                 f"vectors have dimension {size} but the index has dimension {self._dimension}; "
                 "use an embedder of the same size or another fact table"
             )
+
+    @property
+    def uses_pgvector(self) -> bool:
+        """Whether vectors are also kept in a pgvector column (and cold searches run there)."""
+        self._run(lambda conn: None)
+        return self._pgvector
 
     @property
     def dimension(self) -> int | None:
@@ -312,8 +338,12 @@ class PostgresVectorIndex:
                 (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], _keywords(keyword_text(c), key))
                 for c, key, vec in rows
             ]
+            statement = self._q["upsert"]
+            if self._pgvector:
+                statement = self._q["upsert_pgvector"]
+                params = [(*row, pgvector.literal(self._np.frombuffer(row[4], "float32"))) for row in params]
             with conn.cursor() as cursor:
-                cursor.executemany(self._q["upsert"], params)
+                cursor.executemany(statement, params)
 
     def _lock_namespaces(self, conn: Any, written: set[str], removed: set[str]) -> dict[str, int]:
         """Take the namespace rows' locks in one order (no deadlock between writers):
@@ -390,6 +420,11 @@ class PostgresVectorIndex:
         np = self._np
         if keys is None:
             keys = [row[0] for row in conn.execute(self._q["namespaces"])]
+        if self._pgvector and len(keys) == 1:
+            with self._lock:
+                cold = keys[0] not in self._matrices
+            if cold:
+                return self._search_in_server(conn, query, top_k, keys[0])
         scored: list[tuple[float, str]] = []
         for key in keys:
             ids, vectors = self._refresh(conn, key)
@@ -411,6 +446,38 @@ class PostgresVectorIndex:
         rows = conn.execute(self._q["hits"], ([i for _, i in scored], keys)).fetchall()
         found = {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
         return [SearchHit(found[i], score) for score, i in scored if i in found]
+
+    def _search_in_server(self, conn: Any, query: Any, top_k: int, key: str) -> list[SearchHit]:
+        """A namespace this process holds no copy of: searched by pgvector in the
+        server (no whole read on the caller's path), its copy loaded in the background."""
+        text = pgvector.literal(query)
+        params = (text, key, self._dimension, text, top_k)
+        rows = conn.execute(pgvector.search_statement(self.table), params).fetchall()
+        self._warm(key)
+        return [SearchHit(Chunk(r[0], r[1], None, dict(r[2])), float(r[3])) for r in rows]
+
+    def holds_copy(self, namespace: str) -> bool:
+        """Whether this process holds ``namespace``'s vectors in memory (searched here)."""
+        with self._lock:
+            return namespace in self._matrices
+
+    def _warm(self, key: str) -> None:
+        """Load ``key``'s matrix on a daemon thread (one at a time per namespace)."""
+        with self._lock:
+            if key in self._warming:
+                return
+            self._warming.add(key)
+
+        def load() -> None:
+            try:
+                self._run(lambda conn: self._refresh(conn, key))
+            except Exception as exc:  # the next search tries again
+                logger.debug("loading the vectors of %r failed: %s", key, exc)
+            finally:
+                with self._lock:
+                    self._warming.discard(key)
+
+        threading.Thread(target=load, name="fastaiagent-pgvector-warm", daemon=True).start()
 
     def _refresh(self, conn: Any, key: str) -> tuple[list[str], Any]:
         """The namespace's ids and vectors (a consistent snapshot: rows ``[0, n)``),
