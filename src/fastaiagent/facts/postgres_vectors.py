@@ -334,7 +334,7 @@ class PostgresVectorIndex:
             new = {key for _, key, _ in rows}
             left = {before[c.id] for c, key, _ in rows if c.id in before and before[c.id] != key}
             gens = self._lock_namespaces(conn, new, left)
-            params = [
+            params: list[tuple[Any, ...]] = [
                 (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], _keywords(keyword_text(c), key))
                 for c, key, vec in rows
             ]
