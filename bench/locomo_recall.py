@@ -34,6 +34,7 @@ DEFAULT_DATA = (
 KS = (1, 5, 10)
 CATEGORIES = (1, 2, 3, 4)
 BLOCK_OPTIONS: dict[str, Any] = {}  # experiment overrides of VectorBlock options
+PG_TABLE = "locomo_bench"  # a Postgres location gets a fact table of its own
 _SESSION = re.compile(r"^session_(\d+)$")
 
 
@@ -114,6 +115,10 @@ def recall_store(location: str | None, embedder: Any) -> Any:
     ``Memory(recall="auto")`` uses on that location)."""
     if location is None:
         return FaissVectorStore(dimension=embedder.dimension)
+    if location.startswith(("postgres://", "postgresql://")):
+        from fastaiagent.facts.postgres import PostgresFactStore
+
+        return PostgresFactStore(location, table=PG_TABLE).vector_store()
     from fastaiagent.facts import make_fact_store
 
     return make_fact_store(location).vector_store()
@@ -136,6 +141,7 @@ def evaluate(
             batch_size=256,
             **BLOCK_OPTIONS,
         )
+        block.clear()  # a reused location holds the last run's turns under the same namespace
         for turn in turns:
             block.on_message(UserMessage(message_text(turn), name=turn["dia_id"]))
         known = {t["dia_id"] for t in turns}

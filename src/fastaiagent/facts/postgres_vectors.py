@@ -26,12 +26,12 @@ server while its copy loads in the background.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fastaiagent._optional import require
@@ -39,10 +39,10 @@ from fastaiagent._validate import boolean, integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts import pgvector
+from fastaiagent.facts import postgres_keywords as keywords
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.vectors import keyword_text, text_key
-from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
@@ -85,11 +85,11 @@ _QUERIES = {
     "bump": "INSERT INTO {n} (namespace, gen, epoch) SELECT %s, g, g FROM nextval({seq_name}) g "
     "ON CONFLICT (namespace) DO UPDATE SET gen = nextval({seq_name}) RETURNING gen",
     "removed": "UPDATE {n} SET epoch = nextval({seq_name}) WHERE namespace = %s",
-    "upsert": "INSERT INTO {v} (id, namespace, text, metadata, vector, dimension, gen, tsv) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s)) ON CONFLICT (id) DO UPDATE "
-    "SET namespace = excluded.namespace, text = excluded.text, metadata = excluded.metadata, "
-    "vector = excluded.vector, dimension = excluded.dimension, gen = excluded.gen, "
-    "tsv = excluded.tsv",
+    "upsert": "INSERT INTO {v} (id, namespace, text, metadata, vector, dimension, gen, tsv, "
+    "ntokens) VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s), %s) "
+    "ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, text = excluded.text, "
+    "metadata = excluded.metadata, vector = excluded.vector, dimension = excluded.dimension, "
+    "gen = excluded.gen, tsv = excluded.tsv, ntokens = excluded.ntokens",
     # One statement, one snapshot: the namespace's state and the rows written
     # since the cached generation (all of them when the epoch moved).
     "refresh": "SELECT n.gen, n.epoch, v.id, v.vector FROM {n} n LEFT JOIN {v} v "
@@ -97,10 +97,6 @@ _QUERIES = {
     "AND v.gen > CASE WHEN n.epoch = %s THEN %s ELSE -1 END WHERE n.namespace = %s",
     "rows": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s)",
     "hits": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s) AND namespace = ANY(%s)",
-    # Matched with the namespace's token (the index reads only its postings' rows),
-    # ranked on the keywords alone.
-    "keyword": "SELECT id, ts_rank_cd(tsv, to_tsquery('simple', %s), 1) AS s FROM {v} "
-    "WHERE namespace = %s AND tsv @@ to_tsquery('simple', %s) ORDER BY s DESC, id LIMIT %s",
     "ids": "SELECT id FROM {v} WHERE namespace = %s",
     "namespaces": "SELECT namespace FROM {n}",
     "delete_rows": "DELETE FROM {v} WHERE id = ANY(%s) RETURNING namespace, text",
@@ -118,9 +114,9 @@ _QUERIES = {
 # same statement (a second UPDATE would leave a dead copy of every row behind).
 _QUERIES["upsert_pgvector"] = (
     _QUERIES["upsert"]
-    .replace("gen, tsv)", "gen, tsv, embedding)")
-    .replace("to_tsvector('simple', %s))", "to_tsvector('simple', %s), %s::vector)")
-    .replace("tsv = excluded.tsv", "tsv = excluded.tsv, embedding = excluded.embedding")
+    .replace("ntokens)", "ntokens, embedding)")
+    .replace("%s), %s) ON", "%s), %s, %s::vector) ON")
+    .replace("ntokens = excluded.ntokens", "ntokens = excluded.ntokens, embedding = excluded.embedding")
 )
 
 
@@ -141,25 +137,9 @@ def _names(fact_table: str) -> dict[str, Any]:
         "seq_name": sql.Literal('"' + f"{v}_gen".replace('"', '""') + '"'),
         "idx_ns": sql.Identifier(f"idx_{v}_ns"),
         "idx_tsv": sql.Identifier(f"idx_{v}_tsv"),
+        "stats_fn": sql.Identifier(f"{v}_kw_stats"),
+        "stats_trigger": sql.Identifier(f"{v}_kw_stats"),
     }
-
-
-def _nskey(namespace: str) -> str:
-    """The namespace as one lexeme of the row's tsvector (a hex digest: one word)."""
-    return "n" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
-
-
-def _keywords(text: str, namespace: str) -> str:
-    """What the row's tsvector is made of: the text's keyword tokens (the same
-    stop-word-free, stemmed tokens as the in-process BM25 index), then the
-    namespace's lexeme."""
-    return " ".join([*tokenize(text), _nskey(namespace)])
-
-
-def _tsquery(query: str) -> str | None:
-    """``'a' | 'b'``: any keyword matches (tokens are word characters only), or None."""
-    terms = sorted(set(tokenize(query)))
-    return " | ".join(f"'{term}'" for term in terms) if terms else None
 
 
 @dataclass
@@ -228,9 +208,10 @@ class PostgresVectorIndex:
         self.store = store
         self.table = vectors_table_for(store.table)
         names = _names(store.table)
-        self._q = {k: sql.SQL(text).format(**names) for k, text in _QUERIES.items()}
-        ddl = [sql.SQL(text).format(**names) for text in _DDL]
-        self._schema = Schema(f"vectors:{self.table}", [lambda conn: _create(conn, ddl)])
+        queries = {**_QUERIES, **keywords.QUERIES}
+        self._q = {k: sql.SQL(text).format(**names) for k, text in queries.items()}
+        steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2)]
+        self._schema = Schema(f"vectors:{self.table}", [partial(_run_ddl, ddl=ddl) for ddl in steps])
         self._ready = False
         self._dimension: int | None = None
         self._fixed = False  # whether the database holds self._dimension
@@ -335,7 +316,8 @@ class PostgresVectorIndex:
             left = {before[c.id] for c, key, _ in rows if c.id in before and before[c.id] != key}
             gens = self._lock_namespaces(conn, new, left)
             params: list[tuple[Any, ...]] = [
-                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], _keywords(keyword_text(c), key))
+                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key],
+                 *keywords.postings(keyword_text(c), key))
                 for c, key, vec in rows
             ]
             statement = self._q["upsert"]
@@ -528,18 +510,13 @@ class PostgresVectorIndex:
             self._matrices.pop(key, None)  # too big to keep: searched, then dropped
 
     def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
-        """``(chunk id, score)`` of the best keyword matches in ``namespace`` (any
-        keyword matches; Postgres' cover-density rank, normalised by document
-        length), best first; scores are comparable within one call only."""
+        """``(chunk id, score)`` of the best BM25 keyword matches in ``namespace``
+        (any keyword matches; scored with the namespace's own statistics, see
+        :mod:`fastaiagent.facts.postgres_keywords`), best first."""
         check_top_k(top_k)
         check_text("query", query, allow_empty=True)
         wanted_keys(namespace, False)
-        terms = _tsquery(query)
-        if terms is None or top_k == 0:
-            return []
-        params = (terms, namespace, f"'{_nskey(namespace)}' & ({terms})", top_k)
-        rows = self._run(lambda conn: conn.execute(self._q["keyword"], params).fetchall())
-        return [(row[0], float(row[1])) for row in rows]
+        return list(self._run(lambda conn: keywords.search(conn, self._q, query, top_k, namespace)))
 
     # -- reads ---------------------------------------------------------------
 
@@ -621,8 +598,9 @@ class PostgresVectorIndex:
             self._matrices.clear()
 
 
-def _create(conn: Any, ddl: list[Any]) -> None:
-    """Schema step 1 (under the table's advisory lock, see facts/schema.py)."""
+def _run_ddl(conn: Any, ddl: list[Any]) -> None:
+    """One schema step, in one transaction (under the table's advisory lock, see
+    facts/schema.py)."""
     with conn.transaction():
         for statement in ddl:
             conn.execute(statement)
