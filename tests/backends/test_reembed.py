@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
-from _vector_fakes import WordHashEmbedder  # noqa: E402
+from _vector_fakes import WordHashEmbedder
 
-from fastaiagent import Memory  # noqa: E402
-from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, identity_of  # noqa: E402
-from fastaiagent.facts.reembed import Reembedding, background_job  # noqa: E402
-from fastaiagent.kb.protocols import Chunk, DimensionMismatchError  # noqa: E402
+from fastaiagent import Memory
+from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, identity_of
+from fastaiagent.facts.reembed import Reembedding, background_job
+from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
