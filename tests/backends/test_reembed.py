@@ -163,9 +163,10 @@ def test_another_size_goes_to_a_new_index_and_is_never_mixed(open_store) -> None
     assert target.search(query, 1, namespace="user:alice")[0].chunk.id == "user:alice-6"
 
 
-def test_recall_leaves_an_earlier_models_vectors_out_and_reembeds_them(open_store) -> None:
+def test_recall_leaves_an_earlier_models_vectors_out_and_reembeds_them(open_store, caplog) -> None:
     from fastaiagent.agent.memory_blocks.vector import VectorBlock
 
+    caplog.set_level("INFO", logger="fastaiagent.facts.reembed")
     index = open_store().vector_store()
     namespace = f"user:u{uuid.uuid4().hex[:8]}"  # what Memory(recall="auto") names a user's recall
     _fill(index, ModelEmbedder("one"), namespace)
@@ -175,6 +176,7 @@ def test_recall_leaves_an_earlier_models_vectors_out_and_reembeds_them(open_stor
     job = background_job(index, namespace)
     assert job is not None and job.wait(30) and job.state == "done"
     assert _identities(index, namespace) == {"two@64"}
+    assert f"re-embedding ['{namespace}']: 40 of 40 chunks" in caplog.text  # progress is reported
     ids = [item.chunk.id for item in block.recall("note 5 about peanuts")]
     assert ids[0] == f"{namespace}-5"
 

@@ -164,7 +164,9 @@ def reembed_in_background(index: Any, embedder: Any, namespace: str) -> Reembedd
         job = _jobs.get(key)
         if job is not None and job.state in ("pending", "running"):
             return job
-        job = _jobs[key] = Reembedding(index, embedder, namespaces=[namespace])
+        job = _jobs[key] = Reembedding(
+            index, embedder, namespaces=[namespace], on_progress=_log_progress
+        )
         _work.put(job)
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_drain, name="fastaiagent-reembed", daemon=True)
@@ -177,6 +179,20 @@ def background_job(index: Any, namespace: str) -> Reembedding | None:
     """The last background job of ``namespace`` in ``index`` in this process, if any."""
     with _jobs_lock:
         return _jobs.get((id(index), namespace))
+
+
+_PROGRESS_EVERY = 5.0  # seconds between progress lines of a background job
+_last_logged: dict[int, float] = {}
+
+
+def _log_progress(job: Reembedding) -> None:
+    now = time.monotonic()
+    if job.done < job.total and now - _last_logged.get(id(job), 0.0) < _PROGRESS_EVERY:
+        return
+    _last_logged[id(job)] = now
+    logger.info("re-embedding %s: %d of %d chunks", job.namespaces, job.done, job.total)
+    if job.done >= job.total:
+        _last_logged.pop(id(job), None)
 
 
 def _drain() -> None:
