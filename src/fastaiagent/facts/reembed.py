@@ -105,12 +105,12 @@ class Reembedding:
             self.total = sum(len(chunks) for chunks in todo.values())
             for namespace, chunks in todo.items():
                 self._namespace(namespace, chunks)
+            self.state = "done"
         except BaseException as exc:
             self.state, self.error = "failed", exc
             raise
         finally:
-            self._finished.set()
-        self.state = "done"
+            self._finished.set()  # after the state: a waiter reads the final one
         logger.info(
             "re-embedded %d chunks with %s in %.1f s", self.done, self.identity, time.monotonic() - started
         )
