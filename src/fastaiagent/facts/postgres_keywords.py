@@ -40,18 +40,20 @@ STEP2 = (
 )
 
 QUERIES = {
-    # The namespace's statistics and, per query term, how many of its rows hold it
-    # (the GIN index intersects the namespace's lexeme with the term's).
-    "keyword_stats": "SELECT n.docs, n.tokens, ARRAY(SELECT (SELECT count(*) FROM {v} "
+    # One round trip: the namespace's statistics and, per query term, how many of
+    # its rows hold it (the GIN index intersects the namespace's lexeme with the
+    # term's); then the candidates, each with its length and the counts of the
+    # query terms it holds. No candidate, no row.
+    "keyword": "WITH s AS (SELECT n.docs, n.tokens, ARRAY(SELECT (SELECT count(*) FROM {v} "
     "WHERE tsv @@ to_tsquery('simple', %(nskey)s || ' & ' || quote_literal(t.term))) "
-    "FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS t(term, i) ORDER BY t.i) "
-    "FROM {n} n WHERE n.namespace = %(ns)s",
-    # Candidates, with each one's length and the counts of the query terms it holds.
-    "keyword_candidates": "WITH c AS (SELECT id, ntokens, tsv FROM {v} WHERE namespace = %(ns)s "
+    "FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS t(term, i) ORDER BY t.i) AS df "
+    "FROM {n} n WHERE n.namespace = %(ns)s AND n.docs > 0), "
+    "c AS (SELECT id, ntokens, tsv FROM {v} WHERE namespace = %(ns)s "
     "AND tsv @@ to_tsquery('simple', %(match)s) "
     "ORDER BY ts_rank(tsv, to_tsquery('simple', %(any)s)) DESC, id LIMIT %(limit)s) "
-    "SELECT c.id, c.ntokens, u.lexeme, coalesce(array_length(u.positions, 1), 1) "
-    "FROM c LEFT JOIN LATERAL unnest(c.tsv) u ON u.lexeme = ANY(%(terms)s::text[])",
+    "SELECT s.docs, s.tokens, s.df, c.id, c.ntokens, u.lexeme, "
+    "coalesce(array_length(u.positions, 1), 1) FROM s CROSS JOIN c "
+    "LEFT JOIN LATERAL unnest(c.tsv) u ON u.lexeme = ANY(%(terms)s::text[])",
 }
 
 
@@ -82,17 +84,18 @@ def search(conn: Any, queries: dict[str, Any], query: str, top_k: int, namespace
         "match": f"'{key}' & ({any_term})",
         "limit": max(CANDIDATES, 4 * top_k),
     }
-    stats = conn.execute(queries["keyword_stats"], params).fetchone()
-    if stats is None or not stats[0]:
-        return []
     rows: dict[str, tuple[int, dict[str, int]]] = {}
-    for chunk_id, length, lexeme, tf in conn.execute(queries["keyword_candidates"], params):
+    stats: tuple[int, int, list[int]] = (0, 0, [])
+    for docs, tokens, df, chunk_id, length, lexeme, tf in conn.execute(queries["keyword"], params):
+        stats = (int(docs), int(tokens), df)
         counts = rows.setdefault(chunk_id, (int(length), {}))[1]
         if lexeme is not None:
             counts[lexeme] = int(tf)
+    if not rows:
+        return []
     frequency = dict(zip(terms, (int(n) for n in stats[2]), strict=True))
     found = [(chunk_id, length, counts) for chunk_id, (length, counts) in rows.items()]
-    return bm25_top(frequency, found, int(stats[0]), int(stats[1]), top_k)
+    return bm25_top(frequency, found, stats[0], stats[1], top_k)
 
 
 __all__ = ["CANDIDATES", "QUERIES", "STEP2", "nskey", "postings", "search"]
