@@ -165,3 +165,16 @@ def test_vectors_larger_than_a_page_are_stored_and_found(facts: PostgresFactStor
     index.add(chunks)
     hits = _fresh(facts).search(chunks[3].vector, 1, namespace="user:alice")
     assert [h.chunk.id for h in hits] == ["big-3"]
+
+
+def test_a_namespace_too_big_for_memory_is_searched_in_the_server(facts: PostgresFactStore) -> None:
+    chunks = _chunks(200, "user:alice", seed=8)
+    facts.vector_store().add(chunks)
+    small = _fresh(facts, cache_bytes=1)  # no namespace fits in memory
+    rng = np.random.default_rng(9)
+    for _ in range(4):
+        query = rng.standard_normal(DIM)
+        got = [h.chunk.id for h in small.search(query.tolist(), 5, namespace="user:alice")]
+        assert got == _exact(chunks, query, 5)
+        time.sleep(0.05)
+    assert not small.holds_copy("user:alice")

@@ -109,14 +109,4 @@ def _backfill(conn: Any, table: str) -> None:
         logger.info("pgvector: filled the embedding column of %d rows of %s", filled, table)
 
 
-def search_statement(table: str) -> Any:
-    """The server-side exact search of one namespace: ``(query, namespace,
-    dimension, query, top_k)`` -> ``id, text, metadata, cosine``."""
-    return sql.SQL(
-        "SELECT id, text, metadata, 1 - (embedding <=> %s::vector) AS score FROM {} "
-        "WHERE namespace = %s AND dimension = %s AND embedding IS NOT NULL "
-        "ORDER BY embedding <=> %s::vector, id LIMIT %s"
-    ).format(sql.Identifier(table))
-
-
-__all__ = ["BACKFILL_BATCH", "enable", "literal", "search_statement"]
+__all__ = ["BACKFILL_BATCH", "enable", "literal"]

@@ -110,6 +110,12 @@ _QUERIES = {
     "cache": "INSERT INTO {e} (namespace, identity, text_key, vector) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (namespace, identity, text_key) DO UPDATE SET vector = excluded.vector",
 }
+# pgvector: exact search of one namespace in the server, on the ``embedding`` column.
+_QUERIES["server_search"] = (
+    "SELECT id, text, metadata, 1 - (embedding <=> %s::vector) AS score FROM {v} "
+    "WHERE namespace = %s AND dimension = %s AND embedding IS NOT NULL "
+    "ORDER BY embedding <=> %s::vector, id LIMIT %s"
+)
 # With pgvector the row's vector is also written to its ``embedding`` column, in the
 # same statement (a second UPDATE would leave a dead copy of every row behind).
 _QUERIES["upsert_pgvector"] = (
@@ -204,6 +210,7 @@ class PostgresVectorIndex:
         self._asked_pgvector = None if pgvector is None else boolean("pgvector", pgvector)
         self._pgvector = False
         self._warming: set[str] = set()  # namespaces whose copy loads in the background
+        self._too_big: set[str] = set()  # namespaces larger than cache_bytes
         self._np = require("numpy", "postgres")
         self.store = store
         self.table = vectors_table_for(store.table)
@@ -434,7 +441,7 @@ class PostgresVectorIndex:
         server (no whole read on the caller's path), its copy loaded in the background."""
         text = pgvector.literal(query)
         params = (text, key, self._dimension, text, top_k)
-        rows = conn.execute(pgvector.search_statement(self.table), params).fetchall()
+        rows = conn.execute(self._q["server_search"], params).fetchall()
         self._warm(key)
         return [SearchHit(Chunk(r[0], r[1], None, dict(r[2])), float(r[3])) for r in rows]
 
@@ -446,7 +453,7 @@ class PostgresVectorIndex:
     def _warm(self, key: str) -> None:
         """Load ``key``'s matrix on a daemon thread (one at a time per namespace)."""
         with self._lock:
-            if key in self._warming:
+            if key in self._warming or key in self._too_big:
                 return
             self._warming.add(key)
 
@@ -508,6 +515,7 @@ class PostgresVectorIndex:
             held -= dropped.nbytes
         if held > self._cache_bytes:
             self._matrices.pop(key, None)  # too big to keep: searched, then dropped
+            self._too_big.add(key)  # with pgvector: searched in the server, never loaded again
 
     def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
         """``(chunk id, score)`` of the best BM25 keyword matches in ``namespace``
