@@ -203,3 +203,31 @@ def test_semantic_facts_of_an_earlier_model_are_reembedded_in_the_background(ope
 
 def _namespaces(store: Any) -> set[str]:
     return {c.metadata["namespace"] for c in store.vector_store().chunks(None)}
+
+
+def test_forget_stops_a_running_background_job_before_it_writes_the_user_back(open_store) -> None:
+    import threading
+
+    from fastaiagent.agent.memory_blocks.vector import VectorBlock
+
+    index = open_store().vector_store()
+    namespace = f"user:u{uuid.uuid4().hex[:8]}"
+    _fill(index, ModelEmbedder("one"), namespace, TEXTS * 4)  # 160 chunks: several batches
+    slow = ModelEmbedder("two")
+    embedding = threading.Event()
+
+    def pause() -> None:
+        if threading.current_thread().name == "fastaiagent-reembed":
+            embedding.set()
+            threading.Event().wait(0.2)  # a batch takes a while
+
+    slow.on_embed = pause
+    block = VectorBlock(index, embedder=slow, namespace=namespace, retrieval="dense")
+    block.recall("note 5 about peanuts")  # queues the job
+    assert embedding.wait(30)
+    job = background_job(index, namespace)
+    assert job is not None
+    block.clear()  # what forget does for the user's recall
+    assert job.state == "cancelled" and job.wait(0)
+    threading.Event().wait(0.5)
+    assert index.chunks(namespace) == []  # nothing was written back

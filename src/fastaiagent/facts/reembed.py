@@ -40,8 +40,9 @@ class Reembedding:
 
     ``run()`` does the work on the caller's thread; ``start()`` on a daemon thread.
     ``done`` / ``total`` count chunks, ``state`` is ``"pending"``, ``"running"``,
-    ``"done"`` or ``"failed"`` (``error`` holds the exception); ``on_progress`` is
-    called after every batch. A chunk removed meanwhile is not written back.
+    ``"done"``, ``"cancelled"`` or ``"failed"`` (``error`` holds the exception);
+    ``on_progress`` is called after every batch. A chunk removed meanwhile is not
+    written back; ``cancel()`` stops before the next write.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class Reembedding:
         self.state = "pending"
         self.error: BaseException | None = None
         self._finished = threading.Event()
+        self._cancelled = threading.Event()
 
     def __repr__(self) -> str:
         return f"Reembedding({self.state}, {self.done}/{self.total}, identity={self.identity!r})"
@@ -89,6 +91,10 @@ class Reembedding:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job ends (True) or ``timeout`` seconds pass (False)."""
         return self._finished.wait(timeout)
+
+    def cancel(self) -> None:
+        """Stop before the next write: nothing more is written back (state ``"cancelled"``)."""
+        self._cancelled.set()
 
     def _run_logged(self) -> None:
         try:
@@ -105,7 +111,7 @@ class Reembedding:
             self.total = sum(len(chunks) for chunks in todo.values())
             for namespace, chunks in todo.items():
                 self._namespace(namespace, chunks)
-            self.state = "done"
+            self.state = "cancelled" if self._cancelled.is_set() else "done"
         except BaseException as exc:
             self.state, self.error = "failed", exc
             raise
@@ -132,8 +138,12 @@ class Reembedding:
         embed = cached(self.embedder, self.target, namespace)
         chunks.sort(key=lambda c: len(c.text))
         for first in range(0, len(chunks), self.batch_size):
+            if self._cancelled.is_set():
+                return
             batch = chunks[first : first + self.batch_size]
             vectors = embed.embed([c.text for c in batch])
+            if self._cancelled.is_set():  # a forget while the batch was embedded
+                return
             # Written back only while the source still holds them (a forget meanwhile wins).
             alive = {c.id for c in self.index.get([c.id for c in batch])}
             fresh = [
@@ -162,7 +172,7 @@ def reembed_in_background(index: Any, embedder: Any, namespace: str) -> Reembedd
     key = (id(index), namespace)
     with _jobs_lock:
         job = _jobs.get(key)
-        if job is not None and job.state in ("pending", "running"):
+        if job is not None and job.state in ("pending", "running") and not job._cancelled.is_set():
             return job
         job = _jobs[key] = Reembedding(
             index, embedder, namespaces=[namespace], on_progress=_log_progress
@@ -173,6 +183,16 @@ def reembed_in_background(index: Any, embedder: Any, namespace: str) -> Reembedd
             _worker.start()
         logger.info("embedder changed to %s: re-embedding %r in the background", job.identity, namespace)
         return job
+
+
+def stop_background_job(index: Any, namespace: str, timeout: float = 30.0) -> None:
+    """Cancel this process's job on ``namespace`` and wait for its last write (at most
+    one batch): what a forget calls first, so the job cannot write a user back."""
+    job = background_job(index, namespace)
+    if job is not None and job.state in ("pending", "running"):
+        job.cancel()
+        if job.state == "running":
+            job.wait(timeout)
 
 
 def background_job(index: Any, namespace: str) -> Reembedding | None:
@@ -197,7 +217,12 @@ def _log_progress(job: Reembedding) -> None:
 
 def _drain() -> None:
     while True:
-        _work.get()._run_logged()
+        job = _work.get()
+        if job._cancelled.is_set():
+            job.state = "cancelled"
+            job._finished.set()
+            continue
+        job._run_logged()
 
 
 def foreign(hit_metadata: dict[str, Any], identity: str) -> bool:
@@ -207,4 +232,10 @@ def foreign(hit_metadata: dict[str, Any], identity: str) -> bool:
     return made_by is not None and made_by != identity
 
 
-__all__ = ["Reembedding", "background_job", "foreign", "reembed_in_background"]
+__all__ = [
+    "Reembedding",
+    "background_job",
+    "foreign",
+    "reembed_in_background",
+    "stop_background_job",
+]

@@ -32,7 +32,7 @@ from fastaiagent._validate import fraction, number, one_of, positive_int
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, identity_of
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.reembed import foreign, reembed_in_background
+from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
 from fastaiagent.kb.bm25 import BM25Index
@@ -294,6 +294,8 @@ class SemanticFactIndex:
                 namespaces = [ns for ns in self._subjects if ns.startswith(prefix)]
             for namespace in namespaces:
                 self._subjects.pop(namespace, None)
+        for namespace in namespaces:
+            stop_background_job(self.vectors, namespace)  # it must not write back
         return sum(self.vectors.delete_namespace(namespace) for namespace in namespaces)
 
     # -- search ------------------------------------------------------------------

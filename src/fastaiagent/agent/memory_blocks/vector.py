@@ -31,7 +31,7 @@ from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContex
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
-from fastaiagent.facts.reembed import foreign, reembed_in_background
+from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
@@ -401,6 +401,7 @@ class VectorBlock(MemoryBlock):
             self._recent.clear()
             self._keywords = None
             self._keyword_chunks.clear()
+            stop_background_job(self.store, self.namespace)  # it must not write back
             self.store.delete_namespace(self.namespace)
 
     def dump_state(self) -> dict[str, Any]:
