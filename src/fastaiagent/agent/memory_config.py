@@ -49,6 +49,8 @@ class MemoryConfig:
     window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL
     learn_in_background: bool = True
     fact_policy: Any = None  # None = default_fact_policy (see fact_policy.py)
+    fact_ttl: float | None = None  # seconds a learned fact holds (None: until replaced)
+    clock: Any = None  # () -> UNIX seconds or datetime; None = the system clock
 
     def __post_init__(self) -> None:
         if self.user_id is not None and not callable(self.user_id):
@@ -66,6 +68,7 @@ class MemoryConfig:
         check.boolean("learn_in_background", self.learn_in_background)
         check_policy(self.fact_policy)
         check_ttl(self.window_ttl_seconds)
+        _check_time(self.fact_ttl, self.clock)
         _check_embedder(self.embedder)
         _check_llm("learn", self.learn)
         _check_llm("summarize", self.summarize)
@@ -85,6 +88,13 @@ class MemoryConfig:
     def static_user(self) -> str | None:
         """The fixed user of a Memory built with ``user_id="..."`` (None otherwise)."""
         return self.user_id if isinstance(self.user_id, str) else None
+
+
+def _check_time(fact_ttl: Any, clock: Any) -> None:
+    """``fact_ttl`` is seconds (the Memory turns a timedelta into them); ``clock`` a callable."""
+    check.duration("fact_ttl", fact_ttl, allow_none=True)
+    if clock is not None and not callable(clock):
+        raise InvalidTypeError(f"clock must be a callable returning the time, got {type(clock).__name__}")
 
 
 def _check_llm(name: str, value: Any) -> None:
