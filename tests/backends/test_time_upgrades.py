@@ -71,7 +71,7 @@ def test_a_version_2_sqlite_file_gets_the_two_times(tmp_path: Path) -> None:
     check = sqlite3.connect(path)
     assert check.execute(f"SELECT version FROM {VERSION_TABLE}").fetchall() == [(3,)]
     indexes = {r[0] for r in check.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert {"idx_learned_memory_subject_open", "idx_learned_memory_subject_ending"} <= indexes
+    assert {"idx_learned_memory_subject_live", "idx_learned_memory_expiry"} <= indexes
     assert "idx_learned_memory_subject_read" not in indexes  # replaced, not kept beside
     check.close()
     store.close()

@@ -83,10 +83,11 @@ CREATE INDEX IF NOT EXISTS idx_learned_memory_text_all
 
 # Version 3: the two times of a fact. Recorded: created_at and superseded_at (filled
 # here from each replacement's created_at). Valid: valid_from / valid_to. The per-turn
-# read keeps its covering index, now over open-ended facts only (valid_to IS NULL);
-# facts with an end sit in their own covering index keyed by valid_to, so a read
-# range-scans the ones still valid and never touches an expired row. Two small partial
-# indexes serve the retention job (expired by valid_to, superseded by superseded_at),
+# read keeps its covering partial index over active rows, now holding valid_from and
+# valid_to too, so validity is checked on index entries (never a table row) and a
+# subject with no expired facts reads exactly as before; an expired entry newer than
+# the page costs a skip in the index until the retention job prunes it. Two small
+# partial indexes serve that job (expired by valid_to, superseded by superseded_at),
 # one the history of a fact (its previous versions by superseded_by).
 _V3 = """
 ALTER TABLE learned_memory ADD COLUMN valid_from REAL;
@@ -96,14 +97,10 @@ UPDATE learned_memory SET superseded_at = (
     SELECT n.created_at FROM learned_memory n WHERE n.id = learned_memory.superseded_by)
     WHERE superseded_by IS NOT NULL;
 DROP INDEX IF EXISTS idx_learned_memory_subject_read;
-CREATE INDEX idx_learned_memory_subject_open
+CREATE INDEX idx_learned_memory_subject_live
     ON learned_memory (scope_id, scope, project_id, created_at DESC, id DESC, fact, confidence,
-                       source, source_trace_id, metadata, valid_from, superseded_by, valid_to)
-    WHERE superseded_by IS NULL AND valid_to IS NULL;
-CREATE INDEX idx_learned_memory_subject_ending
-    ON learned_memory (scope_id, scope, project_id, valid_to, created_at, id, fact, confidence,
-                       source, source_trace_id, metadata, valid_from, superseded_by)
-    WHERE superseded_by IS NULL AND valid_to IS NOT NULL;
+                       source, source_trace_id, metadata, superseded_by, valid_from, valid_to)
+    WHERE superseded_by IS NULL;
 CREATE INDEX idx_learned_memory_expiry ON learned_memory (valid_to)
     WHERE superseded_by IS NULL AND valid_to IS NOT NULL;
 CREATE INDEX idx_learned_memory_retired ON learned_memory (superseded_at)
@@ -131,29 +128,23 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     )
 
 
-# The per-turn read: one subject's active open-ended facts, newest first, answered
-# from idx_learned_memory_subject_open alone. Its scope, id and project are known, so
-# only the varying columns come back, and the usual values come back as NULL: a NULL
-# costs the sqlite3 module no object, a repeated 'manual' or '{}' costs a new str each row.
+# The per-turn read: one subject's active facts valid at a moment, newest first,
+# answered from idx_learned_memory_subject_live alone. Its scope, id and project are
+# known, so only the varying columns come back, and the usual values come back as NULL:
+# a NULL costs the sqlite3 module no object, a repeated 'manual' or '{}' costs a new str
+# each row.
 _SUBJECT_FIELDS = (
     "SELECT fact, confidence, NULLIF(source, 'manual'), source_trace_id, "
     "NULLIF(metadata, '{}'), id, created_at, valid_from, valid_to FROM learned_memory "
+    "INDEXED BY idx_learned_memory_subject_live "
+    "WHERE scope_id = ? AND scope = ? AND project_id = ? AND superseded_by IS NULL "
 )
-_SUBJECT_WHERE = "WHERE scope_id = ? AND scope = ? AND project_id = ? AND superseded_by IS NULL "
+_NEWEST = "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
 _SUBJECT_READ = (
-    _SUBJECT_FIELDS + "INDEXED BY idx_learned_memory_subject_open " + _SUBJECT_WHERE
-    + "AND valid_to IS NULL AND (valid_from IS NULL OR valid_from <= ?) "
-    "ORDER BY created_at DESC, id DESC LIMIT ?"
+    _SUBJECT_FIELDS + "AND (valid_to IS NULL OR valid_to > ?) "
+    "AND (valid_from IS NULL OR valid_from <= ?) " + _NEWEST
 )
-# Its facts with an end that are still valid: a range of idx_learned_memory_subject_ending
-# (valid_to > now), so expired facts are never read; usually empty.
-_SUBJECT_ENDING = (
-    _SUBJECT_FIELDS + "INDEXED BY idx_learned_memory_subject_ending " + _SUBJECT_WHERE
-    + "AND valid_to > ? AND (valid_from IS NULL OR valid_from <= ?) "
-    "ORDER BY created_at DESC, id DESC LIMIT ?"
-)
-# Every active fact, expired or not (include_expired=True).
-_SUBJECT_ALL = _SUBJECT_FIELDS + _SUBJECT_WHERE + "ORDER BY created_at DESC, id DESC LIMIT ?"
+_SUBJECT_ALL = _SUBJECT_FIELDS + _NEWEST  # include_expired=True
 
 
 def _subject_facts(
@@ -180,10 +171,6 @@ def _subject_facts(
         )
         for fact, confidence, source, trace_id, metadata, fact_id, created_at, valid_from, valid_to in rows
     ]
-
-
-def _newest_key(row: tuple[Any, ...]) -> tuple[float, int]:
-    return row[6], row[5]  # created_at, id of a subject row
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
@@ -431,39 +418,26 @@ class SQLiteFactStore(StoreCapabilities):
         selector = page_selector(scope, scope_id, project_id, limit, offset)
         if selector is None:
             return []
-        count = -1 if limit is None else limit + offset
-        when = moment_or_now(now)
+        when = time.time() if now is None else moment_or_now(now)
+        count = -1 if limit is None else limit
         if selector.scope_id is not None:  # one subject: the per-turn read
-            rows = self._subject_rows(selector, when, count, include_expired)
-            page = rows[offset:] if limit is None else rows[offset : offset + limit]
-            return _subject_facts(page, scope, scope_id, project_id)
+            subject = (scope_id, scope, project_id)
+            if include_expired:
+                cursor = self._connection().execute(_SUBJECT_ALL, (*subject, count, offset))
+            else:
+                cursor = self._connection().execute(_SUBJECT_READ, (*subject, when, when, count, offset))
+            return _subject_facts(cursor.fetchall(), scope, scope_id, project_id)
         where, params = _where(selector, active_only=True)
         if not include_expired:
             where += " AND " + valid_clause("?")
             params += [when, when]
-        params += [-1 if limit is None else limit, offset]
+        params += [count, offset]
         cursor = self._connection().execute(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
             "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
             params,
         )
         return [_row_to_fact(row) for row in cursor]
-
-    def _subject_rows(
-        self, selector: Selector, when: float, count: int, include_expired: bool
-    ) -> list[tuple[Any, ...]]:
-        """The newest ``count`` (-1: all) active rows of one subject valid at ``when``:
-        open-ended ones from their index, merged with the still-valid ones that end."""
-        subject = (selector.scope_id, selector.scope, selector.project_id)
-        conn = self._connection()
-        if include_expired:
-            return conn.execute(_SUBJECT_ALL, (*subject, count)).fetchall()
-        rows = conn.execute(_SUBJECT_READ, (*subject, when, count)).fetchall()
-        ending = conn.execute(_SUBJECT_ENDING, (*subject, when, when, count)).fetchall()
-        if not ending:
-            return rows
-        merged = sorted(rows + ending, key=_newest_key, reverse=True)
-        return merged if count < 0 else merged[:count]
 
     def list_as_of(
         self,
