@@ -33,6 +33,16 @@ local function active_id(content_key)
   if id and redis.call('HGET', fact_key(id), 'superseded_by') == '' then return id end
   return false
 end
+-- A subject's rows carry one marker member (score +inf, so it is read first) while
+-- the subject has facts with an end: "~" .. the latest valid_to among them. A read
+-- whose "now" is past it needs nothing from the `exp` set: a plain ZREVRANGE.
+local function mark(s)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', s.rows, '+inf', '+inf')) do
+    redis.call('ZREM', s.rows, m)
+  end
+  local top = redis.call('ZREVRANGE', s.exp, 0, 0, 'WITHSCORES')
+  if #top > 0 then redis.call('ZADD', s.rows, '+inf', '~' .. top[2]) end
+end
 -- A new active fact; ARGV from `at`: score, row head, row tail, digest, valid_to
 -- ('' for none), then the hash's field/value pairs. The row gets its id here,
 -- where it is known. A fact with an end is read from the subject's `exp` set
@@ -47,6 +57,7 @@ local function create(s, at)
   if ends ~= '' then
     redis.call('ZADD', s.exp, ends, m .. row)
     redis.call('ZADD', P .. ':expiry', ends, m)
+    mark(s)
   else
     redis.call('ZADD', s.rows, score, m .. row)
   end
@@ -69,7 +80,7 @@ local function retire(s, id, by, row, digest, when)
   redis.call('SADD', P .. ':prev:' .. by, id)
   if row then
     redis.call('ZREM', s.rows, m .. row)
-    redis.call('ZREM', s.exp, m .. row)
+    if redis.call('ZREM', s.exp, m .. row) == 1 then mark(s) end
   end
   if digest and redis.call('GET', s.key .. digest) == id then
     redis.call('DEL', s.key .. digest)
@@ -94,7 +105,7 @@ local function drop(id, s)
   redis.call('SREM', s.hist, id)
   if h[4] then
     redis.call('ZREM', s.rows, m .. h[4])
-    redis.call('ZREM', s.exp, m .. h[4])
+    if redis.call('ZREM', s.exp, m .. h[4]) == 1 then mark(s) end
   end
   if h[5] and redis.call('GET', s.key .. h[5]) == id then redis.call('DEL', s.key .. h[5]) end
   if h[5] and (h[6] or '') ~= '' then redis.call('SREM', s.old .. h[5], id) end
@@ -295,6 +306,7 @@ if (h[3] or '') == '' then
   if (h[7] or '') ~= '' then
     redis.call('ZADD', s.exp, h[7], m .. row)
     redis.call('ZADD', P .. ':expiry', h[7], m)
+    mark(s)
   else
     redis.call('ZADD', s.rows, score, m .. row)
   end
@@ -336,6 +348,7 @@ end
 redis.call('HSET', fact_key(id), 'valid_to', ARGV[6], 'row', ARGV[7])
 redis.call('ZADD', s.exp, ARGV[6], m .. ARGV[7])
 redis.call('ZADD', P .. ':expiry', ARGV[6], m)
+mark(s)
 return 1
 """
 )
@@ -375,8 +388,10 @@ return n
 )
 
 # KEYS: a subject's rows and exp sets. ARGV: the last rank of rows to read, the
-# lowest valid_to to read ('(' .. now; '-inf' for every one). The per-turn read:
-# the newest open-ended rows and the rows of facts that end, not yet expired.
+# lowest valid_to to read ('(' .. now; '-inf' for every one). The read of a
+# subject whose facts with an end may still be valid (its marker says so), or of
+# a page past the first: its newest rows (marker first) and its rows that end
+# after now.
 SUBJECT_READ = """
 return {redis.call('ZREVRANGE', KEYS[1], 0, ARGV[1]),
         redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')}

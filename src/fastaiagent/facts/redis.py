@@ -149,7 +149,8 @@ end
 return '[' .. table.concat(out, ',') .. ']'
 """
 
-# Drops the rows of one subject that no longer match an active fact hash
+# Drops the rows of one subject that no longer match an active fact hash (its
+# marker, "~..." scored +inf, is the scripts' own and is left alone)
 # (superseded, deleted or rewritten by another writer), and the active-index
 # entries of facts that are gone or superseded. Checks at most ARGV[3] rows
 # from rank ARGV[2] per call, so a huge subject never blocks the server long;
@@ -161,17 +162,24 @@ local entries = redis.call('ZRANGE', KEYS[1], start, start + count - 1)
 local kept = 0
 for _, entry in ipairs(entries) do
   local member = string.sub(entry, 1, 20)
-  local h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
-                       'superseded_by', 'scope', 'row')
-  local live = h[2] and (not h[1] or h[1] == '')
-  if not live then
-    redis.call('ZREM', KEYS[2], member)
-    redis.call('ZREM', KEYS[3], member)
+  local h = {}
+  if string.sub(entry, 1, 1) ~= '~' then
+    h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
+                   'superseded_by', 'scope', 'row')
   end
-  if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
-    redis.call('ZREM', KEYS[1], entry)
-  else
+  local live = h[2] and (not h[1] or h[1] == '')
+  if string.sub(entry, 1, 1) == '~' then
     kept = kept + 1
+  else
+    if not live then
+      redis.call('ZREM', KEYS[2], member)
+      redis.call('ZREM', KEYS[3], member)
+    end
+    if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
+      redis.call('ZREM', KEYS[1], entry)
+    else
+      kept = kept + 1
+    end
   end
 end
 if #entries < count then return -1 end
@@ -321,6 +329,14 @@ def _row_parts(fact: Fact) -> tuple[str, str]:
     if fact.valid_from is not None or fact.valid_to is not None:
         times += [None, fact.valid_from, fact.valid_to]
     return head[:-1], json.dumps(times, separators=(",", ":"))[1:]
+
+
+def _row_facts(entries: list[str], now: float) -> list[Fact]:
+    """Facts of a subject's row entries valid at ``now`` (no marker among them)."""
+    facts = [Fact(*row) for row in json.loads("[" + ",".join([e[_ID_WIDTH:] for e in entries]) + "]")]
+    if any(f.valid_from is not None and f.valid_from > now for f in facts):
+        facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
+    return facts
 
 
 def _newest_first(fact: Fact) -> tuple[float, int]:
@@ -540,6 +556,8 @@ class RedisFactStore(StoreCapabilities):
         else:
             pipe.zadd(self._k("exp", *subject), {member + row: fact.valid_to})
             pipe.zadd(self._k("expiry"), {member: fact.valid_to})
+            # a marker per fact (the scripts fold them into one at the next write)
+            pipe.zadd(self._k("rows", *subject), {"~" + repr(fact.valid_to): float("inf")})
         pipe.zadd(self._scope_key(fact.scope, fact.project_id), score)
         pipe.zadd(self._k("all"), score)
         pipe.sadd(self._k("hist", *subject), fact_id)
@@ -766,13 +784,24 @@ class RedisFactStore(StoreCapabilities):
     def _subject_newest(
         self, subject: tuple[str, str, str], limit: int | None, offset: int, now: float | None
     ) -> list[Fact]:
-        """A subject's newest facts valid at ``now`` (None: any) in one script call:
-        its newest open-ended rows and its rows that end after ``now`` (by score,
-        so no expired row is read), one JSON parse."""
-        stop = -1 if limit is None else offset + limit - 1
+        """A subject's newest facts valid at ``now`` (None: any). The per-turn read
+        is one ZREVRANGE of its rows when no fact with an end can still be valid
+        (no marker, or the marker's latest end has passed); otherwise one script
+        call adds its rows that end after ``now`` (by score, so no expired row is
+        read). One JSON parse either way."""
+        rows_key = self._k("rows", *subject)
+        if offset == 0 and now is not None:
+            entries = self._client.zrevrange(rows_key, 0, -1 if limit is None else limit)
+            if not entries or entries[0][0] != "~":
+                return _row_facts(entries[:limit], now)
+            ended = len(entries) < 2 or entries[1][0] != "~"  # one marker, as the scripts keep it
+            if ended and float(entries[0][1:]) <= now:  # every fact with an end has expired
+                return _row_facts(entries[1 : None if limit is None else limit + 1], now)
+        stop = -1 if limit is None else offset + limit
         lowest = "-inf" if now is None else f"({now!r}"
-        keys = [self._k("rows", *subject), self._k("exp", *subject)]
+        keys = [rows_key, self._k("exp", *subject)]
         open_rows, ending = self._subject_read(keys=keys, args=[stop, lowest])
+        open_rows = [entry for entry in open_rows if entry[0] != "~"]
         rows = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in open_rows]) + "]")
         facts = [Fact(*row) for row in rows]
         if ending:
