@@ -135,8 +135,9 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
 # each row.
 _SUBJECT_FIELDS = (
     "SELECT fact, confidence, NULLIF(source, 'manual'), source_trace_id, "
-    "NULLIF(metadata, '{}'), id, created_at, valid_from, valid_to FROM learned_memory "
-    "INDEXED BY idx_learned_memory_subject_live "
+    "NULLIF(metadata, '{}'), id, created_at, "
+    "CASE WHEN valid_from IS NULL THEN valid_to ELSE json_array(valid_from, valid_to) END "
+    "FROM learned_memory INDEXED BY idx_learned_memory_subject_live "
     "WHERE scope_id = ? AND scope = ? AND project_id = ? AND superseded_by IS NULL "
 )
 _NEWEST = "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
@@ -153,7 +154,7 @@ def _subject_facts(
     # Unpacking in the comprehension and positional Fact() are the cheapest way to
     # build 50 facts in CPython (cheaper than object.__new__ plus a __dict__ fill).
     loads = json.loads
-    return [
+    facts = [
         Fact(
             fact,
             scope,
@@ -165,12 +166,35 @@ def _subject_facts(
             loads(metadata) if metadata else {},
             fact_id,
             created_at,
-            None,
-            valid_from,
-            valid_to,
         )
-        for fact, confidence, source, trace_id, metadata, fact_id, created_at, valid_from, valid_to in rows
+        if validity is None
+        else _with_validity(
+            Fact(
+                fact,
+                scope,
+                scope_id,
+                project_id,
+                confidence,
+                SOURCE_MANUAL if source is None else source,
+                trace_id,
+                loads(metadata) if metadata else {},
+                fact_id,
+                created_at,
+            ),
+            validity,
+        )
+        for fact, confidence, source, trace_id, metadata, fact_id, created_at, validity in rows
     ]
+    return facts
+
+
+def _with_validity(fact: Fact, validity: float | str) -> Fact:
+    """Fill a subject row's validity: its end alone, or both as JSON (see _SUBJECT_FIELDS)."""
+    if validity.__class__ is str:
+        fact.valid_from, fact.valid_to = json.loads(str(validity))
+    else:
+        fact.valid_to = float(validity)
+    return fact
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
