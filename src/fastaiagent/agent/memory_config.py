@@ -14,6 +14,7 @@ from fastaiagent import _validate as check
 from fastaiagent.agent.memory_blocks.fact_policy import check_policy
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.validity import check_clock
 from fastaiagent.facts.windows import check_ttl
 from fastaiagent.llm.base import BaseLLM
 
@@ -93,8 +94,7 @@ class MemoryConfig:
 def _check_time(fact_ttl: Any, clock: Any) -> None:
     """``fact_ttl`` is seconds (the Memory turns a timedelta into them); ``clock`` a callable."""
     check.duration("fact_ttl", fact_ttl, allow_none=True)
-    if clock is not None and not callable(clock):
-        raise InvalidTypeError(f"clock must be a callable returning the time, got {type(clock).__name__}")
+    check_clock(clock)
 
 
 def _check_llm(name: str, value: Any) -> None:

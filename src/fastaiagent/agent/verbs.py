@@ -178,35 +178,35 @@ class MemoryVerbs:
         ):
             if (scope == "user" and not scope_id) or limit == 0:
                 facts: list[Fact] = []
-            elif query is not None:
-                wanted = DEFAULT_SEARCH_LIMIT if limit is None else limit
-                facts = self.stack.semantic_index().search(
-                    query,
-                    scope,
-                    scope_id or "",
-                    self.config.project_id,
-                    limit=offset + wanted,
-                    now=self.now(),
-                    include_expired=include_expired,
-                )[offset:]
-            elif at is not None:
-                wanted = DEFAULT_LIMIT if limit is None else limit
-                facts = self.store.list_as_of(
-                    scope, scope_id or "", self.config.project_id, at, wanted, offset
-                )
             else:
-                wanted = DEFAULT_LIMIT if limit is None else limit
-                facts = self.store.list_active(
-                    scope,
-                    scope_id or "",
-                    self.config.project_id,
-                    wanted,
-                    offset,
-                    now=self.now(),
-                    include_expired=include_expired,
-                )
+                facts = self._read(query, scope, scope_id or "", limit, offset, at, include_expired)
             trace.annotate({"memory.count": len(facts)})
         return facts
+
+    def _read(
+        self,
+        query: str | None,
+        scope: str,
+        scope_id: str,
+        limit: int | None,
+        offset: int,
+        at: float | None,
+        include_expired: bool,
+    ) -> list[Fact]:
+        """One page of a subject's facts: by meaning, as of a moment, or newest first."""
+        project = self.config.project_id
+        if query is not None:
+            wanted = DEFAULT_SEARCH_LIMIT if limit is None else limit
+            return self.stack.semantic_index().search(
+                query, scope, scope_id, project, limit=offset + wanted,
+                now=self.now(), include_expired=include_expired,
+            )[offset:]  # fmt: skip
+        wanted = DEFAULT_LIMIT if limit is None else limit
+        if at is not None:
+            return self.store.list_as_of(scope, scope_id, project, at, wanted, offset)
+        return self.store.list_active(
+            scope, scope_id, project, wanted, offset, now=self.now(), include_expired=include_expired
+        )
 
     def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
         if isinstance(old, bool) or not isinstance(old, (int, str)):

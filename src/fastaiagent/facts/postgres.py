@@ -595,21 +595,7 @@ class PostgresFactStore(StoreCapabilities):
             "mark_replacing": sql.SQL(
                 "UPDATE {} SET superseded_by = 0 WHERE id = %s AND superseded_by IS NULL"
             ).format(t),
-            # One subject (the per-turn read): scope, id and project are known and
-            # the rows are active, so only the varying columns cross the wire. One
-            # round trip: the newest open-ended facts merged with the still-valid
-            # ones that end (each from its own partial index: no expired row is read).
-            "list_subject": sql.SQL(
-                "({open}) UNION ALL ({ending}) ORDER BY 7 DESC, 6 DESC LIMIT %s OFFSET %s"
-            ).format(
-                open=sql.SQL(_SUBJECT_SELECT + "AND valid_to IS NULL {order}").format(
-                    t, order=sql.SQL(_NEWEST)
-                ),
-                ending=sql.SQL(
-                    _SUBJECT_SELECT + "AND valid_to IS NOT NULL AND valid_to > %s {order}"
-                ).format(t, order=sql.SQL(_NEWEST)),
-            ),
-            "list_subject_all": sql.SQL(_SUBJECT_SELECT + _NEWEST + " OFFSET %s").format(t),
+            **_subject_queries(t),
             "list_scope": newest.format(cols, t, sql.SQL("")),
             "list_scope_valid": newest.format(
                 cols,
@@ -924,6 +910,24 @@ class PostgresFactStore(StoreCapabilities):
         return self._run(
             lambda conn: [SubjectCount(r[0], r[1], r[2], int(r[3])) for r in conn.execute(query)]
         )
+
+def _subject_queries(t: Any) -> dict[str, Any]:
+    """One subject's reads (the per-turn read): scope, id and project are known and the
+    rows are active, so only the varying columns cross the wire. One round trip: the
+    newest open-ended facts merged with the still-valid ones that end, each from its
+    own partial index, so no expired row is read."""
+    open_ended = sql.SQL(_SUBJECT_SELECT + "AND valid_to IS NULL {order}")
+    ending = sql.SQL(_SUBJECT_SELECT + "AND valid_to IS NOT NULL AND valid_to > %s {order}")
+    return {
+        "list_subject": sql.SQL(
+            "({open}) UNION ALL ({ending}) ORDER BY 7 DESC, 6 DESC LIMIT %s OFFSET %s"
+        ).format(
+            open=open_ended.format(t, order=sql.SQL(_NEWEST)),
+            ending=ending.format(t, order=sql.SQL(_NEWEST)),
+        ),
+        "list_subject_all": sql.SQL(_SUBJECT_SELECT + _NEWEST + " OFFSET %s").format(t),
+    }
+
 
 def _rowcount(query: Any, values: list[Any], conn: Any) -> int:
     return int(conn.execute(query, values).rowcount)

@@ -33,6 +33,12 @@ def read_clock(clock: Clock) -> float:
     return moment_or_now(clock())
 
 
+def check_clock(clock: object) -> None:
+    """None (the system clock) or a callable; anything else is a TypeError."""
+    if clock is not None and not callable(clock):
+        raise InvalidTypeError(f"clock must be a callable returning the time, got {type(clock).__name__}")
+
+
 def history_cutoff(
     before: object, project_id: object, limit: object
 ) -> tuple[float, str | None, int]:

@@ -34,7 +34,7 @@ from fastaiagent.errors import (
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
 from fastaiagent.facts.store import FactStore
-from fastaiagent.facts.validity import Clock, read_clock
+from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.learn.extractor import (
     MAX_KNOWN_FACTS,
     ExtractedFact,
@@ -172,8 +172,7 @@ class FactExtractionBlock(MemoryBlock):
         self.name = name
         self.fact_policy = check_policy(fact_policy)
         self.ttl = duration("ttl", ttl, allow_none=True)
-        if clock is not None and not callable(clock):
-            raise InvalidTypeError(f"clock must be a callable returning the time, got {type(clock).__name__}")
+        check_clock(clock)
         self.clock = clock
         if store is None and self.persist:
             from fastaiagent.facts.sqlite import SQLiteFactStore

@@ -15,7 +15,7 @@ from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, SOURCE_MANUAL, SOURCE_TRACES, Fact
 from fastaiagent.facts.store import FactStore
-from fastaiagent.facts.validity import Clock, read_clock
+from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_HEADING = "Known facts:"
@@ -144,8 +144,7 @@ class PersistentFactBlock(MemoryBlock):
         self.heading = heading
         if name is not None:
             self.name = name
-        if clock is not None and not callable(clock):
-            raise InvalidTypeError(f"clock must be a callable returning the time, got {type(clock).__name__}")
+        check_clock(clock)
         self.clock = clock
         self._store = store
         self._cache: list[Fact] = []
