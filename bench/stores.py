@@ -6,6 +6,10 @@ Per backend it measures
   a store of 10k facts (200 subjects) and one of 1M (20k subjects), read in
   alternating rounds so both see the same machine load, and the ratio of the
   two (a read should cost what it returns, not what is stored);
+- read p50 with half the store expired: the 10k-fact store beside one whose
+  200 subjects each hold the same 50 valid facts plus 50 expired ones
+  interleaved with them (``valid_to`` in the past), read in alternating rounds;
+  ``expired_ratio`` (half expired / none expired) should stay <= 1.2;
 - forget: ``delete`` of one user holding 10k and 100k facts: the total time,
   the longest single server call (one delete step: a SQLite write transaction,
   a Postgres statement, a Redis script, timed at the client) and the longest
@@ -21,7 +25,8 @@ store's own layout, not through ``add``. Results go to bench/results/stores.json
     python bench/stores.py --quick --forget-only
 
 Targets: SQLite >= 5,000 adds/s and read p50 <= 0.1 ms; Postgres read p50
-<= 0.5 ms; Redis read p50 <= 0.3 ms; every ratio (1M / 10k) <= 1.2.
+<= 0.5 ms; Redis read p50 <= 0.3 ms; every ratio (1M / 10k) <= 1.2, and
+every expired_ratio (half the store expired / none) <= 1.2.
 """
 
 from __future__ import annotations
@@ -63,54 +68,67 @@ def subject_id(n: int) -> str:
     return f"user-{n:06d}"
 
 
-def rows(first_subject: int, last_subject: int, base: float) -> Iterator[tuple[str, str, float]]:
-    """(text, scope_id, created_at) of 50 facts per subject, oldest first."""
+def rows(
+    first_subject: int, last_subject: int, base: float, *, expired: bool = False
+) -> Iterator[tuple[str, str, float, float | None]]:
+    """(text, scope_id, created_at, valid_to) of 50 facts per subject, oldest first;
+    ``expired``: 50 more per subject, interleaved, whose validity ended before ``base``."""
     for s in range(first_subject, last_subject):
         for k in range(PER_SUBJECT):
-            yield f"Fact {k} about {subject_id(s)}", subject_id(s), base + s * 1e-3 + k * 1e-6
+            at = base + s * 1e-3 + k * 1e-6
+            yield f"Fact {k} about {subject_id(s)}", subject_id(s), at, None
+            if expired:
+                yield f"Expired fact {k} about {subject_id(s)}", subject_id(s), at + 5e-7, base - 1
 
 
 # -- bulk loaders (the store's own layout, fast paths) -----------------------
 
 
-def bulk_sqlite(store: MemoryStore, first: int, last: int, base: float) -> None:
+def bulk_sqlite(
+    store: MemoryStore, first: int, last: int, base: float, expired: bool = False
+) -> None:
     conn = sqlite3.connect(store.path, isolation_level=None)
     conn.execute("BEGIN")
     conn.executemany(
         "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
-        "source, created_at, metadata) VALUES (?, ?, 'user', ?, '', 1.0, 'manual', ?, '{}')",
-        ((t, normalize_text(t), sid, ts) for t, sid, ts in rows(first, last, base)),
+        "source, created_at, metadata, valid_to) "
+        "VALUES (?, ?, 'user', ?, '', 1.0, 'manual', ?, '{}', ?)",
+        (
+            (t, normalize_text(t), sid, ts, end)
+            for t, sid, ts, end in rows(first, last, base, expired=expired)
+        ),
     )
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
 
 
-def bulk_postgres(store: Any, first: int, last: int, base: float) -> None:
+def bulk_postgres(store: Any, first: int, last: int, base: float, expired: bool = False) -> None:
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         query = sql.SQL(
-            "COPY {} (fact, fact_key, scope, scope_id, project_id, created_at) FROM STDIN"
+            "COPY {} (fact, fact_key, scope, scope_id, project_id, created_at, valid_to) FROM STDIN"
         ).format(sql.Identifier(store.table))
         with conn.cursor() as cur, cur.copy(query) as copy:
-            for text, sid, ts in rows(first, last, base):
-                copy.write_row((text, normalize_text(text), "user", sid, "", ts))
+            for text, sid, ts, end in rows(first, last, base, expired=expired):
+                copy.write_row((text, normalize_text(text), "user", sid, "", ts, end))
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(store.table)))
 
 
-def bulk_redis(store: Any, first: int, last: int, base: float) -> None:
+def bulk_redis(store: Any, first: int, last: int, base: float, expired: bool = False) -> None:
     client = store._client
     next_id = int(client.get(store._k("seq")) or 0)
     pipe = client.pipeline(transaction=False)
-    for i, (text, sid, ts) in enumerate(rows(first, last, base), start=1):
-        fact = Fact(text, scope="user", scope_id=sid, created_at=ts)
+    i = 0
+    for i, (text, sid, ts, end) in enumerate(rows(first, last, base, expired=expired), start=1):
+        fact = Fact(text, scope="user", scope_id=sid, created_at=ts, valid_to=end)
         store._queue_create(pipe, next_id + i, fact, normalize_text(text))
         if i % 2000 == 0:
             pipe.execute()
     pipe.execute()
-    client.set(store._k("seq"), next_id + (last - first) * PER_SUBJECT)
+    client.set(store._k("seq"), next_id + i)
 
 
 def one_user(count: int) -> Iterator[tuple[str, str, float]]:
@@ -381,11 +399,31 @@ def run_backend(name: str, big_subjects: int, adds: int, samples: int) -> dict[s
             result["ratio"] = round(
                 result["read_big"]["p50_ms"] / result["read_small"]["p50_ms"], 3
             )
+            result.update(measure_expired(name, small, small_subjects, base, samples, Path(tmp)))
             result["checks"] = check(name, result)
             return result
         finally:
             cleanup_small()
             cleanup_big()
+
+
+def measure_expired(
+    name: str, clean: FactStore, subjects: int, base: float, samples: int, tmp: Path
+) -> dict[str, Any]:
+    """Reads of the clean store beside one whose every subject also holds 50 expired facts."""
+    opener, bulk = BACKENDS[name]
+    half, cleanup = opener(tmp / "expired")
+    try:
+        half.list_active("user", "nobody")  # first open: schema / layout
+        bulk(half, 0, subjects, base, True)
+        none_expired, half_expired = measure_reads(clean, subjects, half, subjects, samples)
+        return {
+            "read_none_expired": none_expired,
+            "read_half_expired": half_expired,
+            "expired_ratio": round(half_expired["p50_ms"] / none_expired["p50_ms"], 3),
+        }
+    finally:
+        cleanup()
 
 
 def run_forget(name: str, sizes: list[int]) -> list[dict[str, float]]:
@@ -404,7 +442,7 @@ def run_forget(name: str, sizes: list[int]) -> list[dict[str, float]]:
 
 def check(name: str, result: dict[str, Any]) -> dict[str, bool]:
     target = TARGETS[name]
-    out = {"ratio": result["ratio"] <= MAX_RATIO}
+    out = {"ratio": result["ratio"] <= MAX_RATIO, "expired_ratio": result["expired_ratio"] <= MAX_RATIO}
     if "adds_per_s" in target:
         out["adds_per_s"] = result["adds_per_s"] >= target["adds_per_s"]
     out["read_p50"] = (
@@ -451,7 +489,8 @@ def main() -> int:
             f"[{name}] add/s {r['adds_per_s']:>8,} | list_active(limit=50) p50 "
             f"{r['read_small']['p50_ms']:.3f} ms at {r['small_facts']:,} facts, "
             f"{r['read_big']['p50_ms']:.3f} ms at {r['big_facts']:,} ({big_subjects:,} subjects) "
-            f"| ratio {r['ratio']:.2f} | bulk load {r['bulk_load_s']} s | "
+            f"| ratio {r['ratio']:.2f} | half expired p50 {r['read_half_expired']['p50_ms']:.3f} ms, "
+            f"expired_ratio {r['expired_ratio']:.2f} | bulk load {r['bulk_load_s']} s | "
             + " ".join(f"{k}={'ok' if v else 'MISS'}" for k, v in r["checks"].items()),
             flush=True,
         )

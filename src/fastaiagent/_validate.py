@@ -12,6 +12,7 @@ caller meant). Each helper returns the value, normalised, so callers write
 from __future__ import annotations
 
 import math
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
@@ -77,6 +78,30 @@ def fraction(name: str, value: Any) -> float:
     result = number(name, value, minimum=0.0, maximum=1.0)
     assert result is not None
     return result
+
+
+def moment(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    """A point in time as UNIX seconds: a ``datetime`` (a naive one is read as UTC)
+    or a finite number of seconds; None when ``allow_none``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        return aware.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{name} must be a datetime or UNIX seconds, got {_got(value)}")
+    return number(name, value)
+
+
+def duration(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    """A length of time > 0 in seconds: a ``timedelta`` or a number of seconds."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{name} must be a timedelta or seconds, got {_got(value)}")
+    return positive_number(name, value)
 
 
 def boolean(name: str, value: Any) -> bool:

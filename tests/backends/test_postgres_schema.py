@@ -55,7 +55,7 @@ def _old_fact_table(conn, table: str) -> None:  # type: ignore[no-untyped-def]
         conn.execute(f"CREATE {unique}INDEX IF NOT EXISTS {name} ON {table} {columns}")
 
 
-FACTS_VERSION = 2  # 2: the text index over every row (delete(fact=) removes history too)
+FACTS_VERSION = 3  # 2: the text index over every row (delete(fact=) removes history too); 3: the two times
 
 
 def _old_windows_table(conn, table: str) -> None:  # type: ignore[no-untyped-def]

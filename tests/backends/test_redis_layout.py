@@ -149,7 +149,7 @@ def test_a_layout_3_namespace_opens_reads_back_and_upgrades(
     }
 
     # Upgraded: the layout is recorded and every hash names its content key.
-    assert raw.get(f"{redis_prefix}:layout") == LAYOUT_VERSION == "5"
+    assert raw.get(f"{redis_prefix}:layout") == LAYOUT_VERSION == "6"
     for fact_id in range(1, 6):
         stored = raw.hgetall(f"{redis_prefix}:fact:{fact_id}")
         assert stored["digest"] == hashlib.sha256(stored["fact_key"].encode()).hexdigest()[:32]

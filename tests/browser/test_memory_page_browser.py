@@ -89,7 +89,7 @@ def test_memory_page_loads_with_every_active_fact(browser, site, tmp_path):
     assert browser.title.startswith("Memory")
     facts = _texts(browser, "#facts tbody td.fact-text")
     assert len(facts) == 4 and "Lives in Oslo" in facts and "Lives in Bergen" not in facts
-    assert _texts(browser, "#facts thead th") == ["Fact", "Scope", "Source", "Confidence", "Created"]
+    assert _texts(browser, "#facts thead th") == ["Fact", "Scope", "Source", "Confidence", "Created", "Valid"]
     _shot(browser, tmp_path, "memory")
 
 

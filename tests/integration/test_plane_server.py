@@ -124,6 +124,19 @@ def test_only_the_named_agent_and_project_are_served(served, store):
         tenant.stop()
 
 
+def test_expired_facts_are_never_served(served, store):
+    import time
+
+    now = time.time()
+    store.add(Fact("Winter sale: 20% off", scope="agent", scope_id="support",
+                   created_at=now - 60, valid_to=now - 1))
+    store.add(Fact("Spring sale: 10% off", scope="agent", scope_id="support",
+                   created_at=now - 60, valid_to=now + 3600))
+    served_now = fact_texts(get(served))
+    assert "Spring sale: 10% off" in served_now and "Winter sale: 20% off" not in served_now
+    assert "Winter sale: 20% off" not in fact_texts(get(served, query="sale"))
+
+
 def test_category_filter_and_max_bound(served):
     assert fact_texts(get(served, category="policy")) == [
         "Refunds are accepted within 30 days",

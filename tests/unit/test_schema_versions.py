@@ -241,7 +241,7 @@ def test_a_version_1_fact_file_gets_the_text_index_and_forgets_history(tmp_path:
     conn.close()
     store = SQLiteFactStore(path)
     assert store.add(Fact("Old FACT", scope="user", scope_id="u2")) == 5  # active again
-    assert _versions(path) == {FACTS_SCHEMA.component: 2}
+    assert _versions(path) == {FACTS_SCHEMA.component: FACTS_SCHEMA.version}
     indexes = sqlite3.connect(path).execute(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'learned_memory'"
     )

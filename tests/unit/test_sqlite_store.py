@@ -61,14 +61,15 @@ def test_wal_and_partial_indexes(tmp_path) -> None:
     store.add(Fact("x", scope="user", scope_id="u"))
     conn = sqlite3.connect(tmp_path / "f.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    plan = " ".join(
+    plan = " ".join(  # the per-turn read: validity checked on index entries only
         str(r)
         for r in conn.execute(
-            "EXPLAIN QUERY PLAN SELECT * FROM learned_memory WHERE scope='user' AND scope_id='u' "
-            "AND project_id='' AND superseded_by IS NULL ORDER BY created_at DESC, id DESC LIMIT 50"
+            "EXPLAIN QUERY PLAN SELECT fact, created_at, valid_from, valid_to FROM learned_memory "
+            "WHERE scope_id='u' AND scope='user' AND project_id='' AND superseded_by IS NULL "
+            "AND (valid_to IS NULL OR valid_to > 5) ORDER BY created_at DESC, id DESC LIMIT 50"
         )
     )
-    assert "idx_learned_memory_subject_read" in plan
+    assert "COVERING INDEX idx_learned_memory_subject_live" in plan
     conn.close()
     store.close()
 

@@ -61,11 +61,11 @@ def _seed(store: MemoryStore) -> dict[str, int]:
     return ids
 
 
-def test_memory_page_lists_facts_with_the_five_columns(store, tmp_path):
+def test_memory_page_lists_facts_with_the_six_columns(store, tmp_path):
     ids = _seed(store)
     html = _client(store, tmp_path).get("/memory").text
     headers = re.findall(r"<th>(.*?)</th>", html)
-    assert headers == ["Fact", "Scope", "Source", "Confidence", "Created"]
+    assert headers == ["Fact", "Scope", "Source", "Confidence", "Created", "Valid"]
     rows = _rows(html)
     assert len(rows) == 3  # the superseded fact is hidden by default
     global_row = next(r for r in rows if f'id="fact-{ids["global"]}"' in r)
@@ -101,9 +101,9 @@ def test_scope_filter_lists_every_subject_with_counts_and_all_scopes(store, tmp_
 def test_subject_keys_round_trip_odd_ids_and_projects():
     for subject in (Subject("user", "a:b@c.d", ""), Subject("project", "x", "acme@eu"), Subject("agent", "", "")):
         assert parse_subject(subject.key) == subject
-    with pytest.raises(ValueError, match="scope filter must look like 'user:alice', got 'nonsense'"):
+    with pytest.raises(ValueError, match="scope filter must look like 'user:alice' or 'user:\\*', got 'nonsense'"):
         parse_subject("nonsense")
-    with pytest.raises(ValueError, match="must look like 'user:alice', got 'planet:earth'"):
+    with pytest.raises(ValueError, match="must look like 'user:alice' or 'user:\\*', got 'planet:earth'"):
         parse_subject("planet:earth")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastaiagent import trace
@@ -44,6 +45,7 @@ from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.validity import Clock
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message
 
@@ -104,6 +106,11 @@ class Memory:
       that reads as instructions to the assistant; see ``docs/blocks.md``).
     - ``windows`` / ``window_ttl_seconds``: share windows across processes
       (see ``docs/production.md``).
+    - ``fact_ttl``: how long a fact ``learn=`` extracts holds (seconds or a
+      ``timedelta``; default None: until replaced); a stated end ("until
+      Friday") wins.
+    - ``clock``: ``() -> datetime | UNIX seconds``, the time every read and
+      write of this Memory uses (default: the system clock); tests inject one.
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.
@@ -131,6 +138,8 @@ class Memory:
         window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
         learn_in_background: bool = True,
         fact_policy: Any = None,
+        fact_ttl: float | timedelta | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = MemoryConfig(
             user_id=user_id,
@@ -151,6 +160,8 @@ class Memory:
             window_ttl_seconds=window_ttl_seconds,
             learn_in_background=learn_in_background,
             fact_policy=fact_policy,
+            fact_ttl=fact_ttl.total_seconds() if isinstance(fact_ttl, timedelta) else fact_ttl,
+            clock=clock,
         )
         self.location: FactStore = make_fact_store(location)
         # Writes go through a view that records the writing agent on user facts.
@@ -194,9 +205,27 @@ class Memory:
         *,
         confidence: float = 1.0,
         metadata: dict[str, Any] | None = None,
+        valid_from: datetime | float | None = None,
+        valid_to: datetime | float | None = None,
+        ttl: timedelta | float | None = None,
     ) -> int:
-        """Store a durable fact in a tier; returns its id (the same id for the same text)."""
-        return self._verbs.persist(text, tier, id, confidence=confidence, metadata=metadata)
+        """Store a durable fact in a tier; returns its id (the same id for the same text).
+
+        ``valid_from`` / ``valid_to`` say when the fact holds in the world (a
+        datetime, naive read as UTC, or UNIX seconds; None: open-ended); ``ttl``
+        (seconds or a timedelta) is shorthand for ``valid_to`` = now + ttl. From
+        ``valid_to`` on, the fact is expired: never injected, never returned by
+        default. Re-persisting the text of an expired fact records it again."""
+        return self._verbs.persist(
+            text,
+            tier,
+            id,
+            confidence=confidence,
+            metadata=metadata,
+            valid_from=valid_from,
+            valid_to=valid_to,
+            ttl=ttl,
+        )
 
     def retrieve(
         self,
@@ -206,14 +235,29 @@ class Memory:
         id: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        as_of: datetime | float | None = None,
+        include_expired: bool = False,
     ) -> list[Fact]:
-        """Active facts of a tier, newest first; with ``query``, the closest by meaning
-        (needs ``Memory(semantic=...)``). A user tier with no id returns [].
+        """Active, valid facts of a tier, newest first; with ``query``, the closest by
+        meaning (needs ``Memory(semantic=...)``). A user tier with no id returns [].
+
+        ``as_of=`` (a datetime or UNIX seconds) reads what the memory held at that
+        moment: facts recorded by then, not yet superseded then, and valid then
+        (a fact updated since comes back in its old version).
+        ``include_expired=True`` also returns facts whose validity has ended.
 
         Bounded by default: ``limit=None`` returns at most 50 facts
         (:data:`fastaiagent.facts.store.DEFAULT_LIMIT`; 10 with ``query``).
         Page with ``offset``: ``offset=50`` is the next 50, and so on."""
-        return self._verbs.retrieve(query, tier=tier, id=id, limit=limit, offset=offset)
+        return self._verbs.retrieve(
+            query,
+            tier=tier,
+            id=id,
+            limit=limit,
+            offset=offset,
+            as_of=as_of,
+            include_expired=include_expired,
+        )
 
     def update(
         self,
@@ -223,12 +267,39 @@ class Memory:
         id: str | None = None,
         *,
         confidence: float = 1.0,
+        valid_from: datetime | float | None = None,
+        valid_to: datetime | float | None = None,
+        ttl: timedelta | float | None = None,
     ) -> int:
-        """Replace ``old`` (its text or id) with ``new``; the old fact stays as history.
+        """Replace ``old`` (its text or id) with ``new``; the old fact stays as history
+        (superseded at the new one's time: ``retrieve(as_of=)`` before it shows it).
 
         Returns the new fact's id. Updating a fact to its own text changes nothing.
+        ``valid_from`` / ``valid_to`` / ``ttl`` are the new version's, as in :meth:`persist`.
         """
-        return self._verbs.update(new, old, tier, id, confidence=confidence)
+        return self._verbs.update(
+            new, old, tier, id, confidence=confidence, valid_from=valid_from, valid_to=valid_to, ttl=ttl
+        )
+
+    def history(self, fact: int | str, tier: str = "user", id: str | None = None) -> list[Fact]:
+        """Every version of a fact (its id, or the text of its active version), newest
+        first: each with its text, ``created_at`` / ``superseded_at`` (recorded),
+        ``valid_from`` / ``valid_to`` (valid), ``source`` and ``confidence``.
+        A fact of another subject returns []."""
+        return self._verbs.history(fact, tier, id)
+
+    def expire(
+        self,
+        fact: int | str,
+        tier: str = "user",
+        id: str | None = None,
+        *,
+        at: datetime | float | None = None,
+    ) -> bool:
+        """End a fact's validity at ``at`` (default: now): from then on it is not
+        injected or returned, and stays readable with ``as_of`` / ``history``.
+        Returns False when the tier has no such active fact."""
+        return self._verbs.expire(fact, tier, id, at=at)
 
     def forget(
         self,

@@ -14,6 +14,7 @@ from fastaiagent import _validate as check
 from fastaiagent.agent.memory_blocks.fact_policy import check_policy
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.validity import check_clock
 from fastaiagent.facts.windows import check_ttl
 from fastaiagent.llm.base import BaseLLM
 
@@ -49,6 +50,8 @@ class MemoryConfig:
     window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL
     learn_in_background: bool = True
     fact_policy: Any = None  # None = default_fact_policy (see fact_policy.py)
+    fact_ttl: float | None = None  # seconds a learned fact holds (None: until replaced)
+    clock: Any = None  # () -> UNIX seconds or datetime; None = the system clock
 
     def __post_init__(self) -> None:
         if self.user_id is not None and not callable(self.user_id):
@@ -66,6 +69,7 @@ class MemoryConfig:
         check.boolean("learn_in_background", self.learn_in_background)
         check_policy(self.fact_policy)
         check_ttl(self.window_ttl_seconds)
+        _check_time(self.fact_ttl, self.clock)
         _check_embedder(self.embedder)
         _check_llm("learn", self.learn)
         _check_llm("summarize", self.summarize)
@@ -85,6 +89,12 @@ class MemoryConfig:
     def static_user(self) -> str | None:
         """The fixed user of a Memory built with ``user_id="..."`` (None otherwise)."""
         return self.user_id if isinstance(self.user_id, str) else None
+
+
+def _check_time(fact_ttl: Any, clock: Any) -> None:
+    """``fact_ttl`` is seconds (the Memory turns a timedelta into them); ``clock`` a callable."""
+    check.duration("fact_ttl", fact_ttl, allow_none=True)
+    check_clock(clock)
 
 
 def _check_llm(name: str, value: Any) -> None:

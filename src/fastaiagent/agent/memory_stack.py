@@ -88,6 +88,7 @@ class MemoryStack:
             store=self.store,
             heading=heading,
             name=name,
+            clock=self.config.clock,
         )
 
     def _global_facts(self) -> MemoryBlock:
@@ -143,6 +144,8 @@ class MemoryStack:
             max_persisted=self.config.max_learned_facts,
             store=self.store,
             fact_policy=self.config.fact_policy,
+            ttl=self.config.fact_ttl,
+            clock=self.config.clock,
         )
 
     def _after_reply(self, block: MemoryBlock) -> MemoryBlock:

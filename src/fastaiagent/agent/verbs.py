@@ -7,12 +7,13 @@ tier is the window, not a store.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._validate import boolean, fraction, integer
+from fastaiagent._validate import boolean, duration, fraction, integer, moment
 from fastaiagent.agent.forgetting import delete_agent_facts
 from fastaiagent.agent.memory_config import MemoryConfig
 from fastaiagent.agent.memory_stack import MemoryStack
@@ -25,6 +26,8 @@ from fastaiagent.errors import (
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import DEFAULT_LIMIT, FactStore
+from fastaiagent.facts.timeline import versions
+from fastaiagent.facts.validity import read_clock
 
 TIERS = ("global", "user", "session")
 DEFAULT_SEARCH_LIMIT = 10
@@ -52,6 +55,24 @@ class MemoryVerbs:
         self.stack = stack
         self._forget_user_state = forget_user_state
         self._flush = flush
+
+    def now(self) -> float:
+        """The Memory's current time (its ``clock``), in UNIX seconds."""
+        clock = self.config.clock
+        return time.time() if clock is None else read_clock(clock)
+
+    def validity(
+        self, valid_from: Any, valid_to: Any, ttl: Any, now: float
+    ) -> tuple[float | None, float | None]:
+        """``valid_from`` / ``valid_to`` / ``ttl`` of a write as UNIX seconds."""
+        start = moment("valid_from", valid_from, allow_none=True)
+        end = moment("valid_to", valid_to, allow_none=True)
+        seconds = duration("ttl", ttl, allow_none=True)
+        if seconds is not None:
+            if end is not None:
+                raise InvalidValueError("pass ttl= or valid_to=, not both: ttl is valid_to = now + ttl")
+            end = (start if start is not None and start > now else now) + seconds
+        return start, end
 
     def _subject(self, verb: str, tier: str, id: str | None) -> tuple[str, str | None]:
         """The store (scope, scope_id) of a tier; scope_id None when there is none."""
@@ -95,10 +116,15 @@ class MemoryVerbs:
         *,
         confidence: float = 1.0,
         metadata: dict[str, Any] | None = None,
+        valid_from: Any = None,
+        valid_to: Any = None,
+        ttl: Any = None,
     ) -> int:
         """:meth:`Memory.persist <fastaiagent.agent.memory.Memory.persist>`."""
         scope, scope_id = self._write_scope_id("persist", tier, id)
         fraction("confidence", confidence)
+        now = self.now()
+        start, end = self.validity(valid_from, valid_to, ttl, now)
         with trace.span(
             "memory.persist", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
@@ -110,6 +136,9 @@ class MemoryVerbs:
                     project_id=self.config.project_id,
                     confidence=confidence,
                     metadata=dict(metadata or {}),
+                    created_at=now,
+                    valid_from=start,
+                    valid_to=end,
                 )
             )
             trace.annotate({"memory.fact_id": fact_id})
@@ -123,12 +152,21 @@ class MemoryVerbs:
         id: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        as_of: Any = None,
+        include_expired: bool = False,
     ) -> list[Fact]:
         """:meth:`Memory.retrieve <fastaiagent.agent.memory.Memory.retrieve>`."""
         scope, scope_id = self._subject("retrieve", tier, id)
         if limit is not None:
             integer("limit", limit, minimum=0)
         integer("offset", offset, minimum=0)
+        at = moment("as_of", as_of, allow_none=True)
+        boolean("include_expired", include_expired)
+        if at is not None and (query is not None or include_expired):
+            raise InvalidValueError(
+                "retrieve(as_of=) reads what was active and valid then: use it without "
+                "query= and include_expired="
+            )
         if query is not None and self.config.semantic is None:
             raise InvalidValueError(
                 'retrieve(query) searches by meaning and needs Memory(semantic="auto") or a '
@@ -140,22 +178,35 @@ class MemoryVerbs:
         ):
             if (scope == "user" and not scope_id) or limit == 0:
                 facts: list[Fact] = []
-            elif query is not None:
-                wanted = DEFAULT_SEARCH_LIMIT if limit is None else limit
-                facts = self.stack.semantic_index().search(
-                    query, scope, scope_id or "", self.config.project_id, limit=offset + wanted
-                )[offset:]
             else:
-                wanted = DEFAULT_LIMIT if limit is None else limit
-                facts = self._list(scope, scope_id or "", wanted, offset)
+                facts = self._read(query, scope, scope_id or "", limit, offset, at, include_expired)
             trace.annotate({"memory.count": len(facts)})
         return facts
 
-    def _list(self, scope: str, scope_id: str, limit: int, offset: int) -> list[Fact]:
-        """One page of a subject's active facts (``offset`` passed only when paging)."""
-        if offset:
-            return self.store.list_active(scope, scope_id, self.config.project_id, limit, offset)
-        return self.store.list_active(scope, scope_id, self.config.project_id, limit)
+    def _read(
+        self,
+        query: str | None,
+        scope: str,
+        scope_id: str,
+        limit: int | None,
+        offset: int,
+        at: float | None,
+        include_expired: bool,
+    ) -> list[Fact]:
+        """One page of a subject's facts: by meaning, as of a moment, or newest first."""
+        project = self.config.project_id
+        if query is not None:
+            wanted = DEFAULT_SEARCH_LIMIT if limit is None else limit
+            return self.stack.semantic_index().search(
+                query, scope, scope_id, project, limit=offset + wanted,
+                now=self.now(), include_expired=include_expired,
+            )[offset:]  # fmt: skip
+        wanted = DEFAULT_LIMIT if limit is None else limit
+        if at is not None:
+            return self.store.list_as_of(scope, scope_id, project, at, wanted, offset)
+        return self.store.list_active(
+            scope, scope_id, project, wanted, offset, now=self.now(), include_expired=include_expired
+        )
 
     def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
         if isinstance(old, bool) or not isinstance(old, (int, str)):
@@ -179,14 +230,28 @@ class MemoryVerbs:
         id: str | None = None,
         *,
         confidence: float = 1.0,
+        valid_from: Any = None,
+        valid_to: Any = None,
+        ttl: Any = None,
     ) -> int:
         """:meth:`Memory.update <fastaiagent.agent.memory.Memory.update>`."""
         scope, scope_id = self._write_scope_id("update", tier, id)
+        now = self.now()
+        start, end = self.validity(valid_from, valid_to, ttl, now)
         with trace.span(
             "memory.update", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
             old_id = self._resolve_old(old, scope, scope_id)
-            fact = Fact(fact=new, scope=scope, scope_id=scope_id, project_id=self.config.project_id, confidence=confidence)
+            fact = Fact(
+                fact=new,
+                scope=scope,
+                scope_id=scope_id,
+                project_id=self.config.project_id,
+                confidence=confidence,
+                created_at=now,
+                valid_from=start,
+                valid_to=end,
+            )
             try:
                 new_id = self.store.update(fact, old_id)
             except KeyError as exc:
@@ -196,6 +261,33 @@ class MemoryVerbs:
                 index.remove([old_id])
             trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
         return new_id
+
+    def history(self, fact: int | str, tier: str = "user", id: str | None = None) -> list[Fact]:
+        """:meth:`Memory.history <fastaiagent.agent.memory.Memory.history>`."""
+        scope, scope_id = self._write_scope_id("history", tier, id)
+        with trace.span("memory.history", {"memory.tier": tier, "memory.scope": scope}):
+            fact_id = self._resolve_old(fact, scope, scope_id)
+            chain = versions(self.store, fact_id)
+            if chain and (
+                chain[0].subject != f"{scope}:{scope_id}"
+                or any(f.project_id != self.config.project_id for f in chain)
+            ):
+                return []  # another subject's fact: nothing of it is shown here
+            trace.annotate({"memory.count": len(chain)})
+        return chain
+
+    def expire(
+        self, fact: int | str, tier: str = "user", id: str | None = None, *, at: Any = None
+    ) -> bool:
+        """:meth:`Memory.expire <fastaiagent.agent.memory.Memory.expire>`."""
+        scope, scope_id = self._write_scope_id("expire", tier, id)
+        when = self.now() if at is None else moment("at", at)
+        assert when is not None
+        with trace.span("memory.expire", {"memory.tier": tier, "memory.scope": scope}):
+            fact_id = self._resolve_old(fact, scope, scope_id)
+            done = self.store.expire(scope, scope_id, self.config.project_id, fact_id, when)
+            trace.annotate({"memory.fact_id": fact_id, "memory.expired": done})
+        return done
 
     def forget(
         self,

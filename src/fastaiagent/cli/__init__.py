@@ -20,6 +20,7 @@ app = typer.Typer(help="fastaiagent: agent memory tools.", no_args_is_help=True)
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("fastaiagent.cli.ui", "register", "ui"),
     ("fastaiagent.cli.learn", "register", "learn"),
+    ("fastaiagent.cli.memory", "register", "memory"),
     ("fastaiagent.cli.plane", "register", "plane"),
     ("fastaiagent.cli.mcp", "register", "mcp"),
     ("fastaiagent.demo", "register", "demo"),

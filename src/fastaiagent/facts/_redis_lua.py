@@ -25,7 +25,7 @@ local function subject(project, scope, sid)
   local s = project .. ':' .. scope .. ':' .. sid
   return {member = s, active = P .. ':active:' .. s, rows = P .. ':rows:' .. s,
           hist = P .. ':hist:' .. s, key = P .. ':key:' .. s .. ':',
-          old = P .. ':old:' .. s .. ':',
+          old = P .. ':old:' .. s .. ':', exp = P .. ':exp:' .. s,
           scope = P .. ':scope:' .. project .. ':' .. scope}
 end
 local function active_id(content_key)
@@ -33,30 +33,55 @@ local function active_id(content_key)
   if id and redis.call('HGET', fact_key(id), 'superseded_by') == '' then return id end
   return false
 end
--- A new active fact; ARGV from `at`: score, row head, row tail, digest, then
--- the hash's field/value pairs. The row gets its id here, where it is known.
+-- A subject's rows carry one marker member (score +inf, so it is read first) while
+-- the subject has facts with an end: "~" .. the latest valid_to among them. A read
+-- whose "now" is past it needs nothing from the `exp` set: a plain ZREVRANGE.
+local function mark(s)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', s.rows, '+inf', '+inf')) do
+    redis.call('ZREM', s.rows, m)
+  end
+  local top = redis.call('ZREVRANGE', s.exp, 0, 0, 'WITHSCORES')
+  if #top > 0 then redis.call('ZADD', s.rows, '+inf', '~' .. top[2]) end
+end
+-- A new active fact; ARGV from `at`: score, row head, row tail, digest, valid_to
+-- ('' for none), then the hash's field/value pairs. The row gets its id here,
+-- where it is known. A fact with an end is read from the subject's `exp` set
+-- (by valid_to) instead of its rows, so expired facts are never read.
 local function create(s, at)
   local id = string.format('%d', redis.call('INCR', P .. ':seq'))
-  local m, score = pad(id), ARGV[at]
+  local m, score, ends = pad(id), ARGV[at], ARGV[at + 4]
   local row = ARGV[at + 1] .. ',' .. id .. ',' .. ARGV[at + 2]
-  redis.call('HSET', fact_key(id), 'row', row, unpack(ARGV, at + 4))
+  redis.call('HSET', fact_key(id), 'row', row, unpack(ARGV, at + 5))
   redis.call('SET', s.key .. ARGV[at + 3], id)
   redis.call('ZADD', s.active, score, m)
-  redis.call('ZADD', s.rows, score, m .. row)
+  if ends ~= '' then
+    redis.call('ZADD', s.exp, ends, m .. row)
+    redis.call('ZADD', P .. ':expiry', ends, m)
+    mark(s)
+  else
+    redis.call('ZADD', s.rows, score, m .. row)
+  end
   redis.call('ZADD', s.scope, score, m)
   redis.call('ZADD', P .. ':all', score, m)
   redis.call('SADD', s.hist, id)
   redis.call('SADD', P .. ':subjects', s.member)
   return id
 end
--- Supersedes one fact; its text's set of superseded ids gets it (delete by text).
-local function retire(s, id, by, row, digest)
+-- Supersedes one fact at `when`; its text's set of superseded ids gets it (delete
+-- by text), its replacement's `prev` set too (history), `retired` its time (pruning).
+local function retire(s, id, by, row, digest, when)
   local m = pad(id)
-  redis.call('HSET', fact_key(id), 'superseded_by', by)
+  redis.call('HSET', fact_key(id), 'superseded_by', by, 'superseded_at', when)
   if digest then redis.call('SADD', s.old .. digest, id) end
   redis.call('ZREM', s.active, m)
   redis.call('ZREM', s.scope, m)
-  if row then redis.call('ZREM', s.rows, m .. row) end
+  redis.call('ZREM', P .. ':expiry', m)
+  redis.call('ZADD', P .. ':retired', when, m)
+  redis.call('SADD', P .. ':prev:' .. by, id)
+  if row then
+    redis.call('ZREM', s.rows, m .. row)
+    if redis.call('ZREM', s.exp, m .. row) == 1 then mark(s) end
+  end
   if digest and redis.call('GET', s.key .. digest) == id then
     redis.call('DEL', s.key .. digest)
   end
@@ -73,8 +98,15 @@ local function drop(id, s)
   redis.call('ZREM', s.active, m)
   redis.call('ZREM', s.scope, m)
   redis.call('ZREM', P .. ':all', m)
+  redis.call('ZREM', P .. ':expiry', m)
+  redis.call('ZREM', P .. ':retired', m)
+  redis.call('DEL', P .. ':prev:' .. id)
+  if (h[6] or '') ~= '' then redis.call('SREM', P .. ':prev:' .. h[6], id) end
   redis.call('SREM', s.hist, id)
-  if h[4] then redis.call('ZREM', s.rows, m .. h[4]) end
+  if h[4] then
+    redis.call('ZREM', s.rows, m .. h[4])
+    if redis.call('ZREM', s.exp, m .. h[4]) == 1 then mark(s) end
+  end
   if h[5] and redis.call('GET', s.key .. h[5]) == id then redis.call('DEL', s.key .. h[5]) end
   if h[5] and (h[6] or '') ~= '' then redis.call('SREM', s.old .. h[5], id) end
   if h[1] then return 1, s end
@@ -84,23 +116,31 @@ end
 local function finish(s)
   if redis.call('SCARD', s.hist) == 0 then
     redis.call('SREM', P .. ':subjects', s.member)
-    redis.call('DEL', s.active, s.rows)
+    redis.call('DEL', s.active, s.rows, s.exp)
   end
 end
 """
 
-# ARGV: prefix, project, scope, scope_id, score, row head, row tail, digest, fields...
-# The same normalised text in the same subject returns the active fact's id.
+# ARGV: prefix, project, scope, scope_id, score, row head, row tail, digest,
+# valid_to, fields... The same normalised text in the same subject returns the
+# active fact's id, unless that one expired by the new one's time: then the new
+# fact replaces it.
 ADD = (
     LIBRARY
     + """
 local s = subject(ARGV[2], ARGV[3], ARGV[4])
-return active_id(s.key .. ARGV[8]) or create(s, 5)
+local id = active_id(s.key .. ARGV[8])
+if not id then return create(s, 5) end
+local h = redis.call('HMGET', fact_key(id), 'valid_to', 'row')
+if (h[1] or '') == '' or tonumber(h[1]) > tonumber(ARGV[5]) then return id end
+local new = create(s, 5)
+retire(s, id, new, h[2], ARGV[8], ARGV[5])
+return new
 """
 )
 
 # ARGV: prefix, project, scope, scope_id, old id, score, row head, row tail,
-# digest, fields... Adds the new fact (or reuses the active one with its text)
+# digest, valid_to, fields... The old fact is superseded at the new one's score. Adds the new fact (or reuses the active one with its text)
 # and supersedes the old one, in one step; a refusal writes nothing.
 UPDATE = (
     LIBRARY
@@ -117,12 +157,12 @@ end
 local by = h[4] or ''
 if by ~= '' and by ~= existing then return {'taken', old, by} end
 local new = existing or create(s, 6)
-if by ~= new then retire(s, old, new, h[5], h[6]) end
+if by ~= new then retire(s, old, new, h[5], h[6], ARGV[6]) end
 return new
 """
 )
 
-# ARGV: prefix, old id, new id. The rules of scoping.check_supersede, checked
+# ARGV: prefix, old id, new id, when. The rules of scoping.check_supersede, checked
 # where they cannot change underneath.
 SUPERSEDE = (
     LIBRARY
@@ -140,7 +180,7 @@ if (n[4] or '') ~= '' then return {'inactive', new} end
 local by = o[4] or ''
 if by == new then return 'ok' end
 if by ~= '' then return {'taken', old, by} end
-retire(subject(esc(o[3]), esc(o[1]), esc(o[2])), old, new, o[5], o[6])
+retire(subject(esc(o[3]), esc(o[1]), esc(o[2])), old, new, o[5], o[6], ARGV[4])
 return 'ok'
 """
 )
@@ -247,7 +287,8 @@ INDEX = (
     + """
 local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
 local key = fact_key(id)
-local h = redis.call('HMGET', key, 'fact', 'fact_key', 'superseded_by', 'row', 'doc', 'digest')
+local h = redis.call('HMGET', key, 'fact', 'fact_key', 'superseded_by', 'row', 'doc', 'digest',
+                     'valid_to', 'superseded_at')
 if not h[1] then return 0 end
 if h[2] ~= ARGV[7] then redis.call('HSET', key, 'fact_key', ARGV[7]) end
 if not h[3] then redis.call('HSET', key, 'superseded_by', '') end
@@ -262,17 +303,99 @@ redis.call('SADD', P .. ':subjects', s.member)
 if (h[3] or '') == '' then
   redis.call('ZADD', s.active, score, m)
   redis.call('ZADD', s.scope, score, m)
-  redis.call('ZADD', s.rows, score, m .. row)
+  if (h[7] or '') ~= '' then
+    redis.call('ZADD', s.exp, h[7], m .. row)
+    redis.call('ZADD', P .. ':expiry', h[7], m)
+    mark(s)
+  else
+    redis.call('ZADD', s.rows, score, m .. row)
+  end
   redis.call('SET', s.key .. ARGV[8], id, 'NX')
 else
   redis.call('ZREM', s.active, m)
   redis.call('ZREM', s.scope, m)
   redis.call('ZREM', s.rows, m .. row)
+  redis.call('ZREM', s.exp, m .. row)
   redis.call('SADD', s.old .. ARGV[8], id)
+  -- layout 6: when it was superseded (an older layout's: its replacement's time)
+  local at = h[8]
+  if not at or at == '' then
+    at = redis.call('HGET', fact_key(h[3]), 'created_at') or score
+    redis.call('HSET', key, 'superseded_at', at)
+  end
+  redis.call('ZADD', P .. ':retired', at, m)
+  redis.call('SADD', P .. ':prev:' .. h[3], id)
 end
 return 1
 """
 )
+
+# ARGV: prefix, project, scope, scope_id, id, valid_to, the fact's new row. Ends
+# one active fact of this subject at valid_to: it moves to the subject's `exp`
+# set. Returns 1, or 0 when no active fact of the subject has that id.
+EXPIRE = (
+    LIBRARY
+    + """
+local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
+if redis.call('SISMEMBER', s.hist, id) == 0 then return 0 end
+local h = redis.call('HMGET', fact_key(id), 'superseded_by', 'row')
+if (h[1] or '') ~= '' then return 0 end
+local m = pad(id)
+if h[2] then
+  redis.call('ZREM', s.rows, m .. h[2])
+  redis.call('ZREM', s.exp, m .. h[2])
+end
+redis.call('HSET', fact_key(id), 'valid_to', ARGV[6], 'row', ARGV[7])
+redis.call('ZADD', s.exp, ARGV[6], m .. ARGV[7])
+redis.call('ZADD', P .. ':expiry', ARGV[6], m)
+mark(s)
+return 1
+"""
+)
+
+# ARGV: prefix, cutoff, budget, '1' to keep to one project (else '0'), that
+# project. Deletes up to `budget` facts that expired (`expiry`, by valid_to) or
+# were superseded (`retired`, by superseded_at) at or before the cutoff; returns
+# how many - call again while that equals the budget.
+PRUNE_HISTORY = (
+    LIBRARY
+    + """
+local budget, n, touched = tonumber(ARGV[3]), 0, {}
+for _, index in ipairs({P .. ':expiry', P .. ':retired'}) do
+  local skipped = 0
+  while n < budget do
+    local members = redis.call('ZRANGEBYSCORE', index, '-inf', ARGV[2], 'LIMIT', skipped, 200)
+    if #members == 0 then break end
+    for _, m in ipairs(members) do
+      local id = string.format('%d', tonumber(m))
+      local project = redis.call('HGET', fact_key(id), 'project_id')
+      if not project then
+        redis.call('ZREM', index, m)  -- a stale entry
+      elseif ARGV[4] == '1' and project ~= ARGV[5] then
+        skipped = skipped + 1
+      else
+        local _, s = drop(id, nil)
+        touched[s.member] = s
+        n = n + 1
+        if n >= budget then break end
+      end
+    end
+  end
+end
+for _, s in pairs(touched) do finish(s) end
+return n
+"""
+)
+
+# KEYS: a subject's rows and exp sets. ARGV: the last rank of rows to read, the
+# lowest valid_to to read ('(' .. now; '-inf' for every one). The read of a
+# subject whose facts with an end may still be valid (its marker says so), or of
+# a page past the first: its newest rows (marker first) and its rows that end
+# after now.
+SUBJECT_READ = """
+return {redis.call('ZREVRANGE', KEYS[1], 0, ARGV[1]),
+        redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')}
+"""
 
 # KEYS[1]: the layout key. ARGV[1]: this code's layout. Records it unless a
 # newer one is there; returns what was there before ('' for none).

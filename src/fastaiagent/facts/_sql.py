@@ -30,8 +30,13 @@ def browse_where(
     *,
     include_superseded: bool,
     mark: str,
+    valid_at: float | None = None,
+    text: str | None = None,
+    like: str = "LIKE",
 ) -> tuple[list[str], list[Any]]:
-    """Filters of a cross-subject listing; None leaves a column unfiltered."""
+    """Filters of a cross-subject listing; None leaves a column unfiltered
+    (``valid_at=None``: expired facts too; ``text``: facts containing it, with
+    ``like`` the case-insensitive operator: SQLite's LIKE, Postgres' ILIKE)."""
     clauses: list[str] = []
     params: list[Any] = []
     for column, value in (("scope", scope), ("scope_id", scope_id), ("project_id", project_id)):
@@ -40,4 +45,34 @@ def browse_where(
             params.append(value)
     if not include_superseded:
         clauses.append("superseded_by IS NULL")
+    if valid_at is not None:
+        clauses.append(valid_clause(mark))
+        params += [valid_at, valid_at]
+    if text:
+        clauses.append(text_clause(mark, like=like))
+        params.append(like_pattern(text))
     return clauses, params
+
+
+def valid_clause(mark: str) -> str:
+    """Rows valid at a moment (the moment twice, as ``mark`` parameters)."""
+    return f"(valid_from IS NULL OR valid_from <= {mark}) AND (valid_to IS NULL OR valid_to > {mark})"
+
+
+def as_of_clause(mark: str) -> str:
+    """Rows recorded, not yet superseded and valid at a moment (the moment four times)."""
+    return (
+        f"created_at <= {mark} AND (superseded_by IS NULL OR superseded_at > {mark}) "
+        f"AND {valid_clause(mark)}"
+    )
+
+
+def text_clause(mark: str, *, like: str) -> str:
+    """Rows whose text contains a pattern (``%text%``, escaped with :func:`like_pattern`)."""
+    return f"fact {like} {mark} ESCAPE '\\'"
+
+
+def like_pattern(text: str) -> str:
+    """``%text%`` with LIKE's own characters escaped."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"

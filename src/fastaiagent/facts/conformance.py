@@ -19,7 +19,7 @@ limits and ``offset`` pages, ``find_active`` by normalised text, supersede
 rules and history, transactional update, scoped delete (also of a subject
 larger than one delete step, and ``"*"`` over many subjects, with exact
 counts; ``fact=`` removes every version of a text, history too) and prune, browse/subjects, the empty-id and ``"*"`` rules, project
-isolation, bad input, and a hypothesis state machine that checks random
+isolation, bad input, validity and "as of" reads (``validity_conformance``), and a hypothesis state machine that checks random
 operations on one subject never touch another. Optional hooks add fault
 tests: override :meth:`break_connections` and :meth:`unreachable_store`.
 
@@ -50,6 +50,7 @@ from hypothesis.stateful import (
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import MAX_FACT_CHARS, normalize_text
 from fastaiagent.facts.store import DELETE_BATCH, FactStore
+from fastaiagent.facts.validity_conformance import ValidityConformance
 
 __all__ = ["FactStoreConformance"]
 
@@ -82,8 +83,9 @@ def _add_in_child(store: FactStore, fact: Fact, barrier: Any, out: Any) -> None:
         out.put(("error", repr(exc)))
 
 
-class FactStoreConformance:
-    """Base class of the conformance tests; override the ``store`` fixture."""
+class FactStoreConformance(ValidityConformance):
+    """Base class of the conformance tests; override the ``store`` fixture
+    (the time tests come from :class:`ValidityConformance`)."""
 
     #: examples the tenant-isolation state machine runs (keep it quick)
     state_machine_examples = 12

@@ -20,7 +20,12 @@ class Fact:
 
     ``id`` and ``created_at`` are set by the store. A fact is *active* while
     ``superseded_by`` is None; a superseded fact stays as history.
-    ``created_at`` is in UNIX seconds.
+
+    A fact has two times, all in UNIX seconds (UTC). *Recorded*: ``created_at``
+    (when the store learned it) and ``superseded_at`` (when a newer version
+    replaced it). *Valid*: ``valid_from`` / ``valid_to``, when it holds in the
+    world (None: open-ended); a fact whose ``valid_to`` has passed is
+    *expired* and is left out of every read by default.
     """
 
     fact: str
@@ -34,10 +39,23 @@ class Fact:
     id: int | None = None
     created_at: float = 0.0
     superseded_by: int | None = None
+    valid_from: float | None = None
+    valid_to: float | None = None
+    superseded_at: float | None = None
 
     @property
     def active(self) -> bool:
         return self.superseded_by is None
+
+    def valid_at(self, when: float) -> bool:
+        """Whether the fact holds in the world at ``when`` (UNIX seconds)."""
+        return (self.valid_from is None or self.valid_from <= when) and (
+            self.valid_to is None or when < self.valid_to
+        )
+
+    def expired(self, now: float) -> bool:
+        """Whether ``valid_to`` has passed at ``now``."""
+        return self.valid_to is not None and self.valid_to <= now
 
     @property
     def subject(self) -> str:

@@ -13,6 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
@@ -24,7 +25,7 @@ from fastaiagent.errors import (
     StoreUnavailableError,
 )
 from fastaiagent.facts import outage
-from fastaiagent.facts._sql import browse_where, selector_where
+from fastaiagent.facts._sql import as_of_clause, browse_where, selector_where
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.schema import Schema, advisory_lock, migrate_postgres
@@ -41,6 +42,7 @@ from fastaiagent.facts.scoping import (
     validate_for_write,
 )
 from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
+from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
 psycopg = require("psycopg", "postgres")
 psycopg_pool = require("psycopg_pool", "postgres")
@@ -60,8 +62,20 @@ _COLUMNS = (
     "source_trace_id",
     "created_at",
     "superseded_by",
+    "valid_from",
+    "valid_to",
+    "superseded_at",
     "metadata",
 )
+# One subject's active rows, the varying columns only (a subject read's parts).
+_SUBJECT_SELECT = (
+    "SELECT fact, confidence, source, source_trace_id, NULLIF(metadata, '{{}}'::jsonb), id, "
+    "created_at, valid_from, valid_to FROM {} WHERE scope = %s AND scope_id = %s "
+    "AND project_id = %s AND superseded_by IS NULL "
+    "AND (valid_from IS NULL OR valid_from <= %s) "
+)
+_NEWEST = "ORDER BY created_at DESC, id DESC LIMIT %s"
+_ALWAYS = float("inf")  # a valid_from bound every fact meets (include_expired reads)
 DEFAULT_CONNECT_TIMEOUT = 5
 """Seconds to open a connection when neither the URL nor the store sets one."""
 _PAUSED = "cannot reach Postgres for the fact store: "
@@ -96,6 +110,11 @@ def index_names(table: str) -> dict[str, str]:
         "active_key": f"idx_{table}_active_key",
         "subject_all": f"idx_{table}_subject_all",
         "text_all": f"idx_{table}_text_all",
+        "subject_open": f"idx_{table}_subject_open",
+        "subject_ending": f"idx_{table}_subject_ending",
+        "expiry": f"idx_{table}_expiry",
+        "retired": f"idx_{table}_retired",
+        "replaced": f"idx_{table}_replaced",
     }
 
 
@@ -111,7 +130,10 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
         source_trace_id=row[7],
         created_at=float(row[8]),
         superseded_by=None if row[9] is None else int(row[9]),
-        metadata=dict(row[10] or {}),
+        valid_from=row[10],
+        valid_to=row[11],
+        superseded_at=row[12],
+        metadata=dict(row[13] or {}),
     )
 
 
@@ -203,8 +225,11 @@ class PostgresFactStore(StoreCapabilities):
         self._queries = self._build_queries()
         # Version 1 is the layout written before versions were recorded; its step
         # also upgrades such a table (and older ones) in place. Version 2 adds the
-        # text index over every row (delete(fact=) removes history too).
-        self._schema = Schema(f"facts:{table}", [self._set_up_table, self._add_text_index])
+        # text index over every row (delete(fact=) removes history too). Version 3
+        # the two times of a fact (validity, superseded_at) and their indexes.
+        self._schema = Schema(
+            f"facts:{table}", [self._set_up_table, self._add_text_index, self._add_times]
+        )
 
     def __repr__(self) -> str:
         return f"PostgresFactStore(table={self.table!r}, pool={self.min_pool_size}..{self.max_pool_size})"
@@ -372,6 +397,7 @@ class PostgresFactStore(StoreCapabilities):
             return
         # An existing table may be large and busy: build indexes CONCURRENTLY,
         # so writers are never blocked while they build.
+        self._add_time_columns(conn)
         present = self._present_indexes(conn)
         if names["active_key"] not in present:
             with conn.transaction():
@@ -387,6 +413,44 @@ class PostgresFactStore(StoreCapabilities):
         name = index_names(self.table)["text_all"]
         if name not in self._present_indexes(conn):
             self._build_concurrently(conn, "text_all", name)
+
+    def _add_time_columns(self, conn: Any) -> None:
+        """The columns of the two times (nullable: adding them rewrites nothing), and
+        ``superseded_at`` of history filled from each replacement's ``created_at``."""
+        t = self._t
+        present = {
+            row[0]
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE "
+                "table_schema = current_schema() AND table_name = %s",
+                (self.table,),
+            )
+        }
+        missing = [c for c in ("valid_from", "valid_to", "superseded_at") if c not in present]
+        if not missing:  # no DDL (its lock would queue behind every open transaction)
+            return
+        with conn.transaction():
+            for column in missing:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} DOUBLE PRECISION").format(
+                        t, sql.Identifier(column)
+                    )
+                )
+        conn.execute(
+            sql.SQL(
+                "UPDATE {t} o SET superseded_at = n.created_at FROM {t} n "
+                "WHERE o.superseded_by = n.id AND o.superseded_at IS NULL"
+            ).format(t=t)
+        )
+
+    def _add_times(self, conn: Any) -> None:
+        """Schema step 3: the two times of a fact, their indexes built ``CONCURRENTLY``."""
+        self._add_time_columns(conn)
+        present = self._present_indexes(conn)
+        for kind in ("subject_open", "subject_ending", "expiry", "retired", "replaced"):
+            name = index_names(self.table)[kind]
+            if name not in present:
+                self._build_concurrently(conn, kind, name)
 
     def _build_concurrently(self, conn: Any, kind: str, name: str) -> None:
         drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name))
@@ -456,6 +520,16 @@ class PostgresFactStore(StoreCapabilities):
             # The text leads: one subject's text and one text across a scope ("*")
             # are both a prefix. md5 keeps entries small (texts run to 10,000 chars).
             "text_all": "(md5(fact_key), scope, project_id, scope_id)",
+            # The per-turn read: open-ended facts newest first, and apart from them the
+            # facts with an end by valid_to, so expired ones are never read.
+            "subject_open": "(scope, scope_id, project_id, created_at DESC, id DESC) "
+            "WHERE superseded_by IS NULL AND valid_to IS NULL",
+            "subject_ending": "(scope, scope_id, project_id, valid_to) "
+            "WHERE superseded_by IS NULL AND valid_to IS NOT NULL",
+            # The retention job and a fact's history.
+            "expiry": "(valid_to) WHERE superseded_by IS NULL AND valid_to IS NOT NULL",
+            "retired": "(superseded_at) WHERE superseded_by IS NOT NULL",
+            "replaced": "(superseded_by) WHERE superseded_by IS NOT NULL",
         }[kind]
         unique = "UNIQUE " if kind == "active_key" else ""
         how = "CONCURRENTLY " if concurrently else ""
@@ -494,16 +568,17 @@ class PostgresFactStore(StoreCapabilities):
                 "confidence DOUBLE PRECISION NOT NULL DEFAULT 1.0, "
                 "source TEXT NOT NULL DEFAULT 'manual', source_trace_id TEXT, "
                 "created_at DOUBLE PRECISION NOT NULL, superseded_by BIGINT, "
-                "metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb)"
+                "metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb, valid_from DOUBLE PRECISION, "
+                "valid_to DOUBLE PRECISION, superseded_at DOUBLE PRECISION)"
             ).format(t),
             "insert": sql.SQL(
                 "INSERT INTO {} (fact, fact_key, scope, scope_id, project_id, confidence, "
-                "source, source_trace_id, created_at, superseded_by, metadata) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, %s) "
+                "source, source_trace_id, created_at, superseded_by, metadata, valid_from, "
+                "valid_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, %s, %s, %s) "
                 "ON CONFLICT " + active_key + " DO NOTHING RETURNING id"
             ).format(t),
             "find_active": sql.SQL(
-                "SELECT id FROM {} WHERE scope = %s AND scope_id = %s AND project_id = %s "
+                "SELECT id, valid_to FROM {} WHERE scope = %s AND scope_id = %s AND project_id = %s "
                 "AND md5(fact_key) = md5(%s) AND fact_key = %s AND superseded_by IS NULL"
             ).format(t),
             "get": sql.SQL("SELECT {} FROM {} WHERE id = %s").format(cols, t),
@@ -514,18 +589,22 @@ class PostgresFactStore(StoreCapabilities):
             "lock_pair": sql.SQL(
                 "SELECT {} FROM {} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
             ).format(cols, t),
-            "mark_superseded": sql.SQL("UPDATE {} SET superseded_by = %s WHERE id = %s").format(t),
-            # One subject (the per-turn read): scope, id and project are known and
-            # the rows are active, so only the varying columns cross the wire.
-            "list_subject": newest.format(
-                sql.SQL(
-                    "fact, confidence, source, source_trace_id, "
-                    "NULLIF(metadata, '{}'::jsonb), id, created_at"
-                ),
-                t,
-                sql.SQL("AND scope_id = %s"),
-            ),
+            "mark_superseded": sql.SQL(
+                "UPDATE {} SET superseded_by = %s, superseded_at = %s WHERE id = %s"
+            ).format(t),
+            "mark_replacing": sql.SQL(
+                "UPDATE {} SET superseded_by = 0 WHERE id = %s AND superseded_by IS NULL"
+            ).format(t),
+            **_subject_queries(t),
             "list_scope": newest.format(cols, t, sql.SQL("")),
+            "list_scope_valid": newest.format(
+                cols,
+                t,
+                sql.SQL(
+                    "AND (valid_from IS NULL OR valid_from <= %s) "
+                    "AND (valid_to IS NULL OR valid_to > %s)"
+                ),
+            ),
             "cols": cols,
         }
 
@@ -544,6 +623,8 @@ class PostgresFactStore(StoreCapabilities):
             fact.source_trace_id,
             fact.created_at,
             Jsonb(fact.metadata),
+            fact.valid_from,
+            fact.valid_to,
         )
         # ON CONFLICT waits for a concurrent writer of the same active key; the
         # loop covers the rare case where that row is superseded in between.
@@ -554,9 +635,30 @@ class PostgresFactStore(StoreCapabilities):
             found = conn.execute(
                 self._q("find_active"), (fact.scope, fact.scope_id, fact.project_id, key, key)
             ).fetchone()
-            if found is not None:
+            if found is not None and (found[1] is None or found[1] > fact.created_at):
                 return int(found[0])
+            if found is not None:
+                return self._replace_expired(conn, int(found[0]), params, fact.created_at)
         raise ConflictError("could not add the fact: its active row kept changing")
+
+    def _replace_expired(self, conn: Any, expired: int, params: tuple[Any, ...], at: float) -> int:
+        """Its text again after it expired: a new row replaces the expired one (which
+        leaves the unique active key first; 0 marks it while the new row goes in)."""
+        with conn.transaction():
+            if not conn.execute(self._q("mark_replacing"), (expired,)).rowcount:
+                return self._add_again(conn, params)  # another writer replaced it
+            row = conn.execute(self._q("insert"), params).fetchone()
+            new_id = int(row[0])
+            conn.execute(self._q("mark_superseded"), (new_id, at, expired))
+            return new_id
+
+    def _add_again(self, conn: Any, params: tuple[Any, ...]) -> int:
+        found = conn.execute(
+            self._q("find_active"), (params[2], params[3], params[4], params[1], params[1])
+        ).fetchone()
+        if found is None:
+            raise ConflictError("could not add the fact: its active row kept changing")
+        return int(found[0])
 
     def add(self, fact: Fact) -> int:
         """Store ``fact`` and return its id; the same normalised text in the same
@@ -564,19 +666,22 @@ class PostgresFactStore(StoreCapabilities):
         fact = validate_for_write(fact)
         return self._run(lambda conn: self._add(conn, fact))
 
-    def _supersede(self, conn: Any, old_id: int, new_id: int) -> None:
+    def _supersede(self, conn: Any, old_id: int, new_id: int, at: float) -> None:
         rows = conn.execute(self._q("lock_pair"), ([old_id, new_id],)).fetchall()
         by_id = {int(row[0]): _row_to_fact(row) for row in rows}
-        check_supersede(by_id.get(old_id), by_id.get(new_id), old_id, new_id)
-        conn.execute(self._q("mark_superseded"), (new_id, old_id))
+        old = by_id.get(old_id)
+        check_supersede(old, by_id.get(new_id), old_id, new_id)
+        if old is not None and old.superseded_by != new_id:  # else: keep the first time
+            conn.execute(self._q("mark_superseded"), (new_id, at, old_id))
 
-    def supersede(self, old_id: int, new_id: int) -> None:
+    def supersede(self, old_id: int, new_id: int, *, at: float | None = None) -> None:
         """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
         old_id, new_id = check_fact_id(old_id), check_fact_id(new_id)
+        when = moment_or_now(at)
 
         def run(conn: Any) -> None:
             with conn.transaction():
-                self._supersede(conn, old_id, new_id)
+                self._supersede(conn, old_id, new_id, when)
 
         self._run(run)
 
@@ -589,10 +694,38 @@ class PostgresFactStore(StoreCapabilities):
             with conn.transaction():
                 new_id = self._add(conn, new)
                 if new_id != old_id:
-                    self._supersede(conn, old_id, new_id)
+                    self._supersede(conn, old_id, new_id, new.created_at)
                 return new_id
 
         return self._run(run)
+
+    def expire(self, scope: str, scope_id: str, project_id: str, fact_id: int, at: float) -> bool:
+        """Set an active fact's ``valid_to`` to ``at``; False when it is not there."""
+        where, params = self._where(delete_selector(scope, scope_id, project_id), active=True)
+        query = sql.SQL("UPDATE {} SET valid_to = %s WHERE {} AND id = %s").format(self._t, where)
+        values = [moment_or_now(at), *params, check_fact_id(fact_id)]
+        return self._run(lambda conn: bool(conn.execute(query, values).rowcount))
+
+    def prune_history(
+        self, before: float, *, project_id: str | None = None, limit: int = DELETE_BATCH
+    ) -> int:
+        """Delete up to ``limit`` facts expired or superseded before ``before`` (by index)."""
+        cutoff, project, limit = history_cutoff(before, project_id, limit)
+        tenant = sql.SQL("" if project is None else " AND project_id = %s")
+        extra = [] if project is None else [project]
+        total = 0
+        for where in (
+            "superseded_by IS NULL AND valid_to IS NOT NULL AND valid_to <= %s",
+            "superseded_by IS NOT NULL AND superseded_at <= %s",
+        ):
+            query = sql.SQL(
+                "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE {w}{tenant} LIMIT %s)"
+            ).format(t=self._t, w=sql.SQL(where), tenant=tenant)
+            values: list[Any] = [cutoff, *extra, limit - total]
+            total += self._run(partial(_rowcount, query, values))
+            if total >= limit:
+                break
+        return total
 
     def delete(
         self,
@@ -662,23 +795,67 @@ class PostgresFactStore(StoreCapabilities):
         project_id: str = "",
         limit: int | None = DEFAULT_LIMIT,
         offset: int = 0,
+        *,
+        now: float | None = None,
+        include_expired: bool = False,
     ) -> list[Fact]:
-        """Active facts of a subject, newest first; ``"*"`` reads every subject."""
+        """Active facts of a subject valid at ``now``, newest first; ``"*"`` reads
+        every subject."""
         selector = page_selector(scope, scope_id, project_id, limit, offset)
         if selector is None:
             return []
+        when = moment_or_now(now)
         if selector.scope_id is None:
-            query = self._q("list_scope")
-            params: list[Any] = [selector.scope, selector.project_id, limit, offset]
+            params: list[Any] = [selector.scope, selector.project_id]
+            if include_expired:
+                query = self._q("list_scope")
+            else:
+                query, params = self._q("list_scope_valid"), [*params, when, when]
+            params += [limit, offset]
             return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
-        query = self._q("list_subject")
-        params = [scope, project_id, scope_id, limit, offset]
+        subject = [scope, scope_id, project_id]
+        if include_expired:
+            query, params = self._q("list_subject_all"), [*subject, _ALWAYS, limit, offset]
+        else:
+            wanted = None if limit is None else limit + offset
+            query = self._q("list_subject")
+            params = [*subject, when, wanted, *subject, when, when, wanted, limit, offset]
         return self._run(
             lambda conn: [
-                Fact(r[0], scope, scope_id, project_id, r[1], r[2], r[3], r[4] or {}, r[5], r[6])
+                Fact(r[0], scope, scope_id, project_id, r[1], r[2], r[3], r[4] or {}, r[5], r[6], None, r[7], r[8])
                 for r in conn.execute(query, params)
             ]
         )
+
+    def list_as_of(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str,
+        at: float,
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """What the store held for the subject at ``at`` (an audit read of its rows)."""
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
+            return []
+        when = moment_or_now(at)
+        where, params = self._where(selector, active=False)
+        query = sql.SQL(
+            "SELECT {} FROM {} WHERE {} AND " + as_of_clause("%s")
+            + " ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
+        ).format(self._q("cols"), self._t, where)
+        params += [when] * 4 + [limit, offset]
+        return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
+
+    def replaced(self, fact_id: int) -> list[Fact]:
+        """The facts ``fact_id`` superseded directly (the ``replaced`` index)."""
+        query = sql.SQL(
+            "SELECT {} FROM {} WHERE superseded_by = %s ORDER BY created_at DESC, id DESC"
+        ).format(self._q("cols"), self._t)
+        wanted = check_fact_id(fact_id)
+        return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, (wanted,))])
 
     def find_active(self, scope: str, scope_id: str, project_id: str, text: str) -> Fact | None:
         """The subject's active fact with this normalised text (the unique active-key index)."""
@@ -701,11 +878,21 @@ class PostgresFactStore(StoreCapabilities):
         include_superseded: bool = False,
         limit: int = 50,
         offset: int = 0,
+        include_expired: bool = False,
+        now: float | None = None,
+        text: str | None = None,
     ) -> list[Fact]:
         """Facts across subjects, newest first; filters apply before the limit."""
         check_limit(limit)
         parts, params = browse_where(
-            scope, scope_id, project_id, include_superseded=include_superseded, mark="%s"
+            scope,
+            scope_id,
+            project_id,
+            include_superseded=include_superseded,
+            mark="%s",
+            valid_at=None if include_expired else moment_or_now(now),
+            text=text,
+            like="ILIKE",
         )
         query = sql.SQL(
             "SELECT {} FROM {} WHERE {} ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
@@ -723,6 +910,28 @@ class PostgresFactStore(StoreCapabilities):
         return self._run(
             lambda conn: [SubjectCount(r[0], r[1], r[2], int(r[3])) for r in conn.execute(query)]
         )
+
+def _subject_queries(t: Any) -> dict[str, Any]:
+    """One subject's reads (the per-turn read): scope, id and project are known and the
+    rows are active, so only the varying columns cross the wire. One round trip: the
+    newest open-ended facts merged with the still-valid ones that end, each from its
+    own partial index, so no expired row is read."""
+    open_ended = sql.SQL(_SUBJECT_SELECT + "AND valid_to IS NULL {order}")
+    ending = sql.SQL(_SUBJECT_SELECT + "AND valid_to IS NOT NULL AND valid_to > %s {order}")
+    return {
+        "list_subject": sql.SQL(
+            "({open}) UNION ALL ({ending}) ORDER BY 7 DESC, 6 DESC LIMIT %s OFFSET %s"
+        ).format(
+            open=open_ended.format(t, order=sql.SQL(_NEWEST)),
+            ending=ending.format(t, order=sql.SQL(_NEWEST)),
+        ),
+        "list_subject_all": sql.SQL(_SUBJECT_SELECT + _NEWEST + " OFFSET %s").format(t),
+    }
+
+
+def _rowcount(query: Any, values: list[Any], conn: Any) -> int:
+    return int(conn.execute(query, values).rowcount)
+
 
 def connection_lost(exc: BaseException) -> bool:
     """Whether a psycopg error means the connection is gone (lost, refused, or the

@@ -17,6 +17,13 @@ contains ``:`` can never collide with another subject):
 - ``<prefix>:old:<project>:<scope>:<scope_id>:<digest>`` - superseded ids of a normalised
   text (written when a fact is superseded, never by ``add``), so ``delete(fact=)``
   removes a text's history without reading the subject
+- ``<prefix>:exp:<project>:<scope>:<scope_id>`` - a subject's active facts that
+  have an end (``valid_to``), as rows scored by ``valid_to``: they are kept out
+  of ``rows:``, so a read takes the still-valid ones by score and never an
+  expired one
+- ``<prefix>:expiry`` - active facts with an end by ``valid_to``; ``<prefix>:retired``
+  - superseded facts by ``superseded_at`` (both for the retention job)
+- ``<prefix>:prev:<id>`` - the ids fact ``<id>`` superseded (its history)
 - ``<prefix>:all`` - every id, newest first (browse); ``<prefix>:subjects`` - known subjects
 - ``<prefix>:layout`` - the layout version (``LAYOUT_VERSION``)
 
@@ -33,7 +40,9 @@ lost its script cache (restart, SCRIPT FLUSH) is given the scripts again.
 
 Layouts: 1 bare hashes, 2 indexes and a ``doc`` field, 3 per-subject rows, 4
 a ``digest`` field in each hash (so scripts find a fact's content key without
-hashing on the server), 5 the ``old:`` sets of superseded ids per text. Opening an older namespace upgrades it once (see
+hashing on the server), 5 the ``old:`` sets of superseded ids per text, 6 the
+two times (``valid_from`` / ``valid_to`` / ``superseded_at`` fields, the ``exp:``,
+``expiry``, ``retired`` and ``prev:`` keys). Opening an older namespace upgrades it once (see
 :meth:`RedisFactStore.reindex`); a newer one raises
 :class:`~fastaiagent.errors.SchemaVersionError`. Outages raise
 :class:`~fastaiagent.errors.StoreUnavailableError` (see :func:`unavailable`).
@@ -73,17 +82,19 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.store import DEFAULT_LIMIT, SubjectCount
+from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
+from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
 redis_lib = require("redis", "redis")
 
-LAYOUT_VERSION = "5"  # see the module docstring for what each layout added
+LAYOUT_VERSION = "6"  # see the module docstring for what each layout added
 _SUBJECT_PAGE = 200  # subjects one SSCAN step of a "*" delete reads
 _T = TypeVar("_T")
 
 # A row lists these Fact fields in the dataclass's own order, so building a
 # Fact from a row is one positional call (``superseded_by`` is None: rows are
-# only read for active facts).
+# only read for active facts). A fact with a validity has three more:
+# superseded_by (null), valid_from, valid_to.
 ROW_FIELDS = (
     "fact",
     "scope",
@@ -105,9 +116,14 @@ _ROW_LEN = len(ROW_FIELDS)
 # so ``limit=n`` returns n facts whenever n exist. The reply is one JSON array
 # of rows, parsed in one call; ``[id]`` stands for a fact with no row (an
 # older writer's), to read field by field. ARGV[3] live facts are skipped first
-# (``offset``).
+# (``offset``); ARGV[4] is the moment facts must be valid at ('' for any).
 _READ_NEWEST = """
-local limit, skip = tonumber(ARGV[2]), tonumber(ARGV[3])
+local limit, skip, now = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local function valid(from, to)
+  if not now then return true end
+  return (not from or from == '' or tonumber(from) <= now) and
+         (not to or to == '' or tonumber(to) > now)
+end
 local out = {}
 local start = 0
 local batch = 1000
@@ -117,8 +133,9 @@ while limit < 0 or #out < limit do
   if #ids == 0 then break end
   for _, member in ipairs(ids) do
     local id = string.format('%d', tonumber(member))
-    local h = redis.call('HMGET', ARGV[1] .. id, 'row', 'superseded_by', 'scope')
-    if h[3] and (not h[2] or h[2] == '') then
+    local h = redis.call('HMGET', ARGV[1] .. id, 'row', 'superseded_by', 'scope', 'valid_from',
+                         'valid_to')
+    if h[3] and (not h[2] or h[2] == '') and valid(h[4], h[5]) then
       if skip > 0 then
         skip = skip - 1
       else
@@ -132,7 +149,8 @@ end
 return '[' .. table.concat(out, ',') .. ']'
 """
 
-# Drops the rows of one subject that no longer match an active fact hash
+# Drops the rows of one subject that no longer match an active fact hash (its
+# marker, "~..." scored +inf, is the scripts' own and is left alone)
 # (superseded, deleted or rewritten by another writer), and the active-index
 # entries of facts that are gone or superseded. Checks at most ARGV[3] rows
 # from rank ARGV[2] per call, so a huge subject never blocks the server long;
@@ -144,17 +162,24 @@ local entries = redis.call('ZRANGE', KEYS[1], start, start + count - 1)
 local kept = 0
 for _, entry in ipairs(entries) do
   local member = string.sub(entry, 1, 20)
-  local h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
-                       'superseded_by', 'scope', 'row')
-  local live = h[2] and (not h[1] or h[1] == '')
-  if not live then
-    redis.call('ZREM', KEYS[2], member)
-    redis.call('ZREM', KEYS[3], member)
+  local h = {}
+  if string.sub(entry, 1, 1) ~= '~' then
+    h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
+                   'superseded_by', 'scope', 'row')
   end
-  if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
-    redis.call('ZREM', KEYS[1], entry)
-  else
+  local live = h[2] and (not h[1] or h[1] == '')
+  if string.sub(entry, 1, 1) == '~' then
     kept = kept + 1
+  else
+    if not live then
+      redis.call('ZREM', KEYS[2], member)
+      redis.call('ZREM', KEYS[3], member)
+    end
+    if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
+      redis.call('ZREM', KEYS[1], entry)
+    else
+      kept = kept + 1
+    end
   end
 end
 if #entries < count then return -1 end
@@ -270,7 +295,18 @@ def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
         created_at=float(raw.get("created_at") or 0.0),
         superseded_by=int(superseded) if superseded else None,
         metadata=json.loads(raw["metadata"]) if raw.get("metadata") else {},
+        valid_from=_seconds(raw.get("valid_from")),
+        valid_to=_seconds(raw.get("valid_to")),
+        superseded_at=_seconds(raw.get("superseded_at")),
     )
+
+
+def _seconds(value: str | None) -> float | None:
+    return float(value) if value else None
+
+
+def _stored(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
 
 
 def _row_parts(fact: Fact) -> tuple[str, str]:
@@ -289,7 +325,29 @@ def _row_parts(fact: Fact) -> tuple[str, str]:
         ],
         separators=(",", ":"),
     )
-    return head[:-1], json.dumps(float(fact.created_at)) + "]"
+    times: list[float | None] = [float(fact.created_at)]
+    if fact.valid_from is not None or fact.valid_to is not None:
+        times += [None, fact.valid_from, fact.valid_to]
+    return head[:-1], json.dumps(times, separators=(",", ":"))[1:]
+
+
+def _row_facts(entries: list[str], now: float) -> list[Fact]:
+    """Facts of a subject's row entries valid at ``now`` (no marker among them)."""
+    facts = [Fact(*row) for row in json.loads("[" + ",".join([e[_ID_WIDTH:] for e in entries]) + "]")]
+    if any(f.valid_from is not None and f.valid_from > now for f in facts):
+        facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
+    return facts
+
+
+def _newest_first(fact: Fact) -> tuple[float, int]:
+    return -fact.created_at, -(fact.id or 0)
+
+
+def _held_at(fact: Fact, when: float) -> bool:
+    """Recorded, not yet superseded and valid at ``when``."""
+    if fact.created_at > when or not fact.valid_at(when):
+        return False
+    return fact.superseded_by is None or (fact.superseded_at or 0.0) > when
 
 
 def _row(fact_id: int, fact: Fact) -> str:
@@ -379,6 +437,8 @@ class RedisFactStore(StoreCapabilities):
         self._delete_id, self._delete_text = script(lua.DELETE_ID), script(lua.DELETE_TEXT)
         self._delete_some, self._prune = script(lua.DELETE_SOME), script(lua.PRUNE_LEARNED)
         self._index, self._set_layout = script(lua.INDEX), script(lua.SET_LAYOUT)
+        self._expire, self._prune_history = script(lua.EXPIRE), script(lua.PRUNE_HISTORY)
+        self._subject_read = script(lua.SUBJECT_READ)
         self._layout_checked = False
         self._layout_lock = threading.Lock()
 
@@ -468,16 +528,18 @@ class RedisFactStore(StoreCapabilities):
             "created_at": repr(float(fact.created_at)),
             "superseded_by": "",
             "metadata": json.dumps(fact.metadata),
+            "valid_from": _stored(fact.valid_from),
+            "valid_to": _stored(fact.valid_to),
         }
 
     def _create_args(self, fact: Fact) -> list[str]:
         """What ``create`` in the scripts takes: score, row head and tail, digest,
-        then the hash's field/value pairs."""
+        valid_to, then the hash's field/value pairs."""
         key = normalize_text(fact.fact)
         head, tail = _row_parts(fact)
         fields = self._fields(fact, key)
         pairs = chain.from_iterable(fields.items())
-        return [fields["created_at"], head, tail, fields["digest"], *pairs]
+        return [fields["created_at"], head, tail, fields["digest"], fields["valid_to"], *pairs]
 
     def _queue_create(self, pipe: Any, fact_id: int, fact: Fact, key: str) -> None:
         """Queue a new fact's keys on a pipeline under a fresh id: for bulk loads
@@ -489,7 +551,13 @@ class RedisFactStore(StoreCapabilities):
         pipe.hset(self._fact_key(fact_id), mapping={**fields, "row": row})
         pipe.set(self._k("key", *subject, fields["digest"]), fact_id)
         pipe.zadd(self._k("active", *subject), score)
-        pipe.zadd(self._k("rows", *subject), {member + row: fact.created_at})
+        if fact.valid_to is None:
+            pipe.zadd(self._k("rows", *subject), {member + row: fact.created_at})
+        else:
+            pipe.zadd(self._k("exp", *subject), {member + row: fact.valid_to})
+            pipe.zadd(self._k("expiry"), {member: fact.valid_to})
+            # a marker per fact (the scripts fold them into one at the next write)
+            pipe.zadd(self._k("rows", *subject), {"~" + repr(fact.valid_to): float("inf")})
         pipe.zadd(self._scope_key(fact.scope, fact.project_id), score)
         pipe.zadd(self._k("all"), score)
         pipe.sadd(self._k("hist", *subject), fact_id)
@@ -515,12 +583,13 @@ class RedisFactStore(StoreCapabilities):
         args = [self.prefix, *subject, *self._create_args(fact)]
         return int(self._call(lambda: self._add(args=args)))
 
-    def supersede(self, old_id: int, new_id: int) -> None:
+    def supersede(self, old_id: int, new_id: int, *, at: float | None = None) -> None:
         """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
         old_id, new_id = check_fact_id(old_id), check_fact_id(new_id)
         if old_id == new_id:
             raise InvalidValueError(f"fact #{old_id} cannot supersede itself")
-        reply = self._call(lambda: self._supersede(args=[self.prefix, old_id, new_id]))
+        when = repr(moment_or_now(at))
+        reply = self._call(lambda: self._supersede(args=[self.prefix, old_id, new_id, when]))
         if isinstance(reply, list):
             raise _refusal(reply)
 
@@ -690,28 +759,57 @@ class RedisFactStore(StoreCapabilities):
         fact_id = check_fact_id(fact_id)
         return self._call(lambda: self._read_fact(self._client, fact_id))
 
-    def _newest(self, index_key: str, limit: int | None, offset: int) -> list[Fact]:
-        """Facts of an active index, read one by one on the server (the slow path)."""
+    def _newest(
+        self, index_key: str, limit: int | None, offset: int, now: float | None
+    ) -> list[Fact]:
+        """Facts of an active index valid at ``now`` (None: any), read one by one on
+        the server (the slow path)."""
         reply = self._read_newest(
             keys=[index_key],
-            args=[self._k("fact", ""), -1 if limit is None else limit, offset],
+            args=[
+                self._k("fact", ""),
+                -1 if limit is None else limit,
+                offset,
+                "" if now is None else repr(now),
+            ],
         )
         facts = []
         for row in json.loads(reply):
-            if len(row) == _ROW_LEN:
+            if len(row) >= _ROW_LEN:
                 facts.append(Fact(*row))
             elif (fact := self._read_fact(self._client, row[0])) is not None:
                 facts.append(fact)
         return facts
 
     def _subject_newest(
-        self, subject: tuple[str, str, str], limit: int | None, offset: int
+        self, subject: tuple[str, str, str], limit: int | None, offset: int, now: float | None
     ) -> list[Fact]:
-        """A subject's newest facts from its rows: one ZREVRANGE, one JSON parse."""
-        stop = -1 if limit is None else offset + limit - 1
-        entries = self._client.zrevrange(self._k("rows", *subject), offset, stop)
-        rows = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in entries]) + "]")
-        return [Fact(*row) for row in rows]
+        """A subject's newest facts valid at ``now`` (None: any). The per-turn read
+        is one ZREVRANGE of its rows when no fact with an end can still be valid
+        (no marker, or the marker's latest end has passed); otherwise one script
+        call adds its rows that end after ``now`` (by score, so no expired row is
+        read). One JSON parse either way."""
+        rows_key = self._k("rows", *subject)
+        if offset == 0 and now is not None:
+            entries = self._client.zrevrange(rows_key, 0, -1 if limit is None else limit)
+            if not entries or entries[0][0] != "~":
+                return _row_facts(entries[:limit], now)
+            ended = len(entries) < 2 or entries[1][0] != "~"  # one marker, as the scripts keep it
+            if ended and float(entries[0][1:]) <= now:  # every fact with an end has expired
+                return _row_facts(entries[1 : None if limit is None else limit + 1], now)
+        stop = -1 if limit is None else offset + limit
+        lowest = "-inf" if now is None else f"({now!r}"
+        keys = [rows_key, self._k("exp", *subject)]
+        open_rows, ending = self._subject_read(keys=keys, args=[stop, lowest])
+        open_rows = [entry for entry in open_rows if entry[0] != "~"]
+        rows = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in open_rows]) + "]")
+        facts = [Fact(*row) for row in rows]
+        if ending:
+            more = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in ending]) + "]")
+            facts = sorted(facts + [Fact(*row) for row in more], key=_newest_first)
+        if now is not None:  # a fact can start later than it was written (valid_from)
+            facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
+        return facts[offset:] if limit is None else facts[offset : offset + limit]
 
     def list_active(
         self,
@@ -720,16 +818,108 @@ class RedisFactStore(StoreCapabilities):
         project_id: str = "",
         limit: int | None = DEFAULT_LIMIT,
         offset: int = 0,
+        *,
+        now: float | None = None,
+        include_expired: bool = False,
     ) -> list[Fact]:
-        """Active facts of a subject, newest first; ``"*"`` reads every subject."""
+        """Active facts of a subject valid at ``now``, newest first; ``"*"`` reads
+        every subject."""
         selector = page_selector(scope, scope_id, project_id, limit, offset)
         if selector is None:
             return []
+        when = None if include_expired else moment_or_now(now)
         if selector.scope_id is None:
             index = self._scope_key(selector.scope, selector.project_id)
-            return self._call(lambda: self._newest(index, limit, offset))
+            return self._call(lambda: self._newest(index, limit, offset, when))
         subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
-        return self._call(lambda: self._subject_newest(subject, limit, offset))
+        return self._call(lambda: self._subject_newest(subject, limit, offset, when))
+
+    def list_as_of(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str,
+        at: float,
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """What the store held for the subject at ``at``: an audit read of the
+        subject's history set (every subject of the scope for ``"*"``)."""
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
+            return []
+        when = moment_or_now(at)
+
+        def run() -> list[Fact]:
+            ids: set[str] = set()
+            for parts in self._selected_subjects(selector):
+                ids |= self._client.smembers(self._k("hist", *parts))
+            facts = sorted(
+                (f for f in self._load_facts(sorted(map(int, ids))) if _held_at(f, when)),
+                key=_newest_first,
+            )
+            return facts[offset:] if limit is None else facts[offset : offset + limit]
+
+        return self._call(run)
+
+    def _selected_subjects(self, selector: Selector) -> list[tuple[str, str, str]]:
+        """The escaped parts of the subjects a selector covers."""
+        if selector.scope_id is not None:
+            return [self._subject(selector.scope, selector.scope_id, selector.project_id)]
+        head = f"{escape_part(selector.project_id)}:{escape_part(selector.scope)}:"
+        members = self._client.sscan_iter(
+            self._k("subjects"), match=glob_escape(head) + "*", count=_SUBJECT_PAGE
+        )
+        return [(p[0], p[1], p[2]) for p in (m.split(":") for m in members)]
+
+    def replaced(self, fact_id: int) -> list[Fact]:
+        """The facts ``fact_id`` superseded directly (its ``prev:`` set)."""
+        wanted = check_fact_id(fact_id)
+
+        def run() -> list[Fact]:
+            ids = sorted(map(int, self._client.smembers(self._k("prev", str(wanted)))))
+            return sorted(self._load_facts(ids), key=_newest_first)
+
+        return self._call(run)
+
+    def expire(self, scope: str, scope_id: str, project_id: str, fact_id: int, at: float) -> bool:
+        """Set an active fact's ``valid_to`` to ``at``; False when it is not there."""
+        selector = delete_selector(scope, scope_id, project_id)
+        wanted, when = check_fact_id(fact_id), moment_or_now(at)
+
+        def run() -> bool:
+            fact = self._read_fact(self._client, wanted)
+            if fact is None or (fact.scope, fact.project_id) != (selector.scope, selector.project_id):
+                return False
+            if selector.scope_id is not None and fact.scope_id != selector.scope_id:
+                return False
+            ended = dataclasses.replace(fact, valid_to=when, superseded_by=None)
+            subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
+            args = [self.prefix, *subject, wanted, repr(when), _row(wanted, ended)]
+            return bool(int(self._expire(args=args)))
+
+        return self._call(run)
+
+    def prune_history(
+        self, before: float, *, project_id: str | None = None, limit: int = DELETE_BATCH
+    ) -> int:
+        """Delete up to ``limit`` facts expired or superseded before ``before``
+        (from the ``expiry`` and ``retired`` sets), in steps of :attr:`delete_batch`."""
+        cutoff, project, limit = history_cutoff(before, project_id, limit)
+        scoped = ["0", ""] if project is None else ["1", project]
+
+        def run() -> int:
+            total = 0
+            while total < limit:
+                budget = min(self.delete_batch, limit - total)
+                args = [self.prefix, repr(cutoff), budget, *scoped]
+                deleted = int(self._prune_history(args=args))
+                total += deleted
+                if deleted < budget:
+                    break
+            return total
+
+        return self._call(run)
 
     def _find(self, selector: Selector, key: str) -> Fact | None:
         """The active fact of one subject with normalised text ``key``: its content key."""
@@ -758,9 +948,14 @@ class RedisFactStore(StoreCapabilities):
         include_superseded: bool = False,
         limit: int = 50,
         offset: int = 0,
+        include_expired: bool = False,
+        now: float | None = None,
+        text: str | None = None,
     ) -> list[Fact]:
         """Facts across subjects, newest first; filters apply before the limit."""
         check_limit(limit)
+        when = None if include_expired else moment_or_now(now)
+        needle = text.casefold() if text else None
 
         def keep(f: Fact) -> bool:
             return (
@@ -768,6 +963,8 @@ class RedisFactStore(StoreCapabilities):
                 and (scope_id is None or f.scope_id == scope_id)
                 and (project_id is None or f.project_id == project_id)
                 and (include_superseded or f.active)
+                and (when is None or f.valid_at(when))
+                and (needle is None or needle in f.fact.casefold())
             )
 
         def run() -> list[Fact]:

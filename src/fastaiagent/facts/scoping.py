@@ -23,7 +23,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from fastaiagent._validate import fraction, integer
+from fastaiagent._validate import fraction, integer, number
 from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
@@ -101,7 +101,20 @@ def validate_for_write(fact: Fact) -> Fact:
         raise InvalidTypeError(f"metadata must be JSON-serialisable: {exc}") from None
     if size > MAX_METADATA_BYTES:
         raise _too_big("metadata", f"{size:,} bytes of JSON", "MAX_METADATA_BYTES")
+    check_validity(fact.valid_from, fact.valid_to)
     return fact.stamped()
+
+
+def check_validity(valid_from: object, valid_to: object) -> None:
+    """``valid_from`` / ``valid_to`` of a stored fact: None or UNIX seconds (the
+    verbs turn datetimes into seconds), and the end after the start."""
+    start = number("valid_from", valid_from, allow_none=True)
+    end = number("valid_to", valid_to, allow_none=True)
+    if start is not None and end is not None and end <= start:
+        raise InvalidValueError(
+            f"valid_to ({end}) must be after valid_from ({start}): a fact holds from "
+            "valid_from up to, not including, valid_to"
+        )
 
 
 def check_message_size(role: str, content: object) -> None:

@@ -35,6 +35,7 @@ from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.validity import moment_or_now
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, fuse
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
@@ -301,12 +302,23 @@ class SemanticFactIndex:
     # -- search ------------------------------------------------------------------
 
     def search(
-        self, query: str, scope: str, scope_id: str, project_id: str = "", limit: int = 10
+        self,
+        query: str,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        limit: int = 10,
+        *,
+        now: float | None = None,
+        include_expired: bool = False,
     ) -> list[Fact]:
-        """Active facts of the subject most relevant to ``query``, best first.
+        """Active facts of the subject most relevant to ``query``, best first; only
+        those valid at ``now`` (default: the current time) unless ``include_expired``.
 
         An empty id at user/project scope returns [] (never another user's
-        facts); ``"*"`` searches every subject of the scope (a full read).
+        facts); ``"*"`` searches every subject of the scope (a full read). The
+        index holds expired facts too (they may be asked for); they are left out
+        when the hits are read back.
         """
         if not isinstance(query, str):
             raise InvalidTypeError(f"query must be a str, got {type(query).__name__}")
@@ -333,7 +345,7 @@ class SemanticFactIndex:
                 found = self._search_subject(subject, state, query, query_vector, limit)
             ranked.extend((score, subject, fact_id) for score, fact_id in found)
         ranked.sort(key=lambda item: item[0], reverse=True)
-        return self._verified(ranked, limit)
+        return self._verified(ranked, limit, None if include_expired else moment_or_now(now))
 
     def _sync_subject(self, subject: Subject) -> bool:
         """Bring one subject's index up to date with the store; False when it has no facts.
@@ -354,7 +366,7 @@ class SemanticFactIndex:
                 state.synced_at = now
             if state.synced_at is None or now - state.synced_at >= self.full_sync_seconds:
                 return self._full_sync(subject, state, now)
-            head = self.store.list_active(*subject, limit=self.head_size)
+            head = self.store.list_active(*subject, limit=self.head_size, include_expired=True)
             unknown = [f for f in head if f.id not in state.fact_to_vector]
             if len(unknown) == self.head_size:  # more may hide past the head
                 return self._full_sync(subject, state, now)
@@ -362,13 +374,13 @@ class SemanticFactIndex:
             return bool(state.fact_to_vector)
 
     def _full_sync(self, subject: Subject, state: _SubjectIndex, now: float) -> bool:
-        active = self.store.list_active(*subject, limit=None)
+        active = self.store.list_active(*subject, limit=None, include_expired=True)
         self._sync(subject, active)
         state.synced_at = now
         return bool(active)
 
     def _sync_all(self, scope: str, scope_id: str, project_id: str) -> list[Subject]:
-        active = self.store.list_active(scope, scope_id, project_id, limit=None)
+        active = self.store.list_active(scope, scope_id, project_id, limit=None, include_expired=True)
         by_subject: dict[Subject, list[Fact]] = {}
         for fact in active:
             by_subject.setdefault((fact.scope, fact.scope_id, fact.project_id), []).append(fact)
@@ -376,7 +388,9 @@ class SemanticFactIndex:
             self._sync(subject, facts)
         return list(by_subject)
 
-    def _verified(self, ranked: Sequence[tuple[float, Subject, int]], limit: int) -> list[Fact]:
+    def _verified(
+        self, ranked: Sequence[tuple[float, Subject, int]], limit: int, when: float | None
+    ) -> list[Fact]:
         """The store's current rows for the best hits; stale vectors are dropped on the way.
 
         The index may lag the store (another process superseded or deleted a
@@ -397,6 +411,8 @@ class SemanticFactIndex:
                         self._drop(state, [fact_id])
                         state.synced_at = None  # changed behind our back: full read next
                 continue
+            if when is not None and not fact.valid_at(when):
+                continue  # expired (or not yet valid): kept in the index, not returned
             out.append(fact)
             if len(out) == limit:
                 break

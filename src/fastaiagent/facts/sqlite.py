@@ -15,7 +15,7 @@ from fastaiagent._paths import default_db_path
 from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
 from fastaiagent._validate import integer
-from fastaiagent.facts._sql import browse_where, selector_where
+from fastaiagent.facts._sql import as_of_clause, browse_where, selector_where, valid_clause
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
 from fastaiagent.facts.scoping import (
@@ -30,7 +30,8 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.store import DEFAULT_LIMIT, SubjectCount
+from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
+from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
 # Version 1 is the layout written before versions were recorded (so it is also
 # the step that upgrades such a file: every statement is IF [NOT] EXISTS).
@@ -80,13 +81,41 @@ CREATE INDEX IF NOT EXISTS idx_learned_memory_text_all
     ON learned_memory (fact_key, scope, project_id, scope_id);
 """
 
-FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2])
-"""The fact table's migrations (see :mod:`fastaiagent._schema`); version 2 today."""
+# Version 3: the two times of a fact. Recorded: created_at and superseded_at (filled
+# here from each replacement's created_at). Valid: valid_from / valid_to. The per-turn
+# read keeps its covering partial index over active rows, now holding valid_from and
+# valid_to too, so validity is checked on index entries (never a table row) and a
+# subject with no expired facts reads exactly as before; an expired entry newer than
+# the page costs a skip in the index until the retention job prunes it. Two small
+# partial indexes serve that job (expired by valid_to, superseded by superseded_at),
+# one the history of a fact (its previous versions by superseded_by).
+_V3 = """
+ALTER TABLE learned_memory ADD COLUMN valid_from REAL;
+ALTER TABLE learned_memory ADD COLUMN valid_to REAL;
+ALTER TABLE learned_memory ADD COLUMN superseded_at REAL;
+UPDATE learned_memory SET superseded_at = (
+    SELECT n.created_at FROM learned_memory n WHERE n.id = learned_memory.superseded_by)
+    WHERE superseded_by IS NOT NULL;
+DROP INDEX IF EXISTS idx_learned_memory_subject_read;
+CREATE INDEX idx_learned_memory_subject_live
+    ON learned_memory (scope_id, scope, project_id, created_at DESC, id DESC, fact, confidence,
+                       source, source_trace_id, metadata, superseded_by, valid_from, valid_to)
+    WHERE superseded_by IS NULL;
+CREATE INDEX idx_learned_memory_expiry ON learned_memory (valid_to)
+    WHERE superseded_by IS NULL AND valid_to IS NOT NULL;
+CREATE INDEX idx_learned_memory_retired ON learned_memory (superseded_at)
+    WHERE superseded_by IS NOT NULL;
+CREATE INDEX idx_learned_memory_replaced ON learned_memory (superseded_by)
+    WHERE superseded_by IS NOT NULL;
+"""
+
+FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2, _V3])
+"""The fact table's migrations (see :mod:`fastaiagent._schema`); version 3 today."""
 
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = (
     "fact, scope, scope_id, project_id, confidence, source, source_trace_id, metadata, "
-    "id, created_at, superseded_by"
+    "id, created_at, superseded_by, valid_from, valid_to, superseded_at"
 )
 _EMPTY_METADATA = ("", "{}")
 _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
@@ -95,20 +124,28 @@ _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete step
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     metadata = {} if row[7] in _EMPTY_METADATA or row[7] is None else json.loads(row[7])
     return Fact(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata, row[8], row[9], row[10]
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata, *row[8:]
     )
 
 
-# The per-turn read: one subject's active facts, newest first, answered from
-# idx_learned_memory_subject_read alone. Its scope, id and project are known, so only
-# the varying columns come back, and the usual values come back as NULL: a NULL costs
-# the sqlite3 module no object, a repeated 'manual' or '{}' costs a new str each row.
-_SUBJECT_READ = (
+# The per-turn read: one subject's active facts valid at a moment, newest first,
+# answered from idx_learned_memory_subject_live alone. Its scope, id and project are
+# known, so only the varying columns come back, and the usual values come back as NULL:
+# a NULL costs the sqlite3 module no object, a repeated 'manual' or '{}' costs a new str
+# each row.
+_SUBJECT_FIELDS = (
     "SELECT fact, confidence, NULLIF(source, 'manual'), source_trace_id, "
-    "NULLIF(metadata, '{}'), id, created_at FROM learned_memory "
+    "NULLIF(metadata, '{}'), id, created_at, "
+    "CASE WHEN valid_from IS NULL THEN valid_to ELSE json_array(valid_from, valid_to) END "
+    "FROM learned_memory INDEXED BY idx_learned_memory_subject_live "
     "WHERE scope_id = ? AND scope = ? AND project_id = ? AND superseded_by IS NULL "
-    "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
 )
+_NEWEST = "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+_SUBJECT_READ = (
+    _SUBJECT_FIELDS + "AND (valid_to IS NULL OR valid_to > ?) "
+    "AND (valid_from IS NULL OR valid_from <= ?) " + _NEWEST
+)
+_SUBJECT_ALL = _SUBJECT_FIELDS + _NEWEST  # include_expired=True
 
 
 def _subject_facts(
@@ -117,7 +154,7 @@ def _subject_facts(
     # Unpacking in the comprehension and positional Fact() are the cheapest way to
     # build 50 facts in CPython (cheaper than object.__new__ plus a __dict__ fill).
     loads = json.loads
-    return [
+    facts = [
         Fact(
             fact,
             scope,
@@ -130,8 +167,34 @@ def _subject_facts(
             fact_id,
             created_at,
         )
-        for fact, confidence, source, trace_id, metadata, fact_id, created_at in rows
+        if validity is None
+        else _with_validity(
+            Fact(
+                fact,
+                scope,
+                scope_id,
+                project_id,
+                confidence,
+                SOURCE_MANUAL if source is None else source,
+                trace_id,
+                loads(metadata) if metadata else {},
+                fact_id,
+                created_at,
+            ),
+            validity,
+        )
+        for fact, confidence, source, trace_id, metadata, fact_id, created_at, validity in rows
     ]
+    return facts
+
+
+def _with_validity(fact: Fact, validity: float | str) -> Fact:
+    """Fill a subject row's validity: its end alone, or both as JSON (see _SUBJECT_FIELDS)."""
+    if validity.__class__ is str:
+        fact.valid_from, fact.valid_to = json.loads(str(validity))
+    else:
+        fact.valid_to = float(validity)
+    return fact
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
@@ -204,16 +267,22 @@ class SQLiteFactStore(StoreCapabilities):
     def _add(self, conn: sqlite3.Connection, fact: Fact) -> int:
         key = normalize_text(fact.fact)
         row = conn.execute(
-            "SELECT id FROM learned_memory WHERE scope = ? AND scope_id = ? AND project_id = ? "
-            "AND fact_key = ? AND superseded_by IS NULL",
+            "SELECT id, valid_to FROM learned_memory WHERE scope = ? AND scope_id = ? "
+            "AND project_id = ? AND fact_key = ? AND superseded_by IS NULL",
             (fact.scope, fact.scope_id, fact.project_id, key),
         ).fetchone()
+        expired = None
         if row:
-            return int(row[0])
+            if row[1] is None or row[1] > fact.created_at:
+                return int(row[0])
+            # Its text again after it expired: a new version replaces the expired
+            # row. The row leaves the unique active key first (0 marks "replacing").
+            expired = int(row[0])
+            conn.execute("UPDATE learned_memory SET superseded_by = 0 WHERE id = ?", (expired,))
         cursor = conn.execute(
             "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
-            "source, source_trace_id, created_at, superseded_by, metadata) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+            "source, source_trace_id, created_at, superseded_by, metadata, valid_from, valid_to) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
             (
                 fact.fact,
                 key,
@@ -225,24 +294,38 @@ class SQLiteFactStore(StoreCapabilities):
                 fact.source_trace_id,
                 fact.created_at,
                 json.dumps(fact.metadata),
+                fact.valid_from,
+                fact.valid_to,
             ),
         )
-        return int(cursor.lastrowid or 0)
+        new_id = int(cursor.lastrowid or 0)
+        if expired is not None:
+            conn.execute(
+                "UPDATE learned_memory SET superseded_by = ?, superseded_at = ? WHERE id = ?",
+                (new_id, fact.created_at, expired),
+            )
+        return new_id
 
     def add(self, fact: Fact) -> int:
         fact = validate_for_write(fact)
         with self._write() as conn:
             return self._add(conn, fact)
 
-    def _supersede(self, conn: sqlite3.Connection, old_id: int, new_id: int) -> None:
+    def _supersede(self, conn: sqlite3.Connection, old_id: int, new_id: int, at: float) -> None:
         old, new = self._get(conn, old_id), self._get(conn, new_id)
         check_supersede(old, new, old_id, new_id)
-        conn.execute("UPDATE learned_memory SET superseded_by = ? WHERE id = ?", (new_id, old_id))
+        if old is not None and old.superseded_by == new_id:
+            return  # already so: keep the first supersession time
+        conn.execute(
+            "UPDATE learned_memory SET superseded_by = ?, superseded_at = ? WHERE id = ?",
+            (new_id, at, old_id),
+        )
 
-    def supersede(self, old_id: int, new_id: int) -> None:
+    def supersede(self, old_id: int, new_id: int, *, at: float | None = None) -> None:
         old_id, new_id = check_fact_id(old_id), check_fact_id(new_id)
+        when = moment_or_now(at)
         with self._write() as conn:
-            self._supersede(conn, old_id, new_id)
+            self._supersede(conn, old_id, new_id, when)
 
     def update(self, new: Fact, old_id: int) -> int:
         new = validate_for_write(new)
@@ -250,8 +333,43 @@ class SQLiteFactStore(StoreCapabilities):
         with self._write() as conn:
             new_id = self._add(conn, new)
             if new_id != old_id:
-                self._supersede(conn, old_id, new_id)
+                self._supersede(conn, old_id, new_id, new.created_at)
             return new_id
+
+    def expire(self, scope: str, scope_id: str, project_id: str, fact_id: int, at: float) -> bool:
+        """Set an active fact's ``valid_to`` to ``at``; False when it is not there."""
+        where, params = _where(delete_selector(scope, scope_id, project_id), active_only=True)
+        params += [check_fact_id(fact_id)]
+        when = moment_or_now(at)
+        with self._write() as conn:
+            return bool(
+                conn.execute(
+                    f"UPDATE learned_memory SET valid_to = ? WHERE {where} AND id = ?",
+                    [when, *params],
+                ).rowcount
+            )
+
+    def prune_history(
+        self, before: float, *, project_id: str | None = None, limit: int = DELETE_BATCH
+    ) -> int:
+        """Delete up to ``limit`` facts expired or superseded before ``before``."""
+        cutoff, project, limit = history_cutoff(before, project_id, limit)
+        tenant = "" if project is None else " AND project_id = ?"
+        extra = [] if project is None else [project]
+        with self._write() as conn:
+            total = 0
+            for where in (
+                "superseded_by IS NULL AND valid_to IS NOT NULL AND valid_to <= ?",
+                "superseded_by IS NOT NULL AND superseded_at <= ?",
+            ):
+                total += conn.execute(
+                    f"DELETE FROM learned_memory WHERE id IN (SELECT id FROM learned_memory "
+                    f"WHERE {where}{tenant} LIMIT ?)",
+                    [cutoff, *extra, limit - total],
+                ).rowcount
+                if total >= limit:
+                    break
+            return total
 
     def delete(
         self,
@@ -317,22 +435,64 @@ class SQLiteFactStore(StoreCapabilities):
         project_id: str = "",
         limit: int | None = DEFAULT_LIMIT,
         offset: int = 0,
+        *,
+        now: float | None = None,
+        include_expired: bool = False,
     ) -> list[Fact]:
         selector = page_selector(scope, scope_id, project_id, limit, offset)
         if selector is None:
             return []
+        when = time.time() if now is None else moment_or_now(now)
         count = -1 if limit is None else limit
         if selector.scope_id is not None:  # one subject: the per-turn read
-            cursor = self._connection().execute(
-                _SUBJECT_READ, (scope_id, scope, project_id, count, offset)
-            )
+            subject = (scope_id, scope, project_id)
+            if include_expired:
+                cursor = self._connection().execute(_SUBJECT_ALL, (*subject, count, offset))
+            else:
+                cursor = self._connection().execute(_SUBJECT_READ, (*subject, when, when, count, offset))
             return _subject_facts(cursor.fetchall(), scope, scope_id, project_id)
         where, params = _where(selector, active_only=True)
+        if not include_expired:
+            where += " AND " + valid_clause("?")
+            params += [when, when]
         params += [count, offset]
-        rows = self._connection().execute(
+        cursor = self._connection().execute(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
             "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
             params,
+        )
+        return [_row_to_fact(row) for row in cursor]
+
+    def list_as_of(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str,
+        at: float,
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """What the store held for the subject at ``at``: recorded, not yet
+        superseded and valid then (reads the subject's rows: an audit read)."""
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
+            return []
+        when = moment_or_now(at)
+        where, params = _where(selector, active_only=False)
+        params += [when] * 4 + [-1 if limit is None else limit, offset]
+        rows = self._connection().execute(
+            f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} AND {as_of_clause('?')} "
+            "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+            params,
+        )
+        return [_row_to_fact(row) for row in rows]
+
+    def replaced(self, fact_id: int) -> list[Fact]:
+        """The facts ``fact_id`` superseded directly (idx_learned_memory_replaced)."""
+        rows = self._connection().execute(
+            f"SELECT {_COLUMNS} FROM learned_memory WHERE superseded_by = ? "
+            "ORDER BY created_at DESC, id DESC",
+            (check_fact_id(fact_id),),
         )
         return [_row_to_fact(row) for row in rows]
 
@@ -356,10 +516,19 @@ class SQLiteFactStore(StoreCapabilities):
         include_superseded: bool = False,
         limit: int = 50,
         offset: int = 0,
+        include_expired: bool = False,
+        now: float | None = None,
+        text: str | None = None,
     ) -> list[Fact]:
         check_limit(limit)
         clauses, params = browse_where(
-            scope, scope_id, project_id, include_superseded=include_superseded, mark="?"
+            scope,
+            scope_id,
+            project_id,
+            include_superseded=include_superseded,
+            mark="?",
+            valid_at=None if include_expired else moment_or_now(now),
+            text=text,
         )
         where = " AND ".join(clauses) or "1"
         rows = self._connection().execute(

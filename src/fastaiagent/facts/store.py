@@ -41,7 +41,9 @@ class FactStore(Protocol):
     def add(self, fact: Fact) -> int:
         """Store ``fact``; idempotent: the same normalised text in the same
         subject returns the one active row's id, also under concurrency.
-        Re-adding a superseded text makes it active again (a new row)."""
+        Re-adding a superseded text makes it active again (a new row), and so
+        does re-adding the text of a fact expired at the new one's ``created_at``
+        (the new row supersedes the expired one)."""
         ...
 
     def get(self, fact_id: int) -> Fact | None:
@@ -55,10 +57,44 @@ class FactStore(Protocol):
         project_id: str = "",
         limit: int | None = DEFAULT_LIMIT,
         offset: int = 0,
+        *,
+        now: float | None = None,
+        include_expired: bool = False,
     ) -> list[Fact]:
-        """Active facts of a subject, newest first (``"*"`` = every subject);
+        """Active facts of a subject that are valid at ``now`` (UNIX seconds; None:
+        the current time), newest first (``"*"`` = every subject);
+        ``include_expired=True`` also returns facts outside their validity.
         ``limit=None`` reads them all. ``offset`` skips that many of the newest
-        (pages: ``offset=0, limit``; ``offset=limit, limit``; ...)."""
+        (pages: ``offset=0, limit``; ``offset=limit, limit``; ...). Expired facts
+        cost the per-subject read nothing: they sit in an index of their own."""
+        ...
+
+    def list_as_of(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str,
+        at: float,
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """The facts of a subject that were recorded and not yet superseded at ``at``
+        and valid then, newest first: what the store believed at that moment."""
+        ...
+
+    def replaced(self, fact_id: int) -> list[Fact]:
+        """The facts ``fact_id`` superseded directly (its previous versions)."""
+        ...
+
+    def expire(self, scope: str, scope_id: str, project_id: str, fact_id: int, at: float) -> bool:
+        """Set an active fact's ``valid_to`` to ``at`` (it stops being returned from
+        then on); False when no active fact of those subjects has that id."""
+        ...
+
+    def prune_history(self, before: float, *, project_id: str | None = None, limit: int = DELETE_BATCH) -> int:
+        """Delete at most ``limit`` facts that expired (``valid_to``) or were superseded
+        (``superseded_at``) before ``before``, found by index; returns the count.
+        ``project_id=None`` covers every project. Call again while it returns ``limit``."""
         ...
 
     def find_active(self, scope: str, scope_id: str, project_id: str, text: str) -> Fact | None:
@@ -67,12 +103,14 @@ class FactStore(Protocol):
         ``scope_id`` is one exact id (``"*"`` is not a wildcard here)."""
         ...
 
-    def supersede(self, old_id: int, new_id: int) -> None:
-        """Mark ``old_id`` replaced by ``new_id`` (same subject, no self or cycle)."""
+    def supersede(self, old_id: int, new_id: int, *, at: float | None = None) -> None:
+        """Mark ``old_id`` replaced by ``new_id`` (same subject, no self or cycle),
+        superseded at ``at`` (None: the current time)."""
         ...
 
     def update(self, new: Fact, old_id: int) -> int:
-        """Add ``new`` and supersede ``old_id`` with it, in one transaction."""
+        """Add ``new`` and supersede ``old_id`` with it, in one transaction; the old
+        fact's ``superseded_at`` is the new one's ``created_at``."""
         ...
 
     def delete(
@@ -106,8 +144,13 @@ class FactStore(Protocol):
         include_superseded: bool = False,
         limit: int = 50,
         offset: int = 0,
+        include_expired: bool = False,
+        now: float | None = None,
+        text: str | None = None,
     ) -> list[Fact]:
-        """Facts across subjects for UIs and CLIs, newest first (filters before limit)."""
+        """Facts across subjects for UIs and CLIs, newest first (filters before limit);
+        expired ones (at ``now``) only with ``include_expired``; ``text`` keeps facts
+        containing it (case-insensitive)."""
         ...
 
     def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:

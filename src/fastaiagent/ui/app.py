@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ class _Site:
     traces: TraceStore
     templates: Any
     redaction: RedactionPolicy | None
+    csrf: str = ""  # the value every form that changes memory must send back
 
     def policy(self, masked: bool) -> RedactionPolicy | None:
         """"Mask secrets": the app's policy, else the installed one, else the built-in patterns."""
@@ -145,7 +147,10 @@ def create_app(
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    site = _Site(make_fact_store(location), TraceStore(trace_db), templates, redaction)
+    # A fresh secret per app: a page of another origin cannot read it, so it
+    # cannot forge a form post (loopback and the token do not stop that alone).
+    csrf = hmac.new(secrets.token_bytes(32), b"fastaiagent-ui-csrf-v1", hashlib.sha256).hexdigest()
+    site = _Site(make_fact_store(location), TraceStore(trace_db), templates, redaction, csrf)
     app = fastapi.FastAPI(title="fastaiagent", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.fact_store = site.store
     app.state.trace_store = site.traces
@@ -154,6 +159,9 @@ def create_app(
     _add_error_pages(app, site)
     _add_health(app)
     _add_memory_page(app, site)
+    from fastaiagent.ui.forms import add_fact_pages  # needs the ui extra, checked above
+
+    add_fact_pages(app, site)
     _add_trace_pages(app, site)
     return app
 
@@ -239,9 +247,15 @@ def _add_health(app: Any) -> None:
         return {"status": "ok"}
 
 
-def _memory_link(scope: str, show: bool, masked: bool) -> Callable[..., str]:
+def _memory_link(scope: str, show: bool, masked: bool, text: str = "", expired: bool = False) -> Callable[..., str]:
     def link(**changes: Any) -> str:
-        params = {"scope": scope, "superseded": "1" if show else "", "mask": "1" if masked else ""}
+        params = {
+            "scope": scope,
+            "q": text,
+            "superseded": "1" if show else "",
+            "expired": "1" if expired else "",
+            "mask": "1" if masked else "",
+        }
         params.update({k: str(v) for k, v in changes.items()})
         return "/memory?" + urlencode({k: v for k, v in params.items() if v})
 
@@ -263,8 +277,10 @@ def _add_memory_page(app: Any, site: _Site) -> None:
         mask: str | None = None,
         page_number: int = Query(1, alias="page"),
         per_page: int = views.PAGE_SIZE,
+        q: str = Query("", max_length=500),
+        expired: str | None = None,
     ) -> Any:
-        show, masked = _flag(superseded), _flag(mask)
+        show, masked, with_expired = _flag(superseded), _flag(mask), _flag(expired)
         try:
             data = views.memory_page(
                 site.store,
@@ -273,6 +289,8 @@ def _add_memory_page(app: Any, site: _Site) -> None:
                 mask_with=site.policy(masked),
                 page=page_number,
                 per_page=per_page,
+                text=q.strip(),
+                show_expired=with_expired,
             )
         except ValueError as exc:  # a bad filter or page: say which
             return site.error(400, one_line(exc), "memory")
@@ -282,7 +300,7 @@ def _add_memory_page(app: Any, site: _Site) -> None:
             "memory.html",
             active="memory",
             data=data,
-            link=_memory_link(scope, show, masked),
+            link=_memory_link(scope, show, masked, q.strip(), with_expired),
             location=_describe(site.store),
         )
 

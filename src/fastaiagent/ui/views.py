@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
@@ -12,6 +13,7 @@ from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, SOURCE_MANUAL, Fact
 from fastaiagent.facts.store import FactStore, SubjectCount
+from fastaiagent.facts.timeline import versions
 from fastaiagent.trace.redaction import RedactionPolicy
 from fastaiagent.trace.store import SpanNode, TraceStore, build_tree, flatten
 
@@ -43,12 +45,16 @@ class Subject:
 
 
 def parse_subject(key: str) -> Subject:
-    """The inverse of :attr:`Subject.key`; ValueError for a malformed or unknown scope."""
+    """The inverse of :attr:`Subject.key`; ValueError for a malformed or unknown scope.
+    ``user:*`` (any scope) means every subject of the scope, as in the API."""
     scope, sep, rest = key.partition(":")
     if not sep or scope not in SCOPES:
-        raise InvalidValueError(f"scope filter must look like 'user:alice', got {key!r}")
+        raise InvalidValueError(f"scope filter must look like 'user:alice' or 'user:*', got {key!r}")
     scope_id, _, project = rest.rpartition("@") if "@" in rest else (rest, "", "")
     return Subject(scope, unquote(scope_id), unquote(project))
+
+
+EVERY = "*"  # the scope_id that means every subject of a scope
 
 
 def check_paging(page: Any, per_page: Any) -> tuple[int, int]:
@@ -69,7 +75,21 @@ class FactRow:
     confidence: str
     created: str
     superseded_by: int | None
+    valid: str = ""  # "from .. to" when the fact has a validity
+    expired: bool = False
+    superseded: str = ""  # when it was replaced
 
+
+@dataclass
+class FactHistory:
+    """One fact's versions, newest first, and whether its newest is active."""
+
+    subject: str
+    project_id: str
+    rows: list[FactRow]
+    head_id: int
+    head_active: bool
+    head_expired: bool
 
 @dataclass
 class MemoryPage:
@@ -83,9 +103,19 @@ class MemoryPage:
     page: int
     per_page: int
     has_next: bool
+    text: str = ""
+    show_expired: bool = False
 
 
-def _row(fact: Fact, policy: RedactionPolicy | None) -> FactRow:
+def _validity(fact: Fact) -> str:
+    if fact.valid_from is None and fact.valid_to is None:
+        return ""
+    start = format_time(fact.valid_from) if fact.valid_from is not None else "…"
+    end = format_time(fact.valid_to) if fact.valid_to is not None else "…"
+    return f"{start} → {end}"
+
+
+def _row(fact: Fact, policy: RedactionPolicy | None, now: float | None = None) -> FactRow:
     text, scope_id = fact.fact, fact.scope_id
     if policy is not None:
         text, scope_id = policy.redact(text), policy.redact(scope_id)
@@ -98,6 +128,9 @@ def _row(fact: Fact, policy: RedactionPolicy | None) -> FactRow:
         confidence=f"{fact.confidence:.2f}",
         created=format_time(fact.created_at),
         superseded_by=fact.superseded_by,
+        valid=_validity(fact),
+        expired=fact.expired(time.time() if now is None else now),
+        superseded=format_time(fact.superseded_at or 0),
     )
 
 
@@ -109,8 +142,12 @@ def memory_page(
     mask_with: RedactionPolicy | None = None,
     page: int = 1,
     per_page: int = PAGE_SIZE,
+    text: str = "",
+    show_expired: bool = False,
 ) -> MemoryPage:
-    """One page of facts, newest first; ``subject`` is a :attr:`Subject.key` or "" for all.
+    """One page of facts, newest first; ``subject`` is a :attr:`Subject.key`, ``user:*``
+    (every user) or "" for all; ``text`` keeps facts containing it; expired facts
+    only with ``show_expired``.
 
     Raises InvalidValueError for a malformed ``subject`` or a page out of range
     (see :func:`check_paging`).
@@ -123,15 +160,20 @@ def memory_page(
         item = Subject(entry.scope, entry.scope_id, entry.project_id)
         label = mask_with.redact(item.label) if mask_with is not None else item.label
         options.append((item.key, label, entry.count))
+    every = chosen is not None and chosen.scope_id == EVERY
     facts = store.browse(
         scope=chosen.scope if chosen else None,
-        scope_id=chosen.scope_id if chosen else None,
+        scope_id=chosen.scope_id if chosen and not every else None,
         project_id=chosen.project_id if chosen else None,
         include_superseded=show_superseded,
         limit=per_page + 1,  # one extra row says whether a next page exists
         offset=(page - 1) * per_page,
+        include_expired=show_expired,
+        text=text or None,
     )
-    if chosen is not None:
+    if chosen is not None and every:
+        total = sum(c.count for c in counts if (c.scope, c.project_id) == (chosen.scope, chosen.project_id))
+    elif chosen is not None:
         total = sum(
             c.count
             for c in counts
@@ -150,6 +192,28 @@ def memory_page(
         page=page,
         per_page=per_page,
         has_next=len(facts) > per_page,
+        text=text,
+        show_expired=show_expired,
+    )
+
+
+def fact_history(
+    store: FactStore, fact_id: int, *, mask_with: RedactionPolicy | None = None
+) -> FactHistory | None:
+    """The timeline of the fact ``fact_id`` belongs to, or None when there is no such fact."""
+    chain = versions(store, fact_id)
+    if not chain:
+        return None
+    now = time.time()
+    head = chain[0]
+    rows = [_row(f, mask_with, now) for f in chain]
+    return FactHistory(
+        subject=rows[0].subject,
+        project_id=head.project_id,
+        rows=rows,
+        head_id=int(head.id or 0),
+        head_active=head.active,
+        head_expired=head.expired(now),
     )
 
 

@@ -6,13 +6,14 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._throttle import LogThrottle
-from fastaiagent._validate import boolean, fraction, integer, one_of, positive_int
+from fastaiagent._validate import boolean, duration, fraction, integer, one_of, positive_int
 from fastaiagent._validate import text as check_text
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
@@ -33,12 +34,14 @@ from fastaiagent.errors import (
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
 from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.learn.extractor import (
     MAX_KNOWN_FACTS,
     ExtractedFact,
     aextract_facts,
     extract_facts,
 )
+from fastaiagent.learn.stated_time import stated_validity
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import ROLES, Message, SystemMessage
 
@@ -108,6 +111,11 @@ class FactExtractionBlock(MemoryBlock):
     the newest ``max_persisted`` run-learned facts of the subject are kept
     (facts written directly are never touched). Store errors are logged and
     the run goes on; an LLM error leaves the block as it was.
+
+    A persisted fact holds for ``ttl`` seconds (None: until replaced) unless its
+    text states when it holds ("until Friday", "since 2024": see
+    :mod:`fastaiagent.learn.stated_time`), read against ``clock`` (a callable
+    returning a datetime or UNIX seconds; default the system clock).
     """
 
     name = "facts"
@@ -129,6 +137,8 @@ class FactExtractionBlock(MemoryBlock):
         *,
         name: str = "facts",
         fact_policy: FactPolicy | None = None,
+        ttl: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if llm is None or not callable(getattr(llm, "complete", None)):
             raise InvalidTypeError("FactExtractionBlock needs an llm with a complete() method")
@@ -161,6 +171,9 @@ class FactExtractionBlock(MemoryBlock):
         self.max_persisted = max_persisted
         self.name = name
         self.fact_policy = check_policy(fact_policy)
+        self.ttl = duration("ttl", ttl, allow_none=True)
+        check_clock(clock)
+        self.clock = clock
         if store is None and self.persist:
             from fastaiagent.facts.sqlite import SQLiteFactStore
 
@@ -188,12 +201,15 @@ class FactExtractionBlock(MemoryBlock):
         # The trace id is read now, in the run's context, not later in a worker.
         return _Job(text, message.role, trace.current_trace_id())
 
+    def _now(self) -> float:
+        return time.time() if self.clock is None else read_clock(self.clock)
+
     def known_facts(self) -> list[KnownFact]:
         """The subject's current facts, newest first: from the store when persisting."""
         if self.persist and self.store is not None:
             try:
                 stored = self.store.list_active(
-                    self.scope, self.scope_id, self.project_id, limit=MAX_KNOWN_FACTS
+                    self.scope, self.scope_id, self.project_id, limit=MAX_KNOWN_FACTS, now=self._now()
                 )
                 return [
                     KnownFact(f.fact, f.id, f.source == SOURCE_CONVERSATION)
@@ -264,6 +280,10 @@ class FactExtractionBlock(MemoryBlock):
     ) -> bool:
         """Persist one fact (superseding ``old`` when it is a stored learned fact)."""
         assert self.store is not None
+        now = self._now()
+        valid_from, valid_to = stated_validity(text, now)
+        if valid_to is None and self.ttl is not None:
+            valid_to = max(now, valid_from or now) + self.ttl
         fact = Fact(
             text,
             scope=self.scope,
@@ -273,6 +293,9 @@ class FactExtractionBlock(MemoryBlock):
             source=SOURCE_CONVERSATION,
             source_trace_id=trace_id,
             metadata={FLAGGED_KEY: "fact_policy"} if flagged else {},
+            created_at=now,
+            valid_from=valid_from,
+            valid_to=valid_to,
         )
         if old is not None and old.store_id is not None and old.learned:
             try:
@@ -415,6 +438,8 @@ class FactExtractionBlock(MemoryBlock):
             max_persisted=self.max_persisted,
             name=self.name,
             fact_policy=self.fact_policy,
+            ttl=self.ttl,
+            clock=self.clock,
         )
         with self._lock:
             copy.facts = list(self.facts)

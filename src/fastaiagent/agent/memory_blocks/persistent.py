@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 
 from fastaiagent import trace
@@ -14,6 +15,7 @@ from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, SOURCE_MANUAL, SOURCE_TRACES, Fact
 from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_HEADING = "Known facts:"
@@ -112,6 +114,7 @@ class PersistentFactBlock(MemoryBlock):
         store: FactStore | None = None,
         heading: str = DEFAULT_HEADING,
         name: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         one_of("scope", scope, SCOPES)
         text("scope_id", scope_id, allow_empty=True)
@@ -141,6 +144,8 @@ class PersistentFactBlock(MemoryBlock):
         self.heading = heading
         if name is not None:
             self.name = name
+        check_clock(clock)
+        self.clock = clock
         self._store = store
         self._cache: list[Fact] = []
         self._renders = 0
@@ -160,14 +165,22 @@ class PersistentFactBlock(MemoryBlock):
             due = self._renders % self.refresh_every == 0
             self._renders += 1
         if due:
-            facts = self.store.list_active(self.scope, self.scope_id, self.project_id, self.max_facts)
+            if self.clock is None:  # the store's own "now"; the per-turn read as it was
+                facts = self.store.list_active(self.scope, self.scope_id, self.project_id, self.max_facts)
+            else:
+                now = read_clock(self.clock)
+                facts = self.store.list_active(
+                    self.scope, self.scope_id, self.project_id, self.max_facts, now=now
+                )
             if self.weights.active:
                 scored = [Scored(f, 1.0, f.created_at, float(f.confidence)) for f in facts]
                 facts = [s.item for s in rank(scored, self.weights)]
             if self.refresh_every > 1:  # only a block that serves renders from cache keeps one
                 self._cache = facts
             return facts
-        return self._cache
+        # A fact cached at the last refresh may have expired since.
+        now = time.time() if self.clock is None else read_clock(self.clock)
+        return [f for f in self._cache if f.valid_to is None or f.valid_to > now]
 
     def render(self, query: str) -> list[Message]:
         facts = self.fetch()

@@ -1,0 +1,202 @@
+"""``fastaiagent memory``: review facts from the shell: search, show a fact's history,
+forget or expire a fact, and prune what expired or was superseded long ago.
+
+A subject is ``scope:id`` (``user:alice``); ``user:*`` means every user, as in
+the API. Writes (forget, expire) name the subject, so a fact id of another
+subject changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+import typer
+
+from fastaiagent._format import format_time
+from fastaiagent._validate import moment, positive_int
+from fastaiagent.cli.failures import checking_options
+from fastaiagent.errors import InvalidValueError
+from fastaiagent.facts.fact import SCOPES, Fact
+
+memory_app = typer.Typer(
+    help="Review durable facts: search, show a fact's history, forget, expire, prune.",
+    no_args_is_help=True,
+)
+
+LOCATION_HELP = "Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
+SUBJECT_HELP = "scope:id, e.g. user:alice; user:* is every user"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` as seconds."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise InvalidValueError(f"--older-than {text!r}: use a number and a unit, e.g. 30d, 12h, 90m")
+    seconds = float(match[1]) * _UNITS[match[2]]
+    if seconds <= 0:
+        raise InvalidValueError("--older-than must be more than 0")
+    return seconds
+
+
+def parse_subject(value: str | None, *, required: bool) -> tuple[str | None, str | None]:
+    """``scope:id`` as (scope, id); ``id`` None for ``scope`` alone (search only)."""
+    if not value:
+        if required:
+            raise InvalidValueError(f"--subject is required ({SUBJECT_HELP})")
+        return None, None
+    scope, colon, scope_id = value.partition(":")
+    if scope not in SCOPES or (required and not scope_id):
+        raise InvalidValueError(f"--subject {value!r}: expected {SUBJECT_HELP}, scope one of {SCOPES}")
+    if not colon or scope_id == "*":
+        return scope, None
+    return scope, scope_id
+
+
+def _store(location: str) -> Any:
+    from fastaiagent.facts.factory import make_fact_store
+
+    return make_fact_store(location)
+
+
+def _validity(fact: Fact) -> str:
+    start = format_time(fact.valid_from or 0) or "-"
+    end = format_time(fact.valid_to or 0) or "-"
+    return "" if (start, end) == ("-", "-") else f"{start} .. {end}"
+
+
+@memory_app.command("search")
+def search(
+    text: str = typer.Argument("", help="Text the facts contain (case-insensitive); empty: all."),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    subject: str | None = typer.Option(None, "--subject", "-s", help=SUBJECT_HELP),
+    project: str | None = typer.Option(None, "--project", help="Only this project partition."),
+    expired: bool = typer.Option(False, "--expired", help="Include facts whose validity ended."),
+    limit: int = typer.Option(20, help="At most this many facts."),
+) -> None:
+    """Facts containing TEXT, newest first (expired ones only with --expired)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    with checking_options():
+        scope, scope_id = parse_subject(subject, required=False)
+        positive_int("--limit", limit)
+        store = _store(location)
+    facts = store.browse(
+        scope=scope, scope_id=scope_id, project_id=project, limit=limit,
+        include_expired=expired, text=text or None,
+    )  # fmt: skip
+    if not facts:
+        typer.echo("no facts")
+        return
+    table = Table("id", "fact", "subject", "source", "recorded", "valid", box=None)
+    now = time.time()
+    for fact in facts:
+        mark = "  (expired)" if fact.expired(now) else ""
+        table.add_row(
+            str(fact.id), fact.fact + mark, fact.subject, fact.source_label,
+            format_time(fact.created_at), _validity(fact),
+        )  # fmt: skip
+    Console(width=200).print(table)
+
+
+@memory_app.command("show")
+def show(
+    fact_id: int = typer.Argument(..., help="Id of any version of the fact."),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+) -> None:
+    """A fact's history: every version, newest first, with both times."""
+    from fastaiagent.facts.timeline import versions
+
+    with checking_options():
+        store = _store(location)
+    chain = versions(store, fact_id)
+    if not chain:
+        raise InvalidValueError(f"no fact #{fact_id}")
+    typer.echo(f"{chain[0].subject} (project {chain[0].project_id!r}): {len(chain)} version(s)")
+    for fact in chain:
+        ended = f", superseded {format_time(fact.superseded_at or 0)}" if not fact.active else ""
+        valid = _validity(fact)
+        typer.echo(
+            f"#{fact.id}  {fact.fact}\n    recorded {format_time(fact.created_at)}{ended}"
+            f"{'; valid ' + valid if valid else ''}; source {fact.source_label}, "
+            f"confidence {fact.confidence:.2f}"
+        )
+
+
+@memory_app.command("forget")
+def forget(
+    fact_id: int = typer.Argument(..., help="Id of the fact to delete."),
+    subject: str = typer.Option(..., "--subject", "-s", help=SUBJECT_HELP),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    project: str = typer.Option("", "--project", help="Project partition."),
+) -> None:
+    """Hard-delete one fact of SUBJECT (exit 1 when it is not that subject's)."""
+    with checking_options():
+        scope, scope_id = parse_subject(subject, required=True)
+        store = _store(location)
+    assert scope is not None
+    if not store.delete(scope, scope_id or "*", project, fact_id=fact_id):
+        typer.echo(f"error: {subject} has no fact #{fact_id}", err=True)
+        raise typer.Exit(code=1)
+    typer.echo(f"forgot #{fact_id}")
+
+
+@memory_app.command("expire")
+def expire(
+    fact_id: int = typer.Argument(..., help="Id of the active fact to end."),
+    subject: str = typer.Option(..., "--subject", "-s", help=SUBJECT_HELP),
+    at: str | None = typer.Option(None, "--at", help="When it ends (ISO 8601, UTC if no zone); default now."),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    project: str = typer.Option("", "--project", help="Project partition."),
+) -> None:
+    """End one active fact of SUBJECT now (or --at): it stays, as history."""
+    with checking_options():
+        scope, scope_id = parse_subject(subject, required=True)
+        when = time.time() if at is None else moment("--at", _iso(at))
+        store = _store(location)
+    assert scope is not None and when is not None
+    if not store.expire(scope, scope_id or "*", project, fact_id, when):
+        typer.echo(f"error: {subject} has no active fact #{fact_id}", err=True)
+        raise typer.Exit(code=1)
+    typer.echo(f"#{fact_id} expires {format_time(when)}")
+
+
+def _iso(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidValueError(f"--at {text!r} is not an ISO 8601 time (e.g. 2026-12-05T00:00)") from exc
+
+
+@memory_app.command("prune")
+def prune(
+    older_than: str = typer.Option(..., "--older-than", help="e.g. 30d: expired or superseded this long ago."),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    project: str | None = typer.Option(None, "--project", help="Only this project (default: all)."),
+    batch: int = typer.Option(500, help="Facts one step deletes at most."),
+    max_facts: int | None = typer.Option(None, "--max", help="Stop after this many (default: all)."),
+) -> None:
+    """Delete facts that expired or were superseded more than --older-than ago, in steps."""
+    with checking_options():
+        cutoff = time.time() - parse_duration(older_than)
+        positive_int("--batch", batch)
+        positive_int("--max", max_facts, allow_none=True)
+        store = _store(location)
+    total = 0
+    while max_facts is None or total < max_facts:
+        step = batch if max_facts is None else min(batch, max_facts - total)
+        deleted = store.prune_history(cutoff, project_id=project, limit=step)
+        total += deleted
+        if deleted < step:
+            break
+    typer.echo(f"pruned {total} fact(s) expired or superseded before {format_time(cutoff)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``memory`` sub-app to the ``fastaiagent`` CLI."""
+    app.add_typer(memory_app, name="memory")

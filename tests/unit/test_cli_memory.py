@@ -1,0 +1,87 @@
+"""``fastaiagent memory``: search, show, forget, expire and prune from the shell."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from fastaiagent.cli import _register, app
+from fastaiagent.learn import Fact, MemoryStore
+
+
+@pytest.fixture
+def cli():  # type: ignore[no-untyped-def]
+    _register()
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def store(tmp_path) -> MemoryStore:  # type: ignore[no-untyped-def]
+    made = MemoryStore(tmp_path / "facts.db")
+    now = time.time()
+    made.add(Fact("Prefers oat milk", scope="user", scope_id="alice", created_at=now - 30))
+    made.add(Fact("Oat allergy: none", scope="user", scope_id="bob", created_at=now - 20))
+    made.add(Fact("Old promo OAT10", scope="user", scope_id="alice", created_at=now - 10, valid_to=now - 5))
+    return made
+
+
+def _location(store: MemoryStore) -> str:
+    return f"sqlite:///{store.path}"
+
+
+def test_search_finds_text_across_users_and_hides_expired(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    out = cli("memory", "search", "oat", "-l", _location(store), "--subject", "user:*")
+    assert out.exit_code == 0, out.output
+    assert "Prefers oat milk" in out.output and "Oat allergy" in out.output
+    assert "OAT10" not in out.output
+    expired = cli("memory", "search", "oat", "-l", _location(store), "--expired")
+    assert "Old promo OAT10" in expired.output and "(expired)" in expired.output
+    alice = cli("memory", "search", "oat", "-l", _location(store), "--subject", "user:alice")
+    assert "Prefers oat milk" in alice.output and "Oat allergy" not in alice.output
+
+
+def test_show_prints_the_timeline(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    old = store.find_active("user", "alice", "", "Prefers oat milk")
+    assert old is not None and old.id is not None
+    new = store.update(Fact("Prefers soy milk", scope="user", scope_id="alice"), old.id)
+    out = cli("memory", "show", str(old.id), "-l", _location(store))
+    assert out.exit_code == 0, out.output
+    assert "user:alice" in out.output and "2 version(s)" in out.output
+    assert out.output.index(f"#{new}  Prefers soy milk") < out.output.index(f"#{old.id}  Prefers oat milk")
+    assert "superseded" in out.output
+    missing = cli("memory", "show", "987654", "-l", _location(store))
+    assert missing.exit_code == 1 and "no fact #987654" in missing.output
+
+
+def test_forget_and_expire_are_scoped_to_the_subject(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    bobs = store.find_active("user", "bob", "", "Oat allergy: none")
+    assert bobs is not None
+    wrong = cli("memory", "forget", str(bobs.id), "--subject", "user:alice", "-l", _location(store))
+    assert wrong.exit_code == 1 and "has no fact" in wrong.output
+    assert store.get(bobs.id or 0) is not None
+    refused = cli("memory", "expire", str(bobs.id), "--subject", "user:alice", "-l", _location(store))
+    assert refused.exit_code == 1 and store.list_active("user", "bob") != []
+    ends = cli("memory", "expire", str(bobs.id), "--subject", "user:bob", "-l", _location(store))
+    assert ends.exit_code == 0, ends.output
+    assert store.list_active("user", "bob") == []
+    gone = cli("memory", "forget", str(bobs.id), "--subject", "user:bob", "-l", _location(store))
+    assert gone.exit_code == 0 and store.get(bobs.id or 0) is None
+    bad = cli("memory", "expire", "1", "--subject", "user:alice", "--at", "friday", "-l", _location(store))
+    assert bad.exit_code == 2 and "not an ISO 8601 time" in bad.output
+
+
+def test_prune_removes_only_what_ended_long_enough_ago(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    long_ago = time.time() - 40 * 86_400
+    store.add(Fact("Ancient promo", scope="user", scope_id="alice", created_at=long_ago - 10, valid_to=long_ago))
+    out = cli("memory", "prune", "--older-than", "30d", "-l", _location(store))
+    assert out.exit_code == 0 and "pruned 1 fact(s)" in out.output
+    assert [f.fact for f in store.browse(include_expired=True)] == [
+        "Old promo OAT10",
+        "Oat allergy: none",
+        "Prefers oat milk",
+    ]
+    bad = cli("memory", "prune", "--older-than", "soon", "-l", _location(store))
+    assert bad.exit_code == 2 and "use a number and a unit" in bad.output
