@@ -3,8 +3,11 @@
 Each conversation's turns are fed through VectorBlock as one user's messages;
 then every category 1-4 question is asked through ``VectorBlock.recall`` and
 we measure recall@k = the share of a question's evidence turns among the
-first k distinct turns returned. Reported for the default retrieval and for
-BM25-only and dense-only through the same harness.
+first k distinct turns returned (turn-level), and the share of its evidence
+sessions among the sessions of those turns (session-level, S@k, the figure
+other memory projects publish). Reported for the default retrieval and for
+BM25-only and dense-only through the same harness, for the whole split and
+for each half: options are chosen on conversations 0-2 and confirmed on 3-4.
 
     python bench/locomo_recall.py [--data PATH] [--modes default,bm25,dense]
 
@@ -119,15 +122,59 @@ def recall_store(location: str | None, embedder: Any) -> Any:
     return make_fact_store(location).vector_store()
 
 
+HALVES = {"tuned (0-2)": (0, 1, 2), "confirmed (3-4)": (3, 4)}
+
+
+class Tally:
+    """Running sums of turn-level and session-level recall@k per category."""
+
+    def __init__(self) -> None:
+        self.sums: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.counts: dict[Any, int] = defaultdict(int)
+
+    def add(self, category: int, got: list[str], evidence: list[str]) -> None:
+        wanted_sessions = {session_of(e) for e in evidence}
+        for key in (category, "overall"):
+            self.counts[key] += 1
+            for k in KS:
+                self.sums[key][f"recall@{k}"] += len(set(got[:k]) & set(evidence)) / len(evidence)
+                sessions = {session_of(t) for t in got[:k]}
+                self.sums[key][f"session_recall@{k}"] += len(
+                    sessions & wanted_sessions
+                ) / len(wanted_sessions)
+
+    def table(self) -> dict[str, Any]:
+        return {
+            str(key): {
+                "n": self.counts[key],
+                **{name: round(v / self.counts[key], 4) for name, v in self.sums[key].items()},
+            }
+            for key in [*CATEGORIES, "overall"]
+            if self.counts[key]
+        }
+
+
+def session_of(turn_id: str) -> str:
+    """``D3`` for turn ``D3:7``: the session a turn belongs to."""
+    return turn_id.split(":", 1)[0]
+
+
+def feed(block: VectorBlock, turns: list[dict[str, Any]]) -> None:
+    for turn in turns:
+        block.on_message(UserMessage(message_text(turn), name=turn["dia_id"]))
+    block.flush()
+
+
 def evaluate(
     samples: list[dict[str, Any]], embedder: Any, retrieval: str, location: str | None = None
 ) -> dict[str, Any]:
-    sums: dict[Any, dict[int, float]] = defaultdict(lambda: dict.fromkeys(KS, 0.0))
-    counts: dict[Any, int] = defaultdict(int)
+    """Recall tables overall and for each half of the split (see :data:`HALVES`)."""
+    tallies = {"overall": Tally(), **{name: Tally() for name in HALVES}}
+    store = recall_store(location, embedder)
     for number, sample in enumerate(samples):
         turns = turns_of(sample["conversation"])
         block = TurnTaggedBlock(
-            recall_store(location, embedder),
+            store,
             namespace=f"locomo:{retrieval}:{number}",
             embedder=embedder,
             top_k=max(KS),
@@ -136,9 +183,10 @@ def evaluate(
             batch_size=256,
             **BLOCK_OPTIONS,
         )
-        for turn in turns:
-            block.on_message(UserMessage(message_text(turn), name=turn["dia_id"]))
+        block.clear()  # a durable store keeps the previous run's chunks
+        feed(block, turns)
         known = {t["dia_id"] for t in turns}
+        halves = [name for name, members in HALVES.items() if number in members]
         for qa in sample["qa"]:
             if qa.get("category") not in CATEGORIES:
                 continue
@@ -146,18 +194,21 @@ def evaluate(
             if not evidence:
                 continue
             got = returned_turns(block, qa["question"], max(KS))
-            for key in (qa["category"], "overall"):
-                counts[key] += 1
-                for k in KS:
-                    sums[key][k] += len(set(got[:k]) & set(evidence)) / len(evidence)
-    return {
-        str(key): {
-            "n": counts[key],
-            **{f"recall@{k}": round(sums[key][k] / counts[key], 4) for k in KS},
-        }
-        for key in [*CATEGORIES, "overall"]
-        if counts[key]
-    }
+            for name in ["overall", *halves]:
+                tallies[name].add(qa["category"], got, evidence)
+    return {name: tally.table() for name, tally in tallies.items()}
+
+
+def print_tables(label: str, retrieval: str, result: dict[str, Any], elapsed: float) -> None:
+    print(f"\n{label} (retrieval={retrieval!r}, {elapsed:.1f} s)")
+    heads = [f"R@{k}" for k in KS] + [f"S@{k}" for k in KS]
+    print(f"{'':>16} {'category':>8} {'n':>5} " + " ".join(f"{h:>6}" for h in heads))
+    for part, table in result.items():
+        for key, row in table.items():
+            if part != "overall" and key != "overall":
+                continue  # per category for the whole split only
+            values = [row[f"recall@{k}"] for k in KS] + [row[f"session_recall@{k}"] for k in KS]
+            print(f"{part:>16} {key:>8} {row['n']:>5} " + " ".join(f"{v:>6.3f}" for v in values))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,14 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         results[label] = evaluate(samples, embedder, modes[label], args.location)
         embedder.save()
         elapsed = time.perf_counter() - started
-        print(f"\n{label} (retrieval={modes[label]!r}, {elapsed:.1f} s)")
-        print(f"{'category':>10} {'n':>5} " + " ".join(f"{'R@' + str(k):>7}" for k in KS))
-        for key, row in results[label].items():
-            print(f"{key:>10} {row['n']:>5} " + " ".join(f"{row[f'recall@{k}']:>7.3f}" for k in KS))
+        print_tables(label, modes[label], results[label], elapsed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"data": str(args.data), "results": results}, indent=2))
     summary = {
-        label: {k: res["overall"][k] for k in ("recall@5", "recall@10")}
+        label: {
+            part: [table["overall"][f"recall@{k}"] for k in (5, 10)] for part, table in res.items()
+        }
         for label, res in results.items()
     }
     print(json.dumps(summary))
