@@ -22,6 +22,7 @@ import re
 import sys
 import time
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,22 @@ class CachingEmbedder:
 class TurnTaggedBlock(VectorBlock):
     """VectorBlock that remembers which LoCoMo turn each chunk came from."""
 
+    turn: str | None = None  # the id of the turn being fed
+
     def _make_chunk(self, message: Message) -> Chunk | None:
         chunk = super()._make_chunk(message)
         if chunk is not None:
-            chunk.metadata["turn"] = message.name
+            chunk.metadata["turn"] = self.turn
         return chunk
+
+
+def session_time(date: str) -> float | None:
+    """LoCoMo's ``"1:56 pm on 8 May, 2023"`` as epoch seconds (UTC), None if unreadable."""
+    try:
+        moment = datetime.strptime(date.strip(), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=timezone.utc).timestamp()
 
 
 def turns_of(conversation: dict[str, Any]) -> list[dict[str, Any]]:
@@ -139,9 +151,9 @@ class Tally:
             for k in KS:
                 self.sums[key][f"recall@{k}"] += len(set(got[:k]) & set(evidence)) / len(evidence)
                 sessions = {session_of(t) for t in got[:k]}
-                self.sums[key][f"session_recall@{k}"] += len(
-                    sessions & wanted_sessions
-                ) / len(wanted_sessions)
+                self.sums[key][f"session_recall@{k}"] += len(sessions & wanted_sessions) / len(
+                    wanted_sessions
+                )
 
     def table(self) -> dict[str, Any]:
         return {
@@ -159,9 +171,16 @@ def session_of(turn_id: str) -> str:
     return turn_id.split(":", 1)[0]
 
 
-def feed(block: VectorBlock, turns: list[dict[str, Any]]) -> None:
+SPEAKER_NAMES = True  # --anonymous: messages without Message.name (no participant cues)
+
+
+def feed(block: TurnTaggedBlock, turns: list[dict[str, Any]]) -> None:
+    """Each turn as a user message named after its speaker, said at its session's date."""
     for turn in turns:
-        block.on_message(UserMessage(message_text(turn), name=turn["dia_id"]))
+        block.turn = turn["dia_id"]
+        name = turn["speaker"] if SPEAKER_NAMES else None
+        message = UserMessage(message_text(turn), name=name)
+        block.on_message(message, at=session_time(turn["date"]))
     block.flush()
 
 
@@ -220,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dense-weight", type=float, default=None)
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="OPTION=NUMBER",
+        help="a VectorBlock option for an ablation, e.g. --set participant_boost=0",
+    )
+    parser.add_argument(
         "--location",
         default=None,
         help="run through the durable index of this fact store (e.g. sqlite:///tmp/locomo.db)",
@@ -227,11 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "locomo_recall.json"
     )
+    parser.add_argument(
+        "--anonymous", action="store_true", help="feed messages without speaker names"
+    )
     args = parser.parse_args(argv)
+    global SPEAKER_NAMES
+    SPEAKER_NAMES = not args.anonymous
     samples = json.loads(args.data.read_text(encoding="utf-8"))
     embedder = CachingEmbedder(get_embedder("auto"), args.cache)
     if args.dense_weight is not None:
         BLOCK_OPTIONS["dense_weight"] = args.dense_weight
+    for option in args.set:
+        key, _, value = option.partition("=")
+        BLOCK_OPTIONS[key.strip()] = float(value)
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}
     results: dict[str, Any] = {}
     for label in args.modes.split(","):

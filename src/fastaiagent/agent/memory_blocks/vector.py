@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._validate import boolean, fraction, integer, one_of, text
+from fastaiagent._validate import boolean, fraction, integer, number, one_of, text
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
@@ -33,14 +33,21 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolat
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.kb.bm25 import BM25Index
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode, fuse
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, calibrated_fuse, check_mode, unit_score
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
+from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
 from fastaiagent.llm.message import ROLES, Message, SystemMessage
 
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
-_FETCH_FACTOR = 4
-_MAX_PENDING = 1000  # candidates per wanted item, before window and dedupe filtering
+# Candidates per wanted item from each side, before window and dedupe filtering
+# (LoCoMo R@5 with 4 per item 0.677, with 8 0.682: calibration sees more of each side).
+_FETCH_FACTOR = 8
+_MAX_PENDING = 1000
+# Boosts of the fused (z-score) ranking, chosen on LoCoMo conversations 0-2 and
+# confirmed on 3-4 (docs/semantic.md): the speaker a query names, the month/year it names.
+DEFAULT_PARTICIPANT_BOOST = 1.5
+DEFAULT_DATE_BOOST = 1.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,9 @@ def _said(role: Any) -> str:
 def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
     chosen = (roles,) if isinstance(roles, str) else tuple(roles)
     if not chosen:
-        raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
+        raise InvalidValueError(
+            "roles must name at least one message role, e.g. ('user', 'assistant')"
+        )
     return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
@@ -85,6 +94,11 @@ class VectorBlock(MemoryBlock):
     (messages are still embedded into the store). ``embedder=None`` resolves
     ``"auto"`` at first use. ``context_turns`` previous messages are indexed
     with each message's keywords (0 = none).
+    Hybrid recall standardises both sides (z-scores) before blending them, and
+    reads two cues in the query: a participant it names (``Message.name`` of
+    stored messages) is taken out of the embedded query and that speaker's
+    messages gain ``participant_boost``; a month or year it names gives the
+    messages recorded then ``date_boost`` (0 turns either off).
     Blocks sharing a store see only their ``namespace``; chunks with no
     namespace tag are visible to the ``"default"`` namespace only.
     """
@@ -108,6 +122,8 @@ class VectorBlock(MemoryBlock):
         roles: Sequence[str] = ("user", "assistant"),
         batch_size: int = 32,
         context_turns: int = 1,
+        participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
+        date_boost: float = DEFAULT_DATE_BOOST,
         name: str = "vector",
     ) -> None:
         if store is None or not callable(getattr(store, "search", None)):
@@ -125,6 +141,10 @@ class VectorBlock(MemoryBlock):
         self.roles = _check_roles(roles)
         self.batch_size = integer("batch_size", batch_size, minimum=1)
         self.context_turns = integer("context_turns", context_turns, minimum=0)
+        self.participant_boost = float(
+            number("participant_boost", participant_boost, minimum=0) or 0
+        )
+        self.date_boost = float(number("date_boost", date_boost, minimum=0) or 0)
         self.name = text("name", name)
         self._embedder_spec = embedder
         self._embedder: Any = None
@@ -141,6 +161,7 @@ class VectorBlock(MemoryBlock):
         self._keywords: BM25Index | None = None
         self._keyword_chunks: dict[str, Chunk] = {}
         self._recent: deque[str] = deque(maxlen=self.context_turns or 1)
+        self._speakers: set[str] = set()  # names of the messages' authors (Message.name)
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -197,19 +218,23 @@ class VectorBlock(MemoryBlock):
         content = (message.content or "").strip()
         if message.role not in self.roles or len(content) < self.min_content_chars:
             return None
-        return Chunk(
-            id=str(uuid.uuid4()),
-            text=content,
-            metadata={
-                NAMESPACE_KEY: self.namespace,
-                "role": message.role,
-                "created_at": time.time(),
-            },
-        )
+        metadata: dict[str, Any] = {
+            NAMESPACE_KEY: self.namespace,
+            "role": message.role,
+            "created_at": time.time(),
+        }
+        if message.name:
+            metadata["speaker"] = message.name
+        return Chunk(id=str(uuid.uuid4()), text=content, metadata=metadata)
 
-    def on_message(self, message: Message) -> None:
-        """Queue the message for embedding (one batch per turn)."""
+    def on_message(self, message: Message, *, at: float | None = None) -> None:
+        """Queue the message for embedding (one batch per turn).
+
+        ``at`` (epoch seconds) is when the message was said, for a conversation
+        recorded after the fact; by default it is now."""
         chunk = self._make_chunk(message)
+        if chunk is not None and at is not None:
+            chunk.metadata["created_at"] = number("at", at)
         if chunk is None:
             trace.annotate({"memory.action": "noop"})
             if message.role == "assistant" and self._pending:
@@ -221,6 +246,9 @@ class VectorBlock(MemoryBlock):
                 chunk.metadata.setdefault("context", " ".join(self._recent))
             self._recent.append(chunk.text)
             self._pending.append(chunk)
+            speaker = chunk.metadata.get("speaker")
+            if isinstance(speaker, str) and speaker:
+                self._speakers.add(speaker)
             # A reply ends a turn: embed the turn's messages together then, so
             # a shared store (and an evicted or restarted user) loses nothing.
             due = message.role == "assistant" or len(self._pending) >= self.batch_size
@@ -315,13 +343,35 @@ class VectorBlock(MemoryBlock):
             found = keyword_chunks.get_many([i for i, _ in keyword])
             ranked = [(found[i], s / top) for i, s in keyword if i in found]
             return ranked, len(keyword) < fetch
-        dense = self._dense(query, fetch)
+        with self._lock:
+            speakers = set(self._speakers)
+        # A name tells the embedding model little but "a person": embed the rest.
+        dense = self._dense(without_names(query, speakers), fetch)
         by_id = {chunk.id: chunk for chunk, _ in dense}
         wanted = [i for i, _ in keyword if i not in by_id]
         by_id.update(keyword_chunks.get_many(wanted))
         keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
-        fused = fuse([(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight)
-        return [(by_id[i], s) for i, s in fused], len(dense) < fetch
+        fused = calibrated_fuse(
+            [(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight
+        )
+        self._boost_cues(query, speakers, by_id, fused)
+        order = sorted(fused, key=fused.__getitem__, reverse=True)
+        return [(by_id[i], unit_score(fused[i])) for i in order], len(dense) < fetch
+
+    def _boost_cues(
+        self, query: str, speakers: set[str], chunks: dict[str, Chunk], fused: dict[str, float]
+    ) -> None:
+        """Raise the candidates of the speaker and the month/year ``query`` names."""
+        speaker = named_participant(query, speakers) if self.participant_boost else None
+        when = date_cue(query) if self.date_boost else None
+        if speaker is None and when is None:
+            return
+        for chunk_id, chunk in chunks.items():
+            if speaker is not None and chunk.metadata.get("speaker") == speaker:
+                fused[chunk_id] += self.participant_boost
+            at = chunk.metadata.get("created_at")
+            if when is not None and isinstance(at, int | float) and when.matches(float(at)):
+                fused[chunk_id] += self.date_boost
 
     def recall(self, query: str, window: Sequence[Message] = ()) -> list[Recalled]:
         """The ``top_k`` best chunks for ``query``, skipping messages in ``window``.
@@ -392,6 +442,7 @@ class VectorBlock(MemoryBlock):
         with self._lock:
             self._pending.clear()
             self._recent.clear()
+            self._speakers.clear()
             self._keywords = None
             self._keyword_chunks.clear()
             self.store.delete_namespace(self.namespace)
@@ -402,7 +453,8 @@ class VectorBlock(MemoryBlock):
         self.flush()
         with self._lock:
             recent = list(self._recent)
-        return {"version": 1, "namespace": self.namespace, "recent": recent}
+            speakers = sorted(self._speakers)
+        return {"version": 1, "namespace": self.namespace, "recent": recent, "speakers": speakers}
 
     def load_state(self, data: Any) -> None:
         """Restore :meth:`dump_state` output saved for the same namespace."""
@@ -413,10 +465,14 @@ class VectorBlock(MemoryBlock):
         recent = data.get("recent", [])
         if not isinstance(recent, list) or not all(isinstance(t, str) for t in recent):
             raise InvalidValueError("vector block state is corrupt: recent is not a list of str")
+        speakers = data.get("speakers", [])
+        if not isinstance(speakers, list) or not all(isinstance(n, str) for n in speakers):
+            raise InvalidValueError("vector block state is corrupt: speakers is not a list of str")
         if data.get("namespace") == self.namespace:
             with self._lock:
                 self._recent.clear()
                 self._recent.extend(recent)
+                self._speakers.update(speakers)
 
     def isolated_copy(self) -> MemoryBlock:
         raise MemoryIsolationError(
