@@ -47,6 +47,7 @@ _MAX_PENDING = 1000
 # Boosts of the fused (z-score) ranking, chosen on LoCoMo conversations 0-2 and
 # confirmed on 3-4 (docs/semantic.md): the speaker a query names, the month/year it names.
 DEFAULT_PARTICIPANT_BOOST = 1.5
+DEFAULT_NEIGHBOUR_WEIGHT = 0.2  # share of a keyword hit's score lent to the next message
 DEFAULT_DATE_BOOST = 1.0
 
 
@@ -98,7 +99,8 @@ class VectorBlock(MemoryBlock):
     reads two cues in the query: a participant it names (``Message.name`` of
     stored messages) is taken out of the embedded query and that speaker's
     messages gain ``participant_boost``; a month or year it names gives the
-    messages recorded then ``date_boost`` (0 turns either off).
+    messages recorded then ``date_boost`` (0 turns either off). Each keyword hit
+    lends ``neighbour_weight`` of its score to the message stored after it.
     Blocks sharing a store see only their ``namespace``; chunks with no
     namespace tag are visible to the ``"default"`` namespace only.
     """
@@ -122,6 +124,7 @@ class VectorBlock(MemoryBlock):
         roles: Sequence[str] = ("user", "assistant"),
         batch_size: int = 32,
         context_turns: int = 1,
+        neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT,
         participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
         date_boost: float = DEFAULT_DATE_BOOST,
         name: str = "vector",
@@ -141,6 +144,7 @@ class VectorBlock(MemoryBlock):
         self.roles = _check_roles(roles)
         self.batch_size = integer("batch_size", batch_size, minimum=1)
         self.context_turns = integer("context_turns", context_turns, minimum=0)
+        self.neighbour_weight = fraction("neighbour_weight", neighbour_weight)
         self.participant_boost = float(
             number("participant_boost", participant_boost, minimum=0) or 0
         )
@@ -162,6 +166,7 @@ class VectorBlock(MemoryBlock):
         self._keyword_chunks: dict[str, Chunk] = {}
         self._recent: deque[str] = deque(maxlen=self.context_turns or 1)
         self._speakers: set[str] = set()  # names of the messages' authors (Message.name)
+        self._next_id = str(uuid.uuid4())  # the id the next stored message will get
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -245,6 +250,10 @@ class VectorBlock(MemoryBlock):
             if self.context_turns and self._recent:
                 chunk.metadata.setdefault("context", " ".join(self._recent))
             self._recent.append(chunk.text)
+            # Chain the messages: each chunk knows the id its successor will get,
+            # so a hit can lend its score to the reply after it.
+            chunk.id, self._next_id = self._next_id, str(uuid.uuid4())
+            chunk.metadata["next"] = self._next_id
             self._pending.append(chunk)
             speaker = chunk.metadata.get("speaker")
             if isinstance(speaker, str) and speaker:
@@ -351,12 +360,29 @@ class VectorBlock(MemoryBlock):
         wanted = [i for i, _ in keyword if i not in by_id]
         by_id.update(keyword_chunks.get_many(wanted))
         keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
+        keyword = self._lend_to_next(keyword, by_id, keyword_chunks)
         fused = calibrated_fuse(
             [(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight
         )
         self._boost_cues(query, speakers, by_id, fused)
         order = sorted(fused, key=fused.__getitem__, reverse=True)
         return [(by_id[i], unit_score(fused[i])) for i in order], len(dense) < fetch
+
+    def _lend_to_next(
+        self, keyword: list[tuple[str, float]], by_id: dict[str, Chunk], chunks: _Chunks
+    ) -> list[tuple[str, float]]:
+        """Keyword scores after each hit lends ``neighbour_weight`` of its score to the
+        message after it (the reply that completes it: "what did you adopt?" ->
+        "a puppy!"); a next message not yet among the candidates joins them."""
+        if not self.neighbour_weight:
+            return keyword
+        scores = dict(keyword)
+        for chunk_id, score in keyword:
+            following = by_id[chunk_id].metadata.get("next")
+            if isinstance(following, str):
+                scores[following] = scores.get(following, 0.0) + self.neighbour_weight * score
+        by_id.update(chunks.get_many([i for i in scores if i not in by_id]))
+        return [(i, s) for i, s in scores.items() if i in by_id]
 
     def _boost_cues(
         self, query: str, speakers: set[str], chunks: dict[str, Chunk], fused: dict[str, float]
@@ -454,7 +480,14 @@ class VectorBlock(MemoryBlock):
         with self._lock:
             recent = list(self._recent)
             speakers = sorted(self._speakers)
-        return {"version": 1, "namespace": self.namespace, "recent": recent, "speakers": speakers}
+            following = self._next_id
+        return {
+            "version": 1,
+            "namespace": self.namespace,
+            "recent": recent,
+            "speakers": speakers,
+            "next": following,
+        }
 
     def load_state(self, data: Any) -> None:
         """Restore :meth:`dump_state` output saved for the same namespace."""
@@ -473,6 +506,8 @@ class VectorBlock(MemoryBlock):
                 self._recent.clear()
                 self._recent.extend(recent)
                 self._speakers.update(speakers)
+                if isinstance(data.get("next"), str) and data["next"]:
+                    self._next_id = data["next"]
 
     def isolated_copy(self) -> MemoryBlock:
         raise MemoryIsolationError(
