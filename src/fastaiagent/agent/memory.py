@@ -104,6 +104,9 @@ class Memory:
       that reads as instructions to the assistant; see ``docs/blocks.md``).
     - ``windows`` / ``window_ttl_seconds``: share windows across processes
       (see ``docs/production.md``).
+    - ``max_memory_tokens``: a token budget for what memory injects each turn
+      (facts, summary, recalled messages), packed by priority and score; the
+      window is never cut (default None: no budget; see ``docs/semantic.md``).
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.
@@ -131,6 +134,7 @@ class Memory:
         window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
         learn_in_background: bool = True,
         fact_policy: Any = None,
+        max_memory_tokens: int | None = None,
     ) -> None:
         self.config = MemoryConfig(
             user_id=user_id,
@@ -151,6 +155,7 @@ class Memory:
             window_ttl_seconds=window_ttl_seconds,
             learn_in_background=learn_in_background,
             fact_policy=fact_policy,
+            max_memory_tokens=max_memory_tokens,
         )
         self.location: FactStore = make_fact_store(location)
         # Writes go through a view that records the writing agent on user facts.
@@ -159,7 +164,9 @@ class Memory:
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
         # windows=None keeps windows in process; else the user cache fronts a shared store.
-        self._windows = shared_windows(self.config, windows, self.location, location, self._new_state)
+        self._windows = shared_windows(
+            self.config, windows, self.location, location, self._new_state
+        )
         self._verbs = MemoryVerbs(
             self.config,
             facts,
@@ -288,6 +295,7 @@ class Memory:
         memory = ComposableMemory(
             blocks=[*self._stack.shared_blocks(), *own],
             primary=AgentMemory(max_messages=self.config.window),
+            max_memory_tokens=self.config.max_memory_tokens,
         )
         return UserState(user_id, memory, own)
 
@@ -300,7 +308,9 @@ class Memory:
         user = self.resolve_user(context)
         if self.config.per_user and user is None:
             shared = ComposableMemory(
-                blocks=self._stack.shared_blocks(), primary=AgentMemory(max_messages=1)
+                blocks=self._stack.shared_blocks(),
+                primary=AgentMemory(max_messages=1),
+                max_memory_tokens=self.config.max_memory_tokens,
             )
             return Turn(None, shared, None)
         state = self._users.get(user)

@@ -68,9 +68,7 @@ def _said(role: Any) -> str:
 def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
     chosen = (roles,) if isinstance(roles, str) else tuple(roles)
     if not chosen:
-        raise InvalidValueError(
-            "roles must name at least one message role, e.g. ('user', 'assistant')"
-        )
+        raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
     return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
