@@ -5,7 +5,9 @@ then every category 1-4 question is asked through ``VectorBlock.recall`` and
 we measure recall@k = the share of a question's evidence turns among the
 first k distinct turns returned (turn-level), and the share of its evidence
 sessions among the sessions of those turns (session-level, S@k, the figure
-other memory projects publish). Reported for the default retrieval and for
+other memory projects publish). T<B> is turn-level recall at equal prompt
+tokens: what of the 10 recalled turns fits in B tokens, packed as
+``Memory(max_memory_tokens=B)`` packs them. Reported for the default retrieval and for
 BM25-only and dense-only through the same harness, for the whole split and
 for each half: options are chosen on conversations 0-2 and confirmed on 3-4.
 
@@ -26,16 +28,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastaiagent.agent.memory_blocks.vector import VectorBlock
+from fastaiagent.agent.memory_blocks.vector import Recalled, VectorBlock
+from fastaiagent.agent.memory_budget import pack
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.embedding import get_embedder
 from fastaiagent.kb.protocols import Chunk
-from fastaiagent.llm.message import Message, UserMessage
+from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 )
 KS = (1, 5, 10)
+TOKEN_BUDGETS = (100, 200, 400)  # tokens of recalled messages in the prompt
 CATEGORIES = (1, 2, 3, 4)
 BLOCK_OPTIONS: dict[str, Any] = {}  # experiment overrides of VectorBlock options
 _SESSION = re.compile(r"^session_(\d+)$")
@@ -114,13 +118,28 @@ def evidence_ids(raw: list[str], known: set[str]) -> list[str]:
     return ids
 
 
-def returned_turns(block: VectorBlock, question: str, k: int) -> list[str]:
+def turns_in(items: list[Recalled]) -> list[str]:
     turns: list[str] = []
-    for item in block.recall(question):
+    for item in items:
         turn = item.chunk.metadata.get("turn")
         if turn and turn not in turns:
             turns.append(turn)
-    return turns[:k]
+    return turns
+
+
+def within_budgets(block: VectorBlock, items: list[Recalled]) -> dict[int, list[str]]:
+    """The turns whose notes ``Memory(max_memory_tokens=B)`` would keep, per budget B:
+    the recalled section packed as the memory packs it."""
+    if not items:
+        return {budget: [] for budget in TOKEN_BUDGETS}
+    rendered = [("vector", [SystemMessage(block.format(items))])]
+    lines = [block.format([item]).split("\n")[-1] for item in items]
+    out = {}
+    for budget in TOKEN_BUDGETS:
+        packed = pack(rendered, budget)
+        kept = set((packed.messages[0].content or "").split("\n")) if packed.messages else set()
+        out[budget] = turns_in([item for item, line in zip(items, lines, strict=True) if line in kept])
+    return out
 
 
 def recall_store(location: str | None, embedder: Any) -> Any:
@@ -144,10 +163,16 @@ class Tally:
         self.sums: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.counts: dict[Any, int] = defaultdict(int)
 
-    def add(self, category: int, got: list[str], evidence: list[str]) -> None:
+    def add(
+        self, category: int, got: list[str], evidence: list[str], within: dict[int, list[str]]
+    ) -> None:
         wanted_sessions = {session_of(e) for e in evidence}
         for key in (category, "overall"):
             self.counts[key] += 1
+            for budget, turns in within.items():
+                self.sums[key][f"recall@{budget}tokens"] += len(set(turns) & set(evidence)) / len(
+                    evidence
+                )
             for k in KS:
                 self.sums[key][f"recall@{k}"] += len(set(got[:k]) & set(evidence)) / len(evidence)
                 sessions = {session_of(t) for t in got[:k]}
@@ -212,21 +237,23 @@ def evaluate(
             evidence = evidence_ids(qa.get("evidence") or [], known)
             if not evidence:
                 continue
-            got = returned_turns(block, qa["question"], max(KS))
+            items = block.recall(qa["question"])
+            got, within = turns_in(items)[: max(KS)], within_budgets(block, items)
             for name in ["overall", *halves]:
-                tallies[name].add(qa["category"], got, evidence)
+                tallies[name].add(qa["category"], got, evidence, within)
     return {name: tally.table() for name, tally in tallies.items()}
 
 
 def print_tables(label: str, retrieval: str, result: dict[str, Any], elapsed: float) -> None:
     print(f"\n{label} (retrieval={retrieval!r}, {elapsed:.1f} s)")
-    heads = [f"R@{k}" for k in KS] + [f"S@{k}" for k in KS]
+    heads = [f"R@{k}" for k in KS] + [f"S@{k}" for k in KS] + [f"T{b}" for b in TOKEN_BUDGETS]
     print(f"{'':>16} {'category':>8} {'n':>5} " + " ".join(f"{h:>6}" for h in heads))
     for part, table in result.items():
         for key, row in table.items():
             if part != "overall" and key != "overall":
                 continue  # per category for the whole split only
             values = [row[f"recall@{k}"] for k in KS] + [row[f"session_recall@{k}"] for k in KS]
+            values += [row[f"recall@{b}tokens"] for b in TOKEN_BUDGETS]
             print(f"{part:>16} {key:>8} {row['n']:>5} " + " ".join(f"{v:>6.3f}" for v in values))
 
 
