@@ -12,7 +12,7 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
 from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
-from fastaiagent.llm.message import AssistantMessage, UserMessage
+from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
 
 FILLER = [
     "the weather was grey all week",
@@ -206,5 +206,7 @@ def test_bad_cue_options_and_times_are_refused():
         block(date_boost="high")
     with pytest.raises(InvalidTypeError, match="at must be a number"):
         block().on_message(UserMessage("hello there"), at="yesterday")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match="at must be a number"):
+        block().on_message(SystemMessage("not stored"), at="yesterday")  # type: ignore[arg-type]
     with pytest.raises(InvalidValueError, match="speakers"):
         block().load_state({"namespace": "default", "recent": [], "speakers": "Ana"})

@@ -216,7 +216,8 @@ class VectorBlock(MemoryBlock):
         """The chunk to store for ``message``, or None to skip it.
 
         Override to add metadata (e.g. ``metadata["importance"]``); keep
-        ``metadata["namespace"]`` as set here.
+        ``metadata["namespace"]`` as set here. The id is replaced when the chunk
+        is queued: each message gets the id its predecessor announced (``next``).
         """
         content = (message.content or "").strip()
         if message.role not in self.roles or len(content) < self.min_content_chars:
@@ -235,9 +236,10 @@ class VectorBlock(MemoryBlock):
 
         ``at`` (epoch seconds) is when the message was said, for a conversation
         recorded after the fact; by default it is now."""
+        said_at = number("at", at, allow_none=True)
         chunk = self._make_chunk(message)
-        if chunk is not None and at is not None:
-            chunk.metadata["created_at"] = number("at", at)
+        if chunk is not None and said_at is not None:
+            chunk.metadata["created_at"] = said_at
         if chunk is None:
             trace.annotate({"memory.action": "noop"})
             if message.role == "assistant" and self._pending:
