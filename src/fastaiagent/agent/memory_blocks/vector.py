@@ -360,7 +360,7 @@ class VectorBlock(MemoryBlock):
         wanted = [i for i, _ in keyword if i not in by_id]
         by_id.update(keyword_chunks.get_many(wanted))
         keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
-        keyword = self._lend_to_next(keyword, by_id, keyword_chunks)
+        keyword = self._lend_to_next(keyword, by_id)
         fused = calibrated_fuse(
             [(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight
         )
@@ -369,20 +369,20 @@ class VectorBlock(MemoryBlock):
         return [(by_id[i], unit_score(fused[i])) for i in order], len(dense) < fetch
 
     def _lend_to_next(
-        self, keyword: list[tuple[str, float]], by_id: dict[str, Chunk], chunks: _Chunks
+        self, keyword: list[tuple[str, float]], by_id: dict[str, Chunk]
     ) -> list[tuple[str, float]]:
         """Keyword scores after each hit lends ``neighbour_weight`` of its score to the
         message after it (the reply that completes it: "what did you adopt?" ->
-        "a puppy!"); a next message not yet among the candidates joins them."""
+        "a puppy!") when that message is a candidate too. Lending to any next
+        message (one more store read) measured the same on LoCoMo."""
         if not self.neighbour_weight:
             return keyword
         scores = dict(keyword)
         for chunk_id, score in keyword:
             following = by_id[chunk_id].metadata.get("next")
-            if isinstance(following, str):
+            if isinstance(following, str) and following in by_id:
                 scores[following] = scores.get(following, 0.0) + self.neighbour_weight * score
-        by_id.update(chunks.get_many([i for i in scores if i not in by_id]))
-        return [(i, s) for i, s in scores.items() if i in by_id]
+        return list(scores.items())
 
     def _boost_cues(
         self, query: str, speakers: set[str], chunks: dict[str, Chunk], fused: dict[str, float]
