@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 from _vector_fakes import WordHashEmbedder
 
-from fastaiagent.agent.memory_blocks.vector import VectorBlock
+from fastaiagent.agent.memory_blocks.vector import MAX_SPEAKERS, VectorBlock
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
@@ -210,3 +210,24 @@ def test_bad_cue_options_and_times_are_refused():
         block().on_message(SystemMessage("not stored"), at="yesterday")  # type: ignore[arg-type]
     with pytest.raises(InvalidValueError, match="speakers"):
         block().load_state({"namespace": "default", "recent": [], "speakers": "Ana"})
+
+
+def test_a_restarted_block_without_state_learns_the_speakers_from_what_it_recalls():
+    store = FaissVectorStore(dimension=64)
+    embedder = WordHashEmbedder()
+    first = VectorBlock(store, embedder=embedder, min_content_chars=1, top_k=3)
+    first.on_message(UserMessage("Ana, I read your books, I read books every day", name="Ben"))
+    first.on_message(UserMessage("I finished a book about whales", name="Ana"))
+    for text in FILLER:
+        first.on_message(UserMessage(text, name="Ben"))
+    first.flush()
+    restarted = VectorBlock(store, embedder=embedder, min_content_chars=1, top_k=3)
+    assert texts(restarted.recall("What books has Ana read?"))[0] == "I finished a book about whales"
+    assert restarted.dump_state()["speakers"] == ["Ana", "Ben"]
+
+
+def test_speaker_names_kept_are_bounded():
+    memory = block()
+    for i in range(MAX_SPEAKERS + 10):
+        memory.on_message(UserMessage(f"message number {i}", name=f"person{i}"))
+    assert len(memory.dump_state()["speakers"]) == MAX_SPEAKERS
