@@ -212,8 +212,9 @@ def feed(block: TurnTaggedBlock, turns: list[dict[str, Any]]) -> None:
 def evaluate(
     samples: list[dict[str, Any]], embedder: Any, retrieval: str, location: str | None = None
 ) -> dict[str, Any]:
-    """Recall tables overall and for each half of the split (see :data:`HALVES`)."""
+    """Recall tables overall, for each half of the split (see :data:`HALVES`) and per conversation."""
     tallies = {"overall": Tally(), **{name: Tally() for name in HALVES}}
+    tallies.update({f"conversation {n}": Tally() for n in range(len(samples))})
     store = recall_store(location, embedder)
     for number, sample in enumerate(samples):
         turns = turns_of(sample["conversation"])
@@ -231,6 +232,7 @@ def evaluate(
         feed(block, turns)
         known = {t["dia_id"] for t in turns}
         halves = [name for name, members in HALVES.items() if number in members]
+        halves.append(f"conversation {number}")
         for qa in sample["qa"]:
             if qa.get("category") not in CATEGORIES:
                 continue
