@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from _vector_fakes import WordHashEmbedder
 
@@ -130,3 +132,13 @@ def test_bad_budgets_are_refused(store):
         Memory(location=store, max_memory_tokens="500")  # type: ignore[arg-type]
     with pytest.raises(InvalidTypeError, match="max_memory_tokens"):
         ComposableMemory(max_memory_tokens=True)  # type: ignore[arg-type]
+
+
+def test_the_budget_applies_to_async_runs_too(store):
+    mem = memory(store, max_memory_tokens=1)
+    llm = CannedLLM(["Noted."] * 3)
+    agent = Agent("a", llm, memory=mem)
+    asyncio.run(agent.arun(OLD_TURN))
+    asyncio.run(agent.arun("the weather is grey today"))
+    asyncio.run(agent.arun("what is my locker number?"))
+    assert [m.role for m in llm.calls[-1]] == ["user", "assistant", "user"]
