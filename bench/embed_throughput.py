@@ -1,7 +1,8 @@
 """Throughput of the offline embedder (LocalEmbedder, MiniLM) on short chat messages.
 
 Embeds N generated messages of 5-40 words at several batch sizes and torch
-thread counts, plus ``LocalEmbedder().embed`` exactly as shipped. Settings run
+thread counts, on ONNX Runtime at several batch sizes, plus ``LocalEmbedder().embed``
+exactly as shipped (ONNX Runtime when installed) and on torch. Settings run
 interleaved for ``--rounds`` rounds so a neighbour's load hits them alike; the
 best round per setting is reported (texts/s).
 
@@ -72,7 +73,13 @@ def main() -> None:
     model = _load_local_model(local_model_path(), "cpu")
     shipped.embed(texts[:64])  # warm-up: weights paged in, kernels chosen
 
-    settings: list[tuple[str, int, int]] = [("shipped", default_threads, shipped.batch_size)]
+    LocalEmbedder(backend="torch").embed(texts[:64])
+    settings: list[tuple[str, int, int]] = [
+        ("shipped", default_threads, shipped.batch_size),
+        ("shipped-torch", default_threads, shipped.batch_size),
+    ]
+    for batch in (int(b) for b in args.batches.split(",")):
+        settings.append(("onnx", os.cpu_count() or 1, batch))
     for threads in (int(t) for t in args.threads.split(",")):
         for batch in (int(b) for b in args.batches.split(",")):
             settings.append(("encode", threads, batch))
@@ -84,6 +91,10 @@ def main() -> None:
             start = time.perf_counter()
             if kind == "shipped":
                 LocalEmbedder().embed(texts)
+            elif kind == "shipped-torch":
+                LocalEmbedder(backend="torch").embed(texts)
+            elif kind == "onnx":
+                LocalEmbedder(backend="onnx", batch_size=batch).embed(texts)
             else:
                 _encode(model, texts, batch)
             rate = len(texts) / (time.perf_counter() - start)

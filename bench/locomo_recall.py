@@ -42,6 +42,7 @@ KS = (1, 5, 10)
 TOKEN_BUDGETS = (100, 200, 400)  # tokens of recalled messages in the prompt
 CATEGORIES = (1, 2, 3, 4)
 BLOCK_OPTIONS: dict[str, Any] = {}  # experiment overrides of VectorBlock options
+PG_TABLE = "locomo_bench"  # a Postgres location gets a fact table of its own
 _SESSION = re.compile(r"^session_(\d+)$")
 
 
@@ -148,6 +149,10 @@ def recall_store(location: str | None, embedder: Any) -> Any:
     ``Memory(recall="auto")`` uses on that location)."""
     if location is None:
         return FaissVectorStore(dimension=embedder.dimension)
+    if location.startswith(("postgres://", "postgresql://")):
+        from fastaiagent.facts.postgres import PostgresFactStore
+
+        return PostgresFactStore(location, table=PG_TABLE).vector_store()
     from fastaiagent.facts import make_fact_store
 
     return make_fact_store(location).vector_store()

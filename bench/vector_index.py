@@ -5,8 +5,8 @@ existing one is measured apart (SQLite reloads the namespace after a removal).
 
 One namespace of N vectors (384 dims, random unit vectors; texts of 12 words
 from a 5,000-word vocabulary) in a fresh SQLite file / Postgres table set /
-Redis prefix, removed afterwards. Every backend goes through its fact store's
-``vector_store()``. Postgres and Redis are read from $FASTAIAGENT_TEST_POSTGRES
+Redis prefix, removed afterwards. ``pgvector`` is Postgres with the extension
+(the pgserver wheel's server unless $FASTAIAGENT_TEST_PGVECTOR names one). Postgres and Redis are read from $FASTAIAGENT_TEST_POSTGRES
 and $FASTAIAGENT_TEST_REDIS (the test servers by default).
 
     .venv/bin/python bench/vector_index.py                         # sqlite, 10k and 100k
@@ -60,7 +60,7 @@ def _sqlite() -> Iterator[Opener]:
 
 
 @contextmanager
-def _postgres() -> Iterator[Opener]:
+def _postgres(url: str = POSTGRES) -> Iterator[Opener]:
     import psycopg
 
     from fastaiagent.facts.postgres import PostgresFactStore
@@ -70,7 +70,7 @@ def _postgres() -> Iterator[Opener]:
     stores: list[Any] = []
 
     def opener(**options: Any) -> Any:
-        stores.append(PostgresFactStore(POSTGRES, table=table))
+        stores.append(PostgresFactStore(url, table=table))
         return PostgresVectorIndex(stores[-1], **options)
 
     try:
@@ -78,7 +78,7 @@ def _postgres() -> Iterator[Opener]:
     finally:
         for store in stores:
             store.close()
-        with psycopg.connect(POSTGRES, autocommit=True) as admin:
+        with psycopg.connect(url, autocommit=True) as admin:
             for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta"):
                 admin.execute(f"DROP TABLE IF EXISTS {table}{suffix}")
             admin.execute("DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{table}%",))
@@ -110,7 +110,27 @@ def _redis() -> Iterator[Opener]:
         client.close()
 
 
-BACKENDS = {"sqlite": _sqlite, "postgres": _postgres, "redis": _redis}
+@contextmanager
+def _pgvector() -> Iterator[Opener]:
+    """Postgres with the pgvector extension: $FASTAIAGENT_TEST_PGVECTOR, else a
+    server from the pgserver wheel in a temporary folder."""
+    given = os.environ.get("FASTAIAGENT_TEST_PGVECTOR")
+    if given:
+        with _postgres(given) as opener:
+            yield opener
+        return
+    import pgserver
+
+    with tempfile.TemporaryDirectory() as folder:
+        server = pgserver.get_server(folder, cleanup_mode="stop")
+        try:
+            with _postgres(server.get_uri()) as opener:
+                yield opener
+        finally:
+            server.cleanup()
+
+
+BACKENDS = {"sqlite": _sqlite, "postgres": _postgres, "pgvector": _pgvector, "redis": _redis}
 
 
 def _fill(index: Any, n: int, rng: np.random.Generator, words: list[str]) -> float:
@@ -132,10 +152,17 @@ def _measure(opener: Opener, n: int, count: int) -> dict[str, Any]:
     index = opener()
     fill_s = _fill(index, n, rng, words)
     queries = rng.standard_normal((64, DIM)).astype("float32").tolist()
-    fresh = opener()  # a new object: what a restarted process pays on its first search
-    start = time.perf_counter()
-    fresh.search(queries[0], 10, namespace=NS)
-    cold_ms = (time.perf_counter() - start) * 1000
+    cold = []
+    for query in queries[:5]:  # a new object each: what a restarted process pays first
+        fresh = opener()
+        start = time.perf_counter()
+        fresh.search(query, 10, namespace=NS)
+        cold.append((time.perf_counter() - start) * 1000)
+    cold_ms = sorted(cold)[2]
+    index.search(queries[0], 10, namespace=NS)
+    holds_copy = getattr(index, "holds_copy", None)  # pgvector: the copy loads in the background
+    while holds_copy is not None and not holds_copy(NS):
+        time.sleep(0.05)
     warm = time_calls(lambda i: index.search(queries[i % 64], 10, namespace=NS), count, warmup=20)
 
     fresh_ids = itertools.count()  # time_calls repeats i after its warm-up: an id is new once
@@ -164,7 +191,7 @@ def _measure(opener: Opener, n: int, count: int) -> dict[str, Any]:
     return {
         "vectors": n,
         "fill_s": round(fill_s, 2),
-        "cold_search_ms": round(cold_ms, 1),
+        "cold_search_ms_p50": round(cold_ms, 1),
         "warm_search": summary(warm),
         "add_then_search": summary(after_write),
         "add_one": summary(add_one),
@@ -176,7 +203,7 @@ def _measure(opener: Opener, n: int, count: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default="sqlite", help="comma-separated: sqlite, postgres, redis")
+    parser.add_argument("--backends", default="sqlite", help="comma-separated: sqlite, postgres, pgvector, redis")
     parser.add_argument("--quick", action="store_true", help="10k vectors only")
     parser.add_argument("--count", type=int, default=200, help="timed searches per figure")
     args = parser.parse_args()

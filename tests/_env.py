@@ -70,6 +70,21 @@ def require_redis(url: str = REDIS_URL) -> str:
     return url
 
 
+def start_pgvector_server(data_dir: Path) -> tuple[str, object]:
+    """A Postgres with the pgvector extension, from the ``pgserver`` wheel, started as a
+    subprocess in ``data_dir``: ``(url, server)``; ``server.cleanup()`` stops it.
+    ``FASTAIAGENT_TEST_PGVECTOR`` names a running server instead (server None)."""
+    given = os.environ.get("FASTAIAGENT_TEST_PGVECTOR")
+    if given:
+        return require_postgres(given), None
+    pgserver = require_module("pgserver")
+    try:
+        server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    except Exception as exc:
+        missing(f"the pgserver Postgres (pgvector) did not start in {data_dir}: {exc}")
+    return require_postgres(server.get_uri()), server
+
+
 def chromium_paths() -> tuple[str, str]:
     """(browser, driver) paths; FASTAIAGENT_CHROMIUM / FASTAIAGENT_CHROMEDRIVER override them.
 

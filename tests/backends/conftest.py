@@ -18,6 +18,7 @@ from _env import (
     drop_tables,
     require_postgres,
     require_redis,
+    start_pgvector_server,
 )
 
 RUN_ID = uuid.uuid4().hex[:8]
@@ -29,6 +30,15 @@ COMPANIONS = ("windows", "items", "vectors", "vector_ns", "vector_meta", "embedd
 def postgres_url() -> str:
     """The test Postgres URL, checked once per session (skips, or fails under CI=true)."""
     return require_postgres(POSTGRES_URL)
+
+
+@pytest.fixture(scope="session")
+def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Postgres with pgvector (the pgserver wheel's), started once per session."""
+    url, server = start_pgvector_server(tmp_path_factory.mktemp("pgvector"))
+    yield url
+    if server is not None:
+        server.cleanup()  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

@@ -216,7 +216,7 @@ def test_a_small_cache_budget_still_answers_right(facts: PostgresFactStore) -> N
 def test_the_schema_version_is_recorded_and_a_newer_one_refused(facts: PostgresFactStore) -> None:
     facts.vector_store().ids("user:1")
     component = f"vectors:{facts.table}_vectors"
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(1,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(2,)]
     _raw(facts, "UPDATE fastaiagent_schema SET version = 9 WHERE component = %s RETURNING 1", component)
     with pytest.raises(SchemaVersionError, match=rf"'{component}' at schema version 9.*pip install -U"):
         _reopen(facts).ids("user:1")
@@ -250,3 +250,51 @@ def test_bad_arguments_are_refused(facts: PostgresFactStore) -> None:
         index.search([1.0], -1, namespace="user:1")
     with pytest.raises(InvalidValueError, match="no vector"):
         index.add([Chunk("a", "x", None, {"namespace": "user:1"})])
+
+
+def test_keyword_scores_are_bm25_on_the_namespaces_own_statistics(facts: PostgresFactStore) -> None:
+    import random
+
+    from fastaiagent.kb.bm25 import BM25Index
+
+    rng = random.Random(3)
+    words = ["lisbon", "jane", "sister", "dog", "park", "coffee", "plan", "trip", "moved", "sunny"]
+    docs = {f"a{i}": " ".join(rng.choices(words, k=rng.randint(2, 9))) for i in range(120)}
+    index = facts.vector_store()
+    index.add([_chunk(cid, text, [1.0, 0.0]) for cid, text in docs.items()])
+    reference = BM25Index()
+    reference.add_many(docs.items())
+    for query in ("Jane moved to Lisbon", "dog park", "sunny coffee trip plans"):
+        expected = reference.search(query, 10)
+        got = index.keyword_search(query, 10, namespace="user:1")
+        assert [score for _, score in got] == pytest.approx([s for _, s in expected], rel=1e-6)
+        last = expected[-1][1] + 1e-9  # ties at the cut may fall either way
+        assert {c for c, v in got if v > last} == {c for c, v in expected if v > last}
+    lisbon = index.keyword_search("Jane moved to Lisbon", 10, namespace="user:1")
+    # Another user says "lisbon" five hundred times: user 1's scores stay put.
+    index.add([_chunk(f"b{i}", "lisbon lisbon trip", [0.0, 1.0], ns="user:2") for i in range(500)])
+    assert index.keyword_search("Jane moved to Lisbon", 10, namespace="user:1") == lisbon
+    index.delete(["a0", "a1"])
+    for cid in ("a0", "a1"):
+        reference.remove(cid)
+    after = _reopen(facts).keyword_search("dog park", 10, namespace="user:1")
+    assert [score for _, score in after] == pytest.approx([s for _, s in reference.search("dog park", 10)], rel=1e-6)
+
+
+def test_a_version_1_vector_table_gains_keyword_statistics(facts: PostgresFactStore) -> None:
+    index = facts.vector_store()
+    index.add([_chunk("a1", "Jane moved to Lisbon", [1, 0]), _chunk("a2", "Lisbon is sunny", [0, 1])])
+    expected = index.keyword_search("Jane Lisbon", 5, namespace="user:1")
+    t = f'"{facts.table}_vectors"'
+    # Back to the layout of version 1: no token counts, no statistics, no trigger.
+    component = f"vectors:{facts.table}_vectors"
+    with psycopg.connect(facts.url, autocommit=True) as conn:
+        conn.execute(f'DROP TRIGGER "{facts.table}_vectors_kw_stats" ON {t}')
+        conn.execute(f"ALTER TABLE {t} DROP COLUMN ntokens")
+        conn.execute(f'ALTER TABLE "{facts.table}_vector_ns" DROP COLUMN docs, DROP COLUMN tokens')
+        conn.execute("UPDATE fastaiagent_schema SET version = 1 WHERE component = %s", (component,))
+    reopened = _reopen(facts)
+    assert reopened.keyword_search("Jane Lisbon", 5, namespace="user:1") == expected
+    stats = _raw(facts, f'SELECT namespace, docs, tokens FROM "{facts.table}_vector_ns"')
+    assert stats == [("user:1", 2, 5)]  # "to" and "is" are stop words
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(2,)]

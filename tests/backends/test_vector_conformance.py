@@ -19,6 +19,7 @@ from fastaiagent.facts.vector_conformance import StoredVectorIndexConformance
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("pgvector", id="pgvector", marks=pytest.mark.postgres),
     pytest.param("redis", id="redis", marks=pytest.mark.redis),
 ]
 
@@ -46,15 +47,23 @@ def _sqlite(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Ca
     return opener
 
 
-def _postgres(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Callable[[], None]]) -> Callable[[], Any]:
+def _postgres(
+    request: pytest.FixtureRequest,
+    stores: list[Any],
+    cleanups: list[Callable[[], None]],
+    server: str = "postgres_url",
+) -> Callable[[], Any]:
     _backend_module("postgres")
     from fastaiagent.facts.postgres import PostgresFactStore
 
-    url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
+    url, table = request.getfixturevalue(server), request.getfixturevalue("pg_table")
+    pgvector = server == "pgvector_url"
 
     def opener() -> Any:
         stores.append(PostgresFactStore(url, max_pool_size=4, table=table))
-        return stores[-1].vector_store()
+        index = stores[-1].vector_store()
+        assert index.uses_pgvector is pgvector  # the extension is used exactly when present
+        return index
 
     def drop() -> None:  # pg_table drops the fact table only
         import psycopg
@@ -83,7 +92,11 @@ def _redis(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Cal
 
 
 PG_SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta")
-OPENERS = {"sqlite": _sqlite, "postgres": _postgres, "redis": _redis}
+def _pgvector(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Callable[[], None]]) -> Callable[[], Any]:
+    return _postgres(request, stores, cleanups, server="pgvector_url")
+
+
+OPENERS = {"sqlite": _sqlite, "postgres": _postgres, "pgvector": _pgvector, "redis": _redis}
 
 
 class TestStoredVectorIndex(StoredVectorIndexConformance):

@@ -5,6 +5,9 @@ one agent turn for ``user`` with ``recall="auto"`` and ``semantic="auto"``,
 optionally persists a fact, and prints JSON: the prompt the model saw and
 ``retrieve(message)``. Every text the embedder is asked for is appended to
 ``log`` (one line each), so a test can prove no text is embedded twice.
+``python _durable_worker.py --serve <location> <log> <user>`` is a live worker:
+one Memory for the process, a turn for every JSON line on stdin
+(``{"message", "persist", "query"}``), a JSON line out for each.
 """
 
 from __future__ import annotations
@@ -44,19 +47,20 @@ class LoggingEmbedder:
         return vectors
 
 
-def turn(
-    location: Any, log: str, user: str, message: str, persist: str | None, query: str | None
-) -> dict[str, Any]:
+def open_memory(location: Any, log: str, user: str) -> Memory:
+    return Memory(
+        location=location, user_id=user, window=1, recall="auto", semantic="auto",
+        embedder=LoggingEmbedder(log), learn_in_background=False,
+    )  # fmt: skip
+
+
+def turn(mem: Memory, user: str, message: str, persist: str | None, query: str | None) -> dict[str, Any]:
     prompts: list[str] = []
 
     def answer(messages: list[Message]) -> str:
         prompts.append("\n".join(f"{m.role}:{m.content}" for m in messages))
         return "Noted."
 
-    mem = Memory(
-        location=location, user_id=user, window=1, recall="auto", semantic="auto",
-        embedder=LoggingEmbedder(log), learn_in_background=False,
-    )  # fmt: skip
     if persist:
         mem.persist(persist, tier="user", id=user)
     Agent("a", FunctionLLM(answer), memory=mem).run(message)
@@ -66,8 +70,19 @@ def turn(
     return {"prompt": prompts[-1], "retrieved": found}
 
 
+def serve(location: str, log: str, user: str) -> None:
+    """A live worker: one Memory for the whole process, one turn per JSON line read."""
+    mem = open_memory(location, log, user)
+    for line in sys.stdin:
+        asked = json.loads(line)
+        print(json.dumps(turn(mem, user, asked["message"], asked.get("persist"), asked.get("query"))), flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        serve(*sys.argv[2:5])
+        sys.exit(0)
     loc, log_path, user_id, text = sys.argv[1:5]
     fact = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] else None
     asked = sys.argv[6] if len(sys.argv) > 6 else None
-    print(json.dumps(turn(loc, log_path, user_id, text, fact, asked)))
+    print(json.dumps(turn(open_memory(loc, log_path, user_id), user_id, text, fact, asked)))

@@ -78,6 +78,33 @@ def test_a_message_recorded_in_one_process_is_recalled_in_the_next(location, use
     assert "I adopted a puppy named Biscuit last week" in later["prompt"]
 
 
+def test_a_live_worker_recalls_what_another_process_recorded_on_its_next_turn(location, user, tmp_path):
+    log = tmp_path / "embedded.log"
+    live = subprocess.Popen(
+        [sys.executable, str(WORKER), "--serve", location, str(log), user],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=WORKER.parent,
+    )  # fmt: skip
+
+    def ask(**turn: str) -> dict[str, Any]:
+        assert live.stdin is not None and live.stdout is not None
+        live.stdin.write(json.dumps(turn) + "\n")
+        live.stdin.flush()
+        return dict(json.loads(live.stdout.readline()))
+
+    try:
+        warm = ask(message="good morning, how is the weather in town today?")  # B holds its copies
+        assert "Lisbon" not in warm["prompt"]
+        run_turn(location, log, user, "My sister Jane lives in Lisbon near the river",
+                 persist="The user's sister Jane lives in Lisbon")  # fmt: skip
+        later = ask(message="where does my sister Jane live these days?")
+        assert "My sister Jane lives in Lisbon near the river" in later["prompt"]
+        assert later["retrieved"][0] == "The user's sister Jane lives in Lisbon"
+    finally:
+        assert live.stdin is not None
+        live.stdin.close()
+        live.wait(timeout=60)
+
+
 def test_a_fact_persisted_in_one_process_is_retrieved_by_meaning_in_the_next(location, user, tmp_path):
     log = tmp_path / "embedded.log"
     run_turn(location, log, user, "hello there, nice weather", persist="The user is allergic to peanuts")
@@ -95,7 +122,7 @@ def test_no_text_is_embedded_twice_across_restarts_and_workers(location, user, t
     for _restart in range(2):  # the same turns again in fresh processes
         for message in messages:
             again(message)
-    with ThreadPoolExecutor(max_workers=3) as pool:  # concurrent workers on the same store
+    with ThreadPoolExecutor(max_workers=4) as pool:  # four concurrent workers on the same store
         list(pool.map(again, messages))
     counts = embedded(log)
     assert counts, "the embedder was never called"

@@ -174,3 +174,64 @@ def test_vector_block_recalls_by_meaning_with_the_real_model(local_embedder):
     for retrieval in ("hybrid", "dense"):
         block.retrieval = retrieval
         assert block.recall("tell me about my pet")[0].chunk.text.startswith("I adopted")
+
+
+TEXTS = [
+    "hi",
+    "My sister Jane moved to Lisbon last spring and loves the tram rides",
+    "peanuts",
+    " ".join(["a long message about hiking in the mountains"] * 12),
+]
+
+
+@pytest.mark.embedder
+def test_onnx_and_torch_backends_give_the_same_vectors(local_embedder):
+    from fastaiagent.kb import onnx_embedding
+
+    onnx = LocalEmbedder(backend="onnx").embed(TEXTS)
+    torch = LocalEmbedder(backend="torch").embed(TEXTS)
+    assert len(onnx) == len(torch) == len(TEXTS)
+    for a, b in zip(onnx, torch, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
+        assert math.isclose(math.fsum(x * x for x in a), 1.0, rel_tol=1e-5)
+    assert onnx_embedding.graph_path(embedding.local_model_path()).exists()
+
+
+@pytest.mark.embedder
+def test_the_onnx_graph_is_exported_once_and_reused(local_embedder, monkeypatch, tmp_path):
+    from fastaiagent.kb import onnx_embedding
+
+    monkeypatch.setenv(onnx_embedding.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(onnx_embedding, "_MODELS", {})
+    LocalEmbedder(backend="onnx").embed(["first"])
+    graph = onnx_embedding.graph_path(embedding.local_model_path())
+    assert graph.parent.parent == tmp_path and graph.exists()
+    written = graph.stat().st_mtime_ns
+    monkeypatch.setattr(onnx_embedding, "_MODELS", {})  # a new process
+    LocalEmbedder(backend="onnx").embed(["second"])
+    assert graph.stat().st_mtime_ns == written
+    assert [p.name for p in graph.parent.iterdir()] == [graph.name]  # no temporary left behind
+
+
+@pytest.mark.embedder
+def test_auto_falls_back_to_torch_when_onnx_cannot_load(local_embedder, monkeypatch, tmp_path, caplog):
+    from fastaiagent.kb import onnx_embedding
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv(onnx_embedding.CACHE_ENV, str(blocked))
+    monkeypatch.setattr(onnx_embedding, "_MODELS", {})
+    monkeypatch.setattr(embedding, "_onnx_warned", threading.Event())
+    vectors = LocalEmbedder(backend="auto").embed(TEXTS[:2])
+    expected = LocalEmbedder(backend="torch").embed(TEXTS[:2])
+    assert [v == pytest.approx(e, abs=1e-6) for v, e in zip(vectors, expected, strict=True)] == [True, True]
+    assert "runs on torch: ONNX Runtime could not load the model" in caplog.text
+    with pytest.raises(OSError, match="not-a-folder"):
+        LocalEmbedder(backend="onnx").embed(["x"])
+
+
+def test_local_backend_is_checked():
+    with pytest.raises(ValueError, match="backend must be one of 'auto', 'onnx', 'torch', got 'tf'"):
+        LocalEmbedder(backend="tf")
+    with pytest.raises(ValueError, match="backend='onnx' runs on the CPU"):
+        LocalEmbedder(backend="onnx", device="cuda")

@@ -16,6 +16,7 @@ from fastaiagent.agent.memory_blocks.background import AfterReplyBlock, Backgrou
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_config import MemoryConfig
+from fastaiagent.facts.reembed import stop_background_job
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
 
@@ -202,6 +203,7 @@ class MemoryStack:
         store = self.shared_recall_store()
         purge = getattr(store, "delete_namespace", None)
         if callable(purge):
+            stop_background_job(store, self.recall_namespace(user_id))  # it must not write back
             purge(self.recall_namespace(user_id))
 
     def semantic_index(self) -> Any:

@@ -18,28 +18,31 @@ Search is exact cosine over one namespace with numpy: each process keeps the
 namespace's matrix in memory (LRU, bounded by ``cache_bytes``) and checks it
 with one indexed statement per search, which also returns what was written
 since (a removal reloads the namespace). A per-user namespace is small, so
-exact search stays in milliseconds; for namespaces of millions of vectors an
-ANN index (pgvector's HNSW on a ``vector`` column) would take over, which this
-module does not need or use.
+exact search stays in milliseconds. With the pgvector extension
+(:mod:`fastaiagent.facts.pgvector`) the vectors are also written to a ``vector``
+column, and a namespace this process holds no copy of yet is searched in the
+server while its copy loads in the background.
 """
 
 from __future__ import annotations
 
-import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent._validate import integer
+from fastaiagent._validate import boolean, integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
+from fastaiagent.facts import pgvector
+from fastaiagent.facts import postgres_keywords as keywords
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.vectors import keyword_text, text_key
-from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
@@ -51,6 +54,8 @@ from fastaiagent.kb.protocols import (
     namespace_key,
     wanted_keys,
 )
+
+logger = logging.getLogger("fastaiagent.facts.postgres_vectors")
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _NONE = -1  # an epoch no namespace has (the sequence starts at 1): read everything
@@ -80,11 +85,11 @@ _QUERIES = {
     "bump": "INSERT INTO {n} (namespace, gen, epoch) SELECT %s, g, g FROM nextval({seq_name}) g "
     "ON CONFLICT (namespace) DO UPDATE SET gen = nextval({seq_name}) RETURNING gen",
     "removed": "UPDATE {n} SET epoch = nextval({seq_name}) WHERE namespace = %s",
-    "upsert": "INSERT INTO {v} (id, namespace, text, metadata, vector, dimension, gen, tsv) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s)) ON CONFLICT (id) DO UPDATE "
-    "SET namespace = excluded.namespace, text = excluded.text, metadata = excluded.metadata, "
-    "vector = excluded.vector, dimension = excluded.dimension, gen = excluded.gen, "
-    "tsv = excluded.tsv",
+    "upsert": "INSERT INTO {v} (id, namespace, text, metadata, vector, dimension, gen, tsv, "
+    "ntokens) VALUES (%s, %s, %s, %s, %s, %s, %s, to_tsvector('simple', %s), %s) "
+    "ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, text = excluded.text, "
+    "metadata = excluded.metadata, vector = excluded.vector, dimension = excluded.dimension, "
+    "gen = excluded.gen, tsv = excluded.tsv, ntokens = excluded.ntokens",
     # One statement, one snapshot: the namespace's state and the rows written
     # since the cached generation (all of them when the epoch moved).
     "refresh": "SELECT n.gen, n.epoch, v.id, v.vector FROM {n} n LEFT JOIN {v} v "
@@ -92,10 +97,6 @@ _QUERIES = {
     "AND v.gen > CASE WHEN n.epoch = %s THEN %s ELSE -1 END WHERE n.namespace = %s",
     "rows": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s)",
     "hits": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s) AND namespace = ANY(%s)",
-    # Matched with the namespace's token (the index reads only its postings' rows),
-    # ranked on the keywords alone.
-    "keyword": "SELECT id, ts_rank_cd(tsv, to_tsquery('simple', %s), 1) AS s FROM {v} "
-    "WHERE namespace = %s AND tsv @@ to_tsquery('simple', %s) ORDER BY s DESC, id LIMIT %s",
     "ids": "SELECT id FROM {v} WHERE namespace = %s",
     "namespaces": "SELECT namespace FROM {n}",
     "delete_rows": "DELETE FROM {v} WHERE id = ANY(%s) RETURNING namespace, text",
@@ -109,6 +110,20 @@ _QUERIES = {
     "cache": "INSERT INTO {e} (namespace, identity, text_key, vector) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (namespace, identity, text_key) DO UPDATE SET vector = excluded.vector",
 }
+# pgvector: exact search of one namespace in the server, on the ``embedding`` column.
+_QUERIES["server_search"] = (
+    "SELECT id, text, metadata, 1 - (embedding <=> %s::vector) AS score FROM {v} "
+    "WHERE namespace = %s AND dimension = %s AND embedding IS NOT NULL "
+    "ORDER BY embedding <=> %s::vector, id LIMIT %s"
+)
+# With pgvector the row's vector is also written to its ``embedding`` column, in the
+# same statement (a second UPDATE would leave a dead copy of every row behind).
+_QUERIES["upsert_pgvector"] = (
+    _QUERIES["upsert"]
+    .replace("ntokens)", "ntokens, embedding)")
+    .replace("%s), %s) ON", "%s), %s, %s::vector) ON")
+    .replace("ntokens = excluded.ntokens", "ntokens = excluded.ntokens, embedding = excluded.embedding")
+)
 
 
 def vectors_table_for(fact_table: str) -> str:
@@ -128,25 +143,9 @@ def _names(fact_table: str) -> dict[str, Any]:
         "seq_name": sql.Literal('"' + f"{v}_gen".replace('"', '""') + '"'),
         "idx_ns": sql.Identifier(f"idx_{v}_ns"),
         "idx_tsv": sql.Identifier(f"idx_{v}_tsv"),
+        "stats_fn": sql.Identifier(f"{v}_kw_stats"),
+        "stats_trigger": sql.Identifier(f"{v}_kw_stats"),
     }
-
-
-def _nskey(namespace: str) -> str:
-    """The namespace as one lexeme of the row's tsvector (a hex digest: one word)."""
-    return "n" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
-
-
-def _keywords(text: str, namespace: str) -> str:
-    """What the row's tsvector is made of: the text's keyword tokens (the same
-    stop-word-free, stemmed tokens as the in-process BM25 index), then the
-    namespace's lexeme."""
-    return " ".join([*tokenize(text), _nskey(namespace)])
-
-
-def _tsquery(query: str) -> str | None:
-    """``'a' | 'b'``: any keyword matches (tokens are word characters only), or None."""
-    terms = sorted(set(tokenize(query)))
-    return " | ".join(f"'{term}'" for term in terms) if terms else None
 
 
 @dataclass
@@ -187,7 +186,9 @@ class PostgresVectorIndex:
     Thread-safe, and safe across processes and hosts: each search checks its
     in-memory copy of the namespace against the database first. ``dimension``
     fixes the size up front (None: the first add, in any process, fixes it);
-    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU). Errors
+    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU).
+    ``pgvector``: None uses the ``vector`` extension when the server has it,
+    True requires it, False never uses it. Errors
     of the server are classified as the fact store's are
     (:class:`~fastaiagent.errors.StoreUnavailableError` for an outage). Needs numpy.
     """
@@ -198,6 +199,7 @@ class PostgresVectorIndex:
         *,
         dimension: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        pgvector: bool | None = None,
     ) -> None:
         if not isinstance(store, PostgresFactStore):
             raise InvalidTypeError(
@@ -205,13 +207,18 @@ class PostgresVectorIndex:
             )
         self._asked_dimension = check_dimension(dimension)
         self._cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        self._asked_pgvector = None if pgvector is None else boolean("pgvector", pgvector)
+        self._pgvector = False
+        self._warming: set[str] = set()  # namespaces whose copy loads in the background
+        self._too_big: set[str] = set()  # namespaces larger than cache_bytes
         self._np = require("numpy", "postgres")
         self.store = store
         self.table = vectors_table_for(store.table)
         names = _names(store.table)
-        self._q = {k: sql.SQL(text).format(**names) for k, text in _QUERIES.items()}
-        ddl = [sql.SQL(text).format(**names) for text in _DDL]
-        self._schema = Schema(f"vectors:{self.table}", [lambda conn: _create(conn, ddl)])
+        queries = {**_QUERIES, **keywords.QUERIES}
+        self._q = {k: sql.SQL(text).format(**names) for k, text in queries.items()}
+        steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2)]
+        self._schema = Schema(f"vectors:{self.table}", [partial(_run_ddl, ddl=ddl) for ddl in steps])
         self._ready = False
         self._dimension: int | None = None
         self._fixed = False  # whether the database holds self._dimension
@@ -230,6 +237,7 @@ class PostgresVectorIndex:
             if not self._ready:
                 where = f"the database at {redacted_url(self.store.url)}"
                 migrate_postgres(conn, self._schema, self.table, where)
+                self._pgvector = pgvector.enable(conn, self.table, self._asked_pgvector, where)
                 self._load_dimension(conn)
                 self._ready = True
             return operation(conn)
@@ -259,6 +267,12 @@ class PostgresVectorIndex:
                 f"vectors have dimension {size} but the index has dimension {self._dimension}; "
                 "use an embedder of the same size or another fact table"
             )
+
+    @property
+    def uses_pgvector(self) -> bool:
+        """Whether vectors are also kept in a pgvector column (and cold searches run there)."""
+        self._run(lambda conn: None)
+        return self._pgvector
 
     @property
     def dimension(self) -> int | None:
@@ -308,12 +322,17 @@ class PostgresVectorIndex:
             new = {key for _, key, _ in rows}
             left = {before[c.id] for c, key, _ in rows if c.id in before and before[c.id] != key}
             gens = self._lock_namespaces(conn, new, left)
-            params = [
-                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key], _keywords(keyword_text(c), key))
+            params: list[tuple[Any, ...]] = [
+                (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key],
+                 *keywords.postings(keyword_text(c), key))
                 for c, key, vec in rows
             ]
+            statement = self._q["upsert"]
+            if self._pgvector:
+                statement = self._q["upsert_pgvector"]
+                params = [(*row, pgvector.literal(self._np.frombuffer(row[4], "float32"))) for row in params]
             with conn.cursor() as cursor:
-                cursor.executemany(self._q["upsert"], params)
+                cursor.executemany(statement, params)
 
     def _lock_namespaces(self, conn: Any, written: set[str], removed: set[str]) -> dict[str, int]:
         """Take the namespace rows' locks in one order (no deadlock between writers):
@@ -390,6 +409,11 @@ class PostgresVectorIndex:
         np = self._np
         if keys is None:
             keys = [row[0] for row in conn.execute(self._q["namespaces"])]
+        if self._pgvector and len(keys) == 1:
+            with self._lock:
+                cold = keys[0] not in self._matrices
+            if cold:
+                return self._search_in_server(conn, query, top_k, keys[0])
         scored: list[tuple[float, str]] = []
         for key in keys:
             ids, vectors = self._refresh(conn, key)
@@ -411,6 +435,38 @@ class PostgresVectorIndex:
         rows = conn.execute(self._q["hits"], ([i for _, i in scored], keys)).fetchall()
         found = {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
         return [SearchHit(found[i], score) for score, i in scored if i in found]
+
+    def _search_in_server(self, conn: Any, query: Any, top_k: int, key: str) -> list[SearchHit]:
+        """A namespace this process holds no copy of: searched by pgvector in the
+        server (no whole read on the caller's path), its copy loaded in the background."""
+        text = pgvector.literal(query)
+        params = (text, key, self._dimension, text, top_k)
+        rows = conn.execute(self._q["server_search"], params).fetchall()
+        self._warm(key)
+        return [SearchHit(Chunk(r[0], r[1], None, dict(r[2])), float(r[3])) for r in rows]
+
+    def holds_copy(self, namespace: str) -> bool:
+        """Whether this process holds ``namespace``'s vectors in memory (searched here)."""
+        with self._lock:
+            return namespace in self._matrices
+
+    def _warm(self, key: str) -> None:
+        """Load ``key``'s matrix on a daemon thread (one at a time per namespace)."""
+        with self._lock:
+            if key in self._warming or key in self._too_big:
+                return
+            self._warming.add(key)
+
+        def load() -> None:
+            try:
+                self._run(lambda conn: self._refresh(conn, key))
+            except Exception as exc:  # the next search tries again
+                logger.debug("loading the vectors of %r failed: %s", key, exc)
+            finally:
+                with self._lock:
+                    self._warming.discard(key)
+
+        threading.Thread(target=load, name="fastaiagent-pgvector-warm", daemon=True).start()
 
     def _refresh(self, conn: Any, key: str) -> tuple[list[str], Any]:
         """The namespace's ids and vectors (a consistent snapshot: rows ``[0, n)``),
@@ -459,20 +515,16 @@ class PostgresVectorIndex:
             held -= dropped.nbytes
         if held > self._cache_bytes:
             self._matrices.pop(key, None)  # too big to keep: searched, then dropped
+            self._too_big.add(key)  # with pgvector: searched in the server, never loaded again
 
     def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
-        """``(chunk id, score)`` of the best keyword matches in ``namespace`` (any
-        keyword matches; Postgres' cover-density rank, normalised by document
-        length), best first; scores are comparable within one call only."""
+        """``(chunk id, score)`` of the best BM25 keyword matches in ``namespace``
+        (any keyword matches; scored with the namespace's own statistics, see
+        :mod:`fastaiagent.facts.postgres_keywords`), best first."""
         check_top_k(top_k)
         check_text("query", query, allow_empty=True)
         wanted_keys(namespace, False)
-        terms = _tsquery(query)
-        if terms is None or top_k == 0:
-            return []
-        params = (terms, namespace, f"'{_nskey(namespace)}' & ({terms})", top_k)
-        rows = self._run(lambda conn: conn.execute(self._q["keyword"], params).fetchall())
-        return [(row[0], float(row[1])) for row in rows]
+        return list(self._run(lambda conn: keywords.search(conn, self._q, query, top_k, namespace)))
 
     # -- reads ---------------------------------------------------------------
 
@@ -554,8 +606,9 @@ class PostgresVectorIndex:
             self._matrices.clear()
 
 
-def _create(conn: Any, ddl: list[Any]) -> None:
-    """Schema step 1 (under the table's advisory lock, see facts/schema.py)."""
+def _run_ddl(conn: Any, ddl: list[Any]) -> None:
+    """One schema step, in one transaction (under the table's advisory lock, see
+    facts/schema.py)."""
     with conn.transaction():
         for statement in ddl:
             conn.execute(statement)

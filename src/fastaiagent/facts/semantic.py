@@ -32,6 +32,7 @@ from fastaiagent._validate import fraction, number, one_of, positive_int
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, identity_of
 from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
 from fastaiagent.kb.bm25 import BM25Index
@@ -188,14 +189,9 @@ class SemanticFactIndex:
 
     def _load_durable(self, namespace: str, state: _SubjectIndex) -> None:
         """What a store-backed index holds for a subject: its ids only (the fact id is
-        in the vector id); vectors of another embedder are dropped, to be re-embedded."""
+        in the vector id). Vectors of another embedder stay until re-embedded in the
+        background; searches leave them out meanwhile (:meth:`_own_model`)."""
         held = self.vectors.ids(namespace)  # type: ignore[attr-defined]
-        if held:
-            sample = self.vectors.get([next(iter(held))])
-            made_by = sample[0].metadata.get(EMBEDDER_KEY) if sample else None
-            if made_by is not None and made_by != identity_of(self.embedder):
-                self.vectors.delete_namespace(namespace)
-                held = set()
         for vector_id in held:
             if vector_id.startswith(_DURABLE_PREFIX) and vector_id[len(_DURABLE_PREFIX):].isdigit():
                 state.fact_to_vector[int(vector_id[len(_DURABLE_PREFIX):])] = vector_id
@@ -298,6 +294,8 @@ class SemanticFactIndex:
                 namespaces = [ns for ns in self._subjects if ns.startswith(prefix)]
             for namespace in namespaces:
                 self._subjects.pop(namespace, None)
+        for namespace in namespaces:
+            stop_background_job(self.vectors, namespace)  # it must not write back
         return sum(self.vectors.delete_namespace(namespace) for namespace in namespaces)
 
     # -- search ------------------------------------------------------------------
@@ -404,6 +402,15 @@ class SemanticFactIndex:
                 break
         return out
 
+    def _own_model(self, hits: list[Any], namespace: str) -> list[Any]:
+        """The hits embedded by this index's embedder; vectors of an earlier model are
+        left out of the ranking and re-embedded in the background (facts/reembed.py)."""
+        identity = identity_of(self.embedder)
+        kept = [h for h in hits if not foreign(h.chunk.metadata, identity)]
+        if len(kept) < len(hits):
+            reembed_in_background(self.vectors, self.embedder, namespace)
+        return kept
+
     def _search_subject(
         self,
         subject: Subject,
@@ -416,6 +423,8 @@ class SemanticFactIndex:
         namespace = subject_namespace(subject)
         fetch = limit * _FETCH_FACTOR
         hits = self.vectors.search(query_vector, fetch, namespace=namespace)
+        if self.durable:
+            hits = self._own_model(hits, namespace)
         dense = [(h.chunk.id, h.score) for h in hits]
         if self.retrieval == "hybrid" and self.durable:
             keyword = self.vectors.keyword_search(query, fetch, namespace=namespace)  # type: ignore[attr-defined]

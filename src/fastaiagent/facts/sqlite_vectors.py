@@ -25,9 +25,7 @@ small; see docs/semantic.md for where an ANN index takes over).
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
-import math
 import sqlite3
 import threading
 from collections import Counter, OrderedDict
@@ -41,6 +39,7 @@ from fastaiagent._sqlite import migrate
 from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.keyword_scoring import bm25_top
 from fastaiagent.facts.sqlite import SQLiteFactStore
 from fastaiagent.facts.vectors import keyword_text
 from fastaiagent.kb.bm25 import tokenize
@@ -163,28 +162,6 @@ def _fts_query(namespace: str, query: str) -> str | None:
         return None
     words = " OR ".join(f'"{term}"' for term in terms)  # tokens hold no '"' (word chars only)
     return f'nskey : "{_nskey(namespace)}" AND keywords : ({words})'
-
-
-def _bm25(
-    frequency: Mapping[str, int], rows: Sequence[tuple[str, str]], docs: int, tokens: int, top_k: int
-) -> list[tuple[str, float]]:
-    """Okapi BM25 of ``rows`` (id, space-joined keyword tokens) for the query terms of
-    ``frequency`` (term -> documents holding it), with the namespace's document count
-    and token total; the formula of kb/bm25.py."""
-    k1, b = 1.2, 0.75
-    slope = k1 * b / ((tokens / docs) or 1.0)
-    counted = [(chunk_id, Counter(keywords.split())) for chunk_id, keywords in rows]
-    gains = {
-        term: (k1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-        for term, df in frequency.items()
-        if df
-    }
-    scores = []
-    for chunk_id, counts in counted:
-        norm = k1 * (1.0 - b) + slope * sum(counts.values())
-        score = sum(gain * counts[term] / (counts[term] + norm) for term, gain in gains.items() if term in counts)
-        scores.append((chunk_id, score))
-    return heapq.nlargest(top_k, scores, key=lambda item: item[1])
 
 
 def _batches(items: Sequence[Any]) -> list[Sequence[Any]]:
@@ -709,7 +686,11 @@ class SQLiteVectorIndex:
             ).fetchone()[0]
             for term in set(tokenize(query))
         }
-        return _bm25(frequency, rows, stats[0], stats[1], top_k)
+        counted = []
+        for chunk_id, keywords in rows:
+            counts = Counter(keywords.split())
+            counted.append((chunk_id, sum(counts.values()), counts))
+        return bm25_top(frequency, counted, stats[0], stats[1], top_k)
 
     def ids(self, namespace: str) -> set[str]:
         """Every chunk id ``namespace`` holds."""

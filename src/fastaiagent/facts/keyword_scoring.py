@@ -1,0 +1,50 @@
+"""BM25 for keyword search inside a store, with one namespace's own statistics.
+
+The SQLite and Postgres vector indexes let their full-text index pick candidate
+documents, then score them here with the namespace's document count, token
+total and per-term document counts, so a user's ranking never depends on what
+other users said. The formula is :class:`~fastaiagent.kb.bm25.BM25Index`'s
+(Okapi BM25, k1 1.2, b 0.75), so durable and in-process recall rank alike.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+
+K1, B = 1.2, 0.75
+
+
+def bm25_top(
+    frequency: Mapping[str, int],
+    rows: Sequence[tuple[str, int, Mapping[str, int]]],
+    docs: int,
+    tokens: int,
+    top_k: int,
+) -> list[tuple[str, float]]:
+    """The ``top_k`` best of ``rows`` (id, document length in tokens, term counts of
+    at least the query terms), best first, for the query terms of ``frequency``
+    (term -> documents of the namespace holding it), among ``docs`` documents
+    of ``tokens`` tokens in all."""
+    if docs <= 0:
+        return []
+    slope = K1 * B / ((tokens / docs) or 1.0)
+    gains = {
+        term: (K1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+        for term, df in frequency.items()
+        if df
+    }
+    scores = []
+    for chunk_id, length, counts in rows:
+        norm = K1 * (1.0 - B) + slope * length
+        score = 0.0
+        for term, gain in gains.items():
+            tf = counts.get(term, 0)
+            if tf:
+                score += gain * tf / (tf + norm)
+        scores.append((chunk_id, score))
+    return heapq.nlargest(top_k, scores, key=lambda item: item[1])
+
+
+__all__ = ["K1", "B", "bm25_top"]

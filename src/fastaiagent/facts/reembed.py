@@ -1,0 +1,241 @@
+"""Re-embedding a store-backed index with another embedder, in the background, with progress.
+
+Every durable chunk records the identity of the embedder that made its vector
+(``metadata["embedder"]``, see :mod:`fastaiagent.facts.embedding_cache`). When a
+Memory starts with another embedder, recall and semantic facts notice it on the
+hits of a search (a hit of another identity is never ranked against the new
+model's query) and hand the namespace to :func:`reembed_in_background`. A
+:class:`Reembedding` job embeds the namespace's texts again in batches (sorted by
+length, so a batch pads little), through the index's embedding cache (each text
+once, ever), and writes them back by id. A repeat after a crash or restart
+skips what is already done.
+
+One index holds one dimension: a model of another size is re-embedded into a
+*new* index (``Reembedding(old, embedder, target=new)``), and the old one keeps
+serving until the caller switches. Nothing of two sizes is ever mixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastaiagent._validate import integer
+from fastaiagent.errors import InvalidTypeError
+from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, identity_of
+from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, namespace_key
+
+logger = logging.getLogger("fastaiagent.facts.reembed")
+
+Progress = Callable[["Reembedding"], None]
+
+
+class Reembedding:
+    """Re-embed the chunks of ``namespaces`` in ``index`` (None: every namespace it
+    holds) with ``embedder``, writing them to ``target`` (default: ``index`` itself).
+
+    ``run()`` does the work on the caller's thread; ``start()`` on a daemon thread.
+    ``done`` / ``total`` count chunks, ``state`` is ``"pending"``, ``"running"``,
+    ``"done"``, ``"cancelled"`` or ``"failed"`` (``error`` holds the exception);
+    ``on_progress`` is called after every batch. A chunk removed meanwhile is not
+    written back; ``cancel()`` stops before the next write.
+    """
+
+    def __init__(
+        self,
+        index: Any,
+        embedder: Any,
+        *,
+        namespaces: Sequence[str] | None = None,
+        target: Any = None,
+        batch_size: int = 64,
+        on_progress: Progress | None = None,
+    ) -> None:
+        for name, obj, needs in (("index", index, "chunks"), ("embedder", embedder, "embed")):
+            if not callable(getattr(obj, needs, None)):
+                raise InvalidTypeError(f"{name} must have {needs}(), got {type(obj).__name__}")
+        if isinstance(namespaces, str):
+            raise InvalidTypeError("namespaces must be a list of namespaces, not one str")
+        self.index, self.embedder = index, embedder
+        self.target = index if target is None else target
+        self.namespaces = None if namespaces is None else list(namespaces)
+        self.batch_size = integer("batch_size", batch_size, minimum=1)
+        self.on_progress = on_progress
+        self.identity = identity_of(embedder)
+        size, held = getattr(embedder, "dimension", None), getattr(self.target, "dimension", None)
+        if size is not None and held is not None and int(size) != int(held):
+            raise DimensionMismatchError(
+                f"the embedder makes {size}-dimensional vectors but {self.target!r} holds "
+                f"{held}-dimensional ones; re-embed into a new index instead: "
+                "Reembedding(old_index, embedder, target=new_index)"
+            )
+        self.done = 0
+        self.total = 0
+        self.state = "pending"
+        self.error: BaseException | None = None
+        self._finished = threading.Event()
+        self._cancelled = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"Reembedding({self.state}, {self.done}/{self.total}, identity={self.identity!r})"
+
+    def start(self) -> Reembedding:
+        """Run on a daemon thread; returns self."""
+        threading.Thread(target=self._run_logged, name="fastaiagent-reembed", daemon=True).start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job ends (True) or ``timeout`` seconds pass (False)."""
+        return self._finished.wait(timeout)
+
+    def cancel(self) -> None:
+        """Stop before the next write: nothing more is written back (state ``"cancelled"``)."""
+        self._cancelled.set()
+
+    def _run_logged(self) -> None:
+        try:
+            self.run()
+        except Exception as exc:  # recorded on the job; the next search starts a new one
+            logger.warning("re-embedding with %s failed: %s", self.identity, exc)
+
+    def run(self) -> Reembedding:
+        """Do the whole job here; raises what failed (also kept in ``error``)."""
+        self.state = "running"
+        started = time.monotonic()
+        try:
+            todo = self._todo()
+            self.total = sum(len(chunks) for chunks in todo.values())
+            for namespace, chunks in todo.items():
+                self._namespace(namespace, chunks)
+            self.state = "cancelled" if self._cancelled.is_set() else "done"
+        except BaseException as exc:
+            self.state, self.error = "failed", exc
+            raise
+        finally:
+            self._finished.set()  # after the state: a waiter reads the final one
+        logger.info(
+            "re-embedded %d chunks with %s in %.1f s", self.done, self.identity, time.monotonic() - started
+        )
+        return self
+
+    def _todo(self) -> dict[str, list[Chunk]]:
+        """The chunks to embed again, by namespace (texts only; vectors are not read)."""
+        found: dict[str, list[Chunk]] = {}
+        sources = [None] if self.namespaces is None else self.namespaces
+        into_itself = self.target is self.index
+        for namespace in sources:
+            for chunk in self.index.chunks(namespace):
+                if into_itself and chunk.metadata.get(EMBEDDER_KEY) == self.identity:
+                    continue  # done by an earlier (interrupted) run
+                found.setdefault(namespace_key(chunk.metadata), []).append(chunk)
+        return found
+
+    def _namespace(self, namespace: str, chunks: list[Chunk]) -> None:
+        embed = cached(self.embedder, self.target, namespace)
+        chunks.sort(key=lambda c: len(c.text))
+        for first in range(0, len(chunks), self.batch_size):
+            if self._cancelled.is_set():
+                return
+            batch = chunks[first : first + self.batch_size]
+            vectors = embed.embed([c.text for c in batch])
+            if self._cancelled.is_set():  # a forget while the batch was embedded
+                return
+            # Written back only while the source still holds them (a forget meanwhile wins).
+            alive = {c.id for c in self.index.get([c.id for c in batch])}
+            fresh = [
+                Chunk(c.id, c.text, list(v), {**c.metadata, EMBEDDER_KEY: self.identity})
+                for c, v in zip(batch, vectors, strict=True)
+                if c.id in alive
+            ]
+            if fresh:
+                self.target.add(fresh)
+            self.done += len(batch)
+            if self.on_progress is not None:
+                self.on_progress(self)
+
+
+_jobs: dict[tuple[int, str], Reembedding] = {}
+_work: queue.Queue[Reembedding] = queue.Queue()
+_jobs_lock = threading.Lock()
+_worker: threading.Thread | None = None
+
+
+def reembed_in_background(index: Any, embedder: Any, namespace: str) -> Reembedding:
+    """The job re-embedding ``namespace`` of ``index`` with ``embedder`` in this
+    process, queued if none is pending or running. Jobs run one at a time on one
+    daemon thread (embedding is CPU-bound: two at once would only share the cores)."""
+    global _worker
+    key = (id(index), namespace)
+    with _jobs_lock:
+        job = _jobs.get(key)
+        if job is not None and job.state in ("pending", "running") and not job._cancelled.is_set():
+            return job
+        job = _jobs[key] = Reembedding(
+            index, embedder, namespaces=[namespace], on_progress=_log_progress
+        )
+        _work.put(job)
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_drain, name="fastaiagent-reembed", daemon=True)
+            _worker.start()
+        logger.info("embedder changed to %s: re-embedding %r in the background", job.identity, namespace)
+        return job
+
+
+def stop_background_job(index: Any, namespace: str, timeout: float = 30.0) -> None:
+    """Cancel this process's job on ``namespace`` and wait for its last write (at most
+    one batch): what a forget calls first, so the job cannot write a user back."""
+    job = background_job(index, namespace)
+    if job is not None and job.state in ("pending", "running"):
+        job.cancel()
+        if job.state == "running":
+            job.wait(timeout)
+
+
+def background_job(index: Any, namespace: str) -> Reembedding | None:
+    """The last background job of ``namespace`` in ``index`` in this process, if any."""
+    with _jobs_lock:
+        return _jobs.get((id(index), namespace))
+
+
+_PROGRESS_EVERY = 5.0  # seconds between progress lines of a background job
+_last_logged: dict[int, float] = {}
+
+
+def _log_progress(job: Reembedding) -> None:
+    now = time.monotonic()
+    if job.done < job.total and now - _last_logged.get(id(job), 0.0) < _PROGRESS_EVERY:
+        return
+    _last_logged[id(job)] = now
+    logger.info("re-embedding %s: %d of %d chunks", job.namespaces, job.done, job.total)
+    if job.done >= job.total:
+        _last_logged.pop(id(job), None)
+
+
+def _drain() -> None:
+    while True:
+        job = _work.get()
+        if job._cancelled.is_set():
+            job.state = "cancelled"
+            job._finished.set()
+            continue
+        job._run_logged()
+
+
+def foreign(hit_metadata: dict[str, Any], identity: str) -> bool:
+    """True when a stored chunk was embedded by another embedder than ``identity``
+    (chunks that record none are taken as this embedder's)."""
+    made_by = hit_metadata.get(EMBEDDER_KEY)
+    return made_by is not None and made_by != identity
+
+
+__all__ = [
+    "Reembedding",
+    "background_job",
+    "foreign",
+    "reembed_in_background",
+    "stop_background_job",
+]
