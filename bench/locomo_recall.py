@@ -3,8 +3,13 @@
 Each conversation's turns are fed through VectorBlock as one user's messages;
 then every category 1-4 question is asked through ``VectorBlock.recall`` and
 we measure recall@k = the share of a question's evidence turns among the
-first k distinct turns returned. Reported for the default retrieval and for
-BM25-only and dense-only through the same harness.
+first k distinct turns returned (turn-level), and the share of its evidence
+sessions among the sessions of those turns (session-level, S@k, the figure
+other memory projects publish). T<B> is turn-level recall at equal prompt
+tokens: what of the 10 recalled turns fits in B tokens, packed as
+``Memory(max_memory_tokens=B)`` packs them. Reported for the default retrieval and for
+BM25-only and dense-only through the same harness, for the whole split and
+for each half: options are chosen on conversations 0-2 and confirmed on 3-4.
 
     python bench/locomo_recall.py [--data PATH] [--modes default,bm25,dense]
 
@@ -19,19 +24,22 @@ import re
 import sys
 import time
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastaiagent.agent.memory_blocks.vector import VectorBlock
+from fastaiagent.agent.memory_blocks.vector import Recalled, VectorBlock
+from fastaiagent.agent.memory_budget import pack
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.embedding import get_embedder
 from fastaiagent.kb.protocols import Chunk
-from fastaiagent.llm.message import Message, UserMessage
+from fastaiagent.llm.message import Message, SystemMessage, UserMessage
 
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 )
 KS = (1, 5, 10)
+TOKEN_BUDGETS = (100, 200, 400)  # tokens of recalled messages in the prompt
 CATEGORIES = (1, 2, 3, 4)
 BLOCK_OPTIONS: dict[str, Any] = {}  # experiment overrides of VectorBlock options
 PG_TABLE = "locomo_bench"  # a Postgres location gets a fact table of its own
@@ -63,11 +71,22 @@ class CachingEmbedder:
 class TurnTaggedBlock(VectorBlock):
     """VectorBlock that remembers which LoCoMo turn each chunk came from."""
 
+    turn: str | None = None  # the id of the turn being fed
+
     def _make_chunk(self, message: Message) -> Chunk | None:
         chunk = super()._make_chunk(message)
         if chunk is not None:
-            chunk.metadata["turn"] = message.name
+            chunk.metadata["turn"] = self.turn
         return chunk
+
+
+def session_time(date: str) -> float | None:
+    """LoCoMo's ``"1:56 pm on 8 May, 2023"`` as epoch seconds (UTC), None if unreadable."""
+    try:
+        moment = datetime.strptime(date.strip(), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=timezone.utc).timestamp()
 
 
 def turns_of(conversation: dict[str, Any]) -> list[dict[str, Any]]:
@@ -100,13 +119,28 @@ def evidence_ids(raw: list[str], known: set[str]) -> list[str]:
     return ids
 
 
-def returned_turns(block: VectorBlock, question: str, k: int) -> list[str]:
+def turns_in(items: list[Recalled]) -> list[str]:
     turns: list[str] = []
-    for item in block.recall(question):
+    for item in items:
         turn = item.chunk.metadata.get("turn")
         if turn and turn not in turns:
             turns.append(turn)
-    return turns[:k]
+    return turns
+
+
+def within_budgets(block: VectorBlock, items: list[Recalled]) -> dict[int, list[str]]:
+    """The turns whose notes ``Memory(max_memory_tokens=B)`` would keep, per budget B:
+    the recalled section packed as the memory packs it."""
+    if not items:
+        return {budget: [] for budget in TOKEN_BUDGETS}
+    rendered = [("vector", [SystemMessage(block.format(items))])]
+    lines = [block.format([item]).split("\n")[-1] for item in items]
+    out = {}
+    for budget in TOKEN_BUDGETS:
+        packed = pack(rendered, budget)
+        kept = set((packed.messages[0].content or "").split("\n")) if packed.messages else set()
+        out[budget] = turns_in([item for item, line in zip(items, lines, strict=True) if line in kept])
+    return out
 
 
 def recall_store(location: str | None, embedder: Any) -> Any:
@@ -124,15 +158,73 @@ def recall_store(location: str | None, embedder: Any) -> Any:
     return make_fact_store(location).vector_store()
 
 
+HALVES = {"tuned (0-2)": (0, 1, 2), "confirmed (3-4)": (3, 4)}
+
+
+class Tally:
+    """Running sums of turn-level and session-level recall@k per category."""
+
+    def __init__(self) -> None:
+        self.sums: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.counts: dict[Any, int] = defaultdict(int)
+
+    def add(
+        self, category: int, got: list[str], evidence: list[str], within: dict[int, list[str]]
+    ) -> None:
+        wanted_sessions = {session_of(e) for e in evidence}
+        for key in (category, "overall"):
+            self.counts[key] += 1
+            for budget, turns in within.items():
+                self.sums[key][f"recall@{budget}tokens"] += len(set(turns) & set(evidence)) / len(
+                    evidence
+                )
+            for k in KS:
+                self.sums[key][f"recall@{k}"] += len(set(got[:k]) & set(evidence)) / len(evidence)
+                sessions = {session_of(t) for t in got[:k]}
+                self.sums[key][f"session_recall@{k}"] += len(sessions & wanted_sessions) / len(
+                    wanted_sessions
+                )
+
+    def table(self) -> dict[str, Any]:
+        return {
+            str(key): {
+                "n": self.counts[key],
+                **{name: round(v / self.counts[key], 4) for name, v in self.sums[key].items()},
+            }
+            for key in [*CATEGORIES, "overall"]
+            if self.counts[key]
+        }
+
+
+def session_of(turn_id: str) -> str:
+    """``D3`` for turn ``D3:7``: the session a turn belongs to."""
+    return turn_id.split(":", 1)[0]
+
+
+SPEAKER_NAMES = True  # --anonymous: messages without Message.name (no participant cues)
+
+
+def feed(block: TurnTaggedBlock, turns: list[dict[str, Any]]) -> None:
+    """Each turn as a user message named after its speaker, said at its session's date."""
+    for turn in turns:
+        block.turn = turn["dia_id"]
+        name = turn["speaker"] if SPEAKER_NAMES else None
+        message = UserMessage(message_text(turn), name=name)
+        block.on_message(message, at=session_time(turn["date"]))
+    block.flush()
+
+
 def evaluate(
     samples: list[dict[str, Any]], embedder: Any, retrieval: str, location: str | None = None
 ) -> dict[str, Any]:
-    sums: dict[Any, dict[int, float]] = defaultdict(lambda: dict.fromkeys(KS, 0.0))
-    counts: dict[Any, int] = defaultdict(int)
+    """Recall tables overall, for each half of the split (see :data:`HALVES`) and per conversation."""
+    tallies = {"overall": Tally(), **{name: Tally() for name in HALVES}}
+    tallies.update({f"conversation {n}": Tally() for n in range(len(samples))})
+    store = recall_store(location, embedder)
     for number, sample in enumerate(samples):
         turns = turns_of(sample["conversation"])
         block = TurnTaggedBlock(
-            recall_store(location, embedder),
+            store,
             namespace=f"locomo:{retrieval}:{number}",
             embedder=embedder,
             top_k=max(KS),
@@ -141,29 +233,35 @@ def evaluate(
             batch_size=256,
             **BLOCK_OPTIONS,
         )
-        block.clear()  # a reused location holds the last run's turns under the same namespace
-        for turn in turns:
-            block.on_message(UserMessage(message_text(turn), name=turn["dia_id"]))
+        block.clear()  # a durable store keeps the previous run's chunks
+        feed(block, turns)
         known = {t["dia_id"] for t in turns}
+        halves = [name for name, members in HALVES.items() if number in members]
+        halves.append(f"conversation {number}")
         for qa in sample["qa"]:
             if qa.get("category") not in CATEGORIES:
                 continue
             evidence = evidence_ids(qa.get("evidence") or [], known)
             if not evidence:
                 continue
-            got = returned_turns(block, qa["question"], max(KS))
-            for key in (qa["category"], "overall"):
-                counts[key] += 1
-                for k in KS:
-                    sums[key][k] += len(set(got[:k]) & set(evidence)) / len(evidence)
-    return {
-        str(key): {
-            "n": counts[key],
-            **{f"recall@{k}": round(sums[key][k] / counts[key], 4) for k in KS},
-        }
-        for key in [*CATEGORIES, "overall"]
-        if counts[key]
-    }
+            items = block.recall(qa["question"])
+            got, within = turns_in(items)[: max(KS)], within_budgets(block, items)
+            for name in ["overall", *halves]:
+                tallies[name].add(qa["category"], got, evidence, within)
+    return {name: tally.table() for name, tally in tallies.items()}
+
+
+def print_tables(label: str, retrieval: str, result: dict[str, Any], elapsed: float) -> None:
+    print(f"\n{label} (retrieval={retrieval!r}, {elapsed:.1f} s)")
+    heads = [f"R@{k}" for k in KS] + [f"S@{k}" for k in KS] + [f"T{b}" for b in TOKEN_BUDGETS]
+    print(f"{'':>16} {'category':>8} {'n':>5} " + " ".join(f"{h:>6}" for h in heads))
+    for part, table in result.items():
+        for key, row in table.items():
+            if part != "overall" and key != "overall":
+                continue  # per category for the whole split only
+            values = [row[f"recall@{k}"] for k in KS] + [row[f"session_recall@{k}"] for k in KS]
+            values += [row[f"recall@{b}tokens"] for b in TOKEN_BUDGETS]
+            print(f"{part:>16} {key:>8} {row['n']:>5} " + " ".join(f"{v:>6.3f}" for v in values))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dense-weight", type=float, default=None)
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="OPTION=NUMBER",
+        help="a VectorBlock option for an ablation, e.g. --set participant_boost=0",
+    )
+    parser.add_argument(
         "--location",
         default=None,
         help="run through the durable index of this fact store (e.g. sqlite:///tmp/locomo.db)",
@@ -182,11 +287,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "locomo_recall.json"
     )
+    parser.add_argument(
+        "--anonymous", action="store_true", help="feed messages without speaker names"
+    )
     args = parser.parse_args(argv)
+    global SPEAKER_NAMES
+    SPEAKER_NAMES = not args.anonymous
     samples = json.loads(args.data.read_text(encoding="utf-8"))
     embedder = CachingEmbedder(get_embedder("auto"), args.cache)
     if args.dense_weight is not None:
         BLOCK_OPTIONS["dense_weight"] = args.dense_weight
+    for option in args.set:
+        key, _, value = option.partition("=")
+        BLOCK_OPTIONS[key.strip()] = float(value)
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}
     results: dict[str, Any] = {}
     for label in args.modes.split(","):
@@ -194,14 +307,13 @@ def main(argv: list[str] | None = None) -> int:
         results[label] = evaluate(samples, embedder, modes[label], args.location)
         embedder.save()
         elapsed = time.perf_counter() - started
-        print(f"\n{label} (retrieval={modes[label]!r}, {elapsed:.1f} s)")
-        print(f"{'category':>10} {'n':>5} " + " ".join(f"{'R@' + str(k):>7}" for k in KS))
-        for key, row in results[label].items():
-            print(f"{key:>10} {row['n']:>5} " + " ".join(f"{row[f'recall@{k}']:>7.3f}" for k in KS))
+        print_tables(label, modes[label], results[label], elapsed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"data": str(args.data), "results": results}, indent=2))
     summary = {
-        label: {k: res["overall"][k] for k in ("recall@5", "recall@10")}
+        label: {
+            part: [table["overall"][f"recall@{k}"] for k in (5, 10)] for part, table in res.items()
+        }
         for label, res in results.items()
     }
     print(json.dumps(summary))

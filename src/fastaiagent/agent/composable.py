@@ -13,12 +13,14 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent._io import read_json
 from fastaiagent._throttle import LogThrottle
+from fastaiagent._validate import positive_int
 from fastaiagent.agent.memory_blocks.base import (
     SNIPPET_CHARS,
     MemoryBlock,
     SharedMemoryContext,
     snippets,
 )
+from fastaiagent.agent.memory_budget import pack
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MissingFileError
 from fastaiagent.llm.message import Message
@@ -47,13 +49,17 @@ class ComposableMemory:
 
     Blocks render in declaration order, before the window. A block that
     raises (in ``on_message`` or ``render``) is logged and skipped; its state
-    is kept and the run goes on.
+    is kept and the run goes on. With ``max_memory_tokens`` what the blocks
+    inject is packed into that many tokens (see :mod:`~fastaiagent.agent.memory_budget`);
+    the window is never cut.
     """
 
     def __init__(
         self,
         blocks: Sequence[MemoryBlock] | None = None,
         primary: AgentMemory | None = None,
+        *,
+        max_memory_tokens: int | None = None,
     ) -> None:
         self.blocks: list[MemoryBlock] = []
         for block in blocks or []:
@@ -61,6 +67,9 @@ class ComposableMemory:
                 raise InvalidTypeError(f"blocks must be MemoryBlock instances, got {type(block).__name__}")
             self.blocks.append(block)
         self.primary = primary if primary is not None else AgentMemory(max_messages=DEFAULT_WINDOW)
+        self.max_memory_tokens = positive_int(
+            "max_memory_tokens", max_memory_tokens, allow_none=True
+        )
         self._record_lock = threading.Lock()
 
     def __bool__(self) -> bool:
@@ -91,14 +100,27 @@ class ComposableMemory:
             block_span.set_attribute("memory.snippets", snippets(messages))
         return messages
 
-    def _with_window(self, read_span: Any, rendered: list[Message]) -> list[Message]:
+    def _with_window(self, read_span: Any, shared: SharedMemoryContext) -> list[Message]:
+        rendered = shared.upstream_messages()
+        if self.max_memory_tokens is not None:
+            packed = pack(shared.blocks(), self.max_memory_tokens)
+            rendered = packed.messages
+            if read_span is not None:
+                read_span.set_attributes(packed.trace_attributes(self.max_memory_tokens))
         messages = rendered + self.primary.get_messages()
         if read_span is not None:
             read_span.set_attribute("memory.message_count", len(messages))
         return messages
 
     def render_blocks(self, query: str) -> list[Message]:
-        """Only the blocks' messages for ``query``, in declaration order."""
+        """Only the blocks' messages for ``query``, in declaration order (no budget)."""
+        return self._render(query).upstream_messages()
+
+    async def arender_blocks(self, query: str) -> list[Message]:
+        """:meth:`render_blocks` with each block's native async render."""
+        return (await self._arender(query)).upstream_messages()
+
+    def _render(self, query: str) -> SharedMemoryContext:
         shared = SharedMemoryContext(self.primary.get_messages())
         for block in self.blocks:
             with trace.span(f"memory.read.{block.trace_name}") as block_span:
@@ -107,10 +129,9 @@ class ComposableMemory:
                 except Exception as exc:
                     result, error = None, exc
                 shared._add(block.name, self._rendered(block, block_span, result, error))
-        return shared.upstream_messages()
+        return shared
 
-    async def arender_blocks(self, query: str) -> list[Message]:
-        """:meth:`render_blocks` with each block's native async render."""
+    async def _arender(self, query: str) -> SharedMemoryContext:
         shared = SharedMemoryContext(self.primary.get_messages())
         for block in self.blocks:
             with trace.span(f"memory.read.{block.trace_name}") as block_span:
@@ -119,19 +140,19 @@ class ComposableMemory:
                 except Exception as exc:
                     result, error = None, exc
                 shared._add(block.name, self._rendered(block, block_span, result, error))
-        return shared.upstream_messages()
+        return shared
 
     def get_context(self, query: str = "") -> list[Message]:
         """Block messages (declaration order) followed by the primary window."""
         with self._read_span(query) as read_span:
-            return self._with_window(read_span, self.render_blocks(query))
+            return self._with_window(read_span, self._render(query))
 
     async def aget_context(self, query: str = "") -> list[Message]:
         """Async :meth:`get_context`: blocks without native async run in a worker thread."""
         if not self._any_native_async():
             return await asyncio.to_thread(self.get_context, query)
         with self._read_span(query) as read_span:
-            return self._with_window(read_span, await self.arender_blocks(query))
+            return self._with_window(read_span, await self._arender(query))
 
     def _any_native_async(self) -> bool:
         return any(block._has_native_async() for block in self.blocks)

@@ -111,6 +111,9 @@ class Memory:
       Friday") wins.
     - ``clock``: ``() -> datetime | UNIX seconds``, the time every read and
       write of this Memory uses (default: the system clock); tests inject one.
+    - ``max_memory_tokens``: a token budget for what memory injects each turn
+      (facts, summary, recalled messages), packed by priority and score; the
+      window is never cut (default None: no budget; see ``docs/semantic.md``).
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.
@@ -140,6 +143,7 @@ class Memory:
         fact_policy: Any = None,
         fact_ttl: float | timedelta | None = None,
         clock: Clock | None = None,
+        max_memory_tokens: int | None = None,
     ) -> None:
         self.config = MemoryConfig(
             user_id=user_id,
@@ -162,6 +166,7 @@ class Memory:
             fact_policy=fact_policy,
             fact_ttl=fact_ttl.total_seconds() if isinstance(fact_ttl, timedelta) else fact_ttl,
             clock=clock,
+            max_memory_tokens=max_memory_tokens,
         )
         self.location: FactStore = make_fact_store(location)
         # Writes go through a view that records the writing agent on user facts.
@@ -170,7 +175,9 @@ class Memory:
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
         # windows=None keeps windows in process; else the user cache fronts a shared store.
-        self._windows = shared_windows(self.config, windows, self.location, location, self._new_state)
+        self._windows = shared_windows(
+            self.config, windows, self.location, location, self._new_state
+        )
         self._verbs = MemoryVerbs(
             self.config,
             facts,
@@ -359,6 +366,7 @@ class Memory:
         memory = ComposableMemory(
             blocks=[*self._stack.shared_blocks(), *own],
             primary=AgentMemory(max_messages=self.config.window),
+            max_memory_tokens=self.config.max_memory_tokens,
         )
         return UserState(user_id, memory, own)
 
@@ -371,7 +379,9 @@ class Memory:
         user = self.resolve_user(context)
         if self.config.per_user and user is None:
             shared = ComposableMemory(
-                blocks=self._stack.shared_blocks(), primary=AgentMemory(max_messages=1)
+                blocks=self._stack.shared_blocks(),
+                primary=AgentMemory(max_messages=1),
+                max_memory_tokens=self.config.max_memory_tokens,
             )
             return Turn(None, shared, None)
         state = self._users.get(user)

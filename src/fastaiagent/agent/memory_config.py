@@ -52,6 +52,7 @@ class MemoryConfig:
     fact_policy: Any = None  # None = default_fact_policy (see fact_policy.py)
     fact_ttl: float | None = None  # seconds a learned fact holds (None: until replaced)
     clock: Any = None  # () -> UNIX seconds or datetime; None = the system clock
+    max_memory_tokens: int | None = None  # None = no budget (see memory_budget.py)
 
     def __post_init__(self) -> None:
         if self.user_id is not None and not callable(self.user_id):
@@ -65,6 +66,7 @@ class MemoryConfig:
         check.positive_int("max_learned_facts", self.max_learned_facts, allow_none=True)
         check.positive_int("max_users", self.max_users, allow_none=True)
         check.positive_int("max_facts", self.max_facts)
+        check.positive_int("max_memory_tokens", self.max_memory_tokens, allow_none=True)
         check.boolean("dedupe", self.dedupe)
         check.boolean("learn_in_background", self.learn_in_background)
         check_policy(self.fact_policy)

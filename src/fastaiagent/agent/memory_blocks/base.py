@@ -52,6 +52,10 @@ class SharedMemoryContext:
         """The content of every upstream message, joined by newlines."""
         return "\n".join(m.content or "" for m in self.upstream_messages())
 
+    def blocks(self) -> list[tuple[str, list[Message]]]:
+        """``(block name, its messages)`` of every earlier block, in order."""
+        return [(name, list(messages)) for name, messages in self._rendered]
+
     def by_block(self, name: str) -> list[Message]:
         """Messages rendered by the earlier block called ``name`` ([] if none)."""
         return [m for block, messages in self._rendered if block == name for m in messages]

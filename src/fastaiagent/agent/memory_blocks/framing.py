@@ -113,6 +113,21 @@ def notes_section(
     return section(heading, note_lines(texts, suffixes), preamble)
 
 
+_PREAMBLES = frozenset((PREAMBLE, SUMMARY_PREAMBLE, MESSAGES_PREAMBLE))
+
+
+def split_section(text: str) -> tuple[str, list[str]] | None:
+    """``(heading + preamble, note lines)`` of a message :func:`section` made, or
+    None for any other text. Safe because a note can never hold a line break."""
+    lines = text.split("\n")
+    if len(lines) < 3 or lines[1] not in _PREAMBLES:
+        return None
+    notes = lines[2:]
+    if not all(line.startswith("- ") for line in notes):
+        return None
+    return lines[0] + "\n" + lines[1], notes
+
+
 __all__ = [
     "ASSISTANT_SAID",
     "GLOBAL",
@@ -132,4 +147,5 @@ __all__ = [
     "provenance",
     "quote",
     "section",
+    "split_section",
 ]

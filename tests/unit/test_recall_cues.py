@@ -1,0 +1,233 @@
+"""Recall beyond keyword search: calibrated fusion, participant and date cues, the next message."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from _vector_fakes import WordHashEmbedder
+
+from fastaiagent.agent.memory_blocks.vector import MAX_SPEAKERS, VectorBlock
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.kb.backends.faiss import FaissVectorStore
+from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
+from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
+from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
+
+FILLER = [
+    "the weather was grey all week",
+    "my manager moved the meeting to Friday",
+    "we need to buy more coffee filters",
+    "the train was late again this morning",
+]
+
+
+def block(**options) -> VectorBlock:
+    options.setdefault("embedder", WordHashEmbedder())
+    return VectorBlock(FaissVectorStore(dimension=64), top_k=3, min_content_chars=1, **options)
+
+
+def ts(year: int, month: int, day: int = 10) -> float:
+    return datetime(year, month, day, tzinfo=timezone.utc).timestamp()
+
+
+def texts(recalled) -> list[str]:
+    return [r.chunk.text for r in recalled]
+
+
+# -- fusion -----------------------------------------------------------------
+
+
+def test_calibrated_fusion_keeps_the_other_keyword_hits_apart_from_one_outlier():
+    # Divided by the best score, one outlier squeezes b and c together near 0;
+    # standardised, the dense side still decides between them.
+    dense = [("a", 0.30), ("b", 0.60), ("c", 0.20)]
+    keyword = [("a", 40.0), ("b", 2.0), ("c", 1.8)]
+    fused = calibrated_fuse(dense, keyword, dense_weight=0.5)
+    assert max(fused, key=fused.__getitem__) == "a"
+    assert fused["b"] > fused["c"]
+
+
+def test_a_document_found_by_one_side_gets_the_other_sides_lowest_score():
+    fused = calibrated_fuse([("a", 0.9), ("b", 0.1)], [("a", 3.0), ("k", 1.0)], dense_weight=0.5)
+    # k has no cosine: it gets b's (the lowest) dense z-score, -1.
+    assert fused["k"] == pytest.approx(0.5 * -1.0 + 0.5 * -1.0)
+    assert set(fused) == {"a", "b", "k"}
+
+
+def test_standardized_scores_and_their_unit_form():
+    assert standardized([1.0, 3.0]) == [-1.0, 1.0]
+    assert standardized([2.0, 2.0]) == [0.0, 0.0]
+    assert standardized([5.0]) == [1.0]  # a lone hit is a strong hit
+    assert 0.0 < unit_score(-3.0) < unit_score(0.0) == 0.5 < unit_score(3.0) < 1.0
+
+
+def test_fusion_weight_is_checked():
+    with pytest.raises(InvalidValueError, match="dense_weight"):
+        calibrated_fuse([], [], dense_weight=1.5)
+
+
+# -- query cues -------------------------------------------------------------
+
+
+def test_named_participant_needs_exactly_one_name_as_written():
+    names = {"Melanie", "Caroline"}
+    assert named_participant("What books has Melanie read?", names) == "Melanie"
+    assert named_participant("What is Melanie's favourite book?", names) == "Melanie"
+    assert named_participant("what books has melanie read?", names) is None
+    assert named_participant("What do Melanie and Caroline share?", names) is None
+    assert named_participant("What did Mel read?", names) is None
+
+
+def test_without_names_keeps_the_topic_and_never_empties_the_query():
+    names = ["Melanie", "Caroline"]
+    assert without_names("What books has Melanie read?", names) == "What books has read?"
+    assert without_names("Is Caroline's dog OK?", names) == "Is dog OK?"
+    assert without_names("Melanie?", names) == "Melanie?"
+
+
+def test_date_cue_reads_months_and_years_not_the_verb_may():
+    cue = date_cue("What did she start in December 2023?")
+    assert cue is not None and cue.months == {12} and cue.years == {2023}
+    assert cue.matches(ts(2023, 12)) and not cue.matches(ts(2022, 12))
+    assert not cue.matches(ts(2023, 11))
+    assert date_cue("may I ask what we did?") is None
+    only_year = date_cue("what happened in 2021?")
+    assert only_year is not None and only_year.matches(ts(2021, 3))
+
+
+# -- through VectorBlock -----------------------------------------------------
+
+
+def participants(**options) -> list[str]:
+    memory = block(**options)
+    memory.on_message(UserMessage("Ana, I read your books, I read books every day", name="Ben"))
+    memory.on_message(UserMessage("I finished a book about whales", name="Ana"))
+    for text in FILLER:
+        memory.on_message(UserMessage(text, name="Ben"))
+    return texts(memory.recall("What books has Ana read?"))
+
+
+def test_a_named_participants_own_messages_come_first():
+    assert participants()[0] == "I finished a book about whales"
+    # Without the cue, Ben's message (more words in common) wins.
+    assert participants(participant_boost=0.0)[0].startswith("Ana, I read your books")
+
+
+def test_the_embedded_query_leaves_the_participants_name_out():
+    embedder = WordHashEmbedder()
+    memory = block(embedder=embedder)
+    memory.on_message(UserMessage("I read a book about whales", name="Ana"))
+    memory.recall("What books has Ana read?")
+    assert ["What books has read?"] in embedder.calls
+    assert ["What books has Ana read?"] not in embedder.calls
+
+
+def test_unnamed_messages_leave_the_query_as_it_is():
+    embedder = WordHashEmbedder()
+    memory = block(embedder=embedder)
+    memory.on_message(UserMessage("Ana lent me a book about whales"))
+    memory.recall("What book did Ana lend?")
+    assert ["What book did Ana lend?"] in embedder.calls
+
+
+def camping(**options) -> list[str]:
+    memory = block(**options)
+    memory.on_message(UserMessage("camping trip, so much camping by the lake"), at=ts(2023, 3))
+    memory.on_message(UserMessage("we went camping with the kids"), at=ts(2023, 7))
+    for i, text in enumerate(FILLER):
+        memory.on_message(UserMessage(text), at=ts(2023, 7, 12 + i))
+    return texts(memory.recall("When did we go camping in July?"))
+
+
+def test_a_question_about_a_month_prefers_what_was_said_then():
+    assert camping()[0] == "we went camping with the kids"
+    assert camping(date_boost=0.0)[0].startswith("camping trip")
+
+
+def test_messages_are_dated_now_unless_told_when():
+    memory = block()
+    memory.on_message(UserMessage("recorded later"), at=ts(2020, 1))
+    memory.on_message(UserMessage("recorded live"))
+    memory.flush()
+    dates = {c.text: c.metadata["created_at"] for c in memory.store.chunks("default")}
+    assert dates["recorded later"] == ts(2020, 1)
+    assert dates["recorded live"] > ts(2025, 1)
+
+
+def reply_recall(**options) -> list[str]:
+    memory = block(context_turns=0, **options)
+    memory.on_message(UserMessage("which pet did we choose at the shelter, the pet with spots?"))
+    memory.on_message(AssistantMessage("Biscuit, a beagle with brown patches"))
+    memory.on_message(UserMessage("the shelter closes early on Mondays"))
+    memory.on_message(UserMessage("pet insurance is expensive"))
+    for text in FILLER:
+        memory.on_message(UserMessage(text))
+    return texts(memory.recall("which pet did we choose at the shelter?"))
+
+
+def test_a_hit_brings_the_reply_that_completes_it():
+    # The reply shares no word with the question; only its predecessor's score lifts it
+    # (past two one-word keyword hits at this weight).
+    assert "Biscuit, a beagle with brown patches" in reply_recall(neighbour_weight=0.5)
+    assert "Biscuit, a beagle with brown patches" not in reply_recall(neighbour_weight=0.0)
+
+
+def test_the_next_message_after_a_restart_still_completes_the_last_one():
+    store = FaissVectorStore(dimension=64)
+    embedder = WordHashEmbedder()
+    first = VectorBlock(store, embedder=embedder, min_content_chars=1, context_turns=0)
+    first.on_message(UserMessage("which pet did we choose at the shelter, the pet with spots?"))
+    state = first.dump_state()
+    second = VectorBlock(store, embedder=embedder, min_content_chars=1, context_turns=0)
+    second.load_state(state)
+    second.on_message(AssistantMessage("Biscuit, a beagle with brown patches"))
+    second.flush()
+    chunks = {c.text: c for c in store.chunks("default")}
+    question = chunks["which pet did we choose at the shelter, the pet with spots?"]
+    assert question.metadata["next"] == chunks["Biscuit, a beagle with brown patches"].id
+
+
+def test_speakers_survive_a_restart_through_the_state():
+    store = FaissVectorStore(dimension=64)
+    first = VectorBlock(store, embedder=WordHashEmbedder(), min_content_chars=1)
+    first.on_message(UserMessage("I read a book about whales", name="Ana"))
+    second = VectorBlock(store, embedder=first.embedder, min_content_chars=1)
+    second.load_state(first.dump_state())
+    assert second.dump_state()["speakers"] == ["Ana"]
+
+
+def test_bad_cue_options_and_times_are_refused():
+    with pytest.raises(InvalidValueError, match="participant_boost"):
+        block(participant_boost=-1.0)
+    with pytest.raises(InvalidValueError, match="neighbour_weight"):
+        block(neighbour_weight=1.5)
+    with pytest.raises(InvalidTypeError, match="date_boost"):
+        block(date_boost="high")
+    with pytest.raises(InvalidTypeError, match="at must be a number"):
+        block().on_message(UserMessage("hello there"), at="yesterday")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match="at must be a number"):
+        block().on_message(SystemMessage("not stored"), at="yesterday")  # type: ignore[arg-type]
+    with pytest.raises(InvalidValueError, match="speakers"):
+        block().load_state({"namespace": "default", "recent": [], "speakers": "Ana"})
+
+
+def test_a_restarted_block_without_state_learns_the_speakers_from_what_it_recalls():
+    store = FaissVectorStore(dimension=64)
+    embedder = WordHashEmbedder()
+    first = VectorBlock(store, embedder=embedder, min_content_chars=1, top_k=3)
+    first.on_message(UserMessage("Ana, I read your books, I read books every day", name="Ben"))
+    first.on_message(UserMessage("I finished a book about whales", name="Ana"))
+    for text in FILLER:
+        first.on_message(UserMessage(text, name="Ben"))
+    first.flush()
+    restarted = VectorBlock(store, embedder=embedder, min_content_chars=1, top_k=3)
+    assert texts(restarted.recall("What books has Ana read?"))[0] == "I finished a book about whales"
+    assert restarted.dump_state()["speakers"] == ["Ana", "Ben"]
+
+
+def test_speaker_names_kept_are_bounded():
+    memory = block()
+    for i in range(MAX_SPEAKERS + 10):
+        memory.on_message(UserMessage(f"message number {i}", name=f"person{i}"))
+    assert len(memory.dump_state()["speakers"]) == MAX_SPEAKERS
