@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import trace
+from fastaiagent._beside import beside
 from fastaiagent._validate import boolean, fraction, integer, number, one_of, text
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
@@ -353,16 +354,21 @@ class VectorBlock(MemoryBlock):
         if self.retrieval == "dense":
             dense = self._dense(query, fetch)
             return dense, len(dense) < fetch
-        keyword, keyword_chunks = self._keyword(query, fetch)
         if self.retrieval == "bm25":
+            keyword, keyword_chunks = self._keyword(query, fetch)
             top = keyword[0][1] if keyword else 1.0
             found = keyword_chunks.get_many([i for i, _ in keyword])
             ranked = [(found[i], s / top) for i, s in keyword if i in found]
             return ranked, len(keyword) < fetch
         with self._lock:
             speakers = set(self._speakers)
+        # A store's keyword side waits on the database: it runs beside the dense side.
+        pending = beside(self._keyword, query, fetch) if self._store_keywords else None
         # A name tells the embedding model little but "a person": embed the rest.
         dense = self._dense(without_names(query, speakers), fetch)
+        keyword, keyword_chunks = (
+            pending.result() if pending is not None else self._keyword(query, fetch)
+        )
         by_id = {chunk.id: chunk for chunk, _ in dense}
         wanted = [i for i, _ in keyword if i not in by_id]
         by_id.update(keyword_chunks.get_many(wanted))
