@@ -126,6 +126,7 @@ class MemoryStack:
             embedder=embedder,
             namespace=self.recall_namespace(user_id),
             dedupe_against_upstream=self.config.dedupe,
+            clock=self.config.clock,
         )
 
     def _learning(self, user_id: str) -> MemoryBlock:

@@ -7,16 +7,21 @@
   the speaker it names is returned by :func:`named_participant`, for recall
   to prefer that speaker's messages.
 - **Dates.** "What did she start in December 2023?" names a month and a
-  year; :func:`date_cue` reads them so recall can prefer messages recorded
-  then (a message's time is its chunk's ``created_at``).
+  year; "What did he do two weeks before 11 August 2023?" or "what did I say
+  yesterday?" point to spans of time (:mod:`fastaiagent.kb.query_dates`).
+  :func:`date_cue` reads both so recall can prefer messages recorded then (a
+  message's time is its chunk's ``created_at``).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+
+from fastaiagent.kb.query_dates import Span, read_times
 
 MONTHS = (
     "January",
@@ -61,25 +66,41 @@ def without_names(query: str, names: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class DateCue:
-    """The months (1-12) and years a query names; either may be empty."""
+    """The months (1-12) and years a query names, and the spans of time it points
+    to (``(start, end)`` UNIX seconds, end exclusive); any may be empty."""
 
     months: frozenset[int]
     years: frozenset[int]
+    spans: tuple[Span, ...] = ()
+    yearly: tuple[tuple[int, int, int], ...] = ()  # (month, first day, last day), any year
 
     def matches(self, timestamp: float) -> bool:
         """Whether a message recorded at ``timestamp`` (epoch seconds, read in UTC)
-        falls in a named month of a named year (an unnamed part matches any)."""
+        falls in one of the spans, or in a named month of a named year (an unnamed
+        part matches any)."""
+        if any(start <= timestamp < end for start, end in self.spans):
+            return True
         moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+        if any(m == moment.month and a <= moment.day <= b for m, a, b in self.yearly):
+            return True
+        if not self.months and not self.years:
+            return False
         return (not self.months or moment.month in self.months) and (
             not self.years or moment.year in self.years
         )
 
 
-def date_cue(query: str) -> DateCue | None:
-    """The month names and years in ``query``, or None when it names neither."""
-    months = frozenset(MONTHS.index(m) + 1 for m in _MONTH.findall(query))
-    years = frozenset(int(y) for y in _YEAR.findall(query))
-    return DateCue(months, years) if months or years else None
+def date_cue(query: str, now: float | None = None) -> DateCue | None:
+    """The month names, years and time phrases in ``query`` (phrases like
+    "yesterday" read at ``now``, UNIX seconds; default the current time), or None
+    when it has none."""
+    # A named day ("on 8 May 2023") is its own cue: its month and year are not another.
+    reading = read_times(query, time.time() if now is None else now)
+    months = frozenset(MONTHS.index(m) + 1 for m in _MONTH.findall(reading.rest))
+    years = frozenset(int(y) for y in _YEAR.findall(reading.rest))
+    if not (months or years or reading.spans or reading.yearly):
+        return None
+    return DateCue(months, years, reading.spans, reading.yearly)
 
 
 __all__ = ["MONTHS", "DateCue", "date_cue", "named_participant", "without_names"]

@@ -18,45 +18,41 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+from fastaiagent._dates import (
+    DAY,
+    WEEKDAYS,
+    midnight,
+    month_length,
+    month_number,
+    month_pattern,
+    year_pattern,
+)
+
 __all__ = ["stated_validity"]
 
-_DAY = timedelta(days=1)
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_MONTHS = (
-    "january", "february", "march", "april", "may", "june",
-    "july", "august", "september", "october", "november", "december",
-)  # fmt: skip
-_MONTH = r"(?P<month>" + "|".join(m[:3] + r"(?:" + m[3:] + r")?" for m in _MONTHS) + r")\.?"
-_WEEKDAY = r"(?P<weekday>" + "|".join(_WEEKDAYS) + r")"
+_MONTH = month_pattern()
+_WEEKDAY = r"(?P<weekday>" + "|".join(WEEKDAYS) + r")"
 _ISO = r"(?P<iso>\d{4}-\d{2}-\d{2})"
-_YEAR = r"(?P<year>(?:19|20)\d{2})"
+_YEAR = year_pattern()
 _UNTIL = re.compile(r"\b(?:until|till|til|through|thru|up to)\s+(?:the\s+)?(?:next\s+|this\s+)?(?P<what>.+)", re.I)
 _SINCE = re.compile(r"\b(?:since|from|starting(?:\s+on|\s+in)?|as of)\s+(?:the\s+)?(?P<what>.+)", re.I)
 _FOR = re.compile(r"\bfor\s+(?:the\s+next\s+)?(?P<n>\d+|a|an|one|two|three)\s+(?P<unit>hour|day|week|month)s?\b", re.I)
 _WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3}
 
 
-def _midnight(moment: datetime) -> datetime:
-    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _month_number(name: str) -> int:
-    return next(i for i, m in enumerate(_MONTHS, start=1) if m.startswith(name[:3].lower()))
-
-
 def _date_of(text: str, now: datetime) -> tuple[datetime, timedelta] | None:
     """The first day a phrase names and how long it lasts (a day, a month, a year)."""
     text = text.strip().lower()
     if match := re.match(_ISO, text):
-        return datetime.fromisoformat(match["iso"]).replace(tzinfo=timezone.utc), _DAY
+        return datetime.fromisoformat(match["iso"]).replace(tzinfo=timezone.utc), DAY
     if match := re.match(rf"{_MONTH}\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)?(?:,?\s+{_YEAR})?\b", text):
-        return _day_in(now, match["month"], int(match["day"]), match["year"]), _DAY
+        return _day_in(now, match["month"], int(match["day"]), match["year"]), DAY
     if match := re.match(rf"(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?\b", text):
-        return _day_in(now, match["month"], int(match["day"]), match["year"]), _DAY
+        return _day_in(now, match["month"], int(match["day"]), match["year"]), DAY
     if match := re.match(rf"{_MONTH}(?:\s+{_YEAR})?\b", text):
         year = int(match["year"]) if match["year"] else now.year
-        first = datetime(year, _month_number(match["month"]), 1, tzinfo=timezone.utc)
-        return first, _month_length(first)
+        first = datetime(year, month_number(match["month"]), 1, tzinfo=timezone.utc)
+        return first, month_length(first)
     if match := re.match(rf"{_YEAR}\b", text):
         first = datetime(int(match["year"]), 1, 1, tzinfo=timezone.utc)
         return first, first.replace(year=first.year + 1) - first
@@ -64,34 +60,29 @@ def _date_of(text: str, now: datetime) -> tuple[datetime, timedelta] | None:
 
 
 def _day_in(now: datetime, month: str, day: int, year: str | None) -> datetime:
-    when = datetime(int(year) if year else now.year, _month_number(month), day, tzinfo=timezone.utc)
-    if year is None and when < _midnight(now):
+    when = datetime(int(year) if year else now.year, month_number(month), day, tzinfo=timezone.utc)
+    if year is None and when < midnight(now):
         when = when.replace(year=when.year + 1)  # "until March 3" said in April: next March
     return when
 
 
-def _month_length(first: datetime) -> timedelta:
-    following = first.replace(year=first.year + 1, month=1) if first.month == 12 else first.replace(month=first.month + 1)
-    return following - first
-
-
 def _relative_end(text: str, now: datetime) -> datetime | None:
     """The exclusive end of "until <relative day or period>"."""
-    text, today = text.strip().lower(), _midnight(now)
+    text, today = text.strip().lower(), midnight(now)
     if match := re.match(_WEEKDAY, text):
-        ahead = (_WEEKDAYS.index(match["weekday"]) - now.weekday()) % 7
-        return today + (ahead + 1) * _DAY
+        ahead = (WEEKDAYS.index(match["weekday"]) - now.weekday()) % 7
+        return today + (ahead + 1) * DAY
     if re.match(r"(?:today|tonight|this evening)\b", text):
-        return today + _DAY
+        return today + DAY
     if re.match(r"tomorrow\b", text):
-        return today + 2 * _DAY
+        return today + 2 * DAY
     if re.match(r"(?:end of (?:the |this )?week|week'?s end|weekend)\b", text):
-        return today + (7 - now.weekday()) * _DAY
+        return today + (7 - now.weekday()) * DAY
     if re.match(r"week\b", text):  # "until next week": through this week
-        return today + (7 - now.weekday()) * _DAY
+        return today + (7 - now.weekday()) * DAY
     if re.match(r"end of (?:the |this )?month\b", text):
         first = today.replace(day=1)
-        return first + _month_length(first)
+        return first + month_length(first)
     if re.match(r"end of (?:the |this )?year\b", text):
         return today.replace(month=1, day=1, year=today.year + 1)
     return None
@@ -119,9 +110,9 @@ def _stated_start(text: str, now: datetime) -> datetime | None:
         return None
     what = match["what"].strip().lower()
     if weekday := re.match(_WEEKDAY, what):
-        ahead = (_WEEKDAYS.index(weekday["weekday"]) - now.weekday()) % 7
+        ahead = (WEEKDAYS.index(weekday["weekday"]) - now.weekday()) % 7
         since = "since" in match.group(0).lower()
-        return _midnight(now) + (ahead - 7 if since and ahead else ahead) * _DAY
+        return midnight(now) + (ahead - 7 if since and ahead else ahead) * DAY
     named = _date_of(what, now)
     return None if named is None else named[0]
 

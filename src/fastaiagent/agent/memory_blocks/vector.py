@@ -34,6 +34,7 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolat
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
 from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
+from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, calibrated_fuse, check_mode, unit_score
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
@@ -89,6 +90,20 @@ class _Chunks:
         return {c.id: c for c in self._fetch(ids)} if ids else {}
 
 
+def _outside(
+    candidates: list[tuple[Chunk, float]], in_window: set[tuple[Any, str]], needed: int | None
+) -> list[tuple[Chunk, float]]:
+    """The candidates that are not in the window, in order; the first ``needed`` only."""
+    kept: list[tuple[Chunk, float]] = []
+    for chunk, sim in candidates:
+        if in_window and (chunk.metadata.get("role"), normalize_text(chunk.text)) in in_window:
+            continue
+        kept.append((chunk, sim))
+        if needed is not None and len(kept) >= needed:
+            break
+    return kept
+
+
 class VectorBlock(MemoryBlock):
     """Semantic recall over past messages, from a (possibly shared) VectorStore.
 
@@ -100,8 +115,9 @@ class VectorBlock(MemoryBlock):
     Hybrid recall standardises both sides (z-scores) before blending them, and
     reads two cues in the query: a participant it names (``Message.name`` of
     stored messages) is taken out of the embedded query and that speaker's
-    messages gain ``participant_boost``; a month or year it names gives the
-    messages recorded then ``date_boost`` (0 turns either off). Each keyword hit
+    messages gain ``participant_boost``; a month or year it names, or a time it
+    points to ("two weeks before 11 August 2023", "yesterday", read at ``clock``'s
+    time), gives the messages recorded then ``date_boost`` (0 turns either off). Each keyword hit
     lends ``neighbour_weight`` of its score to the message stored after it.
     Blocks sharing a store see only their ``namespace``; chunks with no
     namespace tag are visible to the ``"default"`` namespace only.
@@ -129,6 +145,7 @@ class VectorBlock(MemoryBlock):
         neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT,
         participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
         date_boost: float = DEFAULT_DATE_BOOST,
+        clock: Clock | None = None,
         name: str = "vector",
     ) -> None:
         if store is None or not callable(getattr(store, "search", None)):
@@ -151,6 +168,8 @@ class VectorBlock(MemoryBlock):
             number("participant_boost", participant_boost, minimum=0) or 0
         )
         self.date_boost = float(number("date_boost", date_boost, minimum=0) or 0)
+        check_clock(clock)
+        self.clock = clock
         self.name = text("name", name)
         self._embedder_spec = embedder
         self._embedder: Any = None
@@ -348,7 +367,9 @@ class VectorBlock(MemoryBlock):
         index = self._keyword_index()
         return index.search(query, fetch), _Chunks(None, self._keyword_chunks)
 
-    def _candidates(self, query: str, fetch: int) -> tuple[list[tuple[Chunk, float]], bool]:
+    def _candidates(
+        self, query: str, fetch: int, now: float
+    ) -> tuple[list[tuple[Chunk, float]], bool]:
         """Chunks for ``query`` with a similarity in [0, 1], best first, and
         whether the namespace is exhausted (a wider fetch would find nothing more)."""
         if self.retrieval == "dense":
@@ -377,7 +398,7 @@ class VectorBlock(MemoryBlock):
         fused = calibrated_fuse(
             [(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight
         )
-        self._boost_cues(query, self._learn_speakers(by_id.values()), by_id, fused)
+        self._boost_cues(query, self._learn_speakers(by_id.values()), by_id, fused, now)
         order = sorted(fused, key=fused.__getitem__, reverse=True)
         return [(by_id[i], unit_score(fused[i])) for i in order], len(dense) < fetch
 
@@ -408,11 +429,16 @@ class VectorBlock(MemoryBlock):
         return list(scores.items())
 
     def _boost_cues(
-        self, query: str, speakers: set[str], chunks: dict[str, Chunk], fused: dict[str, float]
+        self,
+        query: str,
+        speakers: set[str],
+        chunks: dict[str, Chunk],
+        fused: dict[str, float],
+        now: float,
     ) -> None:
-        """Raise the candidates of the speaker and the month/year ``query`` names."""
+        """Raise the candidates of the speaker ``query`` names and of the time it names."""
         speaker = named_participant(query, speakers) if self.participant_boost else None
-        when = date_cue(query) if self.date_boost else None
+        when = date_cue(query, now) if self.date_boost else None
         if speaker is None and when is None:
             return
         for chunk_id, chunk in chunks.items():
@@ -435,17 +461,16 @@ class VectorBlock(MemoryBlock):
             (m.role, normalize_text(m.content or "")) for m in window if (m.content or "").strip()
         }
         fetch = self.top_k * _FETCH_FACTOR + len(in_window)
+        now = time.time() if self.clock is None else read_clock(self.clock)
+        # Similarity order is the final order unless recency or importance re-rank:
+        # then the first top_k outside the window are all that is needed.
+        needed = None if self.weights.active else self.top_k
         while True:
-            candidates, exhausted = self._candidates(query, fetch)
-            kept = [
-                (chunk, sim)
-                for chunk, sim in candidates
-                if (chunk.metadata.get("role"), normalize_text(chunk.text)) not in in_window
-            ]
+            candidates, exhausted = self._candidates(query, fetch, now)
+            kept = _outside(candidates, in_window, needed)
             if len(kept) >= self.top_k or exhausted:
                 break
             fetch *= 2
-        now = time.time()
         scored = [
             Scored(
                 item=chunk,

@@ -1,0 +1,111 @@
+"""Time phrases in recall queries: days, offsets from a day, offsets from now."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+import pytest
+from _vector_fakes import WordHashEmbedder
+
+from fastaiagent.agent.memory_blocks.vector import VectorBlock
+from fastaiagent.errors import InvalidTypeError
+from fastaiagent.kb.backends.faiss import FaissVectorStore
+from fastaiagent.kb.query_cues import date_cue
+from fastaiagent.kb.query_dates import time_spans
+from fastaiagent.llm.message import UserMessage
+
+NOW = datetime(2026, 6, 17, 15, 30, tzinfo=timezone.utc)  # a Wednesday
+
+
+def days(query: str, now: datetime = NOW) -> list[tuple[date, date]]:
+    """Each span as (first day, day after the last), in UTC."""
+    spans = time_spans(query, now.timestamp())
+    return [
+        (datetime.fromtimestamp(a, timezone.utc).date(), datetime.fromtimestamp(b, timezone.utc).date())
+        for a, b in spans
+    ]
+
+
+def at(year: int, month: int, day: int, hour: int = 12) -> float:
+    return datetime(year, month, day, hour, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # a day: that day and the week after (a message about it often comes later)
+        ("What did we decide on 8 May, 2023?", [(date(2023, 5, 8), date(2023, 5, 16))]),
+        ("what happened on August 11th 2023", [(date(2023, 8, 11), date(2023, 8, 19))]),
+        # counted from a day: from the event to a week after the day
+        ("Which puppy did she get two weeks before August 11, 2023?", [(date(2023, 7, 27), date(2023, 8, 19))]),
+        ("What did John do the week before August 3, 2023?", [(date(2023, 7, 26), date(2023, 8, 11))]),
+        ("Where was Tim 3 days after 16 November 2023?", [(date(2023, 11, 16), date(2023, 11, 27))]),
+        # counted from now
+        ("what did I tell you yesterday?", [(date(2026, 6, 16), date(2026, 6, 17))]),
+        ("what did we plan today", [(date(2026, 6, 17), date(2026, 6, 18))]),
+        ("what did I say last week?", [(date(2026, 6, 8), date(2026, 6, 15))]),
+        ("what did we buy last month?", [(date(2026, 5, 1), date(2026, 6, 1))]),
+        ("what did I read last year?", [(date(2025, 1, 1), date(2026, 1, 1))]),
+        ("the trip last May", [(date(2026, 5, 1), date(2026, 6, 1))]),
+        ("the trip last July", [(date(2025, 7, 1), date(2025, 8, 1))]),
+        ("what did I eat three days ago", [(date(2026, 6, 13), date(2026, 6, 15))]),
+        ("a couple of weeks ago we met", [(date(2026, 5, 31), date(2026, 6, 7))]),
+        # nothing to read, or no such day
+        ("When did Melanie paint a sunrise?", []),
+        ("How long ago was her birthday?", []),
+        ("what was due on 31 February 2023?", []),
+        ("may I ask what we did?", []),
+    ],
+)
+def test_time_phrases_become_spans(query: str, expected: list[tuple[date, date]]) -> None:
+    assert days(query) == expected
+
+
+def test_last_weekend_before_a_day_is_counted_from_that_day_not_from_now() -> None:
+    assert days("What did Maria do last weekend before April 10, 2023?") == [
+        (date(2023, 4, 2), date(2023, 4, 18))
+    ]
+
+
+def test_a_named_day_is_its_own_cue_not_its_whole_month() -> None:
+    cue = date_cue("Which puppy did she get two weeks before August 11, 2023?", NOW.timestamp())
+    assert cue is not None and not cue.months and not cue.years
+    assert cue.matches(at(2023, 7, 28))  # in the span, though July
+    assert not cue.matches(at(2023, 8, 30))  # August 2023, but weeks after the day
+    assert not cue.matches(at(2023, 7, 20)) and not cue.matches(at(2024, 8, 11))
+    both = date_cue("What did she do on 8 May 2023 and in June 2023?", NOW.timestamp())
+    assert both is not None and both.months == {6} and both.years == {2023}
+    assert both.matches(at(2023, 5, 9)) and both.matches(at(2023, 6, 20))
+    only_now = date_cue("what did I say yesterday?", NOW.timestamp())
+    assert only_now is not None and not only_now.months and not only_now.years
+    assert only_now.matches(at(2026, 6, 16)) and not only_now.matches(at(2026, 6, 10))
+
+
+def test_a_week_of_a_month_with_or_without_its_year() -> None:
+    dated = date_cue("Where was Tim in the second week of November 2023?", NOW.timestamp())
+    assert dated is not None and not dated.months
+    assert days("in the second week of November 2023") == [(date(2023, 11, 8), date(2023, 11, 22))]
+    assert days("the last week of February 2024") == [(date(2024, 2, 23), date(2024, 3, 8))]
+    any_year = date_cue("Which country was Tim visiting in the second week of November?")
+    assert any_year is not None and any_year.yearly == ((11, 8, 21),) and not any_year.months
+    assert any_year.matches(at(2023, 11, 16)) and any_year.matches(at(2019, 11, 9))
+    assert not any_year.matches(at(2023, 11, 2)) and not any_year.matches(at(2023, 10, 16))
+
+
+def test_recall_reads_yesterday_at_the_blocks_clock() -> None:
+    said = [at(2026, 6, 2), at(2026, 6, 9), at(2026, 6, 16)]
+
+    def recall(clock: object) -> float:
+        memory = VectorBlock(
+            FaissVectorStore(dimension=64), embedder=WordHashEmbedder(), top_k=1,
+            min_content_chars=1, context_turns=0, neighbour_weight=0.0, clock=clock,
+        )  # fmt: skip
+        for moment in said:  # the same words each time: only the day tells them apart
+            memory.on_message(UserMessage("I said the plan is fine"), at=moment)
+        return float(memory.recall("what plan did I say yesterday?")[0].chunk.metadata["created_at"])
+
+    assert recall(lambda: NOW) == said[2]
+    assert recall(lambda: datetime(2026, 6, 3, tzinfo=timezone.utc)) == said[0]
+    assert recall(lambda: datetime(2026, 6, 10, 9, tzinfo=timezone.utc)) == said[1]
+    with pytest.raises(InvalidTypeError, match="clock"):
+        VectorBlock(FaissVectorStore(dimension=64), embedder=WordHashEmbedder(), clock="noon")
