@@ -40,3 +40,33 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()
+
+
+def _gone(element: Any) -> Any:
+    """A wait condition: ``element``'s page has been replaced. Chrome reports a node of
+    the old page as stale, or, mid-navigation, as not belonging to the document."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def check(_driver: Any) -> bool:
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc) or "No node with given id" in str(exc):
+                return True
+            raise
+        return False
+
+    return check
+
+
+def navigate(driver: Any, element: Any) -> None:
+    """Click something that loads a new page, and wait until the new page is there."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    element.click()
+    WebDriverWait(driver, 15).until(_gone(element))
+    WebDriverWait(driver, 15).until(
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )

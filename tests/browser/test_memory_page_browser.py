@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_server import LiveServer
+from live_server import LiveServer, navigate
 
 from fastaiagent import Agent, trace
 from fastaiagent.agent import ComposableMemory, StaticBlock
@@ -66,22 +66,10 @@ def _texts(driver: Any, selector: str) -> list[str]:
     return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
 
 
-def _navigate(driver: Any, element: Any) -> None:
-    """Click something that loads a new page, and wait until the new page is there."""
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    element.click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(element))
-    WebDriverWait(driver, 15).until(
-        lambda d: d.execute_script("return document.readyState") == "complete"
-    )
-
-
 def _apply(driver: Any) -> None:
     from selenium.webdriver.common.by import By
 
-    _navigate(driver, driver.find_element(By.ID, "apply"))
+    navigate(driver, driver.find_element(By.ID, "apply"))
 
 
 def test_memory_page_loads_with_every_active_fact(browser, site, tmp_path):
@@ -154,7 +142,7 @@ def test_trace_link_leads_to_the_run_and_its_memory_spans(browser, site, tmp_pat
 
     browser.get(site["url"] + "/memory")
     row = browser.find_element(By.ID, f"fact-{site['ids']['new']}")
-    _navigate(browser, row.find_element(By.CSS_SELECTOR, "a.trace-link"))
+    navigate(browser, row.find_element(By.CSS_SELECTOR, "a.trace-link"))
     assert browser.current_url.endswith(f"/traces/{site['trace_id']}")
     assert browser.find_element(By.ID, "trace-id").text == site["trace_id"]
     names = [e.get_attribute("data-name") for e in browser.find_elements(By.CSS_SELECTOR, "li.span")]
@@ -162,6 +150,6 @@ def test_trace_link_leads_to_the_run_and_its_memory_spans(browser, site, tmp_pat
     recalled = browser.find_element(By.CSS_SELECTOR, 'li[data-name="memory.read.static"] table.recalled')
     assert "The user's dog is called Biscuit" in recalled.text
     _shot(browser, tmp_path, "trace")
-    _navigate(browser, browser.find_element(By.ID, "nav-traces"))
+    navigate(browser, browser.find_element(By.ID, "nav-traces"))
     assert "I moved to Oslo" in browser.find_element(By.ID, "runs").text
     _shot(browser, tmp_path, "traces")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from live_server import LiveServer
+from live_server import LiveServer, navigate
 
 from fastaiagent.learn import Fact, MemoryStore
 from fastaiagent.ui import create_app
@@ -32,14 +32,6 @@ def site(tmp_path) -> Iterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
     store.close()
 
 
-def _navigate(driver: Any, element: Any) -> None:
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    element.click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(element))
-
-
 def _facts(driver: Any) -> list[str]:
     from selenium.webdriver.common.by import By
 
@@ -51,22 +43,22 @@ def test_search_then_timeline_then_expire_and_delete(browser, site) -> None:  # 
 
     browser.get(site["url"] + "/memory")
     browser.find_element(By.ID, "q").send_keys("plan")
-    _navigate(browser, browser.find_element(By.ID, "apply"))
+    navigate(browser, browser.find_element(By.ID, "apply"))
     assert _facts(browser) == ["Plan: team", "Plan: pro"]
-    _navigate(browser, browser.find_element(By.LINK_TEXT, "Plan: pro"))
+    navigate(browser, browser.find_element(By.LINK_TEXT, "Plan: pro"))
     versions = [e.get_attribute("id") for e in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
     assert versions == [f"version-{site['ids']['new']}", f"version-{site['ids']['old']}"]
     assert "superseded" in browser.find_element(By.ID, f"version-{site['ids']['old']}").text
-    _navigate(browser, browser.find_element(By.ID, "expire"))
+    navigate(browser, browser.find_element(By.ID, "expire"))
     assert browser.find_elements(By.ID, "expire") == []  # expired now: no second expire
     assert "expired" in browser.find_element(By.ID, f"version-{site['ids']['new']}").text
     browser.get(site["url"] + "/memory?scope=user:*")
     assert "Plan: pro" not in _facts(browser) and "Plan: team" in _facts(browser)
     browser.find_element(By.ID, "expired").click()
-    _navigate(browser, browser.find_element(By.ID, "apply"))
+    navigate(browser, browser.find_element(By.ID, "apply"))
     assert "Plan: pro" in _facts(browser)
-    _navigate(browser, browser.find_element(By.LINK_TEXT, "Drinks green tea"))
-    _navigate(browser, browser.find_element(By.ID, "delete"))
+    navigate(browser, browser.find_element(By.LINK_TEXT, "Drinks green tea"))
+    navigate(browser, browser.find_element(By.ID, "delete"))
     assert "Drinks green tea" not in _facts(browser)
     assert site["store"].get(site["ids"]["tea"]) is None
     assert site["store"].get(site["ids"]["bob"]) is not None  # bob's other fact stays
@@ -82,6 +74,6 @@ def test_a_form_posted_from_another_origin_is_refused(browser, site, tmp_path) -
         '<button id="go" type="submit">win a prize</button></form>'
     )
     browser.get(page.as_uri())
-    _navigate(browser, browser.find_element(By.ID, "go"))
+    navigate(browser, browser.find_element(By.ID, "go"))
     assert "did not come from this UI" in browser.find_element(By.ID, "error-message").text
     assert site["store"].get(site["ids"]["bob"]) is not None
