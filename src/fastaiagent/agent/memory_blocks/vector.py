@@ -120,8 +120,9 @@ class VectorBlock(MemoryBlock):
     stored messages) is taken out of the embedded query and that speaker's
     messages gain ``participant_boost``; a month or year it names, or a time it
     points to ("two weeks before 11 August 2023", "yesterday", read at ``clock``'s
-    time), gives the messages recorded then ``date_boost`` (0 turns either off). Each keyword hit
-    lends ``neighbour_weight`` (default 0: off) of its score to the message stored after it.
+    time), gives the messages recorded then ``date_boost`` (0 turns either off).
+    With ``neighbour_weight`` > 0 (default 0), each keyword hit lends that share
+    of its score to the message stored after it.
     Blocks sharing a store see only their ``namespace``; chunks with no
     namespace tag are visible to the ``"default"`` namespace only.
     """
