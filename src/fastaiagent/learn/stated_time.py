@@ -25,6 +25,7 @@ from fastaiagent._dates import (
     month_length,
     month_number,
     month_pattern,
+    month_start,
     year_pattern,
 )
 
@@ -51,10 +52,10 @@ def _date_of(text: str, now: datetime) -> tuple[datetime, timedelta] | None:
         return _day_in(now, match["month"], int(match["day"]), match["year"]), DAY
     if match := re.match(rf"{_MONTH}(?:\s+{_YEAR})?\b", text):
         year = int(match["year"]) if match["year"] else now.year
-        first = datetime(year, month_number(match["month"]), 1, tzinfo=timezone.utc)
+        first = month_start(year, month_number(match["month"]))
         return first, month_length(first)
     if match := re.match(rf"{_YEAR}\b", text):
-        first = datetime(int(match["year"]), 1, 1, tzinfo=timezone.utc)
+        first = month_start(int(match["year"]), 1)
         return first, first.replace(year=first.year + 1) - first
     return None
 
