@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 import pytest
 from _vector_fakes import WordHashEmbedder
 
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.errors import InvalidTypeError
+from fastaiagent.facts.sqlite import SQLiteFactStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
-from fastaiagent.kb.query_cues import date_cue
+from fastaiagent.kb.query_cues import YEARS_BACK, date_cue
 from fastaiagent.kb.query_dates import time_spans
 from fastaiagent.llm.message import UserMessage
 
@@ -109,3 +111,52 @@ def test_recall_reads_yesterday_at_the_blocks_clock() -> None:
     assert recall(lambda: datetime(2026, 6, 10, 9, tzinfo=timezone.utc)) == said[1]
     with pytest.raises(InvalidTypeError, match="clock"):
         VectorBlock(FaissVectorStore(dimension=64), embedder=WordHashEmbedder(), clock="noon")
+
+
+def test_a_cue_as_spans_for_a_store_to_list() -> None:
+    def listed(query: str) -> list[tuple[date, date]]:
+        cue = date_cue(query, NOW.timestamp())
+        assert cue is not None
+        return [
+            (datetime.fromtimestamp(a, timezone.utc).date(), datetime.fromtimestamp(b, timezone.utc).date())
+            for a, b in cue.ranges(NOW.timestamp())
+        ]
+
+    assert listed("What did I do in January 2022?") == [(date(2022, 1, 1), date(2022, 2, 1))]
+    assert listed("in May or June 2023?") == [(date(2023, 5, 1), date(2023, 7, 1))]  # joined
+    assert listed("anything from 2021") == [(date(2021, 1, 1), date(2022, 1, 1))]
+    in_may = listed("What did she start in May?")  # every year up to now's
+    assert len(in_may) == YEARS_BACK + 1 and in_may[-1] == (date(2026, 5, 1), date(2026, 6, 1))
+    week = listed("the last week of February")  # a yearly week ends with its month
+    assert (date(2024, 2, 22), date(2024, 3, 1)) in week and (date(2023, 2, 22), date(2023, 3, 1)) in week
+    assert listed("what did I say yesterday?") == [(date(2026, 6, 16), date(2026, 6, 17))]
+
+
+def test_a_question_naming_a_time_finds_that_times_messages_with_no_word_in_common(
+    tmp_path: Path,
+) -> None:
+    """Through the durable SQLite index, "yesterday" ranks yesterday's messages on their own,
+    so one that shares no word with the question is recalled among 300 that do not
+    match either; another user's message of the same day stays theirs."""
+    store = SQLiteFactStore(tmp_path / "memory.db")
+    index = store.vector_store()
+
+    def user(name: str) -> VectorBlock:
+        return VectorBlock(
+            index, embedder=WordHashEmbedder(), top_k=2, namespace=name, min_content_chars=1,
+            clock=lambda: NOW,
+        )  # fmt: skip
+
+    ana, bob = user("user:ana"), user("user:bob")
+    for i in range(300):
+        ana.on_message(UserMessage(f"note {i}: the {i % 7} crates of item {i} went out"), at=at(2026, 1, 1) + i * 3600)
+    ana.on_message(UserMessage("Booked the piano tuner for Thursday"), at=at(2026, 6, 16, 9))
+    bob.on_message(UserMessage("Bob's own plans for the weekend"), at=at(2026, 6, 16, 10))
+    found = [r.chunk.text for r in ana.recall("What did we talk about yesterday?")]
+    assert found[0] == "Booked the piano tuner for Thursday"
+    assert all(not text.startswith("Bob") for text in found)
+    # The same question a month later names another day: that message is not forced in.
+    later = user("user:ana")
+    later.clock = lambda: datetime(2026, 7, 20, tzinfo=timezone.utc)
+    assert "Booked the piano tuner for Thursday" not in [r.chunk.text for r in later.recall("What did we talk about yesterday?")]
+    store.close()

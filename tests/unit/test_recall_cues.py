@@ -62,6 +62,17 @@ def test_standardized_scores_and_their_unit_form():
     assert 0.0 < unit_score(-3.0) < unit_score(0.0) == 0.5 < unit_score(3.0) < 1.0
 
 
+def test_the_messages_of_a_named_time_are_ranked_on_their_own_scale():
+    # r is the best message of the day the query names, far below the overall best by
+    # cosine: standardised among that day's messages it stands with a, before b and c.
+    dense = [("a", 0.9), ("b", 0.8), ("c", 0.7)]
+    recorded = [("r", 0.3), ("s", 0.1), ("b", 0.05)]
+    fused = calibrated_fuse(dense, [], dense_weight=1.0, recorded=recorded)
+    assert sorted(fused, key=fused.__getitem__, reverse=True) == ["r", "a", "b", "s", "c"]
+    assert fused["b"] == pytest.approx(calibrated_fuse(dense, [], dense_weight=1.0)["b"])  # its better standing
+    assert calibrated_fuse(dense, [], dense_weight=1.0, recorded=()) == calibrated_fuse(dense, [], dense_weight=1.0)
+
+
 def test_fusion_weight_is_checked():
     with pytest.raises(InvalidValueError, match="dense_weight"):
         calibrated_fuse([], [], dense_weight=1.5)

@@ -259,7 +259,62 @@ def test_a_version_1_vector_table_gains_keyword_statistics(path: Path) -> None:
     reopened = SQLiteFactStore(path)
     assert reopened.vector_store().keyword_search("Jane Lisbon", 5, namespace="a") == expected
     assert _raw(path, f"SELECT namespace, docs, tokens FROM {T}_kw") == [("a", 2, 5)]  # "to" and "is" are stop words
-    assert _raw(path, "SELECT version FROM fastaiagent_schema WHERE component = ?", f"vectors:{T}") == [(2,)]
+    assert _raw(path, "SELECT version FROM fastaiagent_schema WHERE component = ?", f"vectors:{T}") == [
+        (vectors_schema(T).version,)
+    ]
+    reopened.close()
+
+
+def _dated(cid: str, namespace: str, vector: list[float], at: float | None) -> Chunk:
+    metadata: dict[str, Any] = {"namespace": namespace}
+    if at is not None:
+        metadata["created_at"] = at
+    return Chunk(cid, f"message {cid}", vector, metadata)
+
+
+def test_search_recorded_ranks_only_the_namespaces_chunks_of_the_spans(index: SQLiteVectorIndex) -> None:
+    day = 86400.0
+    index.add([_dated(f"a{i}", "a", [1.0, i / 10], 1000 * day + i * day) for i in range(10)])
+    index.add([_dated("undated", "a", [1.0, 0.0], None), _dated("b3", "b", [1.0, 0.3], 1003 * day)])
+    spans = [(1002 * day, 1004 * day), (1008 * day, 1008.5 * day)]  # days 2, 3 and 8 (a8 is at 00:00)
+    hits = index.search_recorded([1.0, 0.0], 5, namespace="a", spans=spans)
+    assert [hit.chunk.id for hit in hits] == ["a2", "a3", "a8"]  # closest first; b3 is b's
+    assert hits[0].score > hits[1].score > hits[2].score
+    assert [h.chunk.id for h in index.search_recorded([1.0, 0.0], 1, namespace="a", spans=spans)] == ["a2"]
+    index.delete(["a2"])
+    assert [h.chunk.id for h in index.search_recorded([1.0, 0.0], 5, namespace="a", spans=spans)] == ["a3", "a8"]
+    assert [h.chunk.id for h in index.search_recorded([1.0, 0.0], 5, namespace="b", spans=spans)] == ["b3"]
+    assert index.search_recorded([1.0, 0.0], 5, namespace="a", spans=[]) == []
+    assert index.search_recorded([1.0, 0.0], 5, namespace="nobody", spans=spans) == []
+
+
+def test_a_span_holding_too_many_chunks_lists_none(index: SQLiteVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastaiagent.facts.sqlite_vectors as module
+
+    index.add([_dated(f"a{i}", "a", [1.0, float(i)], float(i)) for i in range(6)])
+    monkeypatch.setattr(module, "RECORDED_LIMIT", 5)
+    assert index.search_recorded([1.0, 0.0], 3, namespace="a", spans=[(0.0, 6.0)]) == []
+    assert len(index.search_recorded([1.0, 0.0], 3, namespace="a", spans=[(0.0, 5.0)])) == 3
+
+
+def test_a_version_2_vector_table_gains_the_time_index(path: Path) -> None:
+    store = SQLiteFactStore(path)
+    store.vector_store().add([_dated("a1", "a", [1.0, 0.0], 50.0), _dated("a2", "a", [0.0, 1.0], 500.0)])
+    store.close()
+    conn = sqlite3.connect(path)  # back to the layout of version 2
+    conn.execute(f"DROP INDEX idx_{T}_recorded")
+    conn.execute("UPDATE fastaiagent_schema SET version = 2 WHERE component = ?", (f"vectors:{T}",))
+    conn.commit()
+    conn.close()
+    reopened = SQLiteFactStore(path)
+    hits = reopened.vector_store().search_recorded([1.0, 1.0], 5, namespace="a", spans=[(0.0, 100.0)])
+    assert [hit.chunk.id for hit in hits] == ["a1"]
+    plan = _raw(
+        path,
+        f"EXPLAIN QUERY PLAN SELECT rid FROM {T} WHERE namespace = 'a' "
+        "AND json_extract(metadata, '$.created_at') >= 0 AND json_extract(metadata, '$.created_at') < 1",
+    )
+    assert f"idx_{T}_recorded" in plan[0][-1]  # a range read, not a scan of every row
     reopened.close()
 
 

@@ -59,6 +59,9 @@ DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
+# A span holding more of a namespace's chunks than this is too broad to rank on its own
+# (reading 10k rids costs ~10 ms): search_recorded then finds nothing.
+RECORDED_LIMIT = 1000
 
 # Trigger bodies hold ';', so the step runs statement by statement (not split on ';').
 _V1 = (
@@ -137,6 +140,13 @@ _V2 = (
 )
 
 
+# Version 3: chunks by the time they were recorded (``metadata.created_at``, epoch
+# seconds), so recall can list a namespace's messages of a span of time ("last May")
+# with one index range read, not a scan of every row's JSON.
+_RECORDED = "json_extract(metadata, '$.created_at')"
+_V3 = (f"CREATE INDEX IF NOT EXISTS idx_{{t}}_recorded ON {{t}} (namespace, {_RECORDED})",)
+
+
 def vectors_schema(table: str) -> Schema:
     """The migrations of a vector table set (component ``vectors:<table>``)."""
 
@@ -147,7 +157,7 @@ def vectors_schema(table: str) -> Schema:
 
         return run
 
-    return Schema(f"vectors:{table}", [step(_V1), step(_V2)])
+    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3)])
 
 
 def _nskey(namespace: str) -> str:
@@ -632,6 +642,64 @@ class SQLiteVectorIndex:
         found = found[:top_k]
         chunks = self._by_rid(conn, [rid for _, rid in found])
         return [SearchHit(chunks[rid], score) for score, rid in found if rid in chunks]
+
+    def search_recorded(
+        self,
+        vector: Sequence[float],
+        top_k: int,
+        *,
+        namespace: str,
+        spans: Sequence[tuple[float, float]],
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """The ``top_k`` chunks closest by cosine among those recorded in one of
+        ``spans`` (``(start, end)`` epoch seconds, end exclusive, matched against
+        ``metadata["created_at"]``), best first. A chunk with no time is never in a
+        span; spans holding more than :data:`RECORDED_LIMIT` chunks give no hits."""
+        check_top_k(top_k)
+        keys = wanted_keys(check_text("namespace", namespace), include_untagged)
+        assert keys is not None
+        if self.dimension is None or top_k == 0 or not spans:
+            return []
+        np = self._np
+        query = self._query(vector)
+        conn = self._conn()
+        found: list[tuple[float, int]] = []
+        for key in keys:
+            held = self._namespace(conn, key)
+            wanted = self._recorded(conn, key, spans)
+            if held is None or not len(held[0]) or not len(wanted):
+                continue
+            rids, vectors, alive = held
+            # rids ascend: a recorded rid's row is found by bisection (one written
+            # after this copy was taken is left to the next search).
+            at = np.minimum(np.searchsorted(rids, wanted), len(rids) - 1)
+            at = at[rids[at] == wanted]
+            if alive is not None:
+                at = at[alive[at]]
+            found += self._best(rids[at], vectors[at], None, query, top_k)
+        found.sort(key=lambda pair: -pair[0])
+        found = found[:top_k]
+        chunks = self._by_rid(conn, [rid for _, rid in found])
+        return [SearchHit(chunks[rid], score) for score, rid in found if rid in chunks]
+
+    def _recorded(
+        self, conn: sqlite3.Connection, namespace: str, spans: Sequence[tuple[float, float]]
+    ) -> Any:
+        """The rids of ``namespace`` recorded in ``spans``, ascending (a range read of
+        the time index per span); none when more than :data:`RECORDED_LIMIT` are."""
+        sql = (
+            f"SELECT rid FROM {self.table} WHERE namespace = ? "
+            f"AND {_RECORDED} >= ? AND {_RECORDED} < ? LIMIT ?"
+        )
+        rids: list[int] = []
+        for start, end in spans:
+            left = RECORDED_LIMIT + 1 - len(rids)
+            rids += [row[0] for row in conn.execute(sql, (namespace, start, end, left))]
+            if len(rids) > RECORDED_LIMIT:
+                rids = []
+                break
+        return self._np.unique(self._np.asarray(rids, dtype=self._np.int64))
 
     def _all_namespaces(self, conn: sqlite3.Connection) -> list[str]:
         return [row[0] for row in conn.execute(f"SELECT namespace FROM {self.table}_ns")]

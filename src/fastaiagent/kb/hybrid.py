@@ -61,13 +61,18 @@ def calibrated_fuse(
     keyword: Sequence[tuple[str, float]],
     *,
     dense_weight: float = DEFAULT_DENSE_WEIGHT,
+    recorded: Sequence[tuple[str, float]] = (),
 ) -> dict[str, float]:
-    """``w * z(cosine) + (1 - w) * z(bm25)`` per document (unsorted, unbounded)."""
+    """``w * z(cosine) + (1 - w) * z(bm25)`` per document (unsorted, unbounded).
+
+    ``recorded`` is a second dense ranking, of the messages of a time the query
+    names: standardised over itself, so its best are as strong as the best of
+    ``dense`` (a document in both keeps its better standing)."""
     dense_weight = fraction("dense_weight", dense_weight)
-    dense_z = dict(zip((d for d, _ in dense), standardized([s for _, s in dense]), strict=True))
-    keyword_z = dict(
-        zip((d for d, _ in keyword), standardized([s for _, s in keyword]), strict=True)
-    )
+    dense_z = _z(dense)
+    for doc_id, z in _z(recorded).items():
+        dense_z[doc_id] = max(z, dense_z.get(doc_id, z))
+    keyword_z = _z(keyword)
     dense_floor = min(dense_z.values(), default=0.0)
     keyword_floor = min(keyword_z.values(), default=0.0)
     return {
@@ -75,6 +80,10 @@ def calibrated_fuse(
         + (1.0 - dense_weight) * keyword_z.get(doc_id, keyword_floor)
         for doc_id in {**dense_z, **keyword_z}
     }
+
+
+def _z(ranking: Sequence[tuple[str, float]]) -> dict[str, float]:
+    return dict(zip((d for d, _ in ranking), standardized([s for _, s in ranking]), strict=True))
 
 
 def unit_score(score: float) -> float:

@@ -19,8 +19,9 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
+from fastaiagent._dates import DAY, month_length, month_start
 from fastaiagent.kb.query_dates import Span, read_times
 
 MONTHS = (
@@ -40,6 +41,8 @@ MONTHS = (
 _MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b")  # capitalised: "may" is a verb
 _YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
 _SPACES = re.compile(r"\s+")
+# A month named without a year ("in May") is looked for in this many years up to now.
+YEARS_BACK = 30
 
 
 def _name_pattern(name: str) -> re.Pattern[str]:
@@ -88,6 +91,41 @@ class DateCue:
         return (not self.months or moment.month in self.months) and (
             not self.years or moment.year in self.years
         )
+
+    def ranges(self, now: float) -> tuple[Span, ...]:
+        """The times the cue covers as spans ``(start, end)``, in time order, for a
+        store to list the messages recorded then: its spans, each named month of each
+        named year; a month named without a year, or a week of a month, is taken in each of the
+        :data:`YEARS_BACK` years up to ``now``'s (UTC)."""
+        spans = list(self.spans)
+        this_year = datetime.fromtimestamp(now, tz=timezone.utc).year
+        every_year = range(this_year - YEARS_BACK, this_year + 1)
+        if self.months or self.years:
+            for year in sorted(self.years) or every_year:
+                for month in sorted(self.months) or range(1, 13):
+                    first = month_start(year, month)
+                    spans.append(_span(first, first + month_length(first)))
+        for month, first_day, last_day in self.yearly:  # any year, as :meth:`matches` reads it
+            for year in every_year:
+                first = month_start(year, month)
+                last = min(first + timedelta(days=last_day - 1), first + month_length(first) - DAY)
+                spans.append(_span(first + timedelta(days=first_day - 1), last + DAY))
+        return _merged(spans)
+
+
+def _span(start: datetime, end: datetime) -> Span:
+    return (start.timestamp(), end.timestamp())
+
+
+def _merged(spans: list[Span]) -> tuple[Span, ...]:
+    """``spans`` sorted, with overlapping or touching ones joined."""
+    out: list[Span] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return tuple(out)
 
 
 def date_cue(query: str, now: float | None = None) -> DateCue | None:

@@ -38,7 +38,8 @@ from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, calibrated_fuse, check_mode, unit_score
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
-from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
+from fastaiagent.kb.query_cues import DateCue, date_cue, named_participant, without_names
+from fastaiagent.kb.query_dates import Span
 from fastaiagent.llm.message import ROLES, Message, SystemMessage
 
 DEFAULT_NAMESPACE = "default"
@@ -350,18 +351,35 @@ class VectorBlock(MemoryBlock):
     def _reads_untagged(self) -> bool:
         return self.namespace == DEFAULT_NAMESPACE
 
-    def _dense(self, query: str, fetch: int) -> list[tuple[Chunk, float]]:
+    @property
+    def _finds_recorded(self) -> bool:
+        # A store that lists chunks by when they were recorded (search_recorded) lets
+        # a query naming a time rank that time's messages even when no word matches.
+        return callable(getattr(self.store, "search_recorded", None))
+
+    def _dense(
+        self, query: str, fetch: int, spans: Sequence[Span] = ()
+    ) -> tuple[list[tuple[Chunk, float]], list[tuple[Chunk, float]], bool]:
+        """The ``fetch`` closest chunks; the closest of those recorded in ``spans``;
+        whether the namespace is exhausted (fewer than ``fetch`` found)."""
         vector = self._embed([query])[0]
-        hits = self.store.search(
-            vector, fetch, namespace=self.namespace, include_untagged=self._reads_untagged
-        )
+        untagged = self._reads_untagged
+        hits = self.store.search(vector, fetch, namespace=self.namespace, include_untagged=untagged)
+        exhausted = len(hits) < fetch
+        recorded = []
+        if spans:
+            recorded = self.store.search_recorded(  # type: ignore[attr-defined]
+                vector, fetch, namespace=self.namespace, spans=spans, include_untagged=untagged
+            )
         if holds_cache(self.store):  # durable: may hold vectors of an earlier model
             identity = identity_of(self.embedder)
             kept = [hit for hit in hits if not foreign(hit.chunk.metadata, identity)]
+            recorded = [hit for hit in recorded if not foreign(hit.chunk.metadata, identity)]
             if len(kept) < len(hits):  # never ranked against this model's query
                 reembed_in_background(self.store, self.embedder, self.namespace)
             hits = kept
-        return [(hit.chunk, hit.score) for hit in hits]
+        pairs = [(hit.chunk, hit.score) for hit in hits]
+        return pairs, [(hit.chunk, hit.score) for hit in recorded], exhausted
 
     def _keyword(self, query: str, fetch: int) -> tuple[list[tuple[str, float]], _Chunks]:
         """The keyword ranking, from the store's postings or the in-process BM25."""
@@ -377,8 +395,8 @@ class VectorBlock(MemoryBlock):
         """Chunks for ``query`` with a similarity in [0, 1], best first, and
         whether the namespace is exhausted (a wider fetch would find nothing more)."""
         if self.retrieval == "dense":
-            dense = self._dense(query, fetch)
-            return dense, len(dense) < fetch
+            dense, _, exhausted = self._dense(query, fetch)
+            return dense, exhausted
         if self.retrieval == "bm25":
             keyword, keyword_chunks = self._keyword(query, fetch)
             top = keyword[0][1] if keyword else 1.0
@@ -389,22 +407,28 @@ class VectorBlock(MemoryBlock):
             speakers = set(self._speakers)
         # A store's keyword side waits on the database: it runs beside the dense side.
         pending = beside(self._keyword, query, fetch) if self._store_keywords else None
+        when = date_cue(query, now) if self.date_boost else None
+        spans = when.ranges(now) if when is not None and self._finds_recorded else ()
         # A name tells the embedding model little but "a person": embed the rest.
-        dense = self._dense(without_names(query, speakers), fetch)
+        dense, recorded, exhausted = self._dense(without_names(query, speakers), fetch, spans)
         keyword, keyword_chunks = (
             pending.result() if pending is not None else self._keyword(query, fetch)
         )
-        by_id = {chunk.id: chunk for chunk, _ in dense}
+        by_id = {chunk.id: chunk for chunk, _ in recorded}
+        by_id.update((chunk.id, chunk) for chunk, _ in dense)
         wanted = [i for i, _ in keyword if i not in by_id]
         by_id.update(keyword_chunks.get_many(wanted))
         keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
         keyword = self._lend_to_next(keyword, by_id)
         fused = calibrated_fuse(
-            [(c.id, s) for c, s in dense], keyword, dense_weight=self.dense_weight
+            [(c.id, s) for c, s in dense],
+            keyword,
+            dense_weight=self.dense_weight,
+            recorded=[(c.id, s) for c, s in recorded],
         )
-        self._boost_cues(query, self._learn_speakers(by_id.values()), by_id, fused, now)
+        self._boost_cues(query, self._learn_speakers(by_id.values()), by_id, fused, when)
         order = sorted(fused, key=fused.__getitem__, reverse=True)
-        return [(by_id[i], unit_score(fused[i])) for i in order], len(dense) < fetch
+        return [(by_id[i], unit_score(fused[i])) for i in order], exhausted
 
     def _learn_speakers(self, chunks: Iterable[Chunk]) -> set[str]:
         """Remember the speakers of ``chunks`` (a restarted block learns them from
@@ -438,11 +462,10 @@ class VectorBlock(MemoryBlock):
         speakers: set[str],
         chunks: dict[str, Chunk],
         fused: dict[str, float],
-        now: float,
+        when: DateCue | None,
     ) -> None:
         """Raise the candidates of the speaker ``query`` names and of the time it names."""
         speaker = named_participant(query, speakers) if self.participant_boost else None
-        when = date_cue(query, now) if self.date_boost else None
         if speaker is None and when is None:
             return
         for chunk_id, chunk in chunks.items():
