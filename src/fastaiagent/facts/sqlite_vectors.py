@@ -62,6 +62,7 @@ KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespac
 # A span holding more of a namespace's chunks than this is too broad to rank on its own
 # (reading 10k rids costs ~10 ms): search_recorded then finds nothing.
 RECORDED_LIMIT = 1000
+_SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
 # Trigger bodies hold ';', so the step runs statement by statement (not split on ';').
 _V1 = (
@@ -172,8 +173,8 @@ def _fts_match(nskey: str, terms: Sequence[str]) -> str:
     return f'nskey : "{nskey}" AND keywords : ({words})'
 
 
-def _batches(items: Sequence[Any]) -> list[Sequence[Any]]:
-    return [items[i : i + _MAX_PARAMS] for i in range(0, len(items), _MAX_PARAMS)]
+def _batches(items: Sequence[Any], size: int = _MAX_PARAMS) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 @dataclass
@@ -686,19 +687,18 @@ class SQLiteVectorIndex:
     def _recorded(
         self, conn: sqlite3.Connection, namespace: str, spans: Sequence[tuple[float, float]]
     ) -> Any:
-        """The rids of ``namespace`` recorded in ``spans``, ascending (a range read of
-        the time index per span); none when more than :data:`RECORDED_LIMIT` are."""
-        sql = (
-            f"SELECT rid FROM {self.table} WHERE namespace = ? "
-            f"AND {_RECORDED} >= ? AND {_RECORDED} < ? LIMIT ?"
-        )
+        """The rids of ``namespace`` recorded in ``spans``, ascending (one statement: a
+        range read of the time index per span); none when more than
+        :data:`RECORDED_LIMIT` are."""
+        one = f"SELECT rid FROM {self.table} WHERE namespace = ? AND {_RECORDED} >= ? AND {_RECORDED} < ?"
         rids: list[int] = []
-        for start, end in spans:
-            left = RECORDED_LIMIT + 1 - len(rids)
-            rids += [row[0] for row in conn.execute(sql, (namespace, start, end, left))]
+        for batch in _batches(spans, _SPANS_PER_STATEMENT):
+            sql = " UNION ALL ".join([one] * len(batch)) + " LIMIT ?"
+            params = [value for start, end in batch for value in (namespace, start, end)]
+            rows = conn.execute(sql, [*params, RECORDED_LIMIT + 1 - len(rids)]).fetchall()
+            rids += [row[0] for row in rows]
             if len(rids) > RECORDED_LIMIT:
-                rids = []
-                break
+                return self._np.empty(0, dtype=self._np.int64)
         return self._np.unique(self._np.asarray(rids, dtype=self._np.int64))
 
     def _all_namespaces(self, conn: sqlite3.Connection) -> list[str]:
