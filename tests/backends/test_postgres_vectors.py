@@ -216,7 +216,7 @@ def test_a_small_cache_budget_still_answers_right(facts: PostgresFactStore) -> N
 def test_the_schema_version_is_recorded_and_a_newer_one_refused(facts: PostgresFactStore) -> None:
     facts.vector_store().ids("user:1")
     component = f"vectors:{facts.table}_vectors"
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(2,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(3,)]
     _raw(facts, "UPDATE fastaiagent_schema SET version = 9 WHERE component = %s RETURNING 1", component)
     with pytest.raises(SchemaVersionError, match=rf"'{component}' at schema version 9.*pip install -U"):
         _reopen(facts).ids("user:1")
@@ -297,4 +297,20 @@ def test_a_version_1_vector_table_gains_keyword_statistics(facts: PostgresFactSt
     assert reopened.keyword_search("Jane Lisbon", 5, namespace="user:1") == expected
     stats = _raw(facts, f'SELECT namespace, docs, tokens FROM "{facts.table}_vector_ns"')
     assert stats == [("user:1", 2, 5)]  # "to" and "is" are stop words
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(2,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(3,)]
+
+
+def test_a_version_2_vector_table_gains_the_time_index(facts: PostgresFactStore) -> None:
+    index = facts.vector_store()
+    index.add([_chunk("a1", "early", [1, 0]), _chunk("a2", "late", [0, 1])])
+    index.add([Chunk("a3", "dated", [1, 1], {"namespace": "user:1", "created_at": 50.0})])
+    component = f"vectors:{facts.table}_vectors"
+    with psycopg.connect(facts.url, autocommit=True) as conn:  # back to the layout of version 2
+        conn.execute(f'DROP INDEX "idx_{facts.table}_vectors_recorded"')
+        conn.execute("UPDATE fastaiagent_schema SET version = 2 WHERE component = %s", (component,))
+    reopened = _reopen(facts)
+    hits = reopened.search_recorded([1, 0], 5, namespace="user:1", spans=[(0.0, 100.0)])
+    assert [hit.chunk.id for hit in hits] == ["a3"]
+    indexes = _raw(facts, "SELECT indexname FROM pg_indexes WHERE tablename = %s", f"{facts.table}_vectors")
+    assert (f"idx_{facts.table}_vectors_recorded",) in indexes
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(3,)]

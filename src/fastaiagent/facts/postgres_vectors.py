@@ -42,7 +42,7 @@ from fastaiagent.facts import pgvector
 from fastaiagent.facts import postgres_keywords as keywords
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
-from fastaiagent.facts.vectors import keyword_text, text_key
+from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text, text_key
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
@@ -110,6 +110,23 @@ _QUERIES = {
     "cache": "INSERT INTO {e} (namespace, identity, text_key, vector) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (namespace, identity, text_key) DO UPDATE SET vector = excluded.vector",
 }
+# Step 3: chunks by the time they were recorded (a numeric ``metadata.created_at``), so
+# search_recorded reads a span's rows with one index range scan.
+_RECORDED = (
+    "(CASE WHEN jsonb_typeof(metadata->'created_at') = 'number' "
+    "THEN (metadata->>'created_at')::float8 END)"
+)
+_STEP3 = (f"CREATE INDEX IF NOT EXISTS {{idx_recorded}} ON {{v}} (namespace, {_RECORDED})",)
+_QUERIES["recorded"] = (
+    "SELECT r.id FROM unnest(%s::float8[], %s::float8[]) AS s(a, b) CROSS JOIN LATERAL "
+    f"(SELECT id FROM {{v}} WHERE namespace = %s AND {_RECORDED} >= s.a AND {_RECORDED} < s.b "
+    "LIMIT %s) r LIMIT %s"
+)
+_QUERIES["server_search_ids"] = (
+    "SELECT id, text, metadata, 1 - (embedding <=> %s::vector) AS score FROM {v} "
+    "WHERE id = ANY(%s) AND namespace = %s AND dimension = %s AND embedding IS NOT NULL "
+    "ORDER BY embedding <=> %s::vector, id LIMIT %s"
+)
 # pgvector: exact search of one namespace in the server, on the ``embedding`` column.
 _QUERIES["server_search"] = (
     "SELECT id, text, metadata, 1 - (embedding <=> %s::vector) AS score FROM {v} "
@@ -143,6 +160,7 @@ def _names(fact_table: str) -> dict[str, Any]:
         "seq_name": sql.Literal('"' + f"{v}_gen".replace('"', '""') + '"'),
         "idx_ns": sql.Identifier(f"idx_{v}_ns"),
         "idx_tsv": sql.Identifier(f"idx_{v}_tsv"),
+        "idx_recorded": sql.Identifier(f"idx_{v}_recorded"),
         "stats_fn": sql.Identifier(f"{v}_kw_stats"),
         "stats_trigger": sql.Identifier(f"{v}_kw_stats"),
     }
@@ -217,7 +235,7 @@ class PostgresVectorIndex:
         names = _names(store.table)
         queries = {**_QUERIES, **keywords.QUERIES}
         self._q = {k: sql.SQL(text).format(**names) for k, text in queries.items()}
-        steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2)]
+        steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2, _STEP3)]
         self._schema = Schema(f"vectors:{self.table}", [partial(_run_ddl, ddl=ddl) for ddl in steps])
         self._ready = False
         self._dimension: int | None = None
@@ -427,14 +445,77 @@ class PostgresVectorIndex:
             else:
                 best = np.arange(len(scores))
             scored += [(float(scores[i]), ids[i]) for i in best]
+        return self._hits(conn, scored, top_k, keys)
+
+    def _hits(
+        self, conn: Any, scored: list[tuple[float, str]], top_k: int, keys: list[str]
+    ) -> list[SearchHit]:
+        """The ``top_k`` best of ``(score, id)`` as hits, read in one statement; rows
+        removed since the scores were taken are left out (the namespace check too)."""
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         scored = scored[:top_k]
         if not scored:
             return []
-        # Rows removed since the refresh are left out (the namespace check too).
         rows = conn.execute(self._q["hits"], ([i for _, i in scored], keys)).fetchall()
         found = {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
         return [SearchHit(found[i], score) for score, i in scored if i in found]
+
+    def search_recorded(
+        self,
+        vector: Sequence[float],
+        top_k: int,
+        *,
+        namespace: str,
+        spans: Sequence[tuple[float, float]],
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the rows of the spans
+        from the time index, ranked in this process's copy of the namespace (in the
+        server with pgvector while the copy is cold)."""
+        check_top_k(top_k)
+        keys = wanted_keys(check_text("namespace", namespace), include_untagged)
+        assert keys is not None
+        dimension = self.dimension
+        if dimension is None or top_k == 0 or not spans:
+            return []
+        query = self._normalised([check_vector(vector, dimension, "query vector")])[0]
+        bounds = ([float(a) for a, _ in spans], [float(b) for _, b in spans])
+        return list(self._run(lambda conn: self._recorded(conn, query, top_k, keys, bounds)))
+
+    def _recorded(
+        self, conn: Any, query: Any, top_k: int, keys: list[str], bounds: tuple[list[float], ...]
+    ) -> list[SearchHit]:
+        np = self._np
+        scored: list[tuple[float, str]] = []
+        server: list[SearchHit] = []
+        for key in keys:
+            params = (*bounds, key, RECORDED_LIMIT + 1, RECORDED_LIMIT + 1)
+            wanted = [row[0] for row in conn.execute(self._q["recorded"], params)]
+            if not wanted or len(wanted) > RECORDED_LIMIT:
+                continue
+            with self._lock:
+                cold = key not in self._matrices
+            if self._pgvector and cold:  # as search does: no whole read on the caller's path
+                text = pgvector.literal(query)
+                found = (text, wanted, key, self._dimension, text, top_k)
+                rows = conn.execute(self._q["server_search_ids"], found).fetchall()
+                server += [SearchHit(Chunk(r[0], r[1], None, dict(r[2])), float(r[3])) for r in rows]
+                self._warm(key)
+                continue
+            ids, vectors = self._refresh(conn, key)
+            with self._lock:
+                held = self._matrices.get(key)
+            # The copy's id -> row map (one kept copy), else one of this snapshot.
+            where = held.where if held is not None and held.ids is ids else None
+            where = where if where is not None else {i: row for row, i in enumerate(ids)}
+            n = 0 if vectors is None else len(vectors)
+            rows_of = [row for i in wanted if (row := where.get(i, n)) < n]
+            if rows_of:
+                scores = np.einsum("ij,j->i", vectors[rows_of], query)
+                scored += [(float(v), ids[row]) for v, row in zip(scores, rows_of, strict=True)]
+        hits = self._hits(conn, scored, top_k, keys) + server
+        hits.sort(key=lambda hit: -hit.score)
+        return hits[:top_k]
 
     def _search_in_server(self, conn: Any, query: Any, top_k: int, key: str) -> list[SearchHit]:
         """A namespace this process holds no copy of: searched by pgvector in the

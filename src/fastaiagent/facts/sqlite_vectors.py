@@ -41,7 +41,7 @@ from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.keyword_scoring import bm25_top
 from fastaiagent.facts.sqlite import SQLiteFactStore
-from fastaiagent.facts.vectors import keyword_text
+from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
@@ -59,9 +59,6 @@ DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
-# A span holding more of a namespace's chunks than this is too broad to rank on its own
-# (reading 10k rids costs ~10 ms): search_recorded then finds nothing.
-RECORDED_LIMIT = 1000
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
 # Trigger bodies hold ';', so the step runs statement by statement (not split on ';').
@@ -653,10 +650,8 @@ class SQLiteVectorIndex:
         spans: Sequence[tuple[float, float]],
         include_untagged: bool = False,
     ) -> list[SearchHit]:
-        """The ``top_k`` chunks closest by cosine among those recorded in one of
-        ``spans`` (``(start, end)`` epoch seconds, end exclusive, matched against
-        ``metadata["created_at"]``), best first. A chunk with no time is never in a
-        span; spans holding more than :data:`RECORDED_LIMIT` chunks give no hits."""
+        """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the rows of the spans
+        from the time index, ranked in this process's copy of the namespace."""
         check_top_k(top_k)
         keys = wanted_keys(check_text("namespace", namespace), include_untagged)
         assert keys is not None

@@ -29,7 +29,9 @@ are prefixes of each other or hold glob / SQL characters included), ``ids``,
 ``get``, ``delete``, ``delete_namespace`` (the namespace's cached embeddings
 too), the embedding cache per identity and namespace, dimension mismatch,
 freshness between two objects on the same storage (what one writes or
-deletes the other sees at once) and concurrent writers. Reading a backend's
+deletes the other sees at once), concurrent writers, and, for an index with
+the optional ``search_recorded`` (``ListsRecorded``), search among the
+chunks recorded in spans of time. Reading a backend's
 raw tables or keys after a delete is backend-specific: do it in your own tests.
 """
 
@@ -41,7 +43,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from fastaiagent.facts.vectors import StoredVectorIndex, embedder_identity, text_key
+from fastaiagent.facts.vectors import ListsRecorded, StoredVectorIndex, embedder_identity, text_key
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, SearchHit, VectorStore
 
 __all__ = ["StoredVectorIndexConformance"]
@@ -288,6 +290,49 @@ class StoredVectorIndexConformance:
         assert index.count() == 0
 
     # -- two objects on one storage (a restart, a second worker) ---------------
+
+    # -- the optional search among the chunks of spans of time ----------------
+
+    def _lists_recorded(self, index: Index) -> ListsRecorded:
+        if not isinstance(index, ListsRecorded):
+            pytest.skip(f"{type(index).__name__} has no search_recorded (an optional capability)")
+        return index
+
+    def test_search_recorded_ranks_one_namespaces_chunks_of_the_spans(self, index: Index) -> None:
+        timed = self._lists_recorded(index)
+        day = 86400.0
+        for ns in NASTY_NAMESPACES:
+            index.add([chunk(f"{ns}/{i}", vec(1, i / 10), ns, created_at=i * day) for i in range(10)])
+        index.add([
+            chunk("no time", vec(1), "user:a"), chunk("a word", vec(1), "user:a", created_at="3 days"),
+            chunk("untagged", vec(1), None, created_at=3 * day),
+        ])  # fmt: skip
+        spans = [(2 * day, 4 * day), (8 * day, 8.5 * day)]  # days 2, 3 and 8
+        for ns in NASTY_NAMESPACES:
+            hits = timed.search_recorded(vec(1), 5, namespace=ns, spans=spans)
+            assert ids_of(hits) == [f"{ns}/{i}" for i in (2, 3, 8)]
+            assert hits[0].score > hits[1].score > hits[2].score
+            assert hits[0].chunk.metadata == {"namespace": ns, "created_at": 2 * day}
+        assert ids_of(timed.search_recorded(vec(1), 1, namespace="user:a", spans=spans)) == ["user:a/2"]
+        assert ids_of(timed.search_recorded(vec(1), 9, namespace="default", spans=spans, include_untagged=True)) == ["untagged"]
+        assert timed.search_recorded(vec(1), 5, namespace="user:a", spans=[]) == []
+        assert timed.search_recorded(vec(1), 0, namespace="user:a", spans=spans) == []
+        assert timed.search_recorded(vec(1), 5, namespace="nobody", spans=spans) == []
+
+    def test_search_recorded_is_fresh_across_objects(self, index: Index, open_index: Opener) -> None:
+        timed = self._lists_recorded(index)
+        other = open_index()
+        try:
+            assert isinstance(other, ListsRecorded)
+            index.add([chunk("a", vec(1), "n", created_at=10.0), chunk("b", vec(1, 1), "n", created_at=20.0)])
+            assert ids_of(other.search_recorded(vec(1), 5, namespace="n", spans=[(0.0, 30.0)])) == ["a", "b"]
+            other.add([chunk("c", vec(1, 0.1), "n", created_at=15.0)])
+            index.delete(["a"])
+            assert ids_of(timed.search_recorded(vec(1), 5, namespace="n", spans=[(0.0, 30.0)])) == ["c", "b"]
+            index.add([chunk("b", vec(1, 1), "n", created_at=99.0)])  # said at another time
+            assert ids_of(other.search_recorded(vec(1), 5, namespace="n", spans=[(0.0, 30.0)])) == ["c"]
+        finally:
+            other.close()
 
     def test_a_reopened_index_sees_everything(self, index: Index, open_index: Opener) -> None:
         ident = embedder_identity("m", DIM)

@@ -12,7 +12,11 @@ the process:
 - ``ids``: which chunk ids a namespace already holds, so nothing is indexed twice;
 - an embedding cache keyed by the embedder's identity (model name + dimension)
   and the text's hash, so each text is embedded once, ever, whatever the number
-  of restarts and workers; vectors of another embedder are never mixed in.
+  of restarts and workers; vectors of another embedder are never mixed in;
+- optionally ``search_recorded`` (:class:`ListsRecorded`): the closest chunks
+  among those recorded in spans of time, read through an index on
+  ``metadata["created_at"]`` (SQLite and Postgres), so a question naming a time
+  ranks that time's messages even when no word matches.
 
 Namespaces isolate users exactly as the in-process stores do (``user:<id>``,
 ``<project>:user:<id>``); ``delete_namespace`` is what ``forget`` calls.
@@ -25,6 +29,10 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore
+
+# A span holding more of a namespace's chunks than this is too broad to rank on its own
+# (reading 10k ids costs ~10 ms): ``search_recorded`` then finds nothing.
+RECORDED_LIMIT = 1000
 
 
 def text_key(text: str) -> str:
@@ -103,6 +111,26 @@ class StoredVectorIndex(VectorStore, Protocol):
 
     def close(self) -> None:
         """Release what the index opened itself (the fact store's connections stay)."""
+        ...
+
+
+@runtime_checkable
+class ListsRecorded(Protocol):
+    """A StoredVectorIndex that can search the chunks recorded in spans of time."""
+
+    def search_recorded(
+        self,
+        vector: Sequence[float],
+        top_k: int,
+        *,
+        namespace: str,
+        spans: Sequence[tuple[float, float]],
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """The ``top_k`` chunks of ``namespace`` closest by cosine among those whose
+        ``metadata["created_at"]`` (epoch seconds, a number) falls in one of ``spans``
+        (``(start, end)``, end exclusive), best first; none when more than
+        :data:`RECORDED_LIMIT` chunks fall in them."""
         ...
 
 
