@@ -24,7 +24,7 @@ from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 pytestmark = pytest.mark.redis
 redis = require_module("redis")  # a missing driver fails under CI=true
 
-from fastaiagent.facts.redis import RedisFactStore  # noqa: E402
+from fastaiagent.facts.redis import RedisFactStore, escape_part  # noqa: E402
 from fastaiagent.facts.redis_vectors import VECTORS_LAYOUT, RedisVectorIndex  # noqa: E402
 
 NS = "user:alice"
@@ -228,6 +228,26 @@ def test_a_newer_layout_is_refused(store: RedisFactStore, raw: Any, redis_prefix
     raw.set(f"{redis_prefix}:vec:layout", str(int(VECTORS_LAYOUT) + 1))
     with pytest.raises(SchemaVersionError, match="pip install -U fastaiagent"):
         store.vector_store().add([_chunk("a", "x", [1.0, 0.0])])
+
+
+def test_a_layout_1_index_gains_the_chunks_times(store: RedisFactStore, raw: Any, redis_prefix: str) -> None:
+    index = store.vector_store()
+    index.add([
+        Chunk("a", "early", [1.0, 0.0], {"namespace": NS, "created_at": 50.25}),
+        Chunk("b", "late", [1.0, 0.1], {"namespace": NS, "created_at": 500.0}),
+        Chunk("c", "a word", [1.0, 0.2], {"namespace": NS, "created_at": "yesterday"}),
+        Chunk("d", "other user", [1.0, 0.0], {"namespace": "user:2", "created_at": 60.0}),
+    ])  # fmt: skip
+    for key in raw.scan_iter(match=f"{redis_prefix}:vec:rt:*"):  # back to layout 1
+        raw.delete(key)
+    raw.set(f"{redis_prefix}:vec:layout", "1")
+    reopened = RedisFactStore(store.url, prefix=redis_prefix).vector_store()
+    hits = reopened.search_recorded([1.0, 0.0], 5, namespace=NS, spans=[(0.0, 1000.0)])
+    assert [hit.chunk.id for hit in hits] == ["a", "b"]  # "c" has no numeric time
+    assert raw.zscore(f"{redis_prefix}:vec:rt:{escape_part(NS)}", "a") == 50.25
+    assert raw.get(f"{redis_prefix}:vec:layout") == VECTORS_LAYOUT == "2"
+    other = reopened.search_recorded([1.0, 0.0], 5, namespace="user:2", spans=[(0.0, 100.0)])
+    assert [hit.chunk.id for hit in other] == ["d"]
 
 
 def test_searches_survive_a_flushed_script_cache(store: RedisFactStore, raw: Any) -> None:

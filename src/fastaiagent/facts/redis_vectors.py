@@ -11,6 +11,8 @@ for untagged chunks):
 - ``p:<ns>:<term>`` - postings: chunk id -> ``"<tf> <length>"`` (hash)
 - ``m:<ns>`` - ``ver`` (bumped by every change), ``floor``, ``tot`` (total length)
 - ``log:<ns>`` - chunk id -> ``ver`` of its last change (sorted set)
+- ``rt:<ns>`` - chunk id -> its numeric ``metadata.created_at`` (sorted set, layout 2:
+  the chunks of a span of time for ``search_recorded``)
 - ``c:<ns>:<identity>`` - text key -> float32 bytes; ``ci:<ns>`` - those identities
 
 Every write is one Lua script, so a chunk, its postings and the version move
@@ -38,7 +40,7 @@ from fastaiagent._validate import positive_int
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
 from fastaiagent.facts.redis import RedisFactStore, escape_part, unavailable
-from fastaiagent.facts.vectors import keyword_text
+from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
@@ -56,7 +58,7 @@ _client_mod = require("redis.client", "redis")
 _NoScript = require("redis.exceptions", "redis").NoScriptError
 _NEVER_DECODE = {_client_mod.NEVER_DECODE: True}  # replies read as bytes (vectors)
 
-VECTORS_LAYOUT = "1"
+VECTORS_LAYOUT = "2"
 DELTA_LIMIT = 2000  # changed chunks a cache catches up on; more reloads the namespace
 _DROP_BATCH = 500  # chunks one delete_namespace step removes
 _K1, _B = 1.2, 0.75  # BM25 parameters, as BM25Index
@@ -97,23 +99,26 @@ local function drop(id, want)
   redis.call('HDEL', P .. 'v:' .. ns, id)
   redis.call('HDEL', P .. 'd:' .. ns, id)
   redis.call('HDEL', P .. 'id', id)
+  redis.call('ZREM', P .. 'rt:' .. ns, id)
   compact(ns, changed(ns, id))
   if redis.call('HLEN', P .. 'd:' .. ns) == 0 then redis.call('SREM', P .. 'ns', ns) end
   return 1
 end
 """
 
-# ARGV: P, dim, then per chunk: id, ns, vector, doc, "<length> <terms...>", "<tfs...>".
-# Returns nil, or the stored dimension when it differs from ``dim``.
+# ARGV: P, dim, then per chunk: id, ns, vector, doc, "<length> <terms...>", "<tfs...>",
+# created_at ("" when not a number). Returns nil, or the stored dimension when it
+# differs from ``dim``.
 _ADD = (
     _COMMON
     + """
 local dim = redis.call('GET', P .. 'dim')
 if dim and dim ~= ARGV[2] then return dim end
 if not dim then redis.call('SET', P .. 'dim', ARGV[2]) end
-for i = 3, #ARGV, 6 do
+for i = 3, #ARGV, 7 do
   local id, ns, vec, doc, tm, tfs = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
   drop(id, nil)
+  if ARGV[i+6] ~= '' then redis.call('ZADD', P .. 'rt:' .. ns, ARGV[i+6], id) end
   redis.call('HSET', P .. 'v:' .. ns, id, vec)
   redis.call('HSET', P .. 'd:' .. ns, id, doc)
   redis.call('HSET', P .. 'id', id, ns)
@@ -144,6 +149,22 @@ for i = 3, #ARGV do n = n + drop(ARGV[i], want) end
 return n
 """
 )
+
+# Layout 1 -> 2, one batch of a namespace's chunks at a time. ARGV: P, ns, ids...: each
+# chunk still there with a numeric created_at enters ``rt:<ns>`` (atomic with writers).
+_RECORD_TIMES = """
+local P, ns = ARGV[1], ARGV[2]
+for i = 3, #ARGV do
+  local doc = redis.call('HGET', P .. 'd:' .. ns, ARGV[i])
+  if doc then
+    local at = cjson.decode(doc)[2]['created_at']
+    if type(at) == 'number' then
+      redis.call('ZADD', P .. 'rt:' .. ns, string.format('%.17g', at), ARGV[i])
+    end
+  end
+end
+return 1
+"""
 
 # ARGV: P, ns. Drops the namespace's cached embeddings, and its log once it is empty.
 _CLEAR = """
@@ -237,6 +258,15 @@ class _Matrix:
         return [(self.ids[n], float(scores[n])) for n in best]
 
 
+    def among(self, ids: Sequence[str], query: Any) -> list[tuple[str, float]]:
+        """(id, cosine) of the chunks of ``ids`` this matrix holds."""
+        rows = [row for i in ids if (row := self.rows.get(i)) is not None]
+        if not rows:
+            return []
+        scores = np.einsum("ij,j->i", self.data[rows], query)
+        return [(self.ids[row], float(score)) for row, score in zip(rows, scores, strict=True)]
+
+
 def _doc(chunk: Chunk) -> str:
     return json.dumps([chunk.text, chunk.metadata], separators=(",", ":"))
 
@@ -244,6 +274,14 @@ def _doc(chunk: Chunk) -> str:
 def _chunk(chunk_id: str, doc: str) -> Chunk:
     text, metadata = json.loads(doc)
     return Chunk(id=chunk_id, text=text, metadata=metadata)
+
+
+def _time(chunk: Chunk) -> str:
+    """The chunk's ``created_at`` for ``rt:<ns>`` (exact), "" when it is not a number."""
+    at = chunk.metadata.get("created_at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        return ""
+    return repr(float(at))
 
 
 def _terms(text: str) -> tuple[str, str]:
@@ -278,7 +316,7 @@ class RedisVectorIndex:
         self._client: Any = store.client
         script = self._client.register_script
         self._add, self._delete, self._clear = script(_ADD), script(_DELETE), script(_CLEAR)
-        self._delta = script(_DELTA)
+        self._delta, self._record_times = script(_DELTA), script(_RECORD_TIMES)
         self._dimension: int | None = None
         self._checked = False
         self._lock = threading.Lock()
@@ -309,7 +347,19 @@ class RedisVectorIndex:
                 "newer fastaiagent. Upgrade the package (pip install -U fastaiagent) in "
                 "every process that opens them."
             )
+        elif found == "1":
+            self._record_all_times()
+            self._client.set(key, VECTORS_LAYOUT)
         self._checked = True
+
+    def _record_all_times(self) -> None:
+        """Layout 1 -> 2: enter every chunk's time in ``rt:<ns>``, in atomic batches
+        (a write meanwhile keeps its own entry; running twice changes nothing)."""
+        for ns in sorted(self._client.smembers(self._k("ns"))):
+            ids = self._client.hkeys(self._k("d:", ns))
+            for start in range(0, len(ids), _DROP_BATCH):
+                batch = ids[start : start + _DROP_BATCH]
+                self._record_times(args=[self.prefix, ns, *batch])
 
     @property
     def dimension(self) -> int | None:
@@ -330,7 +380,7 @@ class RedisVectorIndex:
             dimension = dimension or len(vector)
             terms, tfs = _terms(keyword_text(chunk))
             ns = escape_part(namespace_key(chunk.metadata))
-            args += [chunk.id, ns, _vector_bytes(vector), _doc(chunk), terms, tfs]
+            args += [chunk.id, ns, _vector_bytes(vector), _doc(chunk), terms, tfs, _time(chunk)]
         if not args:
             return
         stored = self._call(lambda: self._add(args=[self.prefix, dimension, *args]))
@@ -481,6 +531,49 @@ class RedisVectorIndex:
             with self._lock:
                 for ns in self._names(keys):
                     found += [(ns, i, s) for i, s in self._synced(ns, dimension).top(query, top_k)]
+            found.sort(key=lambda hit: -hit[2])
+            best = found[:top_k]
+            docs = self._docs([(ns, chunk_id) for ns, chunk_id, _ in best])
+            return [
+                SearchHit(_chunk(chunk_id, doc), score)
+                for (_, chunk_id, score), doc in zip(best, docs, strict=True)
+                if doc is not None  # deleted since the catch-up
+            ]
+
+        return self._call(run)
+
+    def search_recorded(
+        self,
+        vector: Sequence[float],
+        top_k: int,
+        *,
+        namespace: str,
+        spans: Sequence[tuple[float, float]],
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the ids of the spans
+        from ``rt:<ns>`` (one round trip), ranked in this process's matrix."""
+        check_top_k(top_k)
+        keys = wanted_keys(check_text("namespace", namespace), include_untagged)
+        dimension = self.dimension
+        if dimension is None or top_k == 0 or not spans:
+            return []
+        query = np.asarray(check_vector(vector, dimension, "query vector"), dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        query = query / norm if norm else query
+        bounds = [(float(a), float(b)) for a, b in spans]
+
+        def run() -> list[SearchHit]:
+            found: list[tuple[str, str, float]] = []
+            for ns in self._names(keys):
+                pipe, key = self._client.pipeline(transaction=False), self._k("rt:", ns)
+                for start, end in bounds:
+                    pipe.zrangebyscore(key, repr(start), f"({end!r}", 0, RECORDED_LIMIT + 1)
+                wanted = list(dict.fromkeys(i for ids in pipe.execute() for i in ids))
+                if not wanted or len(wanted) > RECORDED_LIMIT:
+                    continue
+                with self._lock:
+                    found += [(ns, i, s) for i, s in self._synced(ns, dimension).among(wanted, query)]
             found.sort(key=lambda hit: -hit[2])
             best = found[:top_k]
             docs = self._docs([(ns, chunk_id) for ns, chunk_id, _ in best])

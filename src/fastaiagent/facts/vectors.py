@@ -15,7 +15,7 @@ the process:
   of restarts and workers; vectors of another embedder are never mixed in;
 - optionally ``search_recorded`` (:class:`ListsRecorded`): the closest chunks
   among those recorded in spans of time, read through an index on
-  ``metadata["created_at"]`` (SQLite and Postgres), so a question naming a time
+  ``metadata["created_at"]`` (SQLite, Postgres, Redis), so a question naming a time
   ranks that time's messages even when no word matches.
 
 Namespaces isolate users exactly as the in-process stores do (``user:<id>``,
