@@ -43,6 +43,7 @@ TOKEN_BUDGETS = (100, 200, 400)  # tokens of recalled messages in the prompt
 CATEGORIES = (1, 2, 3, 4)
 BLOCK_OPTIONS: dict[str, Any] = {}  # experiment overrides of VectorBlock options
 PG_TABLE = "locomo_bench"  # a Postgres location gets a fact table of its own
+REDIS_PREFIX = "locomo_bench"  # and a Redis one a key prefix of its own
 _SESSION = re.compile(r"^session_(\d+)$")
 
 
@@ -153,6 +154,10 @@ def recall_store(location: str | None, embedder: Any) -> Any:
         from fastaiagent.facts.postgres import PostgresFactStore
 
         return PostgresFactStore(location, table=PG_TABLE).vector_store()
+    if location.startswith(("redis://", "rediss://")):
+        from fastaiagent.facts.redis import RedisFactStore
+
+        return RedisFactStore(location, prefix=REDIS_PREFIX).vector_store()
     from fastaiagent.facts import make_fact_store
 
     return make_fact_store(location).vector_store()
