@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from fastaiagent._dates import DAY, month_length, month_start
-from fastaiagent.kb.query_dates import Span, read_times
+from fastaiagent.kb.query_dates import Span, read_times, span
 
 MONTHS = (
     "January",
@@ -95,8 +95,8 @@ class DateCue:
     def ranges(self, now: float) -> tuple[Span, ...]:
         """The times the cue covers as spans ``(start, end)``, in time order, for a
         store to list the messages recorded then: its spans, each named month of each
-        named year; a month named without a year, or a week of a month, is taken in each of the
-        :data:`YEARS_BACK` years up to ``now``'s (UTC)."""
+        named year; a month named without a year, or a week of a month, is taken in
+        each of the :data:`YEARS_BACK` years up to ``now``'s (UTC)."""
         spans = list(self.spans)
         this_year = datetime.fromtimestamp(now, tz=timezone.utc).year
         every_year = range(this_year - YEARS_BACK, this_year + 1)
@@ -104,17 +104,13 @@ class DateCue:
             for year in sorted(self.years) or every_year:
                 for month in sorted(self.months) or range(1, 13):
                     first = month_start(year, month)
-                    spans.append(_span(first, first + month_length(first)))
+                    spans.append(span(first, first + month_length(first)))
         for month, first_day, last_day in self.yearly:  # any year, as :meth:`matches` reads it
             for year in every_year:
                 first = month_start(year, month)
                 last = min(first + timedelta(days=last_day - 1), first + month_length(first) - DAY)
-                spans.append(_span(first + timedelta(days=first_day - 1), last + DAY))
+                spans.append(span(first + timedelta(days=first_day - 1), last + DAY))
         return _merged(spans)
-
-
-def _span(start: datetime, end: datetime) -> Span:
-    return (start.timestamp(), end.timestamp())
 
 
 def _merged(spans: list[Span]) -> tuple[Span, ...]:

@@ -74,7 +74,8 @@ def _count(word: str) -> int:
     return int(word) if word.isdigit() else _NUMBERS.get(word, 1)
 
 
-def _span(start: datetime, end: datetime) -> Span:
+def span(start: datetime, end: datetime) -> Span:
+    """``(start, end)`` as UNIX seconds."""
     return start.timestamp(), end.timestamp()
 
 
@@ -105,13 +106,13 @@ def _day_spans(query: str, taken: list[tuple[int, int]]) -> list[Span]:
             taken.append(match.span())
             offset = _OFFSET.search(query[: match.start()])
             if offset is None:
-                spans.append(_span(day, day + WEEK + DAY))
+                spans.append(span(day, day + WEEK + DAY))
                 continue
             length = timedelta(days=_count(offset["n"]) * _UNIT_DAYS[offset["unit"].lower()])
             if offset["way"].lower() == "after":
-                spans.append(_span(day, day + length + WEEK + DAY))
+                spans.append(span(day, day + length + WEEK + DAY))
             else:
-                spans.append(_span(day - length - DAY, day + WEEK + DAY))
+                spans.append(span(day - length - DAY, day + WEEK + DAY))
     return spans
 
 
@@ -133,7 +134,7 @@ def _weeks_of_months(
             start += month_length(start) - WEEK
         else:
             start += (first - 1) * DAY
-        spans.append(_span(start, start + 2 * WEEK))
+        spans.append(span(start, start + 2 * WEEK))
     return spans, yearly
 
 
@@ -155,7 +156,7 @@ def _calendar(what: str, now: datetime) -> Span:
         "this year": (year, today + DAY),
     }
     start, end = spans.get(what, (today, today + DAY))  # today, tonight, this morning
-    return _span(start, end)
+    return span(start, end)
 
 
 def _relative(query: str, now: datetime) -> list[Span]:
@@ -164,11 +165,11 @@ def _relative(query: str, now: datetime) -> list[Span]:
     for match in _AGO.finditer(query):
         length = timedelta(days=_count(match["n"]) * _UNIT_DAYS[match["unit"].lower()])
         slack = max(DAY, length / 4)
-        spans.append(_span(now - length - slack, now - length + slack))
+        spans.append(span(now - length - slack, now - length + slack))
     for match in _LAST_MONTH_NAME.finditer(query):
         month = month_number(match[1])
         start = month_start(now.year - (month >= now.month), month)
-        spans.append(_span(start, start + month_length(start)))
+        spans.append(span(start, start + month_length(start)))
     return spans
 
 
@@ -189,4 +190,4 @@ def time_spans(query: str, now: float) -> list[Span]:
     return list(read_times(query, now).spans)
 
 
-__all__ = ["Span", "TimeReading", "read_times", "time_spans"]
+__all__ = ["Span", "TimeReading", "read_times", "span", "time_spans"]
