@@ -116,7 +116,10 @@ _RECORDED = (
     "(CASE WHEN jsonb_typeof(metadata->'created_at') = 'number' "
     "THEN (metadata->>'created_at')::float8 END)"
 )
-_STEP3 = (f"CREATE INDEX IF NOT EXISTS {{idx_recorded}} ON {{v}} (namespace, {_RECORDED})",)
+_STEP3 = (
+    "DROP INDEX CONCURRENTLY IF EXISTS {idx_recorded}",  # an interrupted build's leftover
+    f"CREATE INDEX CONCURRENTLY {{idx_recorded}} ON {{v}} (namespace, {_RECORDED})",
+)
 _QUERIES["recorded"] = (
     "SELECT r.id FROM unnest(%s::float8[], %s::float8[]) AS s(a, b) CROSS JOIN LATERAL "
     f"(SELECT id FROM {{v}} WHERE namespace = %s AND {_RECORDED} >= s.a AND {_RECORDED} < s.b "
@@ -236,7 +239,9 @@ class PostgresVectorIndex:
         queries = {**_QUERIES, **keywords.QUERIES}
         self._q = {k: sql.SQL(text).format(**names) for k, text in queries.items()}
         steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2, _STEP3)]
-        self._schema = Schema(f"vectors:{self.table}", [partial(_run_ddl, ddl=ddl) for ddl in steps])
+        # Step 3 builds CONCURRENTLY, outside a transaction: a busy table's writers go on.
+        runs = [partial(_run_ddl, ddl=ddl, transaction=n < 2) for n, ddl in enumerate(steps)]
+        self._schema = Schema(f"vectors:{self.table}", runs)
         self._ready = False
         self._dimension: int | None = None
         self._fixed = False  # whether the database holds self._dimension
@@ -687,9 +692,13 @@ class PostgresVectorIndex:
             self._matrices.clear()
 
 
-def _run_ddl(conn: Any, ddl: list[Any]) -> None:
-    """One schema step, in one transaction (under the table's advisory lock, see
-    facts/schema.py)."""
+def _run_ddl(conn: Any, ddl: list[Any], transaction: bool = True) -> None:
+    """One schema step, in one transaction unless ``transaction`` is False (under the
+    table's advisory lock, see facts/schema.py)."""
+    if not transaction:  # CREATE INDEX CONCURRENTLY cannot run inside one
+        for statement in ddl:
+            conn.execute(statement)
+        return
     with conn.transaction():
         for statement in ddl:
             conn.execute(statement)
