@@ -18,9 +18,11 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,6 +128,12 @@ def _serve(spec: tuple[str, str, str], tasks: Any, results: Any) -> None:
     def reply(messages: list[Message]) -> str:
         if hanging["on"]:  # the turn the test kills: tell it, then never answer
             results.put(("started", os.getpid()))
+            # The queue's feeder thread holds a lock shared by every worker while it
+            # writes; killed before it lets go, no other worker could answer again
+            # (a run saw 0 of 200). Flushed and closed first, then killable.
+            results.close()
+            results.join_thread()
+            _killable(os.getpid()).touch()
             time.sleep(600)
         return _ack(messages)
 
@@ -144,6 +152,20 @@ def _serve(spec: tuple[str, str, str], tasks: Any, results: Any) -> None:
         import traceback
 
         results.put(("error", traceback.format_exc()))
+
+
+def _killable(pid: int) -> Path:
+    """The file a hanging worker creates once killing it can hurt no other worker."""
+    return Path(tempfile.gettempdir()) / f"fastaiagent-round-robin-{pid}.killable"
+
+
+def _kill_when_killable(pid: int, wait: float = 30.0) -> None:
+    marker, deadline = _killable(pid), time.monotonic() + wait
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"worker {pid} never flushed its queue"
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)  # mid-turn: asked the LLM, not recorded
+    marker.unlink()
 
 
 def _collect(results: Any, count: int, wait: float = WAIT) -> list[Any]:
@@ -213,7 +235,7 @@ def _round_robin(spec: tuple[str, str, str]) -> None:
             if killing:
                 started = [g for g in got if g[0] == "started"]
                 assert started == [("started", workers[doomed].pid)]
-                os.kill(workers[doomed].pid, signal.SIGKILL)  # mid-turn: asked the LLM, not recorded
+                _kill_when_killable(workers[doomed].pid)
                 workers[doomed].join(10)
                 alive.remove(doomed)
         assert len(alive) == 3
