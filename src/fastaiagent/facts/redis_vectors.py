@@ -257,7 +257,6 @@ class _Matrix:
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(self.ids[n], float(scores[n])) for n in best]
 
-
     def among(self, ids: Sequence[str], query: Any) -> list[tuple[str, float]]:
         """(id, cosine) of the chunks of ``ids`` this matrix holds."""
         rows = [row for i in ids if (row := self.rows.get(i)) is not None]
