@@ -290,6 +290,13 @@ def _terms(text: str) -> tuple[str, str]:
     return " ".join([str(length), *counts]), " ".join(map(str, counts.values()))
 
 
+def _unit_query(vector: Sequence[float], dimension: int) -> Any:
+    """The checked query vector, L2-normalised (float32)."""
+    query = np.asarray(check_vector(vector, dimension, "query vector"), dtype=np.float32)
+    norm = float(np.linalg.norm(query))
+    return query / norm if norm else query
+
+
 def _vector_bytes(values: Sequence[float]) -> bytes:
     return bytes(np.asarray(values, dtype=np.float32).tobytes())
 
@@ -521,23 +528,14 @@ class RedisVectorIndex:
         dimension = self.dimension
         if dimension is None or top_k == 0:
             return []
-        query = np.asarray(check_vector(vector, dimension, "query vector"), dtype=np.float32)
-        norm = float(np.linalg.norm(query))
-        query = query / norm if norm else query
+        query = _unit_query(vector, dimension)
 
         def run() -> list[SearchHit]:
             found: list[tuple[str, str, float]] = []
             with self._lock:
                 for ns in self._names(keys):
                     found += [(ns, i, s) for i, s in self._synced(ns, dimension).top(query, top_k)]
-            found.sort(key=lambda hit: -hit[2])
-            best = found[:top_k]
-            docs = self._docs([(ns, chunk_id) for ns, chunk_id, _ in best])
-            return [
-                SearchHit(_chunk(chunk_id, doc), score)
-                for (_, chunk_id, score), doc in zip(best, docs, strict=True)
-                if doc is not None  # deleted since the catch-up
-            ]
+            return self._hits(found, top_k)
 
         return self._call(run)
 
@@ -557,9 +555,7 @@ class RedisVectorIndex:
         dimension = self.dimension
         if dimension is None or top_k == 0 or not spans:
             return []
-        query = np.asarray(check_vector(vector, dimension, "query vector"), dtype=np.float32)
-        norm = float(np.linalg.norm(query))
-        query = query / norm if norm else query
+        query = _unit_query(vector, dimension)
         bounds = [(float(a), float(b)) for a, b in spans]
 
         def run() -> list[SearchHit]:
@@ -573,16 +569,21 @@ class RedisVectorIndex:
                     continue
                 with self._lock:
                     found += [(ns, i, s) for i, s in self._synced(ns, dimension).among(wanted, query)]
-            found.sort(key=lambda hit: -hit[2])
-            best = found[:top_k]
-            docs = self._docs([(ns, chunk_id) for ns, chunk_id, _ in best])
-            return [
-                SearchHit(_chunk(chunk_id, doc), score)
-                for (_, chunk_id, score), doc in zip(best, docs, strict=True)
-                if doc is not None  # deleted since the catch-up
-            ]
+            return self._hits(found, top_k)
 
         return self._call(run)
+
+    def _hits(self, found: list[tuple[str, str, float]], top_k: int) -> list[SearchHit]:
+        """The ``top_k`` best of ``(escaped namespace, id, score)`` as hits, their
+        chunks read in one round trip; ones deleted since the catch-up are left out."""
+        found.sort(key=lambda hit: -hit[2])
+        best = found[:top_k]
+        docs = self._docs([(ns, chunk_id) for ns, chunk_id, _ in best])
+        return [
+            SearchHit(_chunk(chunk_id, doc), score)
+            for (_, chunk_id, score), doc in zip(best, docs, strict=True)
+            if doc is not None
+        ]
 
     def _docs(self, wanted: list[tuple[str, str]]) -> list[str | None]:
         """The stored JSON of these (escaped namespace, id) pairs, in order."""

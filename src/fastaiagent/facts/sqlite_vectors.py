@@ -636,10 +636,7 @@ class SQLiteVectorIndex:
                 held = self._namespace(conn, key)
                 if held is not None:
                     found += self._best(*held, query, top_k)
-        found.sort(key=lambda pair: -pair[0])
-        found = found[:top_k]
-        chunks = self._by_rid(conn, [rid for _, rid in found])
-        return [SearchHit(chunks[rid], score) for score, rid in found if rid in chunks]
+        return self._hits(conn, found, top_k)
 
     def search_recorded(
         self,
@@ -674,10 +671,7 @@ class SQLiteVectorIndex:
             if alive is not None:
                 at = at[alive[at]]
             found += self._best(rids[at], vectors[at], None, query, top_k)
-        found.sort(key=lambda pair: -pair[0])
-        found = found[:top_k]
-        chunks = self._by_rid(conn, [rid for _, rid in found])
-        return [SearchHit(chunks[rid], score) for score, rid in found if rid in chunks]
+        return self._hits(conn, found, top_k)
 
     def _recorded(
         self, conn: sqlite3.Connection, namespace: str, spans: Sequence[tuple[float, float]]
@@ -695,6 +689,15 @@ class SQLiteVectorIndex:
             if len(rids) > RECORDED_LIMIT:
                 return self._np.empty(0, dtype=self._np.int64)
         return self._np.unique(self._np.asarray(rids, dtype=self._np.int64))
+
+    def _hits(
+        self, conn: sqlite3.Connection, found: list[tuple[float, int]], top_k: int
+    ) -> list[SearchHit]:
+        """The ``top_k`` best of ``(score, rid)`` as hits (rows deleted meanwhile left out)."""
+        found.sort(key=lambda pair: -pair[0])
+        found = found[:top_k]
+        chunks = self._by_rid(conn, [rid for _, rid in found])
+        return [SearchHit(chunks[rid], score) for score, rid in found if rid in chunks]
 
     def _all_namespaces(self, conn: sqlite3.Connection) -> list[str]:
         return [row[0] for row in conn.execute(f"SELECT namespace FROM {self.table}_ns")]
