@@ -372,7 +372,6 @@ class VectorBlock(MemoryBlock):
         pending = beside(self._recorded, vector, fetch, spans) if spans else None
         untagged = self._reads_untagged
         hits = self.store.search(vector, fetch, namespace=self.namespace, include_untagged=untagged)
-        exhausted = len(hits) < fetch
         recorded = pending.result() if pending is not None else []
         if holds_cache(self.store):  # durable: may hold vectors of an earlier model
             identity = identity_of(self.embedder)
@@ -381,6 +380,9 @@ class VectorBlock(MemoryBlock):
             if len(kept) < len(hits):  # never ranked against this model's query
                 reembed_in_background(self.store, self.embedder, self.namespace)
             hits = kept
+        # Counted after an earlier model's vectors are left out, as before: a recall
+        # during a re-embedding does not widen its search over vectors it cannot rank.
+        exhausted = len(hits) < fetch
         pairs = [(hit.chunk, hit.score) for hit in hits]
         return pairs, [(hit.chunk, hit.score) for hit in recorded], exhausted
 
