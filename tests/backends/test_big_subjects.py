@@ -193,6 +193,21 @@ def forget_while_probing(store: FactStore, probes: list[Probe], expected: int) -
     return max(probe.longest_ms for probe in probes)
 
 
+def forget_in_one_of_two_tries(
+    forget: Callable[[], float], reload: Callable[[], None]
+) -> list[float]:
+    """Forget the loaded user, and when a probe waited past the bound, reload and try once more.
+
+    A stall of the machine (the disk flooded, both cores taken, the test process
+    paused) delays every client, lock holder or not; a delete whose steps hold the
+    server or the lock for long fails both tries. Returns each try's longest wait."""
+    tries = [forget()]
+    if tries[0] >= MAX_PROBE_MS:
+        reload()
+        tries.append(forget())
+    return tries
+
+
 def kill_midway(code: str, remaining: Callable[[], int], total: int) -> int:
     """Run ``code`` (a delete) in a child process, SIGKILL it once part of the
     subject is gone, and return what is left."""
@@ -255,12 +270,12 @@ def test_sqlite_forget_of_100k_facts_keeps_the_database_available(
 
     # When something else on the machine floods the disk, any commit can stall behind it
     # (a 200-row step was seen taking 220 ms under `dd conv=fsync`), lock holder or not.
-    # A second try tells such a stall from a delete that holds the lock: that fails both.
-    tries: list[float] = []
     try:
-        while len(tries) < 2 and (not tries or tries[-1] >= MAX_PROBE_MS):
-            load_sqlite(sqlite_store, 100_000)
-            tries.append(forget_while_probing(sqlite_store, [Probe(read), Probe(write)], 100_000))
+        load_sqlite(sqlite_store, 100_000)
+        tries = forget_in_one_of_two_tries(
+            lambda: forget_while_probing(sqlite_store, [Probe(read), Probe(write)], 100_000),
+            lambda: load_sqlite(sqlite_store, 100_000),
+        )
         assert tries[-1] < MAX_PROBE_MS, tries
     finally:
         reader.close()
@@ -317,9 +332,13 @@ def test_postgres_big_user_one_fact_paths_and_forget_while_select_1_answers(
     load_postgres(postgres_url, pg_store, 100_000)
     check_one_fact_paths_are_indexed(pg_store, 100_000)
     with psycopg.connect(postgres_url, autocommit=True) as other:
-        probe = Probe(lambda: other.execute("SELECT 1").fetchone())
-        longest = forget_while_probing(pg_store, [probe], 100_000)
-    assert longest < MAX_PROBE_MS, longest
+        tries = forget_in_one_of_two_tries(
+            lambda: forget_while_probing(
+                pg_store, [Probe(lambda: other.execute("SELECT 1").fetchone())], 100_000
+            ),
+            lambda: load_postgres(postgres_url, pg_store, 100_000),
+        )
+    assert tries[-1] < MAX_PROBE_MS, tries
 
 
 @pytest.mark.postgres
@@ -377,11 +396,23 @@ def test_redis_big_user_one_fact_paths_and_forget_while_ping_answers(
     load_redis(redis_store, 100_000)
     check_one_fact_paths_are_indexed(redis_store, 100_000)
     other = redis.Redis.from_url(redis_url)
+
+    def forget_timing_steps() -> float:
+        # The server's own log times each step too, whatever the machine does to the probe.
+        other.slowlog_reset()
+        waited = forget_while_probing(redis_store, [Probe(other.ping)], 100_000)
+        return max([waited, *(entry["duration"] / 1000 for entry in other.slowlog_get(128))])
+
+    threshold = other.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
     try:
-        longest = forget_while_probing(redis_store, [Probe(other.ping)], 100_000)
+        other.config_set("slowlog-log-slower-than", int(MAX_PROBE_MS * 1000))
+        tries = forget_in_one_of_two_tries(
+            forget_timing_steps, lambda: load_redis(redis_store, 100_000)
+        )
     finally:
+        other.config_set("slowlog-log-slower-than", threshold)
         other.close()
-    assert longest < MAX_PROBE_MS, longest
+    assert tries[-1] < MAX_PROBE_MS, tries
     assert subject_keys(redis_store.client, redis_prefix) == []
     assert redis_store.client.zcard(redis_store._k("all")) == 0
 
