@@ -30,6 +30,7 @@ from fastaiagent._validate import boolean, fraction, integer, number, one_of, te
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
+from fastaiagent.agent.memory_blocks.vector_following import MAX_FOLLOW_TURNS, draw_following
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
 from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
@@ -64,6 +65,7 @@ DEFAULT_PARTICIPANT_BOOST = 1.5
 # +1.2 / +0.2, with 8 candidates, which cost 0.9 ms more per recall at 10k).
 DEFAULT_NEIGHBOUR_WEIGHT = 0.0
 DEFAULT_DATE_BOOST = 1.0
+DEFAULT_FOLLOW_TURNS = 2  # messages after each best hit ranked below it (vector_following)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class VectorBlock(MemoryBlock):
     messages gain ``participant_boost``; a month or year it names, or a time it
     points to ("two weeks before 11 August 2023", "yesterday", read at ``clock``'s
     time), gives the messages recorded then ``date_boost`` (0 turns either off).
+    The ``follow_turns`` messages said after each of the best hits rank just
+    below it, the reply that answers it (0 = off).
     With ``neighbour_weight`` > 0 (default 0), each keyword hit lends that share
     of its score to the message stored after it.
     Blocks sharing a store see only their ``namespace``; chunks with no
@@ -156,6 +160,7 @@ class VectorBlock(MemoryBlock):
         neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT,
         participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
         date_boost: float = DEFAULT_DATE_BOOST,
+        follow_turns: int = DEFAULT_FOLLOW_TURNS,
         clock: Clock | None = None,
         name: str = "vector",
     ) -> None:
@@ -179,6 +184,7 @@ class VectorBlock(MemoryBlock):
             number("participant_boost", participant_boost, minimum=0) or 0
         )
         self.date_boost = float(number("date_boost", date_boost, minimum=0) or 0)
+        self.follow_turns = integer("follow_turns", follow_turns, minimum=0, maximum=MAX_FOLLOW_TURNS)
         check_clock(clock)
         self.clock = clock
         self.name = text("name", name)
@@ -443,6 +449,10 @@ class VectorBlock(MemoryBlock):
             recorded=[(c.id, s) for c, s in recorded],
         )
         self._boost_cues(query, self._learn_speakers(by_id.values()), by_id, fused, when)
+        if self.follow_turns and fused:
+            draw_following(
+                fused, by_id, self.store.get, namespace=self.namespace, turns=self.follow_turns
+            )
         order = sorted(fused, key=fused.__getitem__, reverse=True)
         return [(by_id[i], unit_score(fused[i])) for i in order], exhausted
 
