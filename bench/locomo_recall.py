@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         BLOCK_OPTIONS["dense_weight"] = args.dense_weight
     for option in args.set:
         key, _, value = option.partition("=")
-        BLOCK_OPTIONS[key.strip()] = float(value)
+        whole = value.strip().lstrip("-").isdigit()  # follow_turns=0 is an int option
+        BLOCK_OPTIONS[key.strip()] = int(value) if whole else float(value)
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}
     results: dict[str, Any] = {}
     for label in args.modes.split(","):
