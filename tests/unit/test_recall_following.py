@@ -11,6 +11,7 @@ from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.agent.memory_blocks.vector_following import FOLLOW_DROPS, draw_following
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.llm.message import AssistantMessage, UserMessage
 
@@ -100,8 +101,8 @@ def test_a_candidate_keeps_its_own_score_when_that_is_better() -> None:
 
 
 def test_follow_turns_is_checked() -> None:
-    store_options = {"embedder": WordHashEmbedder(), "min_content_chars": 1}
+    store = FaissVectorStore(dimension=64)
     with pytest.raises(InvalidValueError, match="follow_turns must be <= 3"):
-        VectorBlock(SQLiteFactStore(":memory:").vector_store(), follow_turns=4, **store_options)  # type: ignore[arg-type]
+        VectorBlock(store, embedder=WordHashEmbedder(), follow_turns=4)
     with pytest.raises(InvalidTypeError, match="follow_turns must be an int"):
-        VectorBlock(SQLiteFactStore(":memory:").vector_store(), follow_turns="2", **store_options)  # type: ignore[arg-type]
+        VectorBlock(store, embedder=WordHashEmbedder(), follow_turns="2")  # type: ignore[arg-type]
