@@ -40,7 +40,7 @@ from fastaiagent._validate import positive_int
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
 from fastaiagent.facts.redis import RedisFactStore, escape_part, unavailable
-from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text
+from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text, recorded_at
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
@@ -277,10 +277,8 @@ def _chunk(chunk_id: str, doc: str) -> Chunk:
 
 def _time(chunk: Chunk) -> str:
     """The chunk's ``created_at`` for ``rt:<ns>`` (exact), "" when it is not a number."""
-    at = chunk.metadata.get("created_at")
-    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
-        return ""
-    return repr(float(at))
+    at = recorded_at(chunk)
+    return "" if at is None else repr(at)
 
 
 def _terms(text: str) -> tuple[str, str]:

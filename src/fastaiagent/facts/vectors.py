@@ -25,6 +25,7 @@ Namespaces isolate users exactly as the in-process stores do (``user:<id>``,
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -46,6 +47,15 @@ def keyword_text(chunk: Chunk) -> str:
     the in-process BM25 index has always indexed with it)."""
     context = chunk.metadata.get("context")
     return f"{chunk.text} {context}" if isinstance(context, str) and context else chunk.text
+
+
+def recorded_at(chunk: Chunk) -> float | None:
+    """The chunk's ``metadata["created_at"]`` as epoch seconds, None when it is not a
+    finite number (a str or a bool is kept on write but never read as a time)."""
+    at = chunk.metadata.get("created_at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        return None
+    return float(at)
 
 
 def embedder_identity(model: str, dimension: int) -> str:

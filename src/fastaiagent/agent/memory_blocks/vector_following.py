@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
+from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 
 FOLLOWED_HITS = 3  # the hits whose following messages are drawn in
@@ -27,11 +28,6 @@ FOLLOW_DROPS = (2.0, 2.5, 3.0)
 SAME_CONVERSATION_SECONDS = 3600.0
 
 Fetch = Callable[[Sequence[str]], list[Chunk]]
-
-
-def _said_at(chunk: Chunk) -> float | None:
-    at = chunk.metadata.get("created_at")
-    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
 
 def draw_following(
@@ -49,7 +45,7 @@ def draw_following(
     with ``fetch``; only messages of ``namespace`` said within
     :data:`SAME_CONVERSATION_SECONDS` of the hit are drawn in."""
     best = heapq.nlargest(FOLLOWED_HITS, fused, key=fused.__getitem__)
-    chain = {hit: (fused[hit], _said_at(chunks[hit])) for hit in best}
+    chain = {hit: (fused[hit], recorded_at(chunks[hit])) for hit in best}
     for drop in FOLLOW_DROPS[:turns]:
         following: dict[str, tuple[float, float | None]] = {}
         for chunk_id, origin in chain.items():
@@ -64,7 +60,7 @@ def draw_following(
         chain = {}
         for chunk_id, (score, hit_at) in following.items():
             chunk = chunks.get(chunk_id)
-            at = _said_at(chunk) if chunk is not None else None
+            at = recorded_at(chunk) if chunk is not None else None
             if at is None or hit_at is None or abs(at - hit_at) > SAME_CONVERSATION_SECONDS:
                 continue
             fused[chunk_id] = max(fused.get(chunk_id, score - drop), score - drop)
