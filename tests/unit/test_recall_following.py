@@ -8,7 +8,12 @@ import pytest
 from _vector_fakes import WordHashEmbedder
 
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
-from fastaiagent.agent.memory_blocks.vector_following import FOLLOW_DROPS, draw_following
+from fastaiagent.agent.memory_blocks.vector_following import (
+    FOLLOW_DROPS,
+    asks,
+    draw_following,
+    lower_questions,
+)
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.sqlite import SQLiteFactStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
@@ -106,3 +111,98 @@ def test_follow_turns_is_checked() -> None:
         VectorBlock(store, embedder=WordHashEmbedder(), follow_turns=4)
     with pytest.raises(InvalidTypeError, match="follow_turns must be an int"):
         VectorBlock(store, embedder=WordHashEmbedder(), follow_turns="2")  # type: ignore[arg-type]
+
+
+# -- messages that ask (question_drop) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Who is your favourite team?", True),
+        ("Did you see it? [shares a photo: a dog on a beach]", True),  # an attachment's note
+        ('She said "really?"', True),
+        ("Is it done？", True),  # full-width
+        ("I asked why? Then I left.", False),  # asked earlier, ends on a statement
+        ("The Wolves, no doubt", False),
+        ("[a photo]", False),
+        ("", False),
+    ],
+)
+def test_asks_reads_the_end_of_a_message(text: str, expected: bool) -> None:
+    assert asks(text) is expected
+
+
+def test_asks_is_linear_on_hostile_text() -> None:
+    assert asks(" " * 200_000 + "[" * 50_000 + "?" + " " * 200_000) is True
+    assert asks("[" + "x" * 400_000 + "]") is False
+
+
+def test_lower_questions_moves_only_the_messages_that_ask() -> None:
+    candidates = {"q": Chunk("q", "Who won?", None, {}), "s": Chunk("s", "We won.", None, {})}
+    fused = {"q": 2.0, "s": 1.0}
+    lower_questions(fused, candidates, 0.5)
+    assert fused == {"q": 1.5, "s": 1.0}
+
+
+def test_the_reply_to_a_hit_that_asks_ranks_closer_to_it() -> None:
+    stored = {"a1": chunk("a1", "a2"), "a2": chunk("a2", None), "s1": chunk("s1", None)}
+    question = Chunk("q", "Who won?", None, {**chunk("q", "a1").metadata})
+    statement = Chunk("s", "We won.", None, {**chunk("s", "s1").metadata})
+    candidates = {"q": question, "s": statement}
+    fused = {"q": 3.0, "s": 2.0}
+    draw_following(
+        fused, candidates, lambda ids: [stored[i] for i in ids], namespace="user:ana",
+        turns=2, answer_drop=0.75,
+    )  # fmt: skip
+    assert fused["a1"] == 3.0 - 0.75  # the answer
+    assert fused["a2"] == 3.0 - FOLLOW_DROPS[1]  # the turn after it as before
+    assert fused["s1"] == 2.0 - FOLLOW_DROPS[0]  # a statement's reply as before
+
+
+HIKES = [
+    "we walked to the lake on Sunday",
+    "the trail was muddy after the rain",
+    "my boots need new laces",
+    "the mountains looked blue at dusk",
+    "hiking poles help on the way down",
+    "we go camping in summer",
+]
+
+
+def test_a_statement_outranks_a_question_that_matches_the_query_better(tmp_path: Path) -> None:
+    """Asked "do you like hiking in the mountains?", the memory is the statement,
+    not the question that repeats the query's words; and the question's reply
+    rises with it. Another user's statement stays theirs."""
+    store = SQLiteFactStore(tmp_path / "memory.db")
+    try:
+        def user(name: str, **options: object) -> VectorBlock:
+            return VectorBlock(
+                store.vector_store(), embedder=WordHashEmbedder(), top_k=3, namespace=name,
+                min_content_chars=1, context_turns=0, **options,  # type: ignore[arg-type]
+            )  # fmt: skip
+
+        ana, bob = user("user:ana"), user("user:bob")
+        said(ana, [f"{text} ({n})" for n, text in enumerate(HIKES * 3)], START - 86_400, 5_000)
+        said(ana, ["do you like hiking in the mountains?", "sure, why not"], START)
+        said(ana, ["I like hiking in the high mountains"], START + 600)
+        said(bob, ["I like hiking in the mountains"], START)
+        query = "do you like hiking in the mountains?"
+        found = [r.chunk.text for r in ana.recall(query)]
+        assert found == [
+            "I like hiking in the high mountains",
+            "do you like hiking in the mountains?",
+            "sure, why not",
+        ]
+        plain = [r.chunk.text for r in user("user:ana", question_drop=0).recall(query)]
+        assert plain[:2] == found[1::-1]  # off: the question first
+    finally:
+        store.close()
+
+
+def test_question_drop_is_checked() -> None:
+    store = FaissVectorStore(dimension=64)
+    with pytest.raises(InvalidValueError, match="question_drop must be >= 0"):
+        VectorBlock(store, embedder=WordHashEmbedder(), question_drop=-1)
+    with pytest.raises(InvalidTypeError, match="question_drop must be a number"):
+        VectorBlock(store, embedder=WordHashEmbedder(), question_drop="0.5")  # type: ignore[arg-type]

@@ -30,7 +30,13 @@ from fastaiagent._validate import boolean, fraction, integer, number, one_of, te
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
-from fastaiagent.agent.memory_blocks.vector_following import MAX_FOLLOW_TURNS, draw_following
+from fastaiagent.agent.memory_blocks.vector_following import (
+    ANSWER_DROP,
+    MAX_FOLLOW_TURNS,
+    QUESTION_DROP,
+    draw_following,
+    lower_questions,
+)
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
 from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
@@ -131,7 +137,9 @@ class VectorBlock(MemoryBlock):
     points to ("two weeks before 11 August 2023", "yesterday", read at ``clock``'s
     time), gives the messages recorded then ``date_boost`` (0 turns either off).
     The ``follow_turns`` messages said after each of the best hits rank just
-    below it, the reply that answers it (0 = off).
+    below it, the reply that answers it (0 = off). A message that asks ranks
+    ``question_drop`` lower, and the reply to such a hit closer to it (0 = off):
+    a question matches a question in form, its answer holds the fact.
     With ``neighbour_weight`` > 0 (default 0), each keyword hit lends that share
     of its score to the message stored after it.
     Blocks sharing a store see only their ``namespace``; chunks with no
@@ -161,6 +169,7 @@ class VectorBlock(MemoryBlock):
         participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
         date_boost: float = DEFAULT_DATE_BOOST,
         follow_turns: int = DEFAULT_FOLLOW_TURNS,
+        question_drop: float = QUESTION_DROP,
         clock: Clock | None = None,
         name: str = "vector",
     ) -> None:
@@ -185,6 +194,7 @@ class VectorBlock(MemoryBlock):
         )
         self.date_boost = float(number("date_boost", date_boost, minimum=0) or 0)
         self.follow_turns = integer("follow_turns", follow_turns, minimum=0, maximum=MAX_FOLLOW_TURNS)
+        self.question_drop = float(number("question_drop", question_drop, minimum=0) or 0)
         check_clock(clock)
         self.clock = clock
         self.name = text("name", name)
@@ -449,9 +459,16 @@ class VectorBlock(MemoryBlock):
             recorded=[(c.id, s) for c, s in recorded],
         )
         self._boost_cues(query, self._learn_speakers(by_id.values()), by_id, fused, when)
+        if self.question_drop:
+            lower_questions(fused, by_id, self.question_drop)
         if self.follow_turns and fused:
             draw_following(
-                fused, by_id, self.store.get, namespace=self.namespace, turns=self.follow_turns
+                fused,
+                by_id,
+                self.store.get,
+                namespace=self.namespace,
+                turns=self.follow_turns,
+                answer_drop=ANSWER_DROP if self.question_drop else None,
             )
         order = sorted(fused, key=fused.__getitem__, reverse=True)
         return [(by_id[i], unit_score(fused[i])) for i in order], exhausted

@@ -1,4 +1,5 @@
-"""The messages said right after a recall's best hits, ranked just below them.
+"""The messages said right after a recall's best hits, ranked just below them,
+and messages that ask ranked below their own score.
 
 A reply often answers the message before it without sharing a word with the
 question ("Who's your favourite team?" / "The Wolves are solid"), so neither
@@ -6,10 +7,18 @@ search finds it. Each chunk knows the id of the message stored after it
 (``metadata["next"]``); following that chain from the best hits reaches the
 reply for one store read per step.
 
+A message that asks matches a question in form ("What's your favourite
+movie?" for "What is Nate's favourite movie?") but seldom holds the answer:
+on LoCoMo a message ending on a question mark is evidence half as often as
+another. It ranks :data:`QUESTION_DROP` lower, and the reply to such a hit
+ranks :data:`ANSWER_DROP` below it instead of the first of :data:`FOLLOW_DROPS`.
+
 Chosen on LoCoMo conversations 0-2 and confirmed on 3-4 (docs/semantic.md):
 the 3 best hits, 2 messages each, at 2.0 and 2.5 below the hit's fused score
 (in standard deviations), R@5 / R@10 0.743 / 0.826 -> 0.754 / 0.834 on the
-tuned half and 0.697 / 0.754 -> 0.705 / 0.760 on the confirmed one.
+tuned half and 0.697 / 0.754 -> 0.705 / 0.760 on the confirmed one; then
+questions lowered by 0.5 and their replies drawn 0.75 below them, 0.754 / 0.834
+-> 0.762 / 0.847 and 0.705 / 0.760 -> 0.710 / 0.773.
 """
 
 from __future__ import annotations
@@ -26,8 +35,29 @@ MAX_FOLLOW_TURNS = 3  # each turn is one store read
 FOLLOW_DROPS = (2.0, 2.5, 3.0)
 # A message said over an hour after the hit belongs to a later conversation.
 SAME_CONVERSATION_SECONDS = 3600.0
+QUESTION_DROP = 0.5  # how far a message that asks ranks below its own score
+ANSWER_DROP = 0.75  # how far the reply to a hit that asks ranks below that hit
+QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ASCII, full-width (CJK) and Arabic
+_CLOSERS = "\"')\u201d\u2019\u00bb"  # a quote or bracket may close the question
 
 Fetch = Callable[[Sequence[str]], list[Chunk]]
+Origin = tuple[float, float | None, tuple[float, ...]]  # a hit's score, time and drops
+
+
+def asks(text: str) -> bool:
+    """Whether a message ends on a question; a trailing ``[...]`` note (an
+    attachment's description) and closing quotes do not count."""
+    end = text.rstrip()
+    if end.endswith("]") and "[" in end:
+        end = end[: end.rfind("[")].rstrip()
+    return end.rstrip(_CLOSERS).endswith(QUESTION_MARKS)
+
+
+def lower_questions(fused: dict[str, float], chunks: dict[str, Chunk], drop: float) -> None:
+    """Rank every candidate of ``fused`` that :func:`asks` ``drop`` lower."""
+    for chunk_id in fused:
+        if asks(chunks[chunk_id].text):
+            fused[chunk_id] -= drop
 
 
 def draw_following(
@@ -37,20 +67,34 @@ def draw_following(
     *,
     namespace: str,
     turns: int,
+    answer_drop: float | None = None,
 ) -> None:
     """Give the ``turns`` messages after each of the best hits of ``fused`` the
-    hit's score minus :data:`FOLLOW_DROPS` (when that beats their own score).
+    hit's score minus :data:`FOLLOW_DROPS` (when that beats their own score);
+    with ``answer_drop``, the reply to a hit that :func:`asks` gets the hit's
+    score minus ``answer_drop`` instead.
 
     ``chunks`` holds every candidate of ``fused`` and gains the messages read
     with ``fetch``; only messages of ``namespace`` said within
     :data:`SAME_CONVERSATION_SECONDS` of the hit are drawn in."""
     best = heapq.nlargest(FOLLOWED_HITS, fused, key=fused.__getitem__)
-    chain = {hit: (fused[hit], recorded_at(chunks[hit])) for hit in best}
-    for drop in FOLLOW_DROPS[:turns]:
-        following: dict[str, tuple[float, float | None]] = {}
+    answer_drops = FOLLOW_DROPS if answer_drop is None else (answer_drop, *FOLLOW_DROPS[1:])
+    chain: dict[str, Origin] = {
+        hit: (
+            fused[hit],
+            recorded_at(chunks[hit]),
+            answer_drops if asks(chunks[hit].text) else FOLLOW_DROPS,
+        )
+        for hit in best
+    }
+    for step in range(min(turns, len(FOLLOW_DROPS))):
+        following: dict[str, Origin] = {}
         for chunk_id, origin in chain.items():
             after = chunks[chunk_id].metadata.get("next")
-            if isinstance(after, str) and origin[0] > following.get(after, (float("-inf"),))[0]:
+            if not isinstance(after, str):
+                continue
+            rival = following.get(after)
+            if rival is None or origin[0] - origin[2][step] > rival[0] - rival[2][step]:
                 following[after] = origin
         missing = [chunk_id for chunk_id in following if chunk_id not in chunks]
         if missing:  # a read by id is not scoped: keep this namespace's messages only
@@ -58,10 +102,12 @@ def draw_following(
                 (c.id, c) for c in fetch(missing) if c.metadata.get(NAMESPACE_KEY) == namespace
             )
         chain = {}
-        for chunk_id, (score, hit_at) in following.items():
+        for chunk_id, origin in following.items():
             chunk = chunks.get(chunk_id)
             at = recorded_at(chunk) if chunk is not None else None
+            hit_at = origin[1]
             if at is None or hit_at is None or abs(at - hit_at) > SAME_CONVERSATION_SECONDS:
                 continue
-            fused[chunk_id] = max(fused.get(chunk_id, score - drop), score - drop)
-            chain[chunk_id] = (score, hit_at)
+            drawn = origin[0] - origin[2][step]
+            fused[chunk_id] = max(fused.get(chunk_id, drawn), drawn)
+            chain[chunk_id] = origin
