@@ -10,6 +10,8 @@ tokens: what of the 10 recalled turns fits in B tokens, packed as
 ``Memory(max_memory_tokens=B)`` packs them. Reported for the default retrieval and for
 BM25-only and dense-only through the same harness, for the whole split and
 for each half: options are chosen on conversations 0-2 and confirmed on 3-4.
+Each table ends with the halves' gap over every 3 + 2 split of the
+conversations, the spread a fixed method shows from the conversations alone.
 
     python bench/locomo_recall.py [--data PATH] [--modes default,bm25,dense]
 
@@ -19,11 +21,13 @@ The data is read in place (CC BY-NC 4.0; never copy it into the repository).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -267,6 +271,45 @@ def print_tables(label: str, retrieval: str, result: dict[str, Any], elapsed: fl
             values = [row[f"recall@{k}"] for k in KS] + [row[f"session_recall@{k}"] for k in KS]
             values += [row[f"recall@{b}tokens"] for b in TOKEN_BUDGETS]
             print(f"{part:>16} {key:>8} {row['n']:>5} " + " ".join(f"{v:>6.3f}" for v in values))
+    print(split_gaps(result))
+
+
+def split_gaps(result: dict[str, Any]) -> str:
+    """How far apart the halves are over every way of splitting the conversations
+    as :data:`HALVES` does (3 + 2 of 5): for a fixed method the gap is the
+    conversations' spread, which the tuning-on / confirming-on split is one draw of."""
+    rows = {
+        int(part.rsplit(" ", 1)[1]): table["overall"]
+        for part, table in result.items()
+        if part.startswith("conversation ")
+    }
+    size = len(HALVES["tuned (0-2)"])
+    if len(rows) <= size:
+        return "split gaps: too few conversations"
+
+    def recall(members: Sequence[int], k: int) -> float:
+        n = sum(rows[m]["n"] for m in members)
+        return sum(rows[m][f"recall@{k}"] * rows[m]["n"] for m in members) / n
+
+    def gap(first: Sequence[int]) -> tuple[float, float]:
+        rest = [m for m in rows if m not in first]
+        return (
+            100 * (recall(first, 5) - recall(rest, 5)),
+            100 * (recall(first, 10) - recall(rest, 10)),
+        )
+
+    gaps = [gap(first) for first in itertools.combinations(sorted(rows), size)]
+    chosen = gap(HALVES["tuned (0-2)"])
+    within = sum(1 for gap in gaps if max(abs(g) for g in gap) <= 3)
+    spread = ", ".join(
+        f"R@{k} {min(g[i] for g in gaps):+.1f} to {max(g[i] for g in gaps):+.1f}"
+        for i, k in enumerate((5, 10))
+    )
+    return (
+        f"halves' gap (points) over the {len(gaps)} splits {size} + {len(rows) - size}: {spread}; "
+        f"within 3 at both depths on {within}; the tuned / confirmed split: "
+        f"{chosen[0]:+.1f} / {chosen[1]:+.1f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
