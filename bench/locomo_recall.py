@@ -300,7 +300,7 @@ def split_gaps(result: dict[str, Any]) -> str:
 
     gaps = [gap(first) for first in itertools.combinations(sorted(rows), size)]
     chosen = gap(HALVES["tuned (0-2)"])
-    within = sum(1 for gap in gaps if max(abs(g) for g in gap) <= 3)
+    within = sum(1 for pair in gaps if max(abs(g) for g in pair) <= 3)
     spread = ", ".join(
         f"R@{k} {min(g[i] for g in gaps):+.1f} to {max(g[i] for g in gaps):+.1f}"
         for i, k in enumerate((5, 10))

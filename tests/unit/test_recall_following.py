@@ -188,14 +188,15 @@ def test_a_statement_outranks_a_question_that_matches_the_query_better(tmp_path:
         said(ana, ["I like hiking in the high mountains"], START + 600)
         said(bob, ["I like hiking in the mountains"], START)
         query = "do you like hiking in the mountains?"
-        found = [r.chunk.text for r in ana.recall(query)]
-        assert found == [
+        found = {r.chunk.text: r.score for r in ana.recall(query)}
+        assert list(found) == [
             "I like hiking in the high mountains",
             "do you like hiking in the mountains?",
             "sure, why not",
         ]
-        plain = [r.chunk.text for r in user("user:ana", question_drop=0).recall(query)]
-        assert plain[:2] == found[1::-1]  # off: the question first
+        plain = {r.chunk.text: r.score for r in user("user:ana", question_drop=0).recall(query)}
+        assert list(plain)[:2] == list(found)[1::-1]  # off: the question first
+        assert found["sure, why not"] > plain["sure, why not"]  # drawn 2.0 below it when off
     finally:
         store.close()
 
