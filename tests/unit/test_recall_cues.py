@@ -11,6 +11,7 @@ from fastaiagent.agent.memory_blocks.vector import MAX_SPEAKERS, VectorBlock
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
+from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
 from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
 
@@ -242,3 +243,14 @@ def test_speaker_names_kept_are_bounded():
     for i in range(MAX_SPEAKERS + 10):
         memory.on_message(UserMessage(f"message number {i}", name=f"person{i}"))
     assert len(memory.dump_state()["speakers"]) == MAX_SPEAKERS
+
+
+def test_a_chunk_whose_time_is_not_a_number_is_recalled_not_fatal() -> None:
+    """A shared store keeps a str ``created_at`` on write; recall reads it as now."""
+    embedder = WordHashEmbedder()
+    store = FaissVectorStore(dimension=64)
+    text = "hiking in the hills"
+    metadata = {NAMESPACE_KEY: "default", "created_at": "last week"}
+    store.add([Chunk("x", text, embedder.embed([text])[0], metadata)])
+    block = VectorBlock(store, embedder=embedder, min_content_chars=1, recency_weight=0.5)
+    assert [r.chunk.text for r in block.recall("hiking yesterday")] == [text]

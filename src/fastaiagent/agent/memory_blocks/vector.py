@@ -42,6 +42,7 @@ from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache,
 from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
+from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, calibrated_fuse, check_mode, unit_score
 from fastaiagent.kb.protocols import (
@@ -514,8 +515,8 @@ class VectorBlock(MemoryBlock):
         for chunk_id, chunk in chunks.items():
             if speaker is not None and chunk.metadata.get("speaker") == speaker:
                 fused[chunk_id] += self.participant_boost
-            at = chunk.metadata.get("created_at")
-            if when is not None and isinstance(at, int | float) and when.matches(float(at)):
+            at = recorded_at(chunk) if when is not None else None
+            if when is not None and at is not None and when.matches(at):
                 fused[chunk_id] += self.date_boost
 
     def recall(self, query: str, window: Sequence[Message] = ()) -> list[Recalled]:
@@ -541,11 +542,12 @@ class VectorBlock(MemoryBlock):
             if len(kept) >= self.top_k or exhausted:
                 break
             fetch *= 2
+        # A shared store may hold chunks whose created_at is not a number: read as now.
         scored = [
             Scored(
                 item=chunk,
                 similarity=sim,
-                created_at=float(chunk.metadata.get("created_at", now)),
+                created_at=now if (at := recorded_at(chunk)) is None else at,
                 importance=float(chunk.metadata.get("importance", 1.0)),
             )
             for chunk, sim in kept
