@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
@@ -41,7 +42,14 @@ QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ASCII, full-width (CJK) and Arabic
 _CLOSERS = "\"')\u201d\u2019\u00bb"  # a quote or bracket may close the question
 
 Fetch = Callable[[Sequence[str]], list[Chunk]]
-Origin = tuple[float, float | None, tuple[float, ...]]  # a hit's score, time and drops
+
+
+class _Origin(NamedTuple):
+    """The hit a drawn message follows: its score, when it was said, its drops."""
+
+    score: float
+    at: float | None
+    drops: tuple[float, ...]
 
 
 def asks(text: str) -> bool:
@@ -78,23 +86,23 @@ def draw_following(
     with ``fetch``; only messages of ``namespace`` said within
     :data:`SAME_CONVERSATION_SECONDS` of the hit are drawn in."""
     best = heapq.nlargest(FOLLOWED_HITS, fused, key=fused.__getitem__)
-    answer_drops = FOLLOW_DROPS if answer_drop is None else (answer_drop, *FOLLOW_DROPS[1:])
-    chain: dict[str, Origin] = {
-        hit: (
+    answer_drops = None if answer_drop is None else (answer_drop, *FOLLOW_DROPS[1:])
+    chain = {
+        hit: _Origin(
             fused[hit],
             recorded_at(chunks[hit]),
-            answer_drops if asks(chunks[hit].text) else FOLLOW_DROPS,
+            answer_drops if answer_drops and asks(chunks[hit].text) else FOLLOW_DROPS,
         )
         for hit in best
     }
     for step in range(min(turns, len(FOLLOW_DROPS))):
-        following: dict[str, Origin] = {}
+        following: dict[str, _Origin] = {}
         for chunk_id, origin in chain.items():
             after = chunks[chunk_id].metadata.get("next")
             if not isinstance(after, str):
                 continue
             rival = following.get(after)
-            if rival is None or origin[0] - origin[2][step] > rival[0] - rival[2][step]:
+            if rival is None or origin.score - origin.drops[step] > rival.score - rival.drops[step]:
                 following[after] = origin
         missing = [chunk_id for chunk_id in following if chunk_id not in chunks]
         if missing:  # a read by id is not scoped: keep this namespace's messages only
@@ -105,9 +113,8 @@ def draw_following(
         for chunk_id, origin in following.items():
             chunk = chunks.get(chunk_id)
             at = recorded_at(chunk) if chunk is not None else None
-            hit_at = origin[1]
-            if at is None or hit_at is None or abs(at - hit_at) > SAME_CONVERSATION_SECONDS:
+            if at is None or origin.at is None or abs(at - origin.at) > SAME_CONVERSATION_SECONDS:
                 continue
-            drawn = origin[0] - origin[2][step]
+            drawn = origin.score - origin.drops[step]
             fused[chunk_id] = max(fused.get(chunk_id, drawn), drawn)
             chain[chunk_id] = origin
