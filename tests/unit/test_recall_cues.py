@@ -254,3 +254,19 @@ def test_a_chunk_whose_time_is_not_a_number_is_recalled_not_fatal() -> None:
     store.add([Chunk("x", text, embedder.embed([text])[0], metadata)])
     block = VectorBlock(store, embedder=embedder, min_content_chars=1, recency_weight=0.5)
     assert [r.chunk.text for r in block.recall("hiking yesterday")] == [text]
+
+
+def test_importance_that_is_not_a_number_counts_as_one_and_a_number_ranks() -> None:
+    """A shared store may hold any JSON as ``importance``: recall reads what is not a
+    finite number as 1.0, and a real importance still re-ranks."""
+    embedder = WordHashEmbedder()
+    store = FaissVectorStore(dimension=64)
+    rows = {"odd": ["high"], "low": 0.0, "text": "0.9", "nan": float("nan")}
+    for key, value in rows.items():
+        text = f"hiking trip {key}"
+        metadata = {NAMESPACE_KEY: "default", "importance": value}
+        store.add([Chunk(key, text, embedder.embed([text])[0], metadata)])
+    block = VectorBlock(store, embedder=embedder, min_content_chars=1, importance_weight=0.9)
+    ranked = [r.chunk.id for r in block.recall("hiking trip")]
+    assert ranked[-1] == "low"
+    assert set(ranked) == set(rows)

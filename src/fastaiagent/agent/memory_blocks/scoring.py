@@ -8,10 +8,11 @@ input order is returned unchanged (no scoring runs at all).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fastaiagent._validate import fraction, positive_number
 from fastaiagent.errors import InvalidValueError
@@ -52,6 +53,19 @@ class Scored(Generic[ItemT]):
     created_at: float
     importance: float = 1.0
     score: float = 0.0
+
+
+def importance_of(metadata: Mapping[str, Any]) -> float:
+    """``metadata["importance"]`` as a float; 1.0 when it is missing or not a finite
+    number (a shared store may hold any JSON there: recall must not raise on it)."""
+    value = metadata.get("importance", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return 1.0
+    try:
+        number = float(value)
+    except ValueError:
+        return 1.0
+    return number if math.isfinite(number) else 1.0
 
 
 def blend(

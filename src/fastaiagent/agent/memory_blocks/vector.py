@@ -29,7 +29,7 @@ from fastaiagent._beside import beside
 from fastaiagent._validate import boolean, fraction, integer, number, one_of, text
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
-from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, rank
+from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_following import (
     ANSWER_DROP,
     MAX_FOLLOW_TURNS,
@@ -542,13 +542,14 @@ class VectorBlock(MemoryBlock):
             if len(kept) >= self.top_k or exhausted:
                 break
             fetch *= 2
-        # A shared store may hold chunks whose created_at is not a number: read as now.
+        # A shared store may hold any created_at or importance: read what is not a
+        # number as now and as 1.0.
         scored = [
             Scored(
                 item=chunk,
                 similarity=sim,
                 created_at=now if (at := recorded_at(chunk)) is None else at,
-                importance=float(chunk.metadata.get("importance", 1.0)),
+                importance=importance_of(chunk.metadata),
             )
             for chunk, sim in kept
         ]
