@@ -270,3 +270,17 @@ def test_importance_that_is_not_a_number_counts_as_one_and_a_number_ranks() -> N
     ranked = [r.chunk.id for r in block.recall("hiking trip")]
     assert ranked[-1] == "low"
     assert set(ranked) == set(rows)
+
+
+def test_a_chunk_whose_role_is_not_a_str_is_recalled_beside_a_window() -> None:
+    """A shared store may hold any JSON as ``role``: the window check skips it (it
+    cannot be a window message) and the note names no role."""
+    embedder = WordHashEmbedder()
+    store = FaissVectorStore(dimension=64)
+    text = "hiking in the hills"
+    metadata = {NAMESPACE_KEY: "default", "role": ["user"]}
+    store.add([Chunk("x", text, embedder.embed([text])[0], metadata)])
+    block = VectorBlock(store, embedder=embedder, min_content_chars=1)
+    recalled = block.recall("hiking", window=[UserMessage("something else")])
+    assert [r.chunk.text for r in recalled] == [text]
+    assert block.format(recalled).endswith(f'- "{text}" (earlier message)')

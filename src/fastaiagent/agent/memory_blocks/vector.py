@@ -110,12 +110,13 @@ class _Chunks:
 
 
 def _outside(
-    candidates: list[tuple[Chunk, float]], in_window: set[tuple[Any, str]], needed: int | None
+    candidates: list[tuple[Chunk, float]], in_window: set[tuple[str, str]], needed: int | None
 ) -> list[tuple[Chunk, float]]:
     """The candidates that are not in the window, in order; the first ``needed`` only."""
     kept: list[tuple[Chunk, float]] = []
     for chunk, sim in candidates:
-        if in_window and (chunk.metadata.get("role"), normalize_text(chunk.text)) in in_window:
+        role = chunk.metadata.get("role")  # store data: a role that is not a str is no window's
+        if in_window and isinstance(role, str) and (role, normalize_text(chunk.text)) in in_window:
             continue
         kept.append((chunk, sim))
         if needed is not None and len(kept) >= needed:
