@@ -13,7 +13,7 @@ from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.sqlite import SQLiteFactStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.query_cues import YEARS_BACK, date_cue
-from fastaiagent.kb.query_dates import time_spans
+from fastaiagent.kb.query_dates import read_times, time_spans
 from fastaiagent.llm.message import UserMessage
 
 NOW = datetime(2026, 6, 17, 15, 30, tzinfo=timezone.utc)  # a Wednesday
@@ -160,3 +160,29 @@ def test_a_question_naming_a_time_finds_that_times_messages_with_no_word_in_comm
     later.clock = lambda: datetime(2026, 7, 20, tzinfo=timezone.utc)
     assert "Booked the piano tuner for Thursday" not in [r.chunk.text for r in later.recall("What did we talk about yesterday?")]
     store.close()
+
+
+def test_a_query_of_many_dated_phrases_is_read_whole_and_in_one_pass() -> None:
+    """A 64k-character message (the largest Memory accepts) full of dates: every
+    day and its offset is read, and the text left for the month cue has none of
+    them. Reading each day's prefix again made this take seconds, not ms."""
+    phrase = "3 days after 16 November 2023 and "
+    query = phrase * (65_536 // len(phrase))
+    spans = days(query)
+    assert len(spans) == 65_536 // len(phrase)
+    assert set(spans) == {(date(2023, 11, 16), date(2023, 11, 27))}
+    assert date_cue(query, NOW.timestamp()) is not None
+    assert "November" not in read_times(query, NOW.timestamp()).rest
+    # Phrases that overlap ("the first week of May" and "May 8, 2023") leave one gap.
+    rest = read_times("before the first week of May 8, 2023 we met", NOW.timestamp()).rest
+    assert rest.split() == ["before", "the", "we", "met"]
+
+
+def test_an_offset_is_read_only_right_before_its_day() -> None:
+    """The offset must end where the day begins; a word cut at the reach of the
+    search is not read as one ("xthree" is not "three")."""
+    assert days("three days before 16 November 2023") == [(date(2023, 11, 12), date(2023, 11, 24))]
+    assert days("xthree days before 16 November 2023") == [(date(2023, 11, 16), date(2023, 11, 24))]
+    assert days("three days before we met on 16 November 2023") == [
+        (date(2023, 11, 16), date(2023, 11, 24))
+    ]

@@ -54,6 +54,7 @@ _DAY_DATES = (
     re.compile(rf"\b(?P<day>\d{{1,2}}){_SUFFIX}\s+(?:of\s+)?{month_pattern()},?\s+{year_pattern()}\b", re.I),
 )
 _OFFSET = re.compile(rf"\b{_N}\s+{_UNIT}\s+(?P<way>before|after|prior\s+to)\s+(?:the\s+)?(?:on\s+)?$", re.I)
+_OFFSET_REACH = 200  # characters: the longest "<n> <unit>s prior to the on " read before a day
 _WEEK_OF = re.compile(
     rf"\b(?P<nth>first|second|third|fourth|last|1st|2nd|3rd|4th)\s+week\s+of\s+{month_pattern()}"
     rf"(?:,?\s+{year_pattern()})?\b",
@@ -104,7 +105,9 @@ def _day_spans(query: str, taken: list[tuple[int, int]]) -> list[Span]:
             except ValueError:  # "31 February 2023": no such day, no cue
                 continue
             taken.append(match.span())
-            offset = _OFFSET.search(query[: match.start()])
+            # Only the text just before the day can hold its offset: searching the
+            # whole prefix again for each day made a long query quadratic.
+            offset = _OFFSET.search(query, max(0, match.start() - _OFFSET_REACH), match.start())
             if offset is None:
                 spans.append(span(day, day + WEEK + DAY))
                 continue
@@ -179,10 +182,18 @@ def read_times(query: str, now: float) -> TimeReading:
     spans = _day_spans(query, taken)
     weeks, yearly = _weeks_of_months(query, taken)
     spans += weeks + _relative(query, datetime.fromtimestamp(now, tz=timezone.utc))
-    rest = query
-    for start, end in sorted(taken, reverse=True):
-        rest = rest[:start] + " " + rest[end:]
-    return TimeReading(tuple(spans), tuple(yearly), rest)
+    return TimeReading(tuple(spans), tuple(yearly), _without(query, taken))
+
+
+def _without(query: str, taken: list[tuple[int, int]]) -> str:
+    """``query`` with each taken span replaced by a space (spans may overlap), in one pass."""
+    pieces, kept_from = [], 0
+    for start, end in sorted(taken):
+        if end > kept_from:  # a span inside an earlier one is gone already
+            pieces += [query[kept_from:start], " "]
+            kept_from = end
+    pieces.append(query[kept_from:])
+    return "".join(pieces)
 
 
 def time_spans(query: str, now: float) -> list[Span]:
