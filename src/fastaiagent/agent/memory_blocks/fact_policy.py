@@ -47,6 +47,10 @@ FLAGGED_KEY = "flagged"  # metadata key on a stored fact the policy flagged
 
 _BREAK = r"[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]"
 _START = r"(?:^|[\x00\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029])"
+# Whitespace that breaks no line. A marker is looked for after the last break
+# before it: "\s*" after every break of a run of blank lines scanned the rest of
+# the run again from each one, quadratic in its length.
+_INLINE_SPACE = r"[^\S\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]*"
 _VERB = r"\b(?:ignore|disregard|forget|override|bypass)"
 _RULES = r"(?:instructions?|prompts?|guidelines|guardrails|safeguards|directives)"
 _OPENER = r"(?:all|any|every|previous|prior|earlier|above|preceding|your|the\s+(?:previous|prior|above|earlier|system))"
@@ -68,11 +72,11 @@ _PATTERNS = [
     r"\bfrom\s+now\s+on,?\s+(?:you|the\s+assistant|always|never)\b",
     r"\b(?:always|never)\s+(?:obey|comply|reveal)\b|\bobey\s+(?:me|the\s+user)\b",
     # role and chat-template markers
-    rf"{_START}\s*{_ROLES}\s*:",
-    r"<\|[^|>\s]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:system|instruction)",
+    rf"{_START}{_INLINE_SPACE}{_ROLES}\s*:",
+    r"<\|[^|>\s]{1,40}\|>|\[/?INST\]|<</?SYS>>|(?<!#)#{2,}\s*(?:system|instruction)",
     # a new section, heading or bullet opened inside the fact
     _HEADINGS,
-    rf"{_BREAK}\s*[-*•#>]|:[ \t]*{_BREAK}",
+    rf"{_BREAK}{_INLINE_SPACE}[-*•#>]|:[ \t]*{_BREAK}",
 ]
 _INSTRUCTION = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
 
