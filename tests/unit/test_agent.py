@@ -108,6 +108,14 @@ def test_redact_pii_leaves_non_identifiers_alone():
     assert RedactPII.redact(text) == text
 
 
+def test_redact_pii_finds_an_address_after_a_long_run_of_near_misses():
+    """A reply of 64k address characters without "@" is read in one pass (each
+    address is looked for where its run of characters starts), and the address
+    after it is still masked, with any leading punctuation of its run."""
+    near_misses = "1." * 32_000
+    assert RedactPII.redact(near_misses + " then mail -me@x.io") == near_misses + " then mail [EMAIL]"
+
+
 def test_redact_input_masks_what_the_model_sees():
     llm = FunctionLLM(lambda ms: ms[-1].content or "")
     result = Agent(name="r", llm=llm, middleware=[RedactPII(redact_input=True)]).run("I am x@y.io")

@@ -157,6 +157,23 @@ def test_redaction_policy_patterns_and_validation():
         trace.set_redaction_policy("mask everything")  # type: ignore[arg-type]
 
 
+def test_redaction_masks_keys_tokens_and_addresses_in_long_hostile_text():
+    """A 64k-character attribute of near-misses (address characters without "@",
+    "eyJ" runs without dots, keys without an END) is masked in one pass, and what
+    is real in it is still found: each pattern starts only where its run starts."""
+    policy = RedactionPolicy.default()
+    near_misses = "a." * 20_000 + " eyJ-" * 4_000
+    real = " mail me@example.org, eyJhbGciOiJI.eyJzdWIiOiIx.c2lnbmF0dXJl"
+    masked = policy.redact(near_misses + real + " -----BEGIN A PRIVATE KEY----- x" * 500)
+    assert masked == near_misses + " mail [REDACTED:email], [REDACTED:jwt] [REDACTED:private_key]"
+    assert policy.redact("x-me@example.org") == "[REDACTED:email]"  # the whole run
+    # A key cut off before its END (a truncated attribute) is masked to the end.
+    cut = policy.redact("key: -----BEGIN RSA PRIVATE KEY-----\nMIIEow")
+    assert cut == "key: [REDACTED:private_key]"
+    whole = "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY----- kept"
+    assert policy.redact(whole) == "[REDACTED:private_key] kept"
+
+
 def test_setup_again_replaces_the_previous_setup(tmp_path):
     trace.setup(store_path=tmp_path / "one.db")
     _agent().run("first")

@@ -9,6 +9,7 @@ from typing import Any
 from fastaiagent import _validate as check
 from fastaiagent.llm.base import LLMResponse
 from fastaiagent.llm.message import Message
+from fastaiagent.trace.redaction import EMAIL_PATTERN
 
 
 class Middleware:
@@ -50,7 +51,7 @@ def _iban_ok(candidate: str) -> bool:
     return int(numeric) % 97 == 1
 
 
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+_EMAIL = re.compile(EMAIL_PATTERN)
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _CARD = re.compile(r"\b\d(?:[ -]?\d){12,18}\b")
 _PHONE = re.compile(

@@ -52,15 +52,23 @@ def drop_payloads(attributes: Mapping[str, Any]) -> dict[str, Any]:
 
 # Each pattern is (label, regex). Order matters: specific token shapes first,
 # so a key is labelled as a key rather than as a generic long number.
+# Each pattern starts only where its run of characters starts (a lookbehind, not
+# ``\b``): started inside the run, a long run without "@" (or without ".") is
+# scanned again from each of its characters, quadratic in its length.
+EMAIL_PATTERN = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"
 DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("private_key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
-    ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b"),
+    # A key cut off before its END (a truncated attribute) is masked to the end.
+    (
+        "private_key",
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*)",
+    ),
+    ("jwt", r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b"),
     ("api_key", r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}\b"),
     ("api_key", r"\b(?:ghp|gho|ghs|github_pat|xox[abpr])_[A-Za-z0-9_-]{16,}\b"),
     ("aws_key", r"\bAKIA[0-9A-Z]{16}\b"),
     ("bearer", r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{12,}=*"),
     ("secret", r"(?i)\b(?:password|passwd|pwd|secret|token|api[_-]?key)\s*[:=]\s*\S+"),
-    ("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"),
+    ("email", EMAIL_PATTERN),
     ("card", r"\b(?:\d[ -]?){12,18}\d\b"),
     ("phone", r"(?<![\w+])\+?\d{1,3}[ .-]?\(?\d{2,4}\)?[ .-]?\d{3,4}[ .-]?\d{3,4}\b"),
 )
