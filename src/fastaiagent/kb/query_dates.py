@@ -54,7 +54,7 @@ _DAY_DATES = (
     re.compile(rf"\b(?P<day>\d{{1,2}}){_SUFFIX}\s+(?:of\s+)?{month_pattern()},?\s+{year_pattern()}\b", re.I),
 )
 _OFFSET = re.compile(rf"\b{_N}\s+{_UNIT}\s+(?P<way>before|after|prior\s+to)\s+(?:the\s+)?(?:on\s+)?$", re.I)
-_OFFSET_REACH = 200  # characters: the longest "<n> <unit>s prior to the on " read before a day
+_OFFSET_REACH = 80  # characters: "a couple of weeks prior to the on " is 34
 _WEEK_OF = re.compile(
     rf"\b(?P<nth>first|second|third|fourth|last|1st|2nd|3rd|4th)\s+week\s+of\s+{month_pattern()}"
     rf"(?:,?\s+{year_pattern()})?\b",
