@@ -267,3 +267,26 @@ def test_fact_extraction_block_learns_from_a_tool_call(tmp_path):
     assert [f.fact for f in store.list_active("user", "alice", limit=None)] == ["Is vegetarian"]
     asyncio.run(block.aon_message(UserMessage("still vegetarian")))
     assert llm.tools_offered == [[RECORD_FACTS_TOOL], [RECORD_FACTS_TOOL]]
+
+
+def test_a_bullet_reply_padded_with_spaces_and_brackets_is_read_whole():
+    """A runaway reply of spaces and open brackets (near-misses of the "(replaces
+    N)" tail) is read in one pass, and the facts around it keep their tails."""
+    reply = "\n".join(
+        [
+            "- Likes tea" + " " * 20_000 + "(replaces F1)",
+            "- " + "( " * 10_000 + "x)",
+            "-    ",
+            "- Has a dog [supersedes: 2]",
+        ]
+    )
+    facts = parse_extraction(reply, known_count=2)
+    assert facts[0] == ExtractedFact("Likes tea", 0)
+    assert facts[-1] == ExtractedFact("Has a dog", 1)
+    assert len(facts) == 2  # the bracket line is too long for a fact, the bare dash none
+
+
+def test_a_reply_nested_deeper_than_json_goes_gives_no_facts_not_an_error():
+    assert parse_extraction("[" * 50_000) == []
+    assert parse_extraction("[" * 50_000 + '\n{"facts": ["Has a cat"]}') == []  # cut at the limit
+    assert parse_extraction('{"facts": ["Has a cat"]} ' + "[" * 40_000) == [ExtractedFact("Has a cat")]

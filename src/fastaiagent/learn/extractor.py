@@ -137,9 +137,12 @@ def build_extraction_messages(
 _FACT_KEYS = ("fact", "text", "statement", "content", "value")
 _LIST_KEYS = ("facts", "new_facts", "durable_facts", "items", "results")
 _REPLACE_KEYS = ("replaces", "replace", "supersedes", "replaces_id", "replaced_id", "updates")
-_BULLET = re.compile(r"^\s*(?:[-*•‣◦]|\d{1,3}[.)])\s+(?P<body>.+?)\s*$")
+# Both read a model's reply in linear time: the body ends at its last non-space
+# (not ".+?" tried against "\s*$" at each character), and a "(replaces 2)" tail
+# is looked for after the body's last-but-one closing bracket only.
+_BULLET = re.compile(r"^\s*(?:[-*•‣◦]|\d{1,3}[.)])\s+(?P<body>.*\S)")
 _BULLET_REPLACES = re.compile(
-    r"\s*[(\[]\s*(?:replaces|supersedes|updates)\s*:?\s*(?P<ref>[^)\]]*)[)\]]\s*$", re.IGNORECASE
+    r"[(\[]\s*(?:replaces|supersedes|updates)\s*:?\s*(?P<ref>[^)\]]*)[)\]]$", re.IGNORECASE
 )
 _REF = re.compile(r"^\s*(?:F|#|id\s*)?\s*(\d{1,6})\s*$", re.IGNORECASE)
 _NOTHING = {
@@ -228,12 +231,21 @@ def _json_items(text: str) -> list[Any] | None:
             break
         try:
             value, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
+        except (ValueError, RecursionError):  # "[[[[..." deeper than the decoder goes
             continue
         items = _items(value)
         if items is not None:
             return items
     return None
+
+
+def _replaces_tail(body: str) -> re.Match[str] | None:
+    """The ``(replaces 2)`` that ends ``body``, if any. Its reference holds no
+    closing bracket, so it opens after the one before the last."""
+    if not body.endswith((")", "]")):
+        return None
+    opens_after = max(body.rfind(")", 0, len(body) - 1), body.rfind("]", 0, len(body) - 1))
+    return _BULLET_REPLACES.search(body, opens_after + 1)
 
 
 def _bullet_items(text: str, known_count: int) -> list[ExtractedFact]:
@@ -243,7 +255,7 @@ def _bullet_items(text: str, known_count: int) -> list[ExtractedFact]:
         if not match:
             continue
         body, ref = match.group("body"), None
-        tail = _BULLET_REPLACES.search(body)
+        tail = _replaces_tail(body)
         if tail:
             ref = _reference(tail.group("ref"), known_count)
             body = body[: tail.start()]
