@@ -97,6 +97,9 @@ def test_load_replaces_state_and_bad_files_change_nothing(tmp_path):
     corrupt.write_text("{not json")
     with pytest.raises(ValueError, match="corrupt"):
         memory.load(corrupt)
+    corrupt.write_text("[" * 100_000)  # deeper than the decoder goes
+    with pytest.raises(ValueError, match="corrupt: nested too deeply"):
+        memory.load(corrupt)
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"messages": [{"content": "no role"}]}))
     with pytest.raises(ValueError, match="window state is corrupt: not a message record"):

@@ -293,8 +293,12 @@ def test_tool_call_without_arguments_gets_an_empty_dict(server: FakeLLMServer) -
 
 
 @pytest.mark.parametrize("mode", ["sync", "stream"])
-def test_malformed_tool_arguments_raise_a_clear_error(server: FakeLLMServer, mode: str) -> None:
-    server.script(Say(calls=[Call("c1", "get_weather", {}, raw='{"city": "Par')]))
+@pytest.mark.parametrize("raw", ['{"city": "Par', '{"city": ' + "[" * 100_000])
+def test_malformed_tool_arguments_raise_a_clear_error(
+    server: FakeLLMServer, mode: str, raw: str
+) -> None:
+    """Cut off, or nested deeper than the decoder goes: the same clear error."""
+    server.script(Say(calls=[Call("c1", "get_weather", {}, raw=raw)]))
     with pytest.raises(LLMError, match=r"openai: .*'get_weather'.*not valid JSON"):
         complete(client_for(server, "openai"), mode, [UserMessage("weather?")])
 

@@ -64,6 +64,9 @@ def test_tokens_files_as_lines_or_json(tmp_path):
     broken.write_text('{"a": ')
     with pytest.raises(InvalidValueError, match="not valid JSON"):
         load_tokens_file(broken)
+    broken.write_text('{"a": ' + "[" * 100_000)  # deeper than the decoder goes
+    with pytest.raises(InvalidValueError, match="not valid JSON: nested too deeply"):
+        load_tokens_file(broken)
     wrong = tmp_path / "wrong.json"
     wrong.write_text(f'{{"{ALICE}": 3}}')
     with pytest.raises(InvalidValueError, match="map token strings to user strings"):

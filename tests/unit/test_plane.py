@@ -192,6 +192,7 @@ def test_parse_facts_skips_bad_entries_and_rejects_junk():
         b'{"facts": 3}': 'expected an object with a "facts" list',
         b"[]": 'expected an object with a "facts" list',
         b"\xff\xfe": "not JSON",
+        b'{"facts": ' + b"[" * 100_000: "not JSON: nested too deeply",
     }
     for bad, message in junk.items():
         with pytest.raises(ValueError, match=message):

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fastaiagent._io import decode_json
 from fastaiagent._validate import optional_id
 from fastaiagent.errors import InvalidValueError, MissingFileError
 
@@ -104,7 +105,7 @@ def load_tokens_file(path: str | Path, into: TokenMap | None = None) -> TokenMap
         ) from exc
     if raw.lstrip().startswith("{"):
         try:
-            data: Any = json.loads(raw)
+            data: Any = decode_json(raw)
         except json.JSONDecodeError as exc:
             raise InvalidValueError(
                 f"the tokens file {str(file)!r} is not valid JSON: {exc.msg}"

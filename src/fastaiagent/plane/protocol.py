@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from fastaiagent._io import decode_json
 from fastaiagent.errors import FastAIAgentError, InvalidValueError
 from fastaiagent.facts.scoping import normalize_text
 
@@ -81,7 +82,7 @@ def parse_facts(body: bytes) -> list[PlaneFact]:
     entries are skipped.
     """
     try:
-        payload = json.loads(body)
+        payload = decode_json(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidValueError(f"not JSON: {exc}") from exc
     if not isinstance(payload, dict) or not isinstance(payload.get("facts"), list):

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from fastaiagent._io import decode_json
 from fastaiagent.llm.errors import (
     LLMAuthenticationError,
     LLMBadRequestError,
@@ -44,7 +45,7 @@ def parse_tool_arguments(provider: str, name: str, raw: str | None) -> dict[str,
     if raw is None or not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = decode_json(raw)
     except json.JSONDecodeError as exc:
         raise LLMError(
             f"{provider}: the model called tool {name!r} with arguments that are not valid "
