@@ -61,6 +61,11 @@ def test_write_validation() -> None:
             validate_for_write(fact)
     with pytest.raises(TypeError, match="metadata must be JSON-serialisable"):
         validate_for_write(Fact("x", scope="user", scope_id="a", metadata={"s": {1, 2}}))
+    deep: dict[str, object] = {}
+    for _ in range(5_000):  # small as JSON, deeper than the encoder goes
+        deep = {"d": deep}
+    with pytest.raises(TypeError, match="metadata must be JSON-serialisable: nested too deeply"):
+        validate_for_write(Fact("x", scope="user", scope_id="a", metadata=deep))
     assert validate_for_write(Fact("x", scope="agent", scope_id="")).scope_id == ""
 
 

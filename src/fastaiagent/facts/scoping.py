@@ -99,6 +99,8 @@ def validate_for_write(fact: Fact) -> Fact:
         size = len(json.dumps(fact.metadata)) if fact.metadata else 0
     except (TypeError, ValueError) as exc:
         raise InvalidTypeError(f"metadata must be JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidTypeError("metadata must be JSON-serialisable: nested too deeply") from None
     if size > MAX_METADATA_BYTES:
         raise _too_big("metadata", f"{size:,} bytes of JSON", "MAX_METADATA_BYTES")
     check_validity(fact.valid_from, fact.valid_to)
