@@ -52,9 +52,9 @@ def drop_payloads(attributes: Mapping[str, Any]) -> dict[str, Any]:
 
 # Each pattern is (label, regex). Order matters: specific token shapes first,
 # so a key is labelled as a key rather than as a generic long number.
-# Each pattern starts only where its run of characters starts (a lookbehind, not
-# ``\b``): started inside the run, a long run without "@" (or without ".") is
-# scanned again from each of its characters, quadratic in its length.
+# The email and JWT patterns start only where their run of characters starts (a
+# lookbehind, not ``\b``): started inside it, a long run without "@" (or without
+# ".") is scanned again from each of its characters, quadratic in its length.
 EMAIL_PATTERN = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b"
 DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
     # A key cut off before its END (a truncated attribute) is masked to the end.
