@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="OPTION=NUMBER",
-        help="a VectorBlock option for an ablation, e.g. --set participant_boost=0",
+        help="a VectorBlock option for an ablation, e.g. --set participant_boost=0 or surroundings=false",
     )
     parser.add_argument(
         "--location",
@@ -348,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     for option in args.set:
         key, _, value = option.partition("=")
         whole = value.strip().lstrip("-").isdigit()  # follow_turns=0 is an int option
-        BLOCK_OPTIONS[key.strip()] = int(value) if whole else float(value)
+        switch = value.strip().lower() in ("true", "false")  # surroundings=false
+        BLOCK_OPTIONS[key.strip()] = (
+            value.strip().lower() == "true" if switch else int(value) if whole else float(value)
+        )
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}
     results: dict[str, Any] = {}
     for label in args.modes.split(","):

@@ -168,7 +168,7 @@ def test_messages_are_dated_now_unless_told_when():
 
 
 def reply_recall(**options) -> list[str]:
-    memory = block(context_turns=0, follow_turns=0, **options)  # lending alone
+    memory = block(context_turns=0, follow_turns=0, surroundings=False, **options)  # lending alone
     memory.on_message(UserMessage("which pet did we choose at the shelter, the pet with spots?"))
     memory.on_message(AssistantMessage("Biscuit, a beagle with brown patches"))
     memory.on_message(UserMessage("the shelter closes early on Mondays"))

@@ -30,6 +30,7 @@ from fastaiagent._validate import boolean, fraction, integer, number, one_of, te
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
+from fastaiagent.agent.memory_blocks.vector_context import add_context
 from fastaiagent.agent.memory_blocks.vector_following import (
     ANSWER_DROP,
     MAX_FOLLOW_TURNS,
@@ -142,6 +143,10 @@ class VectorBlock(MemoryBlock):
     below it, the reply that answers it (0 = off). A message that asks ranks
     ``question_drop`` lower, and the reply to such a hit closer to it (0 = off):
     a question matches a question in form, its answer holds the fact.
+    With ``surroundings`` (default on), each candidate then gains what its
+    surroundings say: its length, the scores of the turns beside it and of its
+    conversation among the candidates, which searches found it
+    (``vector_context``).
     With ``neighbour_weight`` > 0 (default 0), each keyword hit lends that share
     of its score to the message stored after it.
     Blocks sharing a store see only their ``namespace``; chunks with no
@@ -172,6 +177,7 @@ class VectorBlock(MemoryBlock):
         date_boost: float = DEFAULT_DATE_BOOST,
         follow_turns: int = DEFAULT_FOLLOW_TURNS,
         question_drop: float = QUESTION_DROP,
+        surroundings: bool = True,
         clock: Clock | None = None,
         name: str = "vector",
     ) -> None:
@@ -197,6 +203,7 @@ class VectorBlock(MemoryBlock):
         self.date_boost = float(number("date_boost", date_boost, minimum=0) or 0)
         self.follow_turns = integer("follow_turns", follow_turns, minimum=0, maximum=MAX_FOLLOW_TURNS)
         self.question_drop = float(number("question_drop", question_drop, minimum=0) or 0)
+        self.surroundings = boolean("surroundings", surroundings)
         check_clock(clock)
         self.clock = clock
         self.name = text("name", name)
@@ -460,7 +467,9 @@ class VectorBlock(MemoryBlock):
             dense_weight=self.dense_weight,
             recorded=[(c.id, s) for c, s in recorded],
         )
-        self._boost_cues(query, self._learn_speakers(by_id.values()), by_id, fused, when)
+        known = self._learn_speakers(by_id.values())
+        speaker = named_participant(query, known) if self.participant_boost else None
+        self._boost_cues(speaker, by_id, fused, when)
         if self.question_drop:
             lower_questions(fused, by_id, self.question_drop)
         if self.follow_turns and fused:
@@ -472,6 +481,10 @@ class VectorBlock(MemoryBlock):
                 turns=self.follow_turns,
                 answer_drop=ANSWER_DROP if self.question_drop else None,
             )
+        if self.surroundings:
+            found_by_meaning = {c.id for c, _ in dense}
+            found_by_time = {c.id for c, _ in recorded}
+            add_context(fused, by_id, by_meaning=found_by_meaning, by_time=found_by_time, speaker=speaker)
         order = sorted(fused, key=fused.__getitem__, reverse=True)
         return [(by_id[i], unit_score(fused[i])) for i in order], exhausted
 
@@ -503,14 +516,12 @@ class VectorBlock(MemoryBlock):
 
     def _boost_cues(
         self,
-        query: str,
-        speakers: set[str],
+        speaker: str | None,
         chunks: dict[str, Chunk],
         fused: dict[str, float],
         when: DateCue | None,
     ) -> None:
-        """Raise the candidates of the speaker ``query`` names and of the time it names."""
-        speaker = named_participant(query, speakers) if self.participant_boost else None
+        """Raise the candidates of the speaker the query names and of the time it names."""
         if speaker is None and when is None:
             return
         for chunk_id, chunk in chunks.items():
