@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
@@ -73,9 +74,11 @@ def add_context(
     ``chunks`` holds every candidate; ``by_meaning`` and ``by_time`` are the ids
     the dense search and the time-listed search found; ``speaker`` is the
     participant the query names, if any."""
-    found = signals(fused, chunks, by_meaning=by_meaning, by_time=by_time, speaker=speaker)
-    for chunk_id, values in found.items():
-        fused[chunk_id] += sum(w * v for w, v in zip(weights, values, strict=True))
+    ids, columns = _columns(fused, chunks, by_meaning, by_time, speaker)
+    for weight, column in zip(weights, columns, strict=True):
+        if weight:
+            for chunk_id, value in zip(ids, column, strict=True):
+                fused[chunk_id] += weight * value
 
 
 def signals(
@@ -87,57 +90,93 @@ def signals(
     speaker: str | None,
 ) -> dict[str, Signals]:
     """Each candidate's signals, read from the scores of ``fused`` (see the module)."""
+    ids, columns = _columns(fused, chunks, by_meaning, by_time, speaker)
+    rows = zip(*columns, strict=True)
+    return {chunk_id: Signals(*values) for chunk_id, values in zip(ids, rows, strict=True)}
+
+
+def _columns(
+    fused: Mapping[str, float],
+    chunks: Mapping[str, Chunk],
+    by_meaning: Collection[str],
+    by_time: Collection[str],
+    speaker: str | None,
+) -> tuple[list[str], list[list[float]]]:
+    """The candidates' ids, and each signal's values in their order (a column per
+    field of :class:`Signals`): one pass per signal, no tuple per candidate."""
+    ids = list(fused)
     floor = min(fused.values(), default=0.0)
-    neighbour = _neighbour_scores(fused, chunks)
-    conversation = _conversation_scores(fused, chunks)
-    out = {}
-    for chunk_id in fused:
-        chunk = chunks[chunk_id]
-        out[chunk_id] = Signals(
-            length=math.log1p(len(chunk.text.split())),
-            neighbour=neighbour.get(chunk_id, floor),
-            conversation=conversation.get(chunk_id, floor),
-            by_meaning=float(chunk_id in by_meaning),
-            by_time=float(chunk_id in by_time),
-            speaker=float(speaker is not None and chunk.metadata.get("speaker") == speaker),
-            asks=float(asks(chunk.text)),
-        )
-    return out
+    at = {chunk_id: recorded_at(chunks[chunk_id]) for chunk_id in ids}
+    neighbour = _neighbour_scores(fused, chunks, at)
+    conversation = _conversation_scores(fused, at)
+    texts = [chunks[chunk_id].text for chunk_id in ids]
+    said_by = [chunks[chunk_id].metadata.get("speaker") for chunk_id in ids]
+    return ids, [
+        [math.log1p(len(text.split())) for text in texts],
+        [neighbour.get(chunk_id, floor) for chunk_id in ids],
+        [conversation.get(chunk_id, floor) for chunk_id in ids],
+        [float(chunk_id in by_meaning) for chunk_id in ids],
+        [float(chunk_id in by_time) for chunk_id in ids],
+        [float(speaker is not None and who == speaker) for who in said_by],
+        [float(asks(text)) for text in texts],
+    ]
 
 
-def _neighbour_scores(scores: Mapping[str, float], chunks: Mapping[str, Chunk]) -> dict[str, float]:
+def _neighbour_scores(
+    scores: Mapping[str, float], chunks: Mapping[str, Chunk], at: Mapping[str, float | None]
+) -> dict[str, float]:
     """For each candidate, the best score of a candidate said right before or after
     it (``metadata["next"]`` links them) within the same conversation."""
     best: dict[str, float] = {}
     for chunk_id, score in scores.items():
         after = chunks[chunk_id].metadata.get("next")
-        if not isinstance(after, str) or after not in scores or not _together(chunks, chunk_id, after):
+        if not isinstance(after, str) or after not in scores:
+            continue
+        first, second = at[chunk_id], at[after]
+        if first is None or second is None or abs(first - second) > SAME_CONVERSATION_SECONDS:
             continue
         best[chunk_id] = max(best.get(chunk_id, scores[after]), scores[after])
         best[after] = max(best.get(after, score), score)
     return best
 
 
-def _conversation_scores(scores: Mapping[str, float], chunks: Mapping[str, Chunk]) -> dict[str, float]:
+def _conversation_scores(
+    scores: Mapping[str, float], at: Mapping[str, float | None]
+) -> dict[str, float]:
     """For each candidate, the best score of another candidate said within
-    SAME_CONVERSATION_SECONDS of it (sorted by time: n log n, not n squared)."""
-    timed = sorted(
-        (at, chunk_id) for chunk_id in scores if (at := recorded_at(chunks[chunk_id])) is not None
-    )
-    times = [at for at, _ in timed]
-    best: dict[str, float] = {}
-    for at, chunk_id in timed:
-        low = bisect.bisect_left(times, at - SAME_CONVERSATION_SECONDS)
-        high = bisect.bisect_right(times, at + SAME_CONVERSATION_SECONDS)
-        others = [scores[other] for _, other in timed[low:high] if other != chunk_id]
-        if others:
-            best[chunk_id] = max(others)
+    SAME_CONVERSATION_SECONDS of it: the best before it and the best after it in
+    time order, each a sliding window (linear after the sort)."""
+    timed = sorted((when, chunk_id) for chunk_id, when in at.items() if when is not None)
+    times = [when for when, _ in timed]
+    values = [scores[chunk_id] for _, chunk_id in timed]
+    low = [bisect.bisect_left(times, when - SAME_CONVERSATION_SECONDS) for when in times]
+    high = [bisect.bisect_right(times, when + SAME_CONVERSATION_SECONDS) for when in times]
+    before = _window_max(values, [(low[i], i) for i in range(len(timed))])
+    after = _window_max(values, [(i + 1, high[i]) for i in range(len(timed))])
+    best = {}
+    for (_, chunk_id), left, right in zip(timed, before, after, strict=True):
+        found = [v for v in (left, right) if v is not None]
+        if found:
+            best[chunk_id] = max(found)
     return best
 
 
-def _together(chunks: Mapping[str, Chunk], first: str, second: str) -> bool:
-    a, b = recorded_at(chunks[first]), recorded_at(chunks[second])
-    return a is not None and b is not None and abs(a - b) <= SAME_CONVERSATION_SECONDS
+def _window_max(values: list[float], windows: list[tuple[int, int]]) -> list[float | None]:
+    """The max of ``values[lo:hi]`` for each window (None when empty); both ends
+    must not decrease from one window to the next (a monotonic queue)."""
+    out: list[float | None] = []
+    queue: deque[int] = deque()  # indexes whose values decrease
+    added = 0
+    for lo, hi in windows:
+        while added < hi:
+            while queue and values[queue[-1]] <= values[added]:
+                queue.pop()
+            queue.append(added)
+            added += 1
+        while queue and queue[0] < lo:
+            queue.popleft()
+        out.append(values[queue[0]] if queue and lo < hi else None)
+    return out
 
 
 __all__ = ["SIGNALS", "Signals", "add_context", "signals"]
