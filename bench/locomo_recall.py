@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         "--set",
         action="append",
         default=[],
-        metavar="OPTION=NUMBER",
+        metavar="OPTION=VALUE",
         help="a VectorBlock option for an ablation, e.g. --set participant_boost=0 or surroundings=false",
     )
     parser.add_argument(
