@@ -261,18 +261,19 @@ def test_an_unreadable_stored_window_starts_over_instead_of_failing(tmp_path, ca
     location = f"sqlite:///{tmp_path / 'db.sqlite'}"
     memory = Memory(location, user_id=str, windows="shared")
     agent = _agent(memory)
-    agent.run("before", context="alice")
-    agent.run("before", context="bob")
+    for user in ("alice", "bob", "carol"):
+        agent.run("before", context=user)
     store = memory._windows.store  # type: ignore[union-attr]
-    for user, text in (("alice", "{not json"), ("bob", '{"format": 99, "blocks": {}}')):
+    corrupt = {"alice": "{not json", "bob": '{"format": 99, "blocks": {}}', "carol": "[" * 100_000}
+    for user, text in corrupt.items():
         key = memory._windows.key(user)  # type: ignore[union-attr]
         store.save(key, text, store.load(key).version, None)
     with caplog.at_level(logging.ERROR, logger="fastaiagent.memory"):
-        agent.run("after", context="alice")
-        agent.run("after", context="bob")
-    for user in ("alice", "bob"):
+        for user in corrupt:  # carol's is nested deeper than json decodes
+            agent.run("after", context=user)
+    for user in corrupt:
         assert _window(Memory(location, user_id=str, windows="shared"), user) == ["after", "ack after"]
-    assert sum("unreadable" in r.getMessage() for r in caplog.records) == 2
+    assert sum("unreadable" in r.getMessage() for r in caplog.records) == 3
 
 
 def test_save_writes_the_latest_stored_window(tmp_path) -> None:

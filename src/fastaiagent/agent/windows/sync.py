@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastaiagent import trace
+from fastaiagent._io import decode_json
 from fastaiagent.agent.windows import check_ttl, make_window_store
 from fastaiagent.errors import ConflictError, InvalidValueError
 from fastaiagent.facts.windows import WindowKey, WindowStore
@@ -102,7 +103,7 @@ class SharedWindows:
         """Make the cached state match the stored one (``text`` None: nothing stored)."""
         if text is not None:
             try:
-                data = json.loads(text)
+                data = decode_json(text)
                 if not isinstance(data, dict) or data.get("format", STATE_FORMAT) > STATE_FORMAT:
                     raise InvalidValueError(f"unknown state format {data.get('format')!r}")
                 state.memory.load_state(data)
