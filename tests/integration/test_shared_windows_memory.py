@@ -50,6 +50,17 @@ def test_two_workers_alternate_and_both_see_every_turn(spec) -> None:  # noqa: F
     assert len(_window(a.memory, "bob")) == 8  # type: ignore[arg-type]
 
 
+def test_a_lone_surrogate_does_not_stop_the_window_being_shared(spec) -> None:  # noqa: F811
+    """JSON's "\\ud800" escape gives text no UTF-8 store takes; the message keeps
+    U+FFFD in its place, and the turns after it are shared as before."""
+    a, b = _agent(make_memory(spec)), _agent(make_memory(spec))
+    a.run("broken \ud800 text", context="alice")
+    b.run("next", context="alice")
+    want = ["broken \ufffd text", "ack broken \ufffd text", "next", "ack next"]
+    assert _window(a.memory, "alice") == want  # type: ignore[arg-type]
+    assert _window(b.memory, "alice") == want  # type: ignore[arg-type]
+
+
 def test_forget_and_drop_user_clear_the_shared_window_for_every_worker(spec) -> None:  # noqa: F811
     a, b = make_memory(spec), make_memory(spec)
     for user in ("alice", "bob", "carol"):

@@ -295,3 +295,13 @@ def test_messages_round_trip_through_dicts():
         assert type(copy) is type(original) and copy == original
     with pytest.raises(ValueError, match="unknown message role 'robot'; expected one of"):
         Message("robot", "x")
+
+
+def test_a_lone_surrogate_in_a_message_becomes_the_replacement_character():
+    """JSON's "\\ud800" escape makes text that no UTF-8 store or API takes."""
+    message = UserMessage("half \ud83d of a pair, and \udc00", name="Ana\ud800")
+    assert message.content == "half \ufffd of a pair, and \ufffd"
+    assert message.name == "Ana\ufffd"
+    message.content.encode("utf-8")  # storable
+    assert Message.from_dict({"role": "user", "content": "x\ud800"}).content == "x\ufffd"
+    assert UserMessage("whole 😀 pair").content == "whole 😀 pair"

@@ -284,3 +284,20 @@ def test_a_chunk_whose_role_is_not_a_str_is_recalled_beside_a_window() -> None:
     recalled = block.recall("hiking", window=[UserMessage("something else")])
     assert [r.chunk.text for r in recalled] == [text]
     assert block.format(recalled).endswith(f'- "{text}" (earlier message)')
+
+
+def test_a_lone_surrogate_is_stored_replaced_and_later_messages_are_recalled(tmp_path) -> None:
+    """A message with a lone surrogate (JSON's "\\ud800") used to fail its batch,
+    and, kept for the next try, every later write and recall of the user."""
+    from fastaiagent.facts.sqlite import SQLiteFactStore
+
+    store = SQLiteFactStore(tmp_path / "memory.db")
+    memory = VectorBlock(store.vector_store(), embedder=WordHashEmbedder(), min_content_chars=1)
+    memory.on_message(UserMessage("broken \ud800 text"))
+    memory.on_message(AssistantMessage("noted"))
+    memory.on_message(UserMessage("we went hiking in the hills"))
+    memory.on_message(AssistantMessage("nice"))
+    found = texts(memory.recall("hiking \udc00 hills"))
+    assert found[0] == "we went hiking in the hills"
+    assert "broken \ufffd text" in {c.text for c in store.vector_store().chunks("default")}
+    store.close()

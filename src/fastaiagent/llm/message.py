@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 
 ROLES = ("system", "user", "assistant", "tool")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD. No UTF-8 store or API
+    takes one, and JSON's ``"\\ud800"`` escape makes one: kept, a single such
+    message would fail every later write of its memory."""
+    return text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text)
 
 
 @dataclass
@@ -50,10 +59,10 @@ class Message:
         if content is not None and not isinstance(content, str):
             raise InvalidTypeError(f"message content must be a str or None, got {type(content).__name__}")
         self.role = role
-        self.content = content
+        self.content = storable_text(content) if content else content
         self.tool_calls = list(tool_calls or [])
         self.tool_call_id = tool_call_id
-        self.name = name
+        self.name = storable_text(name) if isinstance(name, str) else name
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}

@@ -55,7 +55,7 @@ from fastaiagent.kb.protocols import (
 )
 from fastaiagent.kb.query_cues import DateCue, date_cue, named_participant, without_names
 from fastaiagent.kb.query_dates import Span
-from fastaiagent.llm.message import ROLES, Message, SystemMessage
+from fastaiagent.llm.message import ROLES, Message, SystemMessage, storable_text
 
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
@@ -539,6 +539,7 @@ class VectorBlock(MemoryBlock):
         """
         if not isinstance(query, str) or not query.strip():
             return []
+        query = storable_text(query)  # a lone surrogate could not be looked up
         self.flush()
         in_window = {
             (m.role, normalize_text(m.content or "")) for m in window if (m.content or "").strip()
