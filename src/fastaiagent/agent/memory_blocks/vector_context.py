@@ -31,7 +31,11 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
-from fastaiagent.agent.memory_blocks.vector_following import SAME_CONVERSATION_SECONDS, asks
+from fastaiagent.agent.memory_blocks.vector_following import (
+    SAME_CONVERSATION_SECONDS,
+    asks,
+    said_together,
+)
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.protocols import Chunk
 
@@ -132,8 +136,7 @@ def _neighbour_scores(
         after = chunks[chunk_id].metadata.get("next")
         if not isinstance(after, str) or after not in scores:
             continue
-        first, second = at[chunk_id], at[after]
-        if first is None or second is None or abs(first - second) > SAME_CONVERSATION_SECONDS:
+        if not said_together(at[chunk_id], at[after]):
             continue
         best[chunk_id] = max(best.get(chunk_id, scores[after]), scores[after])
         best[after] = max(best.get(after, score), score)

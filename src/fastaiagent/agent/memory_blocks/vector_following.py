@@ -52,6 +52,12 @@ class _Origin(NamedTuple):
     drops: tuple[float, ...]
 
 
+def said_together(first: float | None, second: float | None) -> bool:
+    """Whether two messages said at ``first`` and ``second`` (epoch seconds, None
+    when unknown) belong to one conversation: within SAME_CONVERSATION_SECONDS."""
+    return first is not None and second is not None and abs(first - second) <= SAME_CONVERSATION_SECONDS
+
+
 def asks(text: str) -> bool:
     """Whether a message ends on a question; a trailing ``[...]`` note (an
     attachment's description) and closing quotes do not count."""
@@ -113,7 +119,7 @@ def draw_following(
         for chunk_id, origin in following.items():
             chunk = chunks.get(chunk_id)
             at = recorded_at(chunk) if chunk is not None else None
-            if at is None or origin.at is None or abs(at - origin.at) > SAME_CONVERSATION_SECONDS:
+            if not said_together(at, origin.at):
                 continue
             drawn = origin.score - origin.drops[step]
             fused[chunk_id] = max(fused.get(chunk_id, drawn), drawn)
