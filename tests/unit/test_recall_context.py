@@ -9,7 +9,13 @@ import pytest
 from _vector_fakes import WordHashEmbedder
 
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
-from fastaiagent.agent.memory_blocks.vector_context import SIGNALS, Signals, add_context, signals
+from fastaiagent.agent.memory_blocks.vector_context import (
+    SIGNALS,
+    Found,
+    Signals,
+    add_context,
+    signals,
+)
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.sqlite import SQLiteFactStore
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
@@ -32,7 +38,7 @@ def test_each_signal_of_a_candidate() -> None:
         "late": chunk("late", "a week later we talked about the Wolves again", START + 7 * 86_400),
     }
     fused = {"q": 2.0, "a": -1.0, "late": 0.5}
-    found = signals(fused, chunks, by_meaning={"q", "late"}, by_time={"late"}, speaker="Ana")
+    found = signals(fused, chunks, Found({"q", "late"}, {"late"}, "Ana"))
     assert found["q"] == Signals(math.log1p(5), -1.0, -1.0, 1.0, 0.0, 1.0, 1.0)
     assert found["a"] == Signals(math.log1p(4), 2.0, 2.0, 0.0, 0.0, 0.0, 0.0)
     # Alone in its conversation: the lowest candidate's score stands in for both.
@@ -46,7 +52,7 @@ def test_a_message_hours_later_is_no_neighbour_and_odd_metadata_counts_as_none()
         "b": chunk("b", "two", START + 2 * HOUR, after=["c"]),  # next of another type
         "c": chunk("c", "three", "last week"),  # a time that is not a number
     }
-    found = signals({"a": 1.0, "b": 0.0, "c": -2.0}, chunks, by_meaning=(), by_time=(), speaker=None)
+    found = signals({"a": 1.0, "b": 0.0, "c": -2.0}, chunks, Found((), (), None))
     assert [found[i].neighbour for i in "abc"] == [-2.0, -2.0, -2.0]
     assert [found[i].conversation for i in "abc"] == [-2.0, -2.0, -2.0]
 
@@ -56,13 +62,13 @@ def test_add_context_adds_the_weighted_signals() -> None:
     fused = {"a": 1.0, "b": 0.0}
     expected = {
         i: fused[i] + sum(w * v for w, v in zip(SIGNALS, s, strict=True))
-        for i, s in signals(fused, chunks, by_meaning={"a"}, by_time=(), speaker=None).items()
+        for i, s in signals(fused, chunks, Found({"a"}, (), None)).items()
     }
-    add_context(fused, chunks, by_meaning={"a"}, by_time=(), speaker=None)
+    add_context(fused, chunks, Found({"a"}, (), None))
     assert fused == pytest.approx(expected)
     only_asks = Signals(0, 0, 0, 0, 0, 0, -1.0)
     plain = {"a": 1.0, "b": 0.0}
-    add_context(plain, chunks, by_meaning=(), by_time=(), speaker=None, weights=only_asks)
+    add_context(plain, chunks, Found((), (), None), weights=only_asks)
     assert plain == {"a": 1.0, "b": -1.0}
 
 
@@ -72,6 +78,7 @@ def recall(tmp_path: Path, **options: object) -> list[str]:
     tmp_path.mkdir(exist_ok=True)
     store = SQLiteFactStore(tmp_path / "memory.db")
     try:
+
         def user(name: str) -> VectorBlock:
             return VectorBlock(
                 store.vector_store(), embedder=WordHashEmbedder(), top_k=3, namespace=name,
@@ -80,8 +87,12 @@ def recall(tmp_path: Path, **options: object) -> list[str]:
 
         ana, bob = user("user:ana"), user("user:bob")
         for i in range(30):
-            ana.on_message(UserMessage(f"note {i}: the {i % 7} crates went out"), at=START - 86_400 + i * 60)
-        ana.on_message(UserMessage("which pet did we choose at the shelter, the pet with spots?"), at=START)
+            ana.on_message(
+                UserMessage(f"note {i}: the {i % 7} crates went out"), at=START - 86_400 + i * 60
+            )
+        ana.on_message(
+            UserMessage("which pet did we choose at the shelter, the pet with spots?"), at=START
+        )
         ana.on_message(AssistantMessage("Biscuit, a beagle with brown patches"), at=START + 30)
         ana.on_message(UserMessage("the shelter closes early on Mondays"), at=START + 3 * 86_400)
         ana.on_message(UserMessage("pet insurance is expensive"), at=START + 5 * 86_400)

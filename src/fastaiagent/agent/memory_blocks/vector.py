@@ -30,7 +30,7 @@ from fastaiagent._validate import boolean, fraction, integer, number, one_of, te
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
-from fastaiagent.agent.memory_blocks.vector_context import add_context
+from fastaiagent.agent.memory_blocks.vector_context import Found, add_context
 from fastaiagent.agent.memory_blocks.vector_following import (
     ANSWER_DROP,
     MAX_FOLLOW_TURNS,
@@ -482,9 +482,8 @@ class VectorBlock(MemoryBlock):
                 answer_drop=ANSWER_DROP if self.question_drop else None,
             )
         if self.surroundings:
-            found_by_meaning = {c.id for c, _ in dense}
-            found_by_time = {c.id for c, _ in recorded}
-            add_context(fused, by_id, by_meaning=found_by_meaning, by_time=found_by_time, speaker=speaker)
+            searched = Found({c.id for c, _ in dense}, {c.id for c, _ in recorded}, speaker)
+            add_context(fused, by_id, searched)
         order = sorted(fused, key=fused.__getitem__, reverse=True)
         return [(by_id[i], unit_score(fused[i])) for i in order], exhausted
 

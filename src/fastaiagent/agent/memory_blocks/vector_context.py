@@ -53,6 +53,15 @@ class Signals(NamedTuple):
     asks: float
 
 
+class Found(NamedTuple):
+    """What the searches said of the candidates: the ids the dense search and
+    the time-listed search found, and the participant the query names (if any)."""
+
+    by_meaning: Collection[str]
+    by_time: Collection[str]
+    speaker: str | None
+
+
 SIGNALS = Signals(
     length=0.49,
     neighbour=0.30,
@@ -67,18 +76,12 @@ SIGNALS = Signals(
 def add_context(
     fused: dict[str, float],
     chunks: Mapping[str, Chunk],
-    *,
-    by_meaning: Collection[str],
-    by_time: Collection[str],
-    speaker: str | None,
+    found: Found,
     weights: Signals = SIGNALS,
 ) -> None:
-    """Add to each candidate of ``fused`` its signals times ``weights``.
-
-    ``chunks`` holds every candidate; ``by_meaning`` and ``by_time`` are the ids
-    the dense search and the time-listed search found; ``speaker`` is the
-    participant the query names, if any."""
-    ids, columns = _columns(fused, chunks, by_meaning, by_time, speaker)
+    """Add to each candidate of ``fused`` its signals times ``weights``;
+    ``chunks`` holds every candidate."""
+    ids, columns = _columns(fused, chunks, found)
     for weight, column in zip(weights, columns, strict=True):
         if weight:
             for chunk_id, value in zip(ids, column, strict=True):
@@ -86,25 +89,16 @@ def add_context(
 
 
 def signals(
-    fused: Mapping[str, float],
-    chunks: Mapping[str, Chunk],
-    *,
-    by_meaning: Collection[str],
-    by_time: Collection[str],
-    speaker: str | None,
+    fused: Mapping[str, float], chunks: Mapping[str, Chunk], found: Found
 ) -> dict[str, Signals]:
     """Each candidate's signals, read from the scores of ``fused`` (see the module)."""
-    ids, columns = _columns(fused, chunks, by_meaning, by_time, speaker)
+    ids, columns = _columns(fused, chunks, found)
     rows = zip(*columns, strict=True)
     return {chunk_id: Signals(*values) for chunk_id, values in zip(ids, rows, strict=True)}
 
 
 def _columns(
-    fused: Mapping[str, float],
-    chunks: Mapping[str, Chunk],
-    by_meaning: Collection[str],
-    by_time: Collection[str],
-    speaker: str | None,
+    fused: Mapping[str, float], chunks: Mapping[str, Chunk], found: Found
 ) -> tuple[list[str], list[list[float]]]:
     """The candidates' ids, and each signal's values in their order (a column per
     field of :class:`Signals`): one pass per signal, no tuple per candidate."""
@@ -115,6 +109,7 @@ def _columns(
     conversation = _conversation_scores(fused, at)
     texts = [chunks[chunk_id].text for chunk_id in ids]
     said_by = [chunks[chunk_id].metadata.get("speaker") for chunk_id in ids]
+    by_meaning, by_time, speaker = found
     return ids, [
         [math.log1p(len(text.split())) for text in texts],
         [neighbour.get(chunk_id, floor) for chunk_id in ids],
@@ -182,4 +177,4 @@ def _window_max(values: list[float], windows: list[tuple[int, int]]) -> list[flo
     return out
 
 
-__all__ = ["SIGNALS", "Signals", "add_context", "signals"]
+__all__ = ["SIGNALS", "Found", "Signals", "add_context", "signals"]
