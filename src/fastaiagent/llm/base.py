@@ -5,9 +5,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from fastaiagent.llm.message import Message, ToolCall
+
+
+@runtime_checkable
+class ProviderSettings(Protocol):
+    """What a provider adapter reads of its client: the settings
+    :class:`~fastaiagent.llm.client.LLMClient` has validated. The adapters
+    depend on this, not on the client, which builds them."""
+
+    provider: str
+    model: str
+    api_key: str | None
+    base_url: str | None
+    timeout: float
+    max_retries: int
+    temperature: float | None
+    max_tokens: int | None
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,6 @@ def _host_name(host_header: str) -> str:
     return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").lower() in ("1", "true", "on", "yes")
-
-
 def _section(path: str) -> str:
     return "traces" if path.startswith("/traces") else "memory"
 
@@ -280,7 +276,7 @@ def _add_memory_page(app: Any, site: _Site) -> None:
         q: str = Query("", max_length=500),
         expired: str | None = None,
     ) -> Any:
-        show, masked, with_expired = _flag(superseded), _flag(mask), _flag(expired)
+        show, masked, with_expired = (views.switch_on(v) for v in (superseded, mask, expired))
         try:
             data = views.memory_page(
                 site.store,
@@ -310,7 +306,7 @@ def _add_trace_pages(app: Any, site: _Site) -> None:
 
     @app.get("/traces")
     def traces_page(mask: str | None = None, page_number: int = Query(1, alias="page")) -> Any:
-        masked = _flag(mask)
+        masked = views.switch_on(mask)
         try:
             rows, total, has_next = views.runs_page(
                 site.traces, page=page_number, mask_with=site.policy(masked)
@@ -332,7 +328,7 @@ def _add_trace_pages(app: Any, site: _Site) -> None:
 
     @app.get("/traces/{trace_id}")
     def trace_page(trace_id: str, mask: str | None = None) -> Any:
-        masked = _flag(mask)
+        masked = views.switch_on(mask)
         try:
             spans = views.trace_view(site.traces, trace_id, mask_with=site.policy(masked))
         except Exception as exc:

@@ -16,7 +16,6 @@ from starlette.responses import RedirectResponse
 
 from fastaiagent.facts.fact import Fact
 from fastaiagent.ui import views
-from fastaiagent.ui.app import _flag
 
 
 def add_fact_pages(app: Any, site: Any) -> None:
@@ -27,7 +26,8 @@ def add_fact_pages(app: Any, site: Any) -> None:
     @app.get("/memory/facts/{fact_id}")
     def fact_page(fact_id: int, mask: str | None = None) -> Any:
         try:
-            history = views.fact_history(site.store, fact_id, mask_with=site.policy(_flag(mask)))
+            policy = site.policy(views.switch_on(mask))
+            history = views.fact_history(site.store, fact_id, mask_with=policy)
         except Exception as exc:
             return site.failed("fact store", exc, "memory")
         if history is None:

@@ -24,6 +24,11 @@ MAX_SUBJECT_OPTIONS = 1000  # a dropdown of every one of 20k users helps nobody
 TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
+def switch_on(value: str | None) -> bool:
+    """A query switch (``?mask=1``): on for 1, true, on or yes, in any case."""
+    return (value or "").lower() in ("1", "true", "on", "yes")
+
+
 @dataclass(frozen=True)
 class Subject:
     """A ``scope:scope_id`` partition (within a project), as the scope filter offers it."""

@@ -10,23 +10,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.llm.base import ProviderSettings
 
 if TYPE_CHECKING:
-    from fastaiagent.llm.client import LLMClient
     from fastaiagent.llm.providers.anthropic import AnthropicProvider
     from fastaiagent.llm.providers.openai import OpenAIChatProvider
 
 
-def make_provider(client: LLMClient) -> OpenAIChatProvider | AnthropicProvider:
+def make_provider(client: ProviderSettings) -> OpenAIChatProvider | AnthropicProvider:
     """The adapter for ``client.provider``.
 
     Raises LLMAuthenticationError when openai/anthropic has no key (argument
     or environment variable), ImportError naming the extra when the SDK is
     missing, InvalidValueError for an unknown provider.
     """
-    from fastaiagent.llm.client import LLMClient
-
-    if not isinstance(client, LLMClient):
+    if not isinstance(client, ProviderSettings):
         raise InvalidTypeError(f"make_provider needs an LLMClient, got {type(client).__name__}")
     if client.provider == "anthropic":
         from fastaiagent.llm.providers.anthropic import AnthropicProvider

@@ -10,9 +10,10 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fastaiagent._io import decode_json
+from fastaiagent.llm.base import ProviderSettings
 from fastaiagent.llm.errors import (
     LLMAuthenticationError,
     LLMBadRequestError,
@@ -23,13 +24,10 @@ from fastaiagent.llm.errors import (
     LLMTimeoutError,
 )
 
-if TYPE_CHECKING:
-    from fastaiagent.llm.client import LLMClient
-
 T = TypeVar("T")
 
 
-def resolve_api_key(client: LLMClient, env_var: str) -> str:
+def resolve_api_key(client: ProviderSettings, env_var: str) -> str:
     """The client's key, else ``env_var``; a clear LLMAuthenticationError when neither is set."""
     key = client.api_key or os.environ.get(env_var)
     if not key:
@@ -120,7 +118,7 @@ def _timed_out(exc: BaseException, sdk: Any) -> bool:
     return False
 
 
-def translate_error(exc: BaseException, sdk: Any, client: LLMClient) -> BaseException:
+def translate_error(exc: BaseException, sdk: Any, client: ProviderSettings) -> BaseException:
     """Map an SDK (or httpx) exception to the matching :mod:`fastaiagent.llm.errors` class.
 
     Anything unrecognised is returned unchanged so real bugs are not disguised.
@@ -151,7 +149,7 @@ def translate_error(exc: BaseException, sdk: Any, client: LLMClient) -> BaseExce
     return _status_error(exc, client, retries)
 
 
-def _status_error(exc: Any, client: LLMClient, retries: str) -> LLMError:
+def _status_error(exc: Any, client: ProviderSettings, retries: str) -> LLMError:
     """The error for an HTTP status the provider answered with."""
     provider = client.provider
     status = int(exc.status_code)
@@ -190,7 +188,7 @@ def _status_error(exc: Any, client: LLMClient, retries: str) -> LLMError:
 
 
 @contextmanager
-def sdk_errors(sdk: Any, client: LLMClient) -> Iterator[None]:
+def sdk_errors(sdk: Any, client: ProviderSettings) -> Iterator[None]:
     """Re-raise SDK failures inside the block as :mod:`fastaiagent.llm.errors` exceptions."""
     try:
         yield

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.llm.base import LLMResponse, StreamEvent, ToolSpec, Usage
+from fastaiagent.llm.base import LLMResponse, ProviderSettings, StreamEvent, ToolSpec, Usage
 from fastaiagent.llm.message import Message, ToolCall
 from fastaiagent.llm.providers._common import (
     PerLoop,
@@ -15,9 +15,6 @@ from fastaiagent.llm.providers._common import (
     resolve_api_key,
     sdk_errors,
 )
-
-if TYPE_CHECKING:
-    from fastaiagent.llm.client import LLMClient
 
 # The messages API requires max_tokens; used when the LLMClient leaves it unset.
 DEFAULT_MAX_TOKENS = 4096
@@ -162,7 +159,7 @@ class AnthropicProvider:
     timeout are the SDK's own, configured from the LLMClient.
     """
 
-    def __init__(self, client: LLMClient) -> None:
+    def __init__(self, client: ProviderSettings) -> None:
         self._sdk = require("anthropic", "anthropic")
         self._client = client
         self.provider = client.provider

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.llm.base import LLMResponse, StreamEvent, ToolSpec, Usage
+from fastaiagent.llm.base import LLMResponse, ProviderSettings, StreamEvent, ToolSpec, Usage
 from fastaiagent.llm.message import Message, ToolCall
 from fastaiagent.llm.providers._common import (
     PerLoop,
@@ -16,9 +16,6 @@ from fastaiagent.llm.providers._common import (
     resolve_api_key,
     sdk_errors,
 )
-
-if TYPE_CHECKING:
-    from fastaiagent.llm.client import LLMClient
 
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 # Servers that ignore the key still need a non-empty one: the SDK refuses to start without.
@@ -141,7 +138,7 @@ class OpenAIChatProvider:
     :mod:`fastaiagent.llm.errors` exceptions.
     """
 
-    def __init__(self, client: LLMClient) -> None:
+    def __init__(self, client: ProviderSettings) -> None:
         self._sdk = require("openai", "openai")
         self._client = client
         self.provider = client.provider
