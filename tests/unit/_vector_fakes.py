@@ -1,4 +1,5 @@
-"""Deterministic test embedders (tests only: the library never fakes meaning)."""
+"""Deterministic test embedders (tests only: the library never fakes meaning),
+and the small recall block the recall tests build on them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import math
 import re
 import threading
+from typing import Any
 
 from fastaiagent.kb.bm25 import tokenize
 
@@ -43,3 +45,12 @@ class BrokenEmbedder:
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         raise RuntimeError("model weights not found")
+
+
+def word_block(store: Any, name: str, **options: Any) -> Any:
+    """A VectorBlock over ``store``'s vector index for namespace ``name``: word-hash
+    vectors, the 3 best, every message kept, keywords indexed without the turn before."""
+    from fastaiagent.agent.memory_blocks.vector import VectorBlock
+
+    settings: dict[str, Any] = {"top_k": 3, "min_content_chars": 1, "context_turns": 0, **options}
+    return VectorBlock(store.vector_store(), embedder=WordHashEmbedder(), namespace=name, **settings)

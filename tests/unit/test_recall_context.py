@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from _vector_fakes import WordHashEmbedder
+from _vector_fakes import WordHashEmbedder, word_block
 
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.agent.memory_blocks.vector_context import (
@@ -78,14 +78,7 @@ def recall(tmp_path: Path, **options: object) -> list[str]:
     tmp_path.mkdir(exist_ok=True)
     store = SQLiteFactStore(tmp_path / "memory.db")
     try:
-
-        def user(name: str) -> VectorBlock:
-            return VectorBlock(
-                store.vector_store(), embedder=WordHashEmbedder(), top_k=3, namespace=name,
-                min_content_chars=1, context_turns=0, follow_turns=0, **options,  # type: ignore[arg-type]
-            )  # fmt: skip
-
-        ana, bob = user("user:ana"), user("user:bob")
+        ana, bob = (word_block(store, n, follow_turns=0, **options) for n in ("user:ana", "user:bob"))
         for i in range(30):
             ana.on_message(
                 UserMessage(f"note {i}: the {i % 7} crates went out"), at=START - 86_400 + i * 60

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _vector_fakes import WordHashEmbedder
+from _vector_fakes import WordHashEmbedder, word_block
 
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.agent.memory_blocks.vector_following import (
@@ -38,13 +38,7 @@ def recall(tmp_path: Path, *, gap: float = 30.0, **options: object) -> list[str]
     tmp_path.mkdir(exist_ok=True)
     store = SQLiteFactStore(tmp_path / "memory.db")
     try:
-        def user(name: str) -> VectorBlock:
-            return VectorBlock(
-                store.vector_store(), embedder=WordHashEmbedder(), top_k=3, namespace=name,
-                min_content_chars=1, context_turns=0, **options,  # type: ignore[arg-type]
-            )  # fmt: skip
-
-        ana, bob = user("user:ana"), user("user:bob")
+        ana, bob = (word_block(store, n, **options) for n in ("user:ana", "user:bob"))
         said(ana, [f"note {i}: the {i % 7} crates went out" for i in range(40)], START - 86_400)
         said(ana, ["my team at work ships on Friday", "is it my turn to cook?"], START - 3_600)
         ana.on_message(UserMessage(QUESTION), at=START)
@@ -176,13 +170,7 @@ def test_a_statement_outranks_a_question_that_matches_the_query_better(tmp_path:
     rises with it. Another user's statement stays theirs."""
     store = SQLiteFactStore(tmp_path / "memory.db")
     try:
-        def user(name: str, **options: object) -> VectorBlock:
-            return VectorBlock(
-                store.vector_store(), embedder=WordHashEmbedder(), top_k=3, namespace=name,
-                min_content_chars=1, context_turns=0, **options,  # type: ignore[arg-type]
-            )  # fmt: skip
-
-        ana, bob = user("user:ana"), user("user:bob")
+        ana, bob = word_block(store, "user:ana"), word_block(store, "user:bob")
         said(ana, [f"{text} ({n})" for n, text in enumerate(HIKES * 3)], START - 86_400, 5_000)
         said(ana, ["do you like hiking in the mountains?", "sure, why not"], START)
         said(ana, ["I like hiking in the high mountains"], START + 600)
@@ -194,7 +182,7 @@ def test_a_statement_outranks_a_question_that_matches_the_query_better(tmp_path:
             "do you like hiking in the mountains?",
             "sure, why not",
         ]
-        plain = {r.chunk.text: r.score for r in user("user:ana", question_drop=0).recall(query)}
+        plain = {r.chunk.text: r.score for r in word_block(store, "user:ana", question_drop=0).recall(query)}
         assert list(plain)[:2] == list(found)[1::-1]  # off: the question first
         assert found["sure, why not"] > plain["sure, why not"]  # drawn 2.0 below it when off
     finally:
