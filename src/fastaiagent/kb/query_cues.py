@@ -41,6 +41,7 @@ MONTHS = (
 _MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b")  # capitalised: "may" is a verb
 _YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
 _SPACES = re.compile(r"\s+")
+_PAIRED = re.compile(r"\s*(?:,|and|or|&|, and|, or)\s*", re.IGNORECASE)  # "Jon and Gina"
 # A month named without a year ("in May") is looked for in this many years up to now.
 YEARS_BACK = 30
 
@@ -50,10 +51,31 @@ def _name_pattern(name: str) -> re.Pattern[str]:
 
 
 def named_participant(query: str, names: Iterable[str]) -> str | None:
-    """The one participant ``query`` names (whole word, case as written), else None
-    (no name, or several: a question about two people prefers neither)."""
-    named = [name for name in set(names) if name and _name_pattern(name).search(query)]
-    return named[0] if len(named) == 1 else None
+    """The participant ``query`` is about (whole word, case as written), else None.
+
+    A query naming one participant is about that one. Naming several, it is
+    about the first it names as a subject: not as an owner ("Caroline's
+    decision") and not in a pair ("Did Jon and Gina both ...", which prefers
+    neither), so "What did Jon say about Gina's store?" and "What does Jon
+    tell Gina?" are both about Jon."""
+    found = sorted(
+        (match.start(), match.end(), name)
+        for name in set(names)
+        if name
+        for match in _name_pattern(name).finditer(query)
+    )
+    if len({name for _, _, name in found}) <= 1:
+        return found[0][2] if found else None
+    for index, (start, end, name) in enumerate(found):
+        if end - start > len(name):  # "Caroline's": an owner, not the subject
+            continue
+        before = found[index - 1] if index else None
+        after = found[index + 1] if index + 1 < len(found) else None
+        paired = (before is not None and _PAIRED.fullmatch(query[before[1] : start])) or (
+            after is not None and _PAIRED.fullmatch(query[end : after[0]])
+        )
+        return None if paired else name
+    return None
 
 
 def without_names(query: str, names: Iterable[str]) -> str:
