@@ -406,3 +406,87 @@ if not found or (tonumber(found) or 0) < tonumber(ARGV[1]) then
 end
 return found or ''
 """
+
+# -- read and upkeep scripts (not prefixed with LIBRARY) ---------------------
+
+# Reads the newest active facts of one sorted index in a single round trip,
+# skipping entries whose hash is gone or superseded (left by another writer),
+# so ``limit=n`` returns n facts whenever n exist. The reply is one JSON array
+# of rows, parsed in one call; ``[id]`` stands for a fact with no row (an
+# older writer's), to read field by field. ARGV[3] live facts are skipped first
+# (``offset``); ARGV[4] is the moment facts must be valid at ('' for any).
+READ_NEWEST = """
+local limit, skip, now = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local function valid(from, to)
+  if not now then return true end
+  return (not from or from == '' or tonumber(from) <= now) and
+         (not to or to == '' or tonumber(to) > now)
+end
+local out = {}
+local start = 0
+local batch = 1000
+if limit > 0 and limit < batch then batch = limit end
+while limit < 0 or #out < limit do
+  local ids = redis.call('ZREVRANGE', KEYS[1], start, start + batch - 1)
+  if #ids == 0 then break end
+  for _, member in ipairs(ids) do
+    local id = string.format('%d', tonumber(member))
+    local h = redis.call('HMGET', ARGV[1] .. id, 'row', 'superseded_by', 'scope', 'valid_from',
+                         'valid_to')
+    if h[3] and (not h[2] or h[2] == '') and valid(h[4], h[5]) then
+      if skip > 0 then
+        skip = skip - 1
+      else
+        out[#out + 1] = h[1] or ('[' .. id .. ']')
+        if #out == limit then break end
+      end
+    end
+  end
+  start = start + batch
+end
+return '[' .. table.concat(out, ',') .. ']'
+"""
+
+# Drops the rows of one subject that no longer match an active fact hash (its
+# marker, "~..." scored +inf, is the scripts' own and is left alone)
+# (superseded, deleted or rewritten by another writer), and the active-index
+# entries of facts that are gone or superseded. Checks at most ARGV[3] rows
+# from rank ARGV[2] per call, so a huge subject never blocks the server long;
+# returns the rank to go on from, or -1 when done.
+# KEYS: rows, active index, scope index; ARGV[1]: the fact key prefix.
+PRUNE_ROWS = """
+local start, count = tonumber(ARGV[2]), tonumber(ARGV[3])
+local entries = redis.call('ZRANGE', KEYS[1], start, start + count - 1)
+local kept = 0
+for _, entry in ipairs(entries) do
+  local member = string.sub(entry, 1, 20)
+  local h = {}
+  if string.sub(entry, 1, 1) ~= '~' then
+    h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
+                   'superseded_by', 'scope', 'row')
+  end
+  local live = h[2] and (not h[1] or h[1] == '')
+  if string.sub(entry, 1, 1) == '~' then
+    kept = kept + 1
+  else
+    if not live then
+      redis.call('ZREM', KEYS[2], member)
+      redis.call('ZREM', KEYS[3], member)
+    end
+    if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
+      redis.call('ZREM', KEYS[1], entry)
+    else
+      kept = kept + 1
+    end
+  end
+end
+if #entries < count then return -1 end
+return start + kept
+"""
+
+# Raises the id counter to at least ARGV[1] (after indexing older facts).
+RAISE_SEQ = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+"""

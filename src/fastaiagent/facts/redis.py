@@ -51,26 +51,36 @@ two times (``valid_from`` / ``valid_to`` / ``superseded_at`` fields, the ``exp:`
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from itertools import chain
 from typing import Any, TypeVar
 
-from fastaiagent._optional import require
 from fastaiagent._validate import integer, text
 from fastaiagent.errors import (
     FactNotFoundError,
     InvalidValueError,
     SchemaVersionError,
-    StoreUnavailableError,
 )
 from fastaiagent.facts import _redis_lua as lua
-from fastaiagent.facts import outage
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.redis_client import guarded_client, unavailable
+from fastaiagent.facts.redis_layout import (
+    ID_WIDTH,
+    ROW_LEN,
+    escape_part,
+    fact_row,
+    glob_escape,
+    parse_fact,
+    row_facts,
+    row_parts,
+    sorted_member,
+    stored_time,
+    text_digest,
+    unescape_part,
+)
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
@@ -85,258 +95,11 @@ from fastaiagent.facts.scoping import (
 from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
-redis_lib = require("redis", "redis")
+__all__ = ["LAYOUT_VERSION", "RedisFactStore"]
 
 LAYOUT_VERSION = "6"  # see the module docstring for what each layout added
 _SUBJECT_PAGE = 200  # subjects one SSCAN step of a "*" delete reads
 _T = TypeVar("_T")
-
-# A row lists these Fact fields in the dataclass's own order, so building a
-# Fact from a row is one positional call (``superseded_by`` is None: rows are
-# only read for active facts). A fact with a validity has three more:
-# superseded_by (null), valid_from, valid_to.
-ROW_FIELDS = (
-    "fact",
-    "scope",
-    "scope_id",
-    "project_id",
-    "confidence",
-    "source",
-    "source_trace_id",
-    "metadata",
-    "id",
-    "created_at",
-)
-if tuple(f.name for f in dataclasses.fields(Fact))[: len(ROW_FIELDS)] != ROW_FIELDS:
-    raise ImportError("Fact's fields changed: update ROW_FIELDS in fastaiagent.facts.redis")
-_ROW_LEN = len(ROW_FIELDS)
-
-# Reads the newest active facts of one sorted index in a single round trip,
-# skipping entries whose hash is gone or superseded (left by another writer),
-# so ``limit=n`` returns n facts whenever n exist. The reply is one JSON array
-# of rows, parsed in one call; ``[id]`` stands for a fact with no row (an
-# older writer's), to read field by field. ARGV[3] live facts are skipped first
-# (``offset``); ARGV[4] is the moment facts must be valid at ('' for any).
-_READ_NEWEST = """
-local limit, skip, now = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local function valid(from, to)
-  if not now then return true end
-  return (not from or from == '' or tonumber(from) <= now) and
-         (not to or to == '' or tonumber(to) > now)
-end
-local out = {}
-local start = 0
-local batch = 1000
-if limit > 0 and limit < batch then batch = limit end
-while limit < 0 or #out < limit do
-  local ids = redis.call('ZREVRANGE', KEYS[1], start, start + batch - 1)
-  if #ids == 0 then break end
-  for _, member in ipairs(ids) do
-    local id = string.format('%d', tonumber(member))
-    local h = redis.call('HMGET', ARGV[1] .. id, 'row', 'superseded_by', 'scope', 'valid_from',
-                         'valid_to')
-    if h[3] and (not h[2] or h[2] == '') and valid(h[4], h[5]) then
-      if skip > 0 then
-        skip = skip - 1
-      else
-        out[#out + 1] = h[1] or ('[' .. id .. ']')
-        if #out == limit then break end
-      end
-    end
-  end
-  start = start + batch
-end
-return '[' .. table.concat(out, ',') .. ']'
-"""
-
-# Drops the rows of one subject that no longer match an active fact hash (its
-# marker, "~..." scored +inf, is the scripts' own and is left alone)
-# (superseded, deleted or rewritten by another writer), and the active-index
-# entries of facts that are gone or superseded. Checks at most ARGV[3] rows
-# from rank ARGV[2] per call, so a huge subject never blocks the server long;
-# returns the rank to go on from, or -1 when done.
-# KEYS: rows, active index, scope index; ARGV[1]: the fact key prefix.
-_PRUNE_ROWS = """
-local start, count = tonumber(ARGV[2]), tonumber(ARGV[3])
-local entries = redis.call('ZRANGE', KEYS[1], start, start + count - 1)
-local kept = 0
-for _, entry in ipairs(entries) do
-  local member = string.sub(entry, 1, 20)
-  local h = {}
-  if string.sub(entry, 1, 1) ~= '~' then
-    h = redis.call('HMGET', ARGV[1] .. string.format('%d', tonumber(member)),
-                   'superseded_by', 'scope', 'row')
-  end
-  local live = h[2] and (not h[1] or h[1] == '')
-  if string.sub(entry, 1, 1) == '~' then
-    kept = kept + 1
-  else
-    if not live then
-      redis.call('ZREM', KEYS[2], member)
-      redis.call('ZREM', KEYS[3], member)
-    end
-    if not live or h[3] ~= string.sub(entry, 21) or not redis.call('ZSCORE', KEYS[2], member) then
-      redis.call('ZREM', KEYS[1], entry)
-    else
-      kept = kept + 1
-    end
-  end
-end
-if #entries < count then return -1 end
-return start + kept
-"""
-
-# Raises the id counter to at least ARGV[1] (after indexing older facts).
-_RAISE_SEQ = """
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
-return 1
-"""
-
-
-def escape_part(part: str) -> str:
-    """Escape one key part: ``%`` and ``:`` are percent-encoded, nothing else changes."""
-    return part.replace("%", "%25").replace(":", "%3A")
-
-
-def unescape_part(part: str) -> str:
-    """The inverse of :func:`escape_part`."""
-    return part.replace("%3A", ":").replace("%25", "%")
-
-
-def glob_escape(pattern: str) -> str:
-    """Escape SCAN MATCH metacharacters, so a key prefix matches only itself."""
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in pattern)
-
-
-_ID_WIDTH = 20  # digits of a sorted-set member; the Lua scripts hard-code it too
-
-
-@contextmanager
-def unavailable(what: str) -> Iterator[None]:
-    """Raise :class:`~fastaiagent.errors.StoreUnavailableError` (a ``ConnectionError``)
-    for a Redis outage inside the block, classified by redis-py's exception type:
-    refused or lost connections, timeouts, a server still loading its data, a
-    read-only replica. Other errors (a wrong key type, a script bug) pass through.
-    ``what`` names the store in the message, e.g. ``"the fact store"``."""
-    errors = redis_lib.exceptions
-    try:
-        yield
-    except (errors.AuthenticationError, errors.AuthorizationError) as exc:
-        raise StoreUnavailableError(
-            f"Redis refused the credentials for {what}: check the user and password "
-            f"in the URL ({exc})"
-        ) from exc
-    except errors.BusyLoadingError as exc:
-        raise StoreUnavailableError(
-            f"Redis for {what} is still loading its data set: retry in a moment ({exc})"
-        ) from exc
-    except (errors.ReadOnlyError, errors.MasterDownError) as exc:
-        raise StoreUnavailableError(
-            f"Redis for {what} is a replica that cannot take writes: point the URL at "
-            f"the primary ({exc})"
-        ) from exc
-    except (errors.ConnectionError, errors.TimeoutError) as exc:
-        raise StoreUnavailableError(f"cannot reach Redis for {what}: {exc}") from exc
-
-
-def _guarded_client(url: str, **options: Any) -> Any:
-    """A ``redis.Redis`` for ``url`` whose connections consult the server's shared
-    :class:`~fastaiagent.facts.outage.StoreHealth` before connecting: while the
-    server is paused a call raises at once instead of waiting out a timeout
-    (options in the URL's query, e.g. ``socket_connect_timeout``, win)."""
-    pool = redis_lib.ConnectionPool.from_url(url, **options)
-    pool.connection_class = _guarded_class(
-        pool.connection_class, outage.health(outage.server_name("Redis", url))
-    )
-    client = redis_lib.Redis(connection_pool=pool)
-    client.auto_close_connection_pool = True  # as Redis.from_url: close() closes the pool
-    return client
-
-
-def _guarded_class(base: type, health: outage.StoreHealth) -> type:
-    """``base`` (plain, TLS or unix-socket connection) whose connect is gated by ``health``."""
-    failures = (redis_lib.exceptions.ConnectionError, redis_lib.exceptions.TimeoutError)
-
-    def connect_check_health(self: Any, *args: Any, **kwargs: Any) -> None:
-        if self._sock:  # connected already: nothing to wait for
-            return
-        health.check(error=redis_lib.exceptions.ConnectionError)  # unavailable() words it
-        try:
-            base.connect_check_health(self, *args, **kwargs)  # type: ignore[attr-defined]
-        except failures as exc:
-            health.failed(" ".join(str(exc).split()))
-            raise
-        health.succeeded()
-
-    return type(f"Guarded{base.__name__}", (base,), {"connect_check_health": connect_check_health})
-
-
-def _member(fact_id: int) -> str:
-    return str(fact_id).zfill(_ID_WIDTH)
-
-
-def _digest(key: str) -> str:
-    """The last part of a content key: a hash of the normalised text."""
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
-
-
-def _parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
-    superseded = raw.get("superseded_by") or ""
-    return Fact(
-        id=fact_id,
-        fact=raw.get("fact", ""),
-        scope=raw.get("scope", "agent"),
-        scope_id=raw.get("scope_id", ""),
-        project_id=raw.get("project_id", ""),
-        confidence=float(raw.get("confidence") or 1.0),
-        source=raw.get("source") or "manual",
-        source_trace_id=raw.get("source_trace_id") or None,
-        created_at=float(raw.get("created_at") or 0.0),
-        superseded_by=int(superseded) if superseded else None,
-        metadata=json.loads(raw["metadata"]) if raw.get("metadata") else {},
-        valid_from=_seconds(raw.get("valid_from")),
-        valid_to=_seconds(raw.get("valid_to")),
-        superseded_at=_seconds(raw.get("superseded_at")),
-    )
-
-
-def _seconds(value: str | None) -> float | None:
-    return float(value) if value else None
-
-
-def _stored(value: float | None) -> str:
-    return "" if value is None else repr(float(value))
-
-
-def _row_parts(fact: Fact) -> tuple[str, str]:
-    """The fact's row (see ``ROW_FIELDS``) around its id, which a script fills in:
-    ``head + "," + id + "," + tail`` is exactly :func:`_row`'s JSON."""
-    head = json.dumps(
-        [
-            fact.fact,
-            fact.scope,
-            fact.scope_id,
-            fact.project_id,
-            float(fact.confidence),
-            fact.source,
-            fact.source_trace_id or None,
-            fact.metadata,
-        ],
-        separators=(",", ":"),
-    )
-    times: list[float | None] = [float(fact.created_at)]
-    if fact.valid_from is not None or fact.valid_to is not None:
-        times += [None, fact.valid_from, fact.valid_to]
-    return head[:-1], json.dumps(times, separators=(",", ":"))[1:]
-
-
-def _row_facts(entries: list[str], now: float) -> list[Fact]:
-    """Facts of a subject's row entries valid at ``now`` (no marker among them)."""
-    facts = [Fact(*row) for row in json.loads("[" + ",".join([e[_ID_WIDTH:] for e in entries]) + "]")]
-    if any(f.valid_from is not None and f.valid_from > now for f in facts):
-        facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
-    return facts
 
 
 def _newest_first(fact: Fact) -> tuple[float, int]:
@@ -348,12 +111,6 @@ def _held_at(fact: Fact, when: float) -> bool:
     if fact.created_at > when or not fact.valid_at(when):
         return False
     return fact.superseded_by is None or (fact.superseded_at or 0.0) > when
-
-
-def _row(fact_id: int, fact: Fact) -> str:
-    """The fact as one JSON array of its ``ROW_FIELDS`` (the read path's format)."""
-    head, tail = _row_parts(fact)
-    return f"{head},{fact_id},{tail}"
 
 
 def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
@@ -416,7 +173,7 @@ class RedisFactStore(StoreCapabilities):
         self.client_name = "fastaiagent-" + "".join(
             c if c.isalnum() or c in "-_." else "_" for c in prefix
         )
-        self._client = client or _guarded_client(
+        self._client = client or guarded_client(
             url,
             client_name=self.client_name,
             decode_responses=True,
@@ -426,9 +183,9 @@ class RedisFactStore(StoreCapabilities):
         # register_script: EVALSHA, and on NOSCRIPT (a restarted or flushed
         # server) the script is loaded again and the call repeated.
         script = self._client.register_script
-        self._read_newest = script(_READ_NEWEST)
-        self._prune_rows = script(_PRUNE_ROWS)
-        self._raise_seq = script(_RAISE_SEQ)
+        self._read_newest = script(lua.READ_NEWEST)
+        self._prune_rows = script(lua.PRUNE_ROWS)
+        self._raise_seq = script(lua.RAISE_SEQ)
         self._add, self._update, self._supersede = (
             script(lua.ADD),
             script(lua.UPDATE),
@@ -518,7 +275,7 @@ class RedisFactStore(StoreCapabilities):
         return {
             "fact": fact.fact,
             "fact_key": key,
-            "digest": _digest(key),
+            "digest": text_digest(key),
             "scope": fact.scope,
             "scope_id": fact.scope_id,
             "project_id": fact.project_id,
@@ -528,15 +285,15 @@ class RedisFactStore(StoreCapabilities):
             "created_at": repr(float(fact.created_at)),
             "superseded_by": "",
             "metadata": json.dumps(fact.metadata),
-            "valid_from": _stored(fact.valid_from),
-            "valid_to": _stored(fact.valid_to),
+            "valid_from": stored_time(fact.valid_from),
+            "valid_to": stored_time(fact.valid_to),
         }
 
     def _create_args(self, fact: Fact) -> list[str]:
         """What ``create`` in the scripts takes: score, row head and tail, digest,
         valid_to, then the hash's field/value pairs."""
         key = normalize_text(fact.fact)
-        head, tail = _row_parts(fact)
+        head, tail = row_parts(fact)
         fields = self._fields(fact, key)
         pairs = chain.from_iterable(fields.items())
         return [fields["created_at"], head, tail, fields["digest"], fields["valid_to"], *pairs]
@@ -546,7 +303,7 @@ class RedisFactStore(StoreCapabilities):
         (benchmarks, tests). :meth:`add` is the safe way to write a fact."""
         subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
         fields = self._fields(fact, key)
-        member, row = _member(fact_id), _row(fact_id, fact)
+        member, row = sorted_member(fact_id), fact_row(fact_id, fact)
         score = {member: fact.created_at}
         pipe.hset(self._fact_key(fact_id), mapping={**fields, "row": row})
         pipe.set(self._k("key", *subject, fields["digest"]), fact_id)
@@ -565,7 +322,7 @@ class RedisFactStore(StoreCapabilities):
 
     def _read_fact(self, pipe: Any, fact_id: int) -> Fact | None:
         raw = pipe.hgetall(self._fact_key(fact_id))
-        return _parse_fact(fact_id, raw) if raw else None
+        return parse_fact(fact_id, raw) if raw else None
 
     def _load_facts(self, ids: list[int]) -> list[Fact]:
         """These facts (missing ones left out), in one round trip."""
@@ -573,7 +330,7 @@ class RedisFactStore(StoreCapabilities):
         for fact_id in ids:
             reader.hgetall(self._fact_key(fact_id))
         raws = reader.execute()
-        return [_parse_fact(i, raw) for i, raw in zip(ids, raws, strict=False) if raw]
+        return [parse_fact(i, raw) for i, raw in zip(ids, raws, strict=False) if raw]
 
     def add(self, fact: Fact) -> int:
         """Store ``fact`` and return its id; the same normalised text in the same
@@ -632,7 +389,7 @@ class RedisFactStore(StoreCapabilities):
         these subjects (escaped parts). Their first steps share pipelines that drop
         at most about ``delete_batch`` facts (Redis runs a pipeline's calls back to
         back); a subject with more of that text goes on step by step."""
-        digest, batch, total = _digest(key), self.delete_batch, 0
+        digest, batch, total = text_digest(key), self.delete_batch, 0
         chunk = max(1, batch // 4)
         for start in range(0, len(subjects), chunk):
             group = subjects[start : start + chunk]
@@ -775,7 +532,7 @@ class RedisFactStore(StoreCapabilities):
         )
         facts = []
         for row in json.loads(reply):
-            if len(row) >= _ROW_LEN:
+            if len(row) >= ROW_LEN:
                 facts.append(Fact(*row))
             elif (fact := self._read_fact(self._client, row[0])) is not None:
                 facts.append(fact)
@@ -793,19 +550,19 @@ class RedisFactStore(StoreCapabilities):
         if offset == 0 and now is not None:
             entries = self._client.zrevrange(rows_key, 0, -1 if limit is None else limit)
             if not entries or entries[0][0] != "~":
-                return _row_facts(entries[:limit], now)
+                return row_facts(entries[:limit], now)
             ended = len(entries) < 2 or entries[1][0] != "~"  # one marker, as the scripts keep it
             if ended and float(entries[0][1:]) <= now:  # every fact with an end has expired
-                return _row_facts(entries[1 : None if limit is None else limit + 1], now)
+                return row_facts(entries[1 : None if limit is None else limit + 1], now)
         stop = -1 if limit is None else offset + limit
         lowest = "-inf" if now is None else f"({now!r}"
         keys = [rows_key, self._k("exp", *subject)]
         open_rows, ending = self._subject_read(keys=keys, args=[stop, lowest])
         open_rows = [entry for entry in open_rows if entry[0] != "~"]
-        rows = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in open_rows]) + "]")
+        rows = json.loads("[" + ",".join([entry[ID_WIDTH:] for entry in open_rows]) + "]")
         facts = [Fact(*row) for row in rows]
         if ending:
-            more = json.loads("[" + ",".join([entry[_ID_WIDTH:] for entry in ending]) + "]")
+            more = json.loads("[" + ",".join([entry[ID_WIDTH:] for entry in ending]) + "]")
             facts = sorted(facts + [Fact(*row) for row in more], key=_newest_first)
         if now is not None:  # a fact can start later than it was written (valid_from)
             facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
@@ -895,7 +652,7 @@ class RedisFactStore(StoreCapabilities):
                 return False
             ended = dataclasses.replace(fact, valid_to=when, superseded_by=None)
             subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
-            args = [self.prefix, *subject, wanted, repr(when), _row(wanted, ended)]
+            args = [self.prefix, *subject, wanted, repr(when), fact_row(wanted, ended)]
             return bool(int(self._expire(args=args)))
 
         return self._call(run)
@@ -924,7 +681,7 @@ class RedisFactStore(StoreCapabilities):
     def _find(self, selector: Selector, key: str) -> Fact | None:
         """The active fact of one subject with normalised text ``key``: its content key."""
         subject = self._subject(selector.scope, selector.scope_id or "", selector.project_id)
-        fact_id = self._client.get(self._k("key", *subject, _digest(key)))
+        fact_id = self._client.get(self._k("key", *subject, text_digest(key)))
         if fact_id is None:
             return None
         fact = self._read_fact(self._client, int(fact_id))
@@ -1057,7 +814,7 @@ class RedisFactStore(StoreCapabilities):
         for key, raw in zip(keys, reader.execute(), strict=False):
             if not raw or "fact" not in raw:
                 continue
-            fact = _parse_fact(int(key.rsplit(":", 1)[1]), raw)
+            fact = parse_fact(int(key.rsplit(":", 1)[1]), raw)
             assert fact.id is not None
             text_key = normalize_text(fact.fact)
             args = [
@@ -1066,8 +823,8 @@ class RedisFactStore(StoreCapabilities):
                 fact.id,
                 repr(float(fact.created_at)),
                 text_key,
-                _digest(text_key),
-                raw.get("row") or _row(fact.id, fact),
+                text_digest(text_key),
+                raw.get("row") or fact_row(fact.id, fact),
             ]
             self._index(args=args, client=writer)
             seen, highest = seen + 1, max(highest, fact.id)
