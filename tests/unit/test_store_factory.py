@@ -128,15 +128,21 @@ def test_non_string_non_store_is_a_type_error(location: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "driver", "module", "extra"),
+    ("url", "driver", "modules", "extra"),
     [
-        ("postgres://u@h/db", "psycopg", "fastaiagent.facts.postgres", "postgres"),
-        ("postgresql://u@h/db", "psycopg_pool", "fastaiagent.facts.postgres", "postgres"),
-        ("redis://h:6379/0", "redis", "fastaiagent.facts.redis", "redis"),
+        ("postgres://u@h/db", "psycopg", ["fastaiagent.facts.postgres"], "postgres"),
+        ("postgresql://u@h/db", "psycopg_pool", ["fastaiagent.facts.postgres"], "postgres"),
+        (
+            "redis://h:6379/0",
+            "redis",
+            ["fastaiagent.facts.redis", "fastaiagent.facts.redis_client"],
+            "redis",
+        ),
     ],
 )
-def test_missing_driver_names_the_extra(monkeypatch, url, driver, module, extra) -> None:  # type: ignore[no-untyped-def]
+def test_missing_driver_names_the_extra(monkeypatch, url, driver, modules, extra) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setitem(sys.modules, driver, None)  # as if not installed
-    monkeypatch.delitem(sys.modules, module, raising=False)
+    for module in modules:  # imported fresh, as in a process without the driver
+        monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(ImportError, match=rf"pip install 'fastaiagent\[{extra}\]'"):
         make_fact_store(url)
