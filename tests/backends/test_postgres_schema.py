@@ -26,7 +26,8 @@ from fastaiagent.learn import Fact
 pytestmark = pytest.mark.postgres
 psycopg = require_module("psycopg")  # a missing driver fails under CI=true
 
-from fastaiagent.facts.postgres import PostgresFactStore, index_names  # noqa: E402
+from fastaiagent.facts.postgres import PostgresFactStore  # noqa: E402
+from fastaiagent.facts.postgres_schema import index_names  # noqa: E402
 from fastaiagent.facts.postgres_windows import PostgresWindowStore  # noqa: E402
 
 

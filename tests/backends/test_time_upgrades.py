@@ -83,7 +83,8 @@ def test_a_version_2_sqlite_file_gets_the_two_times(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_a_version_2_postgres_table_gets_the_two_times(postgres_url: str, pg_table: str) -> None:
     psycopg = require_module("psycopg")
-    from fastaiagent.facts.postgres import PostgresFactStore, index_names
+    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres_schema import index_names
 
     names = index_names(pg_table)
     with psycopg.connect(postgres_url, autocommit=True) as admin:
