@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import re
 import sys
 import time
@@ -176,11 +177,14 @@ class Tally:
     def __init__(self) -> None:
         self.sums: dict[Any, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.counts: dict[Any, int] = defaultdict(int)
+        self.questions: list[tuple[float, float]] = []  # each question's R@5, R@10
 
     def add(
         self, category: int, got: list[str], evidence: list[str], within: dict[int, list[str]]
     ) -> None:
         wanted_sessions = {session_of(e) for e in evidence}
+        found = set(evidence)
+        self.questions.append((len(set(got[:5]) & found) / len(found), len(set(got[:10]) & found) / len(found)))
         for key in (category, "overall"):
             self.counts[key] += 1
             for budget, turns in within.items():
@@ -205,6 +209,29 @@ class Tally:
         }
 
 
+def gap_interval(
+    tuned: Tally, confirmed: Tally, rounds: int = 2000, seed: int = 0
+) -> dict[str, list[float]]:
+    """The 95% interval of the halves' gap (points) at R@5 and R@10, by resampling
+    each half's questions with replacement: how far the gap itself is measured."""
+    rng = random.Random(seed)
+
+    def mean(questions: list[tuple[float, float]], i: int) -> float:
+        return sum(q[i] for q in questions) / len(questions)
+
+    gaps: list[list[float]] = [[], []]
+    for _ in range(rounds):
+        first = rng.choices(tuned.questions, k=len(tuned.questions))
+        second = rng.choices(confirmed.questions, k=len(confirmed.questions))
+        for i in (0, 1):
+            gaps[i].append(100 * (mean(first, i) - mean(second, i)))
+    low, high = int(0.025 * rounds), int(0.975 * rounds) - 1
+    return {
+        f"R@{k}": [round(sorted(gaps[i])[low], 1), round(sorted(gaps[i])[high], 1)]
+        for i, k in enumerate((5, 10))
+    }
+
+
 def session_of(turn_id: str) -> str:
     """``D3`` for turn ``D3:7``: the session a turn belongs to."""
     return turn_id.split(":", 1)[0]
@@ -225,8 +252,9 @@ def feed(block: TurnTaggedBlock, turns: list[dict[str, Any]]) -> None:
 
 def evaluate(
     samples: list[dict[str, Any]], embedder: Any, retrieval: str, location: str | None = None
-) -> dict[str, Any]:
-    """Recall tables overall, for each half of the split (see :data:`HALVES`) and per conversation."""
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Recall tables overall, for each half of the split (see :data:`HALVES`) and per
+    conversation, and the 95% interval of the halves' gap (:func:`gap_interval`)."""
     tallies = {"overall": Tally(), **{name: Tally() for name in HALVES}}
     tallies.update({f"conversation {n}": Tally() for n in range(len(samples))})
     store = recall_store(location, embedder)
@@ -257,7 +285,8 @@ def evaluate(
             got, within = turns_in(items)[: max(KS)], within_budgets(block, items)
             for name in ["overall", *halves]:
                 tallies[name].add(qa["category"], got, evidence, within)
-    return {name: tally.table() for name, tally in tallies.items()}
+    tuned, confirmed = (tallies[name] for name in HALVES)
+    return {name: tally.table() for name, tally in tallies.items()}, gap_interval(tuned, confirmed)
 
 
 def print_tables(label: str, retrieval: str, result: dict[str, Any], elapsed: float) -> None:
@@ -354,14 +383,23 @@ def main(argv: list[str] | None = None) -> int:
         )
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}
     results: dict[str, Any] = {}
+    intervals: dict[str, dict[str, list[float]]] = {}
     for label in args.modes.split(","):
         started = time.perf_counter()
-        results[label] = evaluate(samples, embedder, modes[label], args.location)
+        results[label], intervals[label] = evaluate(samples, embedder, modes[label], args.location)
         embedder.save()
         elapsed = time.perf_counter() - started
         print_tables(label, modes[label], results[label], elapsed)
+        print(
+            "the tuned / confirmed gap's 95% interval, resampling each half's questions: "
+            + ", ".join(f"{k} {low:+.1f} to {high:+.1f}" for k, (low, high) in intervals[label].items())
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"data": str(args.data), "results": results}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {"data": str(args.data), "results": results, "gap_intervals": intervals}, indent=2
+        )
+    )
     summary = {
         label: {
             part: [table["overall"][f"recall@{k}"] for k in (5, 10)] for part, table in res.items()
