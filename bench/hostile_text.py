@@ -40,7 +40,8 @@ TARGET_MS = 100.0
 UNITS = (
     "a.", "1.", "sk-a", "a@", "a@a.", "eyJ-", "eyJaaaaaaaaa.", "-----BEGIN A PRIVATE KEY----- ",
     "\n", "\n ", ":\n", "#", "ignore a ", "you ", "until ", "since ", "for ", "+1 ", "(1",
-    "3 days after 16 November 2023 ", "the second week of May ", "last May ", "Ann ", "?", "[",
+    "3 days after 16 November 2023 ", "the second week of May ", "last May ", "Ann ", "Ann's Bob's ",
+    "Ann and Bob ", "?", "[",
 )  # fmt: skip
 
 
