@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -40,6 +39,7 @@ from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts import pgvector
 from fastaiagent.facts import postgres_keywords as keywords
+from fastaiagent.facts.matrix_cache import MatrixCache
 from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text, text_key
@@ -246,7 +246,7 @@ class PostgresVectorIndex:
         self._dimension: int | None = None
         self._fixed = False  # whether the database holds self._dimension
         self._lock = threading.Lock()
-        self._matrices: OrderedDict[str, _Matrix] = OrderedDict()
+        self._matrices: MatrixCache[_Matrix] = MatrixCache(self._cache_bytes)
 
     def __repr__(self) -> str:
         return f"PostgresVectorIndex(table={self.table!r})"
@@ -406,7 +406,7 @@ class PostgresVectorIndex:
 
         deleted = int(self._run(run))
         with self._lock:
-            self._matrices.pop(namespace, None)
+            self._matrices.pop(namespace)
         return deleted
 
     # -- search --------------------------------------------------------------
@@ -563,7 +563,7 @@ class PostgresVectorIndex:
         rows = conn.execute(self._q["refresh"], (self._dimension, epoch, gen, key)).fetchall()
         with self._lock:
             if not rows:  # no such namespace (or it was forgotten)
-                self._matrices.pop(key, None)
+                self._matrices.pop(key)
                 return [], None
             matrix = self._merge(key, rows, cached)
             n = len(matrix.ids)
@@ -576,7 +576,7 @@ class PostgresVectorIndex:
         new_gen, new_epoch = int(rows[0][0]), int(rows[0][1])
         current = self._matrices.get(key)
         if current is not None and current.epoch == new_epoch and current.gen >= new_gen:
-            self._matrices.move_to_end(key)
+            self._matrices.touch(key)
             return current
         if read is None or read.epoch != new_epoch:  # the rows are the whole namespace
             base = _Matrix(new_gen, new_epoch, np.empty((0, self._dimension), "float32"), [], {})
@@ -593,14 +593,7 @@ class PostgresVectorIndex:
 
     def _keep(self, key: str, matrix: _Matrix) -> None:
         """Hold ``matrix`` (caller holds the lock), evicting the least recently used."""
-        self._matrices[key] = matrix
-        self._matrices.move_to_end(key)
-        held = sum(m.nbytes for m in self._matrices.values())
-        while held > self._cache_bytes and len(self._matrices) > 1:
-            _, dropped = self._matrices.popitem(last=False)
-            held -= dropped.nbytes
-        if held > self._cache_bytes:
-            self._matrices.pop(key, None)  # too big to keep: searched, then dropped
+        if not self._matrices.put(key, matrix):  # too big to keep: searched, then dropped
             self._too_big.add(key)  # with pgvector: searched in the server, never loaded again
 
     def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:

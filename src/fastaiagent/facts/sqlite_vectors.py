@@ -28,7 +28,6 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.keyword_scoring import bm25_top
+from fastaiagent.facts.matrix_cache import MatrixCache
 from fastaiagent.facts.sqlite import SQLiteFactStore
 from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text
 from fastaiagent.kb.bm25 import tokenize
@@ -230,8 +230,7 @@ class SQLiteVectorIndex:
         self._ready = False
         self._lock = threading.Lock()
         self._dimension: int | None = None
-        self._matrices: OrderedDict[str, _Matrix] = OrderedDict()
-        self._held = 0  # bytes in self._matrices
+        self._matrices: MatrixCache[_Matrix] = MatrixCache(self._cache_bytes)
 
     def __repr__(self) -> str:
         return f"SQLiteVectorIndex(path={str(self.store.path)!r}, table={self.table!r})"
@@ -434,28 +433,10 @@ class SQLiteVectorIndex:
             conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
             conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
         with self._lock:
-            self._drop(namespace)
+            self._matrices.pop(namespace)
         return int(count)
 
     # -- the in-memory copies of namespaces ---------------------------------
-
-    def _drop(self, namespace: str) -> None:
-        """Forget a namespace's copy (call under ``self._lock``)."""
-        old = self._matrices.pop(namespace, None)
-        if old is not None:
-            self._held -= old.nbytes
-
-    def _install(self, namespace: str, matrix: _Matrix) -> None:
-        """Keep ``matrix`` as the namespace's copy, evicting the least recently used
-        copies beyond ``cache_bytes`` (call under ``self._lock``)."""
-        self._drop(namespace)
-        if matrix.nbytes > self._cache_bytes:
-            return
-        self._matrices[namespace] = matrix
-        self._held += matrix.nbytes
-        while self._held > self._cache_bytes:
-            _, evicted = self._matrices.popitem(last=False)
-            self._held -= evicted.nbytes
 
     def _read(self, conn: sqlite3.Connection, namespace: str, after: int) -> tuple[Any, Any]:
         """(rids, vectors) of ``namespace``'s rows with ``rid > after``, in rid order: one query."""
@@ -536,7 +517,7 @@ class SQLiteVectorIndex:
                 if matrix.dead * 4 > matrix.n:
                     matrix = self._compacted(matrix)
                 matrix.generation = generation
-                self._install(namespace, matrix)
+                self._matrices.put(namespace, matrix)
 
     def _namespace(self, conn: sqlite3.Connection, namespace: str) -> tuple[Any, Any, Any] | None:
         """(rids, unit vectors, alive mask or None) of a namespace, from the in-memory
@@ -552,12 +533,12 @@ class SQLiteVectorIndex:
         ).fetchone()
         with self._lock:
             if row is None:
-                self._drop(namespace)
+                self._matrices.pop(namespace)
                 return None
             changed, removed = int(row[0]), int(row[1])
             current = self._matrices.get(namespace)
             if current is not None:
-                self._matrices.move_to_end(namespace)
+                self._matrices.touch(namespace)
                 n, generation = current.n, current.generation
                 if generation == changed:
                     return current.view()
@@ -568,7 +549,7 @@ class SQLiteVectorIndex:
                 if self._matrices.get(namespace) is current and current.n == n:
                     current = self._grown(current, rids, vectors)
                     current.generation = changed
-                    self._install(namespace, current)
+                    self._matrices.put(namespace, current)
                     return current.view()
             return self._read_all(conn, namespace)  # raced with another thread: no copy
         rids, vectors = self._read(conn, namespace, 0)
@@ -576,7 +557,7 @@ class SQLiteVectorIndex:
         empty = _Matrix(changed, vectors[:0], rids[:0], 0, self._np.ones(0, dtype=bool))
         matrix = self._grown(empty, rids, vectors)
         with self._lock:
-            self._install(namespace, matrix)
+            self._matrices.put(namespace, matrix)
         return matrix.view()
 
     def _read_all(self, conn: sqlite3.Connection, namespace: str) -> tuple[Any, Any, Any]:
@@ -878,7 +859,6 @@ class SQLiteVectorIndex:
         """Drop the in-memory namespace copies (the connections belong to the fact store)."""
         with self._lock:
             self._matrices.clear()
-            self._held = 0
 
 
 __all__ = ["DEFAULT_TABLE", "SQLiteVectorIndex", "vectors_schema"]
