@@ -54,6 +54,7 @@ def glob_escape(pattern: str) -> str:
 
 
 def sorted_member(fact_id: int) -> str:
+    """A fact id as a sorted-set member: zero-padded, so members sort as ids do."""
     return str(fact_id).zfill(ID_WIDTH)
 
 
@@ -63,6 +64,7 @@ def text_digest(key: str) -> str:
 
 
 def parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
+    """A fact from its hash's fields (a fact written without a row, or any history)."""
     superseded = raw.get("superseded_by") or ""
     return Fact(
         id=fact_id,
@@ -87,12 +89,13 @@ def _seconds(value: str | None) -> float | None:
 
 
 def stored_time(value: float | None) -> str:
+    """A time as a hash field ("" for none)."""
     return "" if value is None else repr(float(value))
 
 
 def row_parts(fact: Fact) -> tuple[str, str]:
     """The fact's row (see ``ROW_FIELDS``) around its id, which a script fills in:
-    ``head + "," + id + "," + tail`` is exactly :func:`_row`'s JSON."""
+    ``head + "," + id + "," + tail`` is exactly :func:`fact_row`'s JSON."""
     head = json.dumps(
         [
             fact.fact,
