@@ -78,13 +78,22 @@ def memory_users_case(turns: int, users: int, facts_per_user: int, db: Path) -> 
     store = MemoryStore(db)
     seed_facts(store, users, facts_per_user, "support")
     memory = Memory(location=store, user_id=lambda ctx: ctx.state.user_id, agent_id="support", window=20)
-    agent = Agent(name="bench", llm=CannedLLM("ok"), system_prompt="Be brief.", memory=memory)
+    llm = CannedLLM("ok")
+    agent = Agent(name="bench", llm=llm, system_prompt="Be brief.", memory=memory)
     contexts = [RunContext(state=Session(f"user-{u}")) for u in range(users)]
+
+    def forget_calls() -> None:
+        # The test LLM records every call's messages; a real model client keeps
+        # none. Left to grow, the record swells the heap the garbage collector
+        # walks, which charges each turn's allocations more as the run goes on.
+        llm.calls.clear()
+        llm.tools_offered.clear()
 
     gc.collect()
     before = rss_mb()
     for u in range(users):  # every user once: the cache is full, like a busy server
         agent.run("hello", context=contexts[u])
+    forget_calls()
     gc.collect()
     per_user_kb = (rss_mb() - before) * 1024 / users
     def turn(i: int) -> None:
@@ -99,9 +108,11 @@ def memory_users_case(turns: int, users: int, facts_per_user: int, db: Path) -> 
     cpu = {"off": 0.0, "on": 0.0}
     rounds, per_round = 6, max(1, turns // 6)
     for _ in range(rounds):
+        forget_calls()
         started = time.process_time()
         off_samples += time_calls(turn, per_round, warmup=50)
         cpu["off"] += time.process_time() - started
+        forget_calls()
         started = time.process_time()
         trace.setup(store_path=db.parent / "traces.db")
         try:
