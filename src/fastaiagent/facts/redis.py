@@ -68,12 +68,12 @@ from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.redis_client import guarded_client, unavailable
 from fastaiagent.facts.redis_layout import (
-    ID_WIDTH,
     ROW_LEN,
     escape_part,
     fact_row,
     glob_escape,
     parse_fact,
+    parse_rows,
     row_facts,
     row_parts,
     sorted_member,
@@ -559,11 +559,9 @@ class RedisFactStore(StoreCapabilities):
         keys = [rows_key, self._k("exp", *subject)]
         open_rows, ending = self._subject_read(keys=keys, args=[stop, lowest])
         open_rows = [entry for entry in open_rows if entry[0] != "~"]
-        rows = json.loads("[" + ",".join([entry[ID_WIDTH:] for entry in open_rows]) + "]")
-        facts = [Fact(*row) for row in rows]
+        facts = parse_rows(open_rows)
         if ending:
-            more = json.loads("[" + ",".join([entry[ID_WIDTH:] for entry in ending]) + "]")
-            facts = sorted(facts + [Fact(*row) for row in more], key=_newest_first)
+            facts = sorted(facts + parse_rows(ending), key=_newest_first)
         if now is not None:  # a fact can start later than it was written (valid_from)
             facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
         return facts[offset:] if limit is None else facts[offset : offset + limit]

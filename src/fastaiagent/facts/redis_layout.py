@@ -115,9 +115,14 @@ def row_parts(fact: Fact) -> tuple[str, str]:
     return head[:-1], json.dumps(times, separators=(",", ":"))[1:]
 
 
+def parse_rows(entries: list[str]) -> list[Fact]:
+    """The facts of a subject's row entries (no marker among them), in one JSON parse."""
+    return [Fact(*row) for row in json.loads("[" + ",".join([e[ID_WIDTH:] for e in entries]) + "]")]
+
+
 def row_facts(entries: list[str], now: float) -> list[Fact]:
     """Facts of a subject's row entries valid at ``now`` (no marker among them)."""
-    facts = [Fact(*row) for row in json.loads("[" + ",".join([e[ID_WIDTH:] for e in entries]) + "]")]
+    facts = parse_rows(entries)
     if any(f.valid_from is not None and f.valid_from > now for f in facts):
         facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
     return facts
