@@ -21,7 +21,8 @@ from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 
 require_module("numpy")
 
-from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex, vectors_schema  # noqa: E402
+from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex  # noqa: E402
+from fastaiagent.facts.sqlite_vectors_schema import vectors_schema  # noqa: E402
 
 T = "memory_vectors"
 TABLES = (T, f"{T}_vec", f"{T}_cache", f"{T}_ns", f"{T}_kw")

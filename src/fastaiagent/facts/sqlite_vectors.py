@@ -1,22 +1,9 @@
 """Durable vectors, keyword postings and cached embeddings in the fact store's SQLite file.
 
-Tables (component ``vectors:<table>``, same file and connections as the facts):
-
-- ``<table>``: one row per chunk (id, namespace, text, metadata JSON, the
-  vector's dimension), indexed on namespace;
-- ``<table>_vec``: the L2-normalised vectors as float32 bytes, clustered by
-  (namespace, rid) so a namespace loads as one contiguous range;
-- ``<table>_fts``: an FTS5 index over the chunk's keyword tokens (the same
-  stop-word-free, stemmed tokens as the in-process BM25 index), external
-  content kept in step by triggers, so a chunk and its postings change in one
-  transaction. A namespace is one extra token in the row, so a keyword query
-  reads only that namespace's postings;
-- ``<table>_cache``: embeddings by (namespace, embedder identity, text key);
-- ``<table>_ns``: per namespace, the generation of its last change and of its
-  last removal, so a process can keep a namespace's matrix in memory and
-  check it with one indexed read per search (appends are read incrementally);
-- ``<table>_meta``: the index's dimension (fixed by the first add) and the
-  write generation counter.
+The tables and their migrations are in ``sqlite_vectors_schema``: chunks, their
+vectors clustered by namespace, FTS5 keyword postings with per-namespace BM25
+statistics, cached embeddings, and per-namespace change generations that let a
+process keep a namespace's matrix in memory and check it with one indexed read.
 
 Search is exact cosine over one namespace with numpy (a per-user namespace is
 small; see docs/semantic.md for where an ANN index takes over).
@@ -24,7 +11,6 @@ small; see docs/semantic.md for where an ANN index takes over).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import threading
@@ -33,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent._schema import Schema
 from fastaiagent._sqlite import migrate
 from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
@@ -41,6 +26,12 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.keyword_scoring import bm25_top
 from fastaiagent.facts.matrix_cache import MatrixCache
 from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite_vectors_schema import (
+    RECORDED,
+    fts_match,
+    namespace_token,
+    vectors_schema,
+)
 from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
@@ -60,115 +51,6 @@ DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU be
 _MAX_PARAMS = 500  # ids per IN (...) list
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
-
-# Trigger bodies hold ';', so the step runs statement by statement (not split on ';').
-_V1 = (
-    """CREATE TABLE IF NOT EXISTS {t} (
-        rid INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        namespace TEXT NOT NULL,
-        nskey TEXT NOT NULL,
-        text TEXT NOT NULL,
-        keywords TEXT NOT NULL,
-        metadata TEXT NOT NULL,
-        dimension INTEGER NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS idx_{t}_namespace ON {t} (namespace, rid)",
-    # The vectors of a namespace stored together, in rid order: loading one reads a
-    # contiguous range (30% faster than through the index, more when users interleave).
-    """CREATE TABLE IF NOT EXISTS {t}_vec (
-        namespace TEXT NOT NULL,
-        rid INTEGER NOT NULL,
-        vector BLOB NOT NULL,
-        PRIMARY KEY (namespace, rid)) WITHOUT ROWID""",
-    """CREATE VIRTUAL TABLE IF NOT EXISTS {t}_fts USING fts5(
-        nskey, keywords, content='{t}', content_rowid='rid')""",
-    """CREATE TRIGGER IF NOT EXISTS {t}_ai AFTER INSERT ON {t} BEGIN
-        INSERT INTO {t}_fts (rowid, nskey, keywords) VALUES (new.rid, new.nskey, new.keywords);
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS {t}_ad AFTER DELETE ON {t} BEGIN
-        INSERT INTO {t}_fts ({t}_fts, rowid, nskey, keywords)
-        VALUES ('delete', old.rid, old.nskey, old.keywords);
-        DELETE FROM {t}_vec WHERE namespace = old.namespace AND rid = old.rid;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS {t}_au AFTER UPDATE ON {t} BEGIN
-        INSERT INTO {t}_fts ({t}_fts, rowid, nskey, keywords)
-        VALUES ('delete', old.rid, old.nskey, old.keywords);
-        INSERT INTO {t}_fts (rowid, nskey, keywords) VALUES (new.rid, new.nskey, new.keywords);
-    END""",
-    """CREATE TABLE IF NOT EXISTS {t}_cache (
-        namespace TEXT NOT NULL,
-        identity TEXT NOT NULL,
-        text_key TEXT NOT NULL,
-        vector BLOB NOT NULL,
-        PRIMARY KEY (namespace, identity, text_key)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS {t}_ns (
-        namespace TEXT PRIMARY KEY,
-        changed INTEGER NOT NULL,
-        removed INTEGER NOT NULL) WITHOUT ROWID""",
-    "CREATE TABLE IF NOT EXISTS {t}_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-)
-
-
-# Version 2: per-namespace keyword statistics (documents, tokens), kept by triggers in
-# the write's transaction, so keyword scores use the user's own BM25 statistics (as
-# the in-process index does) instead of FTS5's table-wide ones.
-# A row's token count is (length(k) - length(replace(k, ' ', '')) + (k != '')) of its
-# space-joined keywords k.
-_V2 = (
-    """CREATE TABLE IF NOT EXISTS {t}_kw (
-        namespace TEXT PRIMARY KEY,
-        docs INTEGER NOT NULL,
-        tokens INTEGER NOT NULL) WITHOUT ROWID""",
-    """INSERT OR REPLACE INTO {t}_kw (namespace, docs, tokens)
-        SELECT namespace, count(*), sum((length(keywords) - length(replace(keywords, ' ', '')) + (keywords != ''))) FROM {t} GROUP BY namespace""",
-    """CREATE TRIGGER IF NOT EXISTS {t}_kw_ai AFTER INSERT ON {t} BEGIN
-        INSERT INTO {t}_kw (namespace, docs, tokens) VALUES (new.namespace, 1, (length(new.keywords) - length(replace(new.keywords, ' ', '')) + (new.keywords != '')))
-        ON CONFLICT (namespace) DO UPDATE SET docs = docs + 1, tokens = tokens + excluded.tokens;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS {t}_kw_ad AFTER DELETE ON {t} BEGIN
-        UPDATE {t}_kw SET docs = docs - 1, tokens = tokens - (length(old.keywords) - length(replace(old.keywords, ' ', '')) + (old.keywords != ''))
-        WHERE namespace = old.namespace;
-    END""",
-    """CREATE TRIGGER IF NOT EXISTS {t}_kw_au AFTER UPDATE ON {t} BEGIN
-        UPDATE {t}_kw SET docs = docs - 1, tokens = tokens - (length(old.keywords) - length(replace(old.keywords, ' ', '')) + (old.keywords != ''))
-        WHERE namespace = old.namespace;
-        INSERT INTO {t}_kw (namespace, docs, tokens) VALUES (new.namespace, 1, (length(new.keywords) - length(replace(new.keywords, ' ', '')) + (new.keywords != '')))
-        ON CONFLICT (namespace) DO UPDATE SET docs = docs + 1, tokens = tokens + excluded.tokens;
-    END""",
-)
-
-
-# Version 3: chunks by the time they were recorded (``metadata.created_at``, epoch
-# seconds), so recall can list a namespace's messages of a span of time ("last May")
-# with one index range read, not a scan of every row's JSON.
-_RECORDED = "json_extract(metadata, '$.created_at')"
-_V3 = (f"CREATE INDEX IF NOT EXISTS idx_{{t}}_recorded ON {{t}} (namespace, {_RECORDED})",)
-
-
-def vectors_schema(table: str) -> Schema:
-    """The migrations of a vector table set (component ``vectors:<table>``)."""
-
-    def step(statements: Sequence[str]) -> Any:
-        def run(conn: sqlite3.Connection) -> None:
-            for statement in statements:
-                conn.execute(statement.format(t=table))
-
-        return run
-
-    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3)])
-
-
-def _nskey(namespace: str) -> str:
-    """The namespace as one FTS token (hex digest: no tokenizer splits it)."""
-    return "n" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
-
-
-def _fts_match(nskey: str, terms: Sequence[str]) -> str:
-    """``nskey : "<token>" AND keywords : ("a" OR "b")``: a namespace's documents
-    holding any of ``terms``."""
-    words = " OR ".join(f'"{term}"' for term in terms)  # tokens hold no '"' (word chars only)
-    return f'nskey : "{nskey}" AND keywords : ({words})'
-
 
 def _batches(items: Sequence[Any], size: int = _MAX_PARAMS) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
@@ -322,7 +204,7 @@ class SQLiteVectorIndex:
                 ) from exc
             keywords = " ".join(tokenize(keyword_text(chunk)))
             rows.append(
-                (chunk.id, key, _nskey(key), chunk.text, keywords, metadata, dimension,
+                (chunk.id, key, namespace_token(key), chunk.text, keywords, metadata, dimension,
                  vector.tobytes())
             )
         return rows, dimension or 0
@@ -660,7 +542,7 @@ class SQLiteVectorIndex:
         """The rids of ``namespace`` recorded in ``spans``, ascending (one statement: a
         range read of the time index per span); none when more than
         :data:`RECORDED_LIMIT` are."""
-        one = f"SELECT rid FROM {self.table} WHERE namespace = ? AND {_RECORDED} >= ? AND {_RECORDED} < ?"
+        one = f"SELECT rid FROM {self.table} WHERE namespace = ? AND {RECORDED} >= ? AND {RECORDED} < ?"
         rids: list[int] = []
         for batch in _batches(spans, _SPANS_PER_STATEMENT):
             sql = " UNION ALL ".join([one] * len(batch)) + " LIMIT ?"
@@ -713,7 +595,7 @@ class SQLiteVectorIndex:
         ).fetchone()
         if not stats or stats[0] <= 0:
             return []
-        nskey = _nskey(namespace)
+        nskey = namespace_token(namespace)
         # Per-term document counts of the namespace, from FTS5 counts (never by
         # reading every match), many terms a statement; the candidates are scored with them.
         count = f"(SELECT count(*) FROM {t}_fts WHERE {t}_fts MATCH ?)"
@@ -721,7 +603,7 @@ class SQLiteVectorIndex:
         for batch in _batches(terms):
             found = conn.execute(
                 f"SELECT {', '.join([count] * len(batch))}",
-                [_fts_match(nskey, [term]) for term in batch],
+                [fts_match(nskey, [term]) for term in batch],
             ).fetchone()
             frequency.update(zip(batch, found, strict=True))
         counted = []
@@ -755,13 +637,13 @@ class SQLiteVectorIndex:
         rows: list[tuple[str, str]] = []
         if rare:
             rows = conn.execute(
-                select + f"WHERE {t}_fts MATCH ?", (_fts_match(nskey, rare),)
+                select + f"WHERE {t}_fts MATCH ?", (fts_match(nskey, rare),)
             ).fetchall()
         if common and len(rows) < limit:
             seen = {chunk_id for chunk_id, _ in rows}
             newest = conn.execute(
                 select + f"WHERE {t}_fts MATCH ? ORDER BY {t}_fts.rowid DESC LIMIT ?",
-                (_fts_match(nskey, common), limit),
+                (fts_match(nskey, common), limit),
             ).fetchall()
             rows += [row for row in newest if row[0] not in seen][: limit - len(rows)]
         return rows
@@ -861,4 +743,4 @@ class SQLiteVectorIndex:
             self._matrices.clear()
 
 
-__all__ = ["DEFAULT_TABLE", "SQLiteVectorIndex", "vectors_schema"]
+__all__ = ["DEFAULT_TABLE", "SQLiteVectorIndex"]
