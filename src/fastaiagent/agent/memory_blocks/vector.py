@@ -30,14 +30,8 @@ from fastaiagent._validate import boolean, fraction, integer, number, one_of, te
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
-from fastaiagent.agent.memory_blocks.vector_context import Found, add_context
-from fastaiagent.agent.memory_blocks.vector_following import (
-    ANSWER_DROP,
-    MAX_FOLLOW_TURNS,
-    QUESTION_DROP,
-    draw_following,
-    lower_questions,
-)
+from fastaiagent.agent.memory_blocks.vector_following import MAX_FOLLOW_TURNS, QUESTION_DROP
+from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
 from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
@@ -45,7 +39,7 @@ from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.bm25 import BM25Index
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, calibrated_fuse, check_mode, unit_score
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode
 from fastaiagent.kb.protocols import (
     NAMESPACE_KEY,
     Chunk,
@@ -53,7 +47,7 @@ from fastaiagent.kb.protocols import (
     SearchHit,
     VectorStore,
 )
-from fastaiagent.kb.query_cues import DateCue, date_cue, named_participant, without_names
+from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
 from fastaiagent.kb.query_dates import Span
 from fastaiagent.llm.message import ROLES, Message, SystemMessage, storable_text
 
@@ -460,32 +454,11 @@ class VectorBlock(MemoryBlock):
         wanted = [i for i, _ in keyword if i not in by_id]
         by_id.update(keyword_chunks.get_many(wanted))
         keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
-        keyword = self._lend_to_next(keyword, by_id)
-        fused = calibrated_fuse(
-            [(c.id, s) for c, s in dense],
-            keyword,
-            dense_weight=self.dense_weight,
-            recorded=[(c.id, s) for c, s in recorded],
-        )
         known = self._learn_speakers(by_id.values())
         speaker = named_participant(query, known) if self.participant_boost else None
-        self._boost_cues(speaker, by_id, fused, when)
-        if self.question_drop:
-            lower_questions(fused, by_id, self.question_drop)
-        if self.follow_turns and fused:
-            draw_following(
-                fused,
-                by_id,
-                self.store.get,
-                namespace=self.namespace,
-                turns=self.follow_turns,
-                answer_drop=ANSWER_DROP if self.question_drop else None,
-            )
-        if self.surroundings:
-            searched = Found({c.id for c, _ in dense}, {c.id for c, _ in recorded}, speaker)
-            add_context(fused, by_id, searched)
-        order = sorted(fused, key=fused.__getitem__, reverse=True)
-        return [(by_id[i], unit_score(fused[i])) for i in order], exhausted
+        searched = Searched(dense, recorded, keyword, by_id)
+        ranked = rank_hybrid(self, searched, speaker=speaker, when=when, fetch=self.store.get)
+        return ranked, exhausted
 
     def _learn_speakers(self, chunks: Iterable[Chunk]) -> set[str]:
         """Remember the speakers of ``chunks`` (a restarted block learns them from
@@ -496,39 +469,6 @@ class VectorBlock(MemoryBlock):
                 if isinstance(speaker, str) and speaker and len(self._speakers) < MAX_SPEAKERS:
                     self._speakers.add(speaker)
             return set(self._speakers)
-
-    def _lend_to_next(
-        self, keyword: list[tuple[str, float]], by_id: dict[str, Chunk]
-    ) -> list[tuple[str, float]]:
-        """Keyword scores after each hit lends ``neighbour_weight`` of its score to the
-        message after it (the reply that completes it: "what did you adopt?" ->
-        "a puppy!") when that message is a candidate too. Lending to any next
-        message (one more store read) measured the same on LoCoMo."""
-        if not self.neighbour_weight:
-            return keyword
-        scores = dict(keyword)
-        for chunk_id, score in keyword:
-            following = by_id[chunk_id].metadata.get("next")
-            if isinstance(following, str) and following in by_id:
-                scores[following] = scores.get(following, 0.0) + self.neighbour_weight * score
-        return list(scores.items())
-
-    def _boost_cues(
-        self,
-        speaker: str | None,
-        chunks: dict[str, Chunk],
-        fused: dict[str, float],
-        when: DateCue | None,
-    ) -> None:
-        """Raise the candidates of the speaker the query names and of the time it names."""
-        if speaker is None and when is None:
-            return
-        for chunk_id, chunk in chunks.items():
-            if speaker is not None and chunk.metadata.get("speaker") == speaker:
-                fused[chunk_id] += self.participant_boost
-            at = recorded_at(chunk) if when is not None else None
-            if when is not None and at is not None and when.matches(at):
-                fused[chunk_id] += self.date_boost
 
     def recall(self, query: str, window: Sequence[Message] = ()) -> list[Recalled]:
         """The ``top_k`` best chunks for ``query``, skipping messages in ``window``.

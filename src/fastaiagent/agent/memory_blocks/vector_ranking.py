@@ -1,0 +1,138 @@
+"""How hybrid recall orders its candidates, once the searches have answered.
+
+The steps, in order, each measured on LoCoMo (docs/semantic.md):
+
+1. a keyword hit lends ``neighbour_weight`` of its score to the message after
+   it (off by default);
+2. the dense, time-listed and keyword scores are standardised and blended
+   (:func:`~fastaiagent.kb.hybrid.calibrated_fuse`);
+3. the messages of the speaker the query names gain ``participant_boost``,
+   those recorded in the time it names ``date_boost``;
+4. messages that ask rank ``question_drop`` lower
+   (:func:`~fastaiagent.agent.memory_blocks.vector_following.lower_questions`);
+5. the ``follow_turns`` messages after the best hits rank just below them
+   (:func:`~fastaiagent.agent.memory_blocks.vector_following.draw_following`);
+6. with ``surroundings``, each candidate gains what the turns around it say
+   (:mod:`~fastaiagent.agent.memory_blocks.vector_context`).
+
+The searches themselves (which store, which query text) stay with the block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from fastaiagent.agent.memory_blocks.vector_context import Found, add_context
+from fastaiagent.agent.memory_blocks.vector_following import (
+    ANSWER_DROP,
+    Fetch,
+    draw_following,
+    lower_questions,
+)
+from fastaiagent.facts.vectors import recorded_at
+from fastaiagent.kb.hybrid import calibrated_fuse, unit_score
+from fastaiagent.kb.protocols import Chunk
+from fastaiagent.kb.query_cues import DateCue
+
+
+class RankingOptions(Protocol):
+    """The options of :class:`~fastaiagent.agent.memory_blocks.vector.VectorBlock`
+    that ranking reads."""
+
+    dense_weight: float
+    neighbour_weight: float
+    participant_boost: float
+    date_boost: float
+    question_drop: float
+    follow_turns: int
+    surroundings: bool
+    namespace: str
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What the searches found: ``(chunk, similarity)`` by meaning and among the
+    messages of the time the query names, ``(id, BM25 score)`` by keywords, and
+    every candidate's chunk by id (the keyword hits' included)."""
+
+    dense: Sequence[tuple[Chunk, float]]
+    recorded: Sequence[tuple[Chunk, float]]
+    keyword: Sequence[tuple[str, float]]
+    chunks: dict[str, Chunk]
+
+
+def rank_hybrid(
+    options: RankingOptions,
+    searched: Searched,
+    *,
+    speaker: str | None,
+    when: DateCue | None,
+    fetch: Fetch,
+) -> list[tuple[Chunk, float]]:
+    """The candidates of ``searched`` best first, each with its score in (0, 1).
+
+    ``speaker`` / ``when`` are the participant and the time the query names;
+    ``fetch`` reads chunks by id (the messages after the best hits)."""
+    by_id = searched.chunks  # gains the messages drawn after the best hits
+    keyword = lend_to_next(searched.keyword, by_id, options.neighbour_weight)
+    fused = calibrated_fuse(
+        [(c.id, s) for c, s in searched.dense],
+        keyword,
+        dense_weight=options.dense_weight,
+        recorded=[(c.id, s) for c, s in searched.recorded],
+    )
+    boost_cues(fused, by_id, speaker, options.participant_boost, when, options.date_boost)
+    if options.question_drop:
+        lower_questions(fused, by_id, options.question_drop)
+    if options.follow_turns and fused:
+        draw_following(
+            fused,
+            by_id,
+            fetch,
+            namespace=options.namespace,
+            turns=options.follow_turns,
+            answer_drop=ANSWER_DROP if options.question_drop else None,
+        )
+    if options.surroundings:
+        found = Found({c.id for c, _ in searched.dense}, {c.id for c, _ in searched.recorded}, speaker)
+        add_context(fused, by_id, found)
+    order = sorted(fused, key=fused.__getitem__, reverse=True)
+    return [(by_id[i], unit_score(fused[i])) for i in order]
+
+
+def lend_to_next(
+    keyword: Sequence[tuple[str, float]], chunks: dict[str, Chunk], weight: float
+) -> list[tuple[str, float]]:
+    """Keyword scores after each hit lends ``weight`` of its score to the message
+    after it (the reply that completes it: "what did you adopt?" -> "a puppy!")
+    when that message is a candidate too. Lending to any next message (one more
+    store read) measured the same on LoCoMo."""
+    if not weight:
+        return list(keyword)
+    scores = dict(keyword)
+    for chunk_id, score in keyword:
+        following = chunks[chunk_id].metadata.get("next")
+        if isinstance(following, str) and following in chunks:
+            scores[following] = scores.get(following, 0.0) + weight * score
+    return list(scores.items())
+
+
+def boost_cues(
+    fused: dict[str, float],
+    chunks: dict[str, Chunk],
+    speaker: str | None,
+    participant_boost: float,
+    when: DateCue | None,
+    date_boost: float,
+) -> None:
+    """Raise the candidates of the speaker the query names and of the time it names."""
+    if speaker is None and when is None:
+        return
+    for chunk_id, chunk in chunks.items():
+        if speaker is not None and chunk.metadata.get("speaker") == speaker:
+            fused[chunk_id] += participant_boost
+        at = recorded_at(chunk) if when is not None else None
+        if when is not None and at is not None and when.matches(at):
+            fused[chunk_id] += date_boost
