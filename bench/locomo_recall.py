@@ -210,21 +210,33 @@ class Tally:
 
 
 def gap_interval(
-    tuned: Tally, confirmed: Tally, rounds: int = 2000, seed: int = 0
+    tuned: Tally,
+    confirmed: Tally,
+    rounds: int = 2000,
+    seed: int = 0,
+    baseline: tuple[Tally, Tally] | None = None,
 ) -> dict[str, list[float]]:
     """The 95% interval of the halves' gap (points) at R@5 and R@10, by resampling
-    each half's questions with replacement: how far the gap itself is measured."""
+    each half's questions with replacement: how far the gap itself is measured.
+
+    With ``baseline`` (the same questions' tallies of another method, e.g. BM25),
+    the interval of this method's gap minus the baseline's, resampling the same
+    questions for both: whether the method widens the gap beyond what the
+    conversations' own difficulty gives a method that nothing tunes."""
     rng = random.Random(seed)
 
-    def mean(questions: list[tuple[float, float]], i: int) -> float:
-        return sum(q[i] for q in questions) / len(questions)
+    def mean(questions: list[tuple[float, float]], picks: list[int], i: int) -> float:
+        return sum(questions[p][i] for p in picks) / len(picks)
 
     gaps: list[list[float]] = [[], []]
     for _ in range(rounds):
-        first = rng.choices(tuned.questions, k=len(tuned.questions))
-        second = rng.choices(confirmed.questions, k=len(confirmed.questions))
+        first = rng.choices(range(len(tuned.questions)), k=len(tuned.questions))
+        second = rng.choices(range(len(confirmed.questions)), k=len(confirmed.questions))
         for i in (0, 1):
-            gaps[i].append(100 * (mean(first, i) - mean(second, i)))
+            gap = mean(tuned.questions, first, i) - mean(confirmed.questions, second, i)
+            if baseline is not None:
+                gap -= mean(baseline[0].questions, first, i) - mean(baseline[1].questions, second, i)
+            gaps[i].append(100 * gap)
     low, high = int(0.025 * rounds), int(0.975 * rounds) - 1
     return {
         f"R@{k}": [round(sorted(gaps[i])[low], 1), round(sorted(gaps[i])[high], 1)]
@@ -252,9 +264,9 @@ def feed(block: TurnTaggedBlock, turns: list[dict[str, Any]]) -> None:
 
 def evaluate(
     samples: list[dict[str, Any]], embedder: Any, retrieval: str, location: str | None = None
-) -> tuple[dict[str, Any], dict[str, list[float]]]:
+) -> tuple[dict[str, Any], tuple[Tally, Tally]]:
     """Recall tables overall, for each half of the split (see :data:`HALVES`) and per
-    conversation, and the 95% interval of the halves' gap (:func:`gap_interval`)."""
+    conversation, and the two halves' tallies (for :func:`gap_interval`)."""
     tallies = {"overall": Tally(), **{name: Tally() for name in HALVES}}
     tallies.update({f"conversation {n}": Tally() for n in range(len(samples))})
     store = recall_store(location, embedder)
@@ -286,7 +298,7 @@ def evaluate(
             for name in ["overall", *halves]:
                 tallies[name].add(qa["category"], got, evidence, within)
     tuned, confirmed = (tallies[name] for name in HALVES)
-    return {name: tally.table() for name, tally in tallies.items()}, gap_interval(tuned, confirmed)
+    return {name: tally.table() for name, tally in tallies.items()}, (tuned, confirmed)
 
 
 def print_tables(label: str, retrieval: str, result: dict[str, Any], elapsed: float) -> None:
@@ -341,6 +353,10 @@ def split_gaps(result: dict[str, Any]) -> str:
     )
 
 
+def _points(interval: dict[str, list[float]]) -> str:
+    return ", ".join(f"{k} {low:+.1f} to {high:+.1f}" for k, (low, high) in interval.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -384,16 +400,20 @@ def main(argv: list[str] | None = None) -> int:
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}
     results: dict[str, Any] = {}
     intervals: dict[str, dict[str, list[float]]] = {}
+    halves: dict[str, tuple[Tally, Tally]] = {}
     for label in args.modes.split(","):
         started = time.perf_counter()
-        results[label], intervals[label] = evaluate(samples, embedder, modes[label], args.location)
+        results[label], halves[label] = evaluate(samples, embedder, modes[label], args.location)
+        intervals[label] = gap_interval(*halves[label])
         embedder.save()
         elapsed = time.perf_counter() - started
         print_tables(label, modes[label], results[label], elapsed)
-        print(
-            "the tuned / confirmed gap's 95% interval, resampling each half's questions: "
-            + ", ".join(f"{k} {low:+.1f} to {high:+.1f}" for k, (low, high) in intervals[label].items())
-        )
+        print(f"the tuned / confirmed gap's 95% interval, resampling each half's questions: {_points(intervals[label])}")
+    for label in halves:
+        if label != "bm25" and "bm25" in halves:
+            interval = gap_interval(*halves[label], baseline=halves["bm25"])
+            intervals[f"{label} minus bm25"] = interval
+            print(f"{label}'s gap minus BM25's, the same questions resampled: {_points(interval)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
