@@ -12,6 +12,9 @@ BM25-only and dense-only through the same harness, for the whole split and
 for each half: options are chosen on conversations 0-2 and confirmed on 3-4.
 Each table ends with the halves' gap over every 3 + 2 split of the
 conversations, the spread a fixed method shows from the conversations alone.
+With BM25 run too, each other mode's gap is also given minus BM25's, the same
+questions resampled for both: what a method adds to the gap beyond the
+conversations' own difficulty.
 
     python bench/locomo_recall.py [--data PATH] [--modes default,bm25,dense]
 
