@@ -74,7 +74,8 @@ def rank_hybrid(
     """The candidates of ``searched`` best first, each with its score in (0, 1).
 
     ``speaker`` / ``when`` are the participant and the time the query names;
-    ``fetch`` reads chunks by id (the messages after the best hits)."""
+    ``fetch`` reads chunks by id (the messages after the best hits), which are
+    added to ``searched.chunks``: a ``Searched`` serves one ranking."""
     by_id = searched.chunks  # gains the messages drawn after the best hits
     keyword = lend_to_next(searched.keyword, by_id, options.neighbour_weight)
     fused = calibrated_fuse(
