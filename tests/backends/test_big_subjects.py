@@ -208,9 +208,20 @@ def forget_in_one_of_two_tries(
     return tries
 
 
-def kill_midway(code: str, remaining: Callable[[], int], total: int) -> int:
+def kill_midway(
+    code: str,
+    remaining: Callable[[], int],
+    total: int,
+    sessions: Callable[[], int] = lambda: 0,
+) -> int:
     """Run ``code`` (a delete) in a child process, SIGKILL it once part of the
-    subject is gone, and return what is left."""
+    subject is gone, and return what is left.
+
+    ``sessions`` counts the server connections the child may hold. A server
+    finishes (and may commit) a statement its client sent before it died, so
+    the count is read only once the child's connections are gone.
+    """
+    before = sessions()
     child = subprocess.Popen(
         [sys.executable, "-c", code],
         cwd=REPO,
@@ -228,6 +239,7 @@ def kill_midway(code: str, remaining: Callable[[], int], total: int) -> int:
     finally:
         if child.poll() is None:
             child.kill()
+    wait_until(lambda: sessions() <= before, "the server drops the killed child's connections")
     left = remaining()
     assert 0 < left < total, f"the delete should be killed midway ({left} of {total} left)"
     return left
@@ -357,14 +369,23 @@ def test_postgres_delete_killed_midway_is_finished_by_a_repeat(
     def remaining() -> int:
         return int(counter.execute(query, (BIG,)).fetchone()[0])
 
+    name = "fa-killed-" + pg_store.table
+
+    def sessions() -> int:
+        row = counter.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchone()
+        return int(row[0])
+
+    child_url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}application_name={name}"
     code = (
         "from fastaiagent.facts.postgres import PostgresFactStore\n"
-        f"s = PostgresFactStore({postgres_url!r}, table={pg_store.table!r})\n"
+        f"s = PostgresFactStore({child_url!r}, table={pg_store.table!r})\n"
         "s.delete_batch = 100\n"
         f"s.delete('user', {BIG!r})\n"
     )
     try:
-        left = kill_midway(code, remaining, 100_000)
+        left = kill_midway(code, remaining, 100_000, sessions)
         assert pg_store.delete("user", BIG) == left
         assert remaining() == 0
     finally:
@@ -428,13 +449,16 @@ def test_redis_delete_killed_midway_is_finished_by_a_repeat(
     def remaining() -> int:
         return int(client.scard(hist))
 
+    def sessions() -> int:
+        return sum(c["name"] == redis_store.client_name for c in client.client_list())
+
     code = (
         "from fastaiagent.facts.redis import RedisFactStore\n"
         f"s = RedisFactStore({redis_url!r}, prefix={redis_prefix!r})\n"
         "s.delete_batch = 50\n"
         f"s.delete('user', {BIG!r})\n"
     )
-    left = kill_midway(code, remaining, 100_000)
+    left = kill_midway(code, remaining, 100_000, sessions)
     assert client.zcard(redis_store._k("all")) == left  # each step is atomic: no half-deleted fact
     assert redis_store.delete("user", BIG) == left
     assert subject_keys(client, redis_prefix) == []
