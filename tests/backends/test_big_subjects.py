@@ -377,7 +377,7 @@ def test_postgres_delete_killed_midway_is_finished_by_a_repeat(
         ).fetchone()
         return int(row[0])
 
-    child_url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}application_name={name}"
+    child_url = f"{postgres_url}?application_name={name}"  # as the other backend tests name theirs
     code = (
         "from fastaiagent.facts.postgres import PostgresFactStore\n"
         f"s = PostgresFactStore({child_url!r}, table={pg_store.table!r})\n"
