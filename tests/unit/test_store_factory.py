@@ -146,3 +146,35 @@ def test_missing_driver_names_the_extra(monkeypatch, url, driver, modules, extra
         monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(ImportError, match=rf"pip install 'fastaiagent\[{extra}\]'"):
         make_fact_store(url)
+
+
+def test_a_postgres_url_names_its_table_and_the_driver_never_sees_the_option() -> None:
+    pytest.importorskip("psycopg")
+    store = make_fact_store("postgresql://u@127.0.0.1:1/db?sslmode=disable&table=support_memory")
+    assert store.table == "support_memory"  # type: ignore[attr-defined]
+    assert store.url == "postgresql://u@127.0.0.1:1/db?sslmode=disable"  # type: ignore[attr-defined]
+    assert make_fact_store("postgresql://u@127.0.0.1:1/db").table == "learned_memory"  # type: ignore[attr-defined]
+
+
+def test_a_redis_url_names_its_key_prefix() -> None:
+    pytest.importorskip("redis")
+    store = make_fact_store("redis://127.0.0.1:1/0?prefix=support&socket_timeout=2")
+    assert store.prefix == "support"  # type: ignore[attr-defined]
+    assert store.url == "redis://127.0.0.1:1/0?socket_timeout=2"  # type: ignore[attr-defined]
+    assert make_fact_store("redis://127.0.0.1:1/0").prefix == "fastaiagent"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "postgresql://u@h/db?table=",
+        "postgresql://u@h/db?table=a&table=b",
+        "postgresql://u@h/db?table=bad;drop",
+        "redis://h:1/0?prefix=",
+    ],
+)
+def test_a_bad_table_or_prefix_option_is_a_clear_value_error(location: str) -> None:
+    pytest.importorskip("psycopg")
+    pytest.importorskip("redis")
+    with pytest.raises(ValueError, match=r"table|prefix"):
+        make_fact_store(location)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.store import FactStore
@@ -30,11 +31,31 @@ def sqlite_url_path(url: str) -> str:
     return path
 
 
+def split_location_option(url: str, name: str) -> tuple[str, str | None]:
+    """``url`` without its ``name=`` query option, and that option's value (None
+    when absent). The option is fastaiagent's, not the driver's, so it is taken
+    out before the URL reaches psycopg or redis-py; other query options stay."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    values = [value for key, value in pairs if key == name]
+    if not values:
+        return url, None
+    if len(values) > 1 or not values[0]:
+        raise InvalidValueError(f"{url!r}: give the {name}= option once, with a value")
+    kept = urlencode([(key, value) for key, value in pairs if key != name])
+    return urlunsplit(parts._replace(query=kept)), values[0]
+
+
 def make_fact_store(location: Any = "sqlite") -> FactStore:
     """``"sqlite"`` (the local default), ``sqlite:///relative.db`` /
     ``sqlite:////absolute.db`` (see :func:`sqlite_url_path`),
     ``postgres://``/``postgresql://``, ``redis://``/``rediss://`` URLs, or any
     object implementing FactStore.
+
+    A Postgres URL may name its table (``?table=support_memory``, default
+    ``learned_memory``) and a Redis URL its key prefix (``?prefix=support``,
+    default ``fastaiagent``), so several applications (or test runs) share one
+    server without sharing memory, from any door that takes a location string.
 
     An explicit SQLite path whose folder does not exist raises
     :class:`~fastaiagent.errors.NotFoundError` (a ValueError) at first use.
@@ -54,11 +75,13 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
         if location.startswith(POSTGRES_SCHEMES):
             from fastaiagent.facts.postgres import PostgresFactStore
 
-            return PostgresFactStore(location)
+            url, table = split_location_option(location, "table")
+            return PostgresFactStore(url) if table is None else PostgresFactStore(url, table=table)
         if location.startswith(REDIS_SCHEMES):
             from fastaiagent.facts.redis import RedisFactStore
 
-            return RedisFactStore(location)
+            url, prefix = split_location_option(location, "prefix")
+            return RedisFactStore(url) if prefix is None else RedisFactStore(url, prefix=prefix)
         raise InvalidValueError(
             f"unsupported location {location!r}: use 'sqlite', 'sqlite:///relative/path.db', "
             "'sqlite:////absolute/path.db', "
