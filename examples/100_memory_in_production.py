@@ -1,7 +1,9 @@
 """Memory in production: many users, a max_users cap, a dropped user comes back.
 
 A dropped user loses the in-process window but keeps every durable fact, and
-a saved window can be restored before their next run.
+a saved window can be restored before their next run. The run keeps its data
+in a temporary folder (never the default ``.fastaiagent/local.db``) and forgets
+only the user it made.
 
     python examples/100_memory_in_production.py
 """
@@ -28,9 +30,9 @@ def recall(messages: list[Message]) -> str:
     return f"window={said} facts={facts}"
 
 
-def main() -> None:
+def main(folder: Path) -> None:
     memory = Memory(
-        location="sqlite",  # or postgres://... / redis://... in a real deployment
+        location=f"sqlite:///{folder / 'memory.db'}",  # or postgres://... / redis://... in production
         agent_id="support",
         user_id=lambda ctx: ctx.state.user_id,
         max_users=3,  # tiny on purpose; size it well above your peak concurrent users
@@ -39,26 +41,26 @@ def main() -> None:
     memory.persist("Customer since 2019, premium plan", tier="user", id="alice")
 
     agent.run("My order #1234 is late", context=RunContext(state=Session("alice")))
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = Path(tmp) / "alice"
-        memory.for_user("alice").save(saved)  # keep her conversation across a drop
+    saved = folder / "alice"
+    memory.for_user("alice").save(saved)  # keep her conversation across a drop
 
-        for n in range(3):  # three other users push alice out of the cache
-            agent.run("hello", context=RunContext(state=Session(f"user-{n}")))
-        print("cached users:", memory.cached_users)
-        assert "alice" not in memory.cached_users
+    for n in range(3):  # three other users push alice out of the cache
+        agent.run("hello", context=RunContext(state=Session(f"user-{n}")))
+    print("cached users:", memory.cached_users)
+    assert "alice" not in memory.cached_users
 
-        back = agent.run("Any news?", context=RunContext(state=Session("alice"))).output
-        print("alice returns (fresh window, facts kept):", back)
-        assert "premium plan" in back and "#1234" not in back
+    back = agent.run("Any news?", context=RunContext(state=Session("alice"))).output
+    print("alice returns (fresh window, facts kept):", back)
+    assert "premium plan" in back and "#1234" not in back
 
-        memory.for_user("alice").load(saved)  # restore her window before the next run
-        restored = agent.run("So, my order?", context=RunContext(state=Session("alice"))).output
-        print("after for_user(...).load:", restored)
-        assert "#1234" in restored
+    memory.for_user("alice").load(saved)  # restore her window before the next run
+    restored = agent.run("So, my order?", context=RunContext(state=Session("alice"))).output
+    print("after for_user(...).load:", restored)
+    assert "#1234" in restored
 
     print("forget alice completely:", memory.forget(tier="user", id="alice"), "fact(s) deleted")
 
 
 if __name__ == "__main__":
-    main()
+    with tempfile.TemporaryDirectory() as tmp:
+        main(Path(tmp))

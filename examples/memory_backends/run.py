@@ -1,23 +1,30 @@
 """The same memory steps on any backend: SQLite, Postgres or Redis.
 
     python examples/memory_backends/run.py                                   # local SQLite
-    python examples/memory_backends/run.py postgresql://postgres@127.0.0.1:5432/test
-    python examples/memory_backends/run.py redis://127.0.0.1:6379/0
+    python examples/memory_backends/run.py "postgresql://postgres@127.0.0.1:5432/test?table=example_memory"
+    python examples/memory_backends/run.py "redis://127.0.0.1:6379/0?prefix=example"
 
 Every step prints what it checked; the run works in a project of its own and
-deletes everything it wrote at the end.
+deletes everything it wrote at the end. The SQLite run uses a file of its own,
+``.fastaiagent-examples/memory_backends.db``; ``table=`` / ``prefix=`` name a
+table / key prefix for the example instead of the default ones.
 """
 
 from __future__ import annotations
 
 import sys
 import uuid
+from pathlib import Path
 
 from fastaiagent import Memory
 from fastaiagent.learn import make_fact_store
 
+DEFAULT_LOCATION = "sqlite:///.fastaiagent-examples/memory_backends.db"
+
 
 def main(location: str) -> None:
+    if location == DEFAULT_LOCATION:
+        Path(".fastaiagent-examples").mkdir(exist_ok=True)
     store = make_fact_store(location)  # the FactStore behind Memory(location=...)
     project = f"demo-{uuid.uuid4().hex[:8]}"  # keeps this run apart from other data
     mem = Memory(location=store, agent_id="support", project_id=project)
@@ -57,4 +64,4 @@ def main(location: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "sqlite")
+    main(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_LOCATION)

@@ -11,15 +11,20 @@ answers the fact-extraction prompt. It leaves, in the local stores:
 - one superseded fact (Alice moved), for the "Show superseded" toggle.
 
     python examples/memory_observability/companion.py
-    fastaiagent ui          # then open http://127.0.0.1:7860/memory
+    FASTAIAGENT_LOCAL_DB=.fastaiagent-examples/observability/local.db fastaiagent ui
+    # then open http://127.0.0.1:7860/memory
 
-Set ``FASTAIAGENT_LOCAL_DB`` to choose where the stores live (default
-``.fastaiagent/local.db`` and ``.fastaiagent/traces.db``).
+The stores live in a folder of this example's own,
+``.fastaiagent-examples/observability/`` (``local.db`` and ``traces.db``), never
+the default ``.fastaiagent/`` that ``make demo`` and your agents use; set
+``FASTAIAGENT_LOCAL_DB`` to choose another file. Browse them with
+``FASTAIAGENT_LOCAL_DB=.fastaiagent-examples/observability/local.db fastaiagent ui``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 
@@ -27,6 +32,9 @@ from fastaiagent import Agent, Memory, RunContext, trace
 from fastaiagent.learn.loop import learn_from_traces
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM
+
+# This example's own stores (the environment variable wins), read by snapshot.py too.
+os.environ.setdefault("FASTAIAGENT_LOCAL_DB", ".fastaiagent-examples/observability/local.db")
 
 # What the offline model "understands" as a durable fact in a message:
 # personal facts (for the user tier) and standing instructions (agent scope).
@@ -73,16 +81,23 @@ def main() -> None:
     agent = Agent(name="assistant", llm=llm, system_prompt="You are a friendly companion.", memory=memory)
 
     alice, bob = RunContext(state=Session("alice")), RunContext(state=Session("bob"))
+
+    def say(text: str, who: RunContext) -> None:
+        print(f"{who.state.user_id:>5}: {text}\n       -> {agent.run(text, context=who).output}")
+
     for text, who in [
         ("Hi! My dog is called Biscuit.", alice),
         ("I am allergic to peanuts, so no satay please.", bob),
         ("I live in Bergen, any tips for rainy days?", alice),
         ("Please always answer in two sentences.", bob),
         ("Big news: I moved to Oslo last week.", alice),  # supersedes "Lives in Bergen"
-        ("What do you remember about me?", alice),
     ]:
-        print(f"{who.state.user_id:>5}: {text}\n       -> {agent.run(text, context=who).output}")
-    memory.flush()  # learning runs after each reply; wait for it
+        say(text, who)
+    # Learning runs in the background after each reply: wait for it, so the last
+    # question is answered from what was learned (dog, Oslo), not only the global fact.
+    memory.flush()
+    say("What do you remember about me?", alice)
+    memory.flush()
 
     # The Trace Learning Loop: mine the runs into agent-scope facts (standing
     # instructions only; personal details stay in each user's tier).
@@ -93,7 +108,8 @@ def main() -> None:
 
     print(f"facts:  {memory.location}")
     print(f"traces: {tracing.store}")
-    print("browse them: fastaiagent ui   (or python examples/memory_observability/snapshot.py)")
+    print(f"browse them: FASTAIAGENT_LOCAL_DB={os.environ['FASTAIAGENT_LOCAL_DB']} fastaiagent ui")
+    print("   (or python examples/memory_observability/snapshot.py)")
 
 
 if __name__ == "__main__":

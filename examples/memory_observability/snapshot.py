@@ -1,6 +1,7 @@
 """Capture the Memory and Traces pages in headless Chromium (PNG files).
 
-Run ``companion.py`` first (same ``FASTAIAGENT_LOCAL_DB``), then:
+Run ``companion.py`` first (it and this script read the stores in
+``.fastaiagent-examples/observability/``, or ``$FASTAIAGENT_LOCAL_DB``), then:
 
     python examples/memory_observability/snapshot.py [--out DIR]
 
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+os.environ.setdefault("FASTAIAGENT_LOCAL_DB", ".fastaiagent-examples/observability/local.db")
 CHROMIUM = os.environ.get("FASTAIAGENT_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("FASTAIAGENT_CHROMEDRIVER", "/usr/bin/chromedriver")
 

@@ -1,8 +1,9 @@
 """One companion agent, two users: global facts, per-user facts and windows.
 
 Runs offline with a deterministic model from ``fastaiagent.testing`` that
-answers from what memory put in its prompt. Set ``FASTAIAGENT_LOCAL_DB`` to
-choose where facts are stored (default ``.fastaiagent/local.db``).
+answers from what memory put in its prompt. Its facts live in a folder of
+its own, ``.fastaiagent-examples/memory_simple/`` (never the default
+``.fastaiagent/local.db`` that ``make demo`` and your own agents use).
 
     python examples/memory_simple/companion.py
 """
@@ -10,6 +11,7 @@ choose where facts are stored (default ``.fastaiagent/local.db``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastaiagent import Agent, Memory, RunContext
 from fastaiagent.llm.message import Message
@@ -33,8 +35,13 @@ def answer_from_prompt(messages: list[Message]) -> str:
     return " | ".join(parts)
 
 
+DATA = Path(".fastaiagent-examples") / "memory_simple"
+
+
 def main() -> None:
+    DATA.mkdir(parents=True, exist_ok=True)
     memory = Memory(
+        location=f"sqlite:///{DATA / 'memory.db'}",  # this example's own file
         agent_id="assistant",  # global facts filed under this agent
         user_id=lambda ctx: ctx.state.user_id,  # one window and fact set per user
         window=20,

@@ -3,14 +3,18 @@
     pip install 'fastaiagent[mcp]'
     python examples/integrations/mcp/client.py [LOCATION]
 
-LOCATION is any --location (default: sqlite:///mcp_example.db in the current
-folder). The server acts for the user given by --user-id; the client cannot
-choose another user, which is what makes one server safe for many hosts.
+LOCATION is any --location (default: this example's own file,
+``.fastaiagent-examples/mcp/memory.db`` in the current folder). The server acts
+for the user given by --user-id; the client cannot choose another user, which
+is what makes one server safe for many hosts. The user is new on every run
+(``alice-<random>``), so the final ``forget`` deletes only what this run wrote.
 """
 
 from __future__ import annotations
 
 import sys
+import uuid
+from pathlib import Path
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -30,7 +34,7 @@ async def main(location: str) -> None:
             "--location",
             location,
             "--user-id",
-            "alice",
+            f"alice-{uuid.uuid4().hex[:8]}",
             "--no-semantic",
         ],
     )
@@ -56,4 +60,9 @@ async def main(location: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1] if len(sys.argv) > 1 else "sqlite:///mcp_example.db")
+    if len(sys.argv) > 1:
+        anyio.run(main, sys.argv[1])
+    else:
+        folder = Path(".fastaiagent-examples") / "mcp"
+        folder.mkdir(parents=True, exist_ok=True)
+        anyio.run(main, f"sqlite:///{folder / 'memory.db'}")
