@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
+import subprocess
+import time
+import uuid
 from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
@@ -70,6 +74,46 @@ def require_redis(url: str = REDIS_URL) -> str:
     return url
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_redis_server(data_dir: Path, *extra: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """A Redis server of the caller's own on a free port, for tests that change
+    server-wide state (the script cache, the slow log, CONFIG): ``(url, process)``.
+    The caller terminates the process."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(data_dir), *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    redis = require_module("redis")
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        for _ in range(200):  # up to 10 s
+            try:
+                client.ping()
+                return url, process
+            except redis.exceptions.ConnectionError:
+                if process.poll() is not None:
+                    break
+                time.sleep(0.05)
+    finally:
+        client.close()
+    process.kill()
+    missing(f"a private redis-server did not start on port {port}")
+
+
 def start_pgvector_server(data_dir: Path) -> tuple[str, object]:
     """A Postgres with the pgvector extension, from the ``pgserver`` wheel, started as a
     subprocess in ``data_dir``: ``(url, server)``; ``server.cleanup()`` stops it.
@@ -109,6 +153,44 @@ def require_chromium() -> tuple[str, str]:
     return browser, driver
 
 
+RUN_ID = uuid.uuid4().hex[:8]  # keeps tables and keys apart from other people's runs
+
+
+def unique_name(kind: str) -> str:
+    """A table name / key prefix no other test (or concurrent test run) uses."""
+    return f"fa_{kind}_{RUN_ID}_{uuid.uuid4().hex[:8]}"
+
+
+def postgres_location(url: str, table: str) -> str:
+    """A location string for a Postgres store on ``table`` (the ``table=`` option)."""
+    return f"{url}{'&' if '?' in url else '?'}table={table}"
+
+
+def redis_location(url: str, prefix: str) -> str:
+    """A location string for a Redis store under ``prefix`` (the ``prefix=`` option)."""
+    return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
+
+
+def drop_table_family(url: str, table: str) -> None:
+    """Drop ``table`` and every table whose name starts with it (the companions a
+    store makes beside it, ``<table>_windows`` and the like, and tables a test
+    derived from the name), with their schema-version rows. Safe because test
+    table names are unique (:func:`unique_name`)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+            "AND starts_with(tablename, %s)",
+            (table,),
+        ).fetchall()
+        for (name,) in names:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        if conn.execute("SELECT to_regclass('fastaiagent_schema')").fetchone()[0]:  # type: ignore[index]
+            conn.execute("DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{table}%",))
+
+
 def drop_tables(url: str, *tables: str) -> None:
     """Drop test tables from the test Postgres (missing ones are fine)."""
     import psycopg
@@ -120,11 +202,12 @@ def drop_tables(url: str, *tables: str) -> None:
 
 
 def drop_prefix(url: str, prefix: str) -> None:
-    """Delete every key under a test key prefix from the test Redis."""
+    """Delete every key of a test key prefix (and of prefixes a test derived from it
+    by appending, e.g. ``<prefix>new``) from the test Redis."""
     import redis
 
     client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=prefix + ":*", count=1000))
+    keys = list(client.scan_iter(match=prefix + "*", count=1000))
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
     client.close()

@@ -1,8 +1,28 @@
-"""Shared fixtures: every test gets its own local database path."""
+"""Shared fixtures: every test gets its own local database path, and the run as a
+whole leaves the default locations as it found them (tests/_guard.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import pytest
+
+from _env import (
+    POSTGRES_URL,
+    REDIS_URL,
+    drop_prefix,
+    drop_table_family,
+    postgres_location,
+    redis_location,
+    require_postgres,
+    require_redis,
+    start_redis_server,
+    unique_name,
+)
+from _guard import _guard_each_test, pytest_sessionfinish, pytest_sessionstart
+
+__all__ = ["_guard_each_test", "pytest_sessionfinish", "pytest_sessionstart"]
 
 
 @pytest.fixture(autouse=True)
@@ -11,3 +31,72 @@ def _isolated_local_db(tmp_path, monkeypatch):
     monkeypatch.setenv("FASTAIAGENT_LOCAL_DB", str(tmp_path / "local.db"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The test Postgres URL, checked once per test process (skips, or fails under CI=true)."""
+    return require_postgres(POSTGRES_URL)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test Redis URL, checked once per test process (skips, or fails under CI=true)."""
+    return require_redis(REDIS_URL)
+
+
+@pytest.fixture
+def pg_table(postgres_url: str) -> Iterator[str]:
+    """A fresh table name of this test's own, dropped afterwards with every table a
+    store made beside it (windows, items, vectors) and their schema-version rows."""
+    table = unique_name("lm")
+    yield table
+    drop_table_family(postgres_url, table)
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A fresh key prefix of this test's own, its keys deleted afterwards."""
+    prefix = unique_name("mem")
+    yield prefix
+    drop_prefix(redis_url, prefix)
+
+
+@pytest.fixture
+def own_location(tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """``own_location(backend)``: a location string (``sqlite`` / ``postgres`` /
+    ``redis``) whose table, key prefix or file belongs to this test alone, for
+    code that takes a location string (subprocesses, the CLI, examples). Whatever
+    the stores made there is removed afterwards."""
+    made: list[tuple[str, str, str]] = []
+
+    def make(backend: str) -> str:
+        name = unique_name("loc")
+        if backend == "sqlite":
+            return f"sqlite:///{tmp_path / name}.db"
+        if backend == "postgres":
+            url = require_postgres(POSTGRES_URL)
+            made.append((backend, url, name))
+            return postgres_location(url, name)
+        if backend == "redis":
+            url = require_redis(REDIS_URL)
+            made.append((backend, url, name))
+            return redis_location(url, name)
+        raise ValueError(f"unknown backend {backend!r}")
+
+    yield make
+    for backend, url, name in made:
+        if backend == "postgres":
+            drop_table_family(url, name)
+        else:
+            drop_prefix(url, name)
+
+
+@pytest.fixture(scope="session")
+def own_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis server of this test process's own (a free port), for tests that change
+    server-wide state: SCRIPT FLUSH, the slow log, CONFIG SET. Never the shared one."""
+    url, process = start_redis_server(tmp_path_factory.mktemp("redis"))
+    yield url
+    process.terminate()
+    process.wait(timeout=10)

@@ -2,8 +2,8 @@
 
 Over HTTP (in a thread, on a fresh table / key prefix): the round trip, and a
 second token's user sees nothing of the first. Over stdio, the command with a
-``--location`` URL, as a host would spawn it (the default table / prefix, so
-each run uses a user id of its own and forgets it at the end).
+``--location`` URL, as a host would spawn it (naming a table / key prefix of
+the test's own with the URL's ``table=`` / ``prefix=`` option).
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def test_http_round_trip_and_isolation(memory):
         pytest.param("redis", marks=pytest.mark.redis),
     ],
 )
-def test_stdio_command_on_a_location_url(backend, request, tmp_path):
-    location = request.getfixturevalue(f"{backend}_url")
+def test_stdio_command_on_a_location_url(backend, own_location, tmp_path):
+    location = own_location(backend)
     user = f"mcp-{uuid.uuid4().hex[:12]}"
 
     async def scenario() -> None:

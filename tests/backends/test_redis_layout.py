@@ -239,11 +239,12 @@ def test_a_newer_layout_is_refused_and_left_alone(
     assert raw.get(f"{redis_prefix}:layout") == found
 
 
-def test_every_write_survives_a_flushed_script_cache(redis_url: str, redis_prefix: str) -> None:
+def test_every_write_survives_a_flushed_script_cache(own_redis_url: str, redis_prefix: str) -> None:
     """A restarted (or SCRIPT FLUSHed) server has no scripts: each call loads its
-    script again (NOSCRIPT -> SCRIPT LOAD -> EVALSHA)."""
-    raw = _raw(redis_url)
-    store = RedisFactStore(redis_url, prefix=redis_prefix)
+    script again (NOSCRIPT -> SCRIPT LOAD -> EVALSHA). SCRIPT FLUSH empties the
+    whole server's cache, so this runs on a server of the test's own."""
+    raw = _raw(own_redis_url)
+    store = RedisFactStore(own_redis_url, prefix=redis_prefix)
     windows = RedisWindowStore(store)
     a = store.add(Fact("A", scope="user", scope_id="u", source=SOURCE_CONVERSATION))
     version = windows.save(WindowKey("agent", "", "u"), "{}", None, None)

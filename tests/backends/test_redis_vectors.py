@@ -250,7 +250,10 @@ def test_a_layout_1_index_gains_the_chunks_times(store: RedisFactStore, raw: Any
     assert [hit.chunk.id for hit in other] == ["d"]
 
 
-def test_searches_survive_a_flushed_script_cache(store: RedisFactStore, raw: Any) -> None:
+def test_searches_survive_a_flushed_script_cache(own_redis_url: str, redis_prefix: str) -> None:
+    # SCRIPT FLUSH empties the whole server's cache: only on a server of the test's own.
+    store = RedisFactStore(own_redis_url, prefix=redis_prefix)
+    raw = redis.Redis.from_url(own_redis_url)
     index = store.vector_store()
     index.add([_chunk("a", "x", [1.0, 0.0])])
     index.search([1.0, 0.0], 1, namespace=NS)  # warm: the next search runs the delta script
@@ -258,6 +261,8 @@ def test_searches_survive_a_flushed_script_cache(store: RedisFactStore, raw: Any
     index.add([_chunk("b", "y", [0.9, 0.1])])
     raw.script_flush()
     assert [h.chunk.id for h in index.search([1.0, 0.0], 2, namespace=NS)] == ["a", "b"]
+    store.close()
+    raw.close()
 
 
 def test_an_unreachable_server_is_store_unavailable() -> None:

@@ -75,16 +75,10 @@ def test_learn_loop_writes_to_a_server_store(store, tmp_path):
 
 
 @pytest.fixture(params=SERVERS)
-def location(request) -> Iterator[tuple[str, str]]:
-    """A location URL (default table / key prefix) and a subject id no one else uses."""
-    url = request.getfixturevalue(f"{request.param}_url")
-    subject = f"ui-test-{uuid.uuid4().hex[:10]}"
-    yield url, subject
-    from fastaiagent.learn import make_fact_store
-
-    s = make_fact_store(url)
-    s.delete("user", subject)
-    s.close()
+def location(request, own_location) -> tuple[str, str]:
+    """A location URL (a table / key prefix of the test's own, named in the URL) and
+    a subject id."""
+    return own_location(request.param), f"ui-test-{uuid.uuid4().hex[:10]}"
 
 
 def test_learn_cli_lists_and_supersedes_at_a_url_location(location):

@@ -21,26 +21,18 @@ from typing import Any
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL, missing, require_postgres, require_redis
+from _env import missing
 from fastaiagent import Memory
 
 WORKER = Path(__file__).with_name("_durable_worker.py")
 BACKENDS = {"sqlite": "sqlite_vectors", "postgres": "postgres_vectors", "redis": "redis_vectors"}
 
 
-def _location(backend: str, tmp_path: Path) -> str:
-    if importlib.util.find_spec(f"fastaiagent.facts.{BACKENDS[backend]}") is None:
-        missing(f"fastaiagent.facts.{BACKENDS[backend]} does not exist yet")
-    if backend == "postgres":
-        return require_postgres(POSTGRES_URL)
-    if backend == "redis":
-        return require_redis(REDIS_URL)
-    return f"sqlite:///{tmp_path / 'memory.db'}"
-
-
 @pytest.fixture(params=sorted(BACKENDS))
-def location(request: Any, tmp_path: Path) -> str:
-    loc = _location(request.param, tmp_path)
+def location(request: Any, own_location: Any) -> str:
+    if importlib.util.find_spec(f"fastaiagent.facts.{BACKENDS[request.param]}") is None:
+        missing(f"fastaiagent.facts.{BACKENDS[request.param]} does not exist yet")
+    loc = str(own_location(request.param))
     store = Memory(location=loc).location
     if not callable(getattr(store, "vector_store", None)):
         missing(f"{type(store).__name__} has no vector_store() yet")

@@ -9,24 +9,29 @@ from pathlib import Path
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL, require_chromium, require_postgres, require_redis
+from _env import require_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# (script, arguments): scripts that need a server get its URL. The connected-memory
-# example runs in tests/integration/test_plane_server.py (it needs a plane).
+# (script, backend): a script given a backend gets a location of the test's own
+# (a table or key prefix, never the default). The connected-memory example runs
+# in tests/integration/test_plane_server.py (it needs a plane).
 EXAMPLES = [
-    ("examples/memory_simple/companion.py", []),
-    ("examples/100_memory_in_production.py", []),
-    ("examples/memory_backends/run.py", []),
-    ("examples/memory_backends/run.py", [POSTGRES_URL]),
-    ("examples/memory_backends/run.py", [REDIS_URL]),
+    ("examples/memory_simple/companion.py", ""),
+    ("examples/100_memory_in_production.py", ""),
+    ("examples/memory_backends/run.py", ""),
+    ("examples/memory_backends/run.py", "postgres"),
+    ("examples/memory_backends/run.py", "redis"),
 ]
 
 
 def run_example(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FASTAIAGENT_LOCAL_DB": str(tmp_path / "local.db"), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
+    """Run ``script`` as a user would, from ``tmp_path`` with no FASTAIAGENT_LOCAL_DB:
+    the default location is then ``tmp_path/.fastaiagent/``, which no example may touch
+    (it is where ``make demo`` and the user's own agents keep their memory)."""
+    env = {k: v for k, v in os.environ.items() if k != "FASTAIAGENT_LOCAL_DB"}
+    env["HF_HUB_OFFLINE"] = "1"
+    done = subprocess.run(
         [sys.executable, str(ROOT / script), *args],
         cwd=tmp_path,
         env=env,
@@ -34,14 +39,14 @@ def run_example(script: str, args: list[str], tmp_path: Path) -> subprocess.Comp
         text=True,
         timeout=240,
     )
+    default = tmp_path / ".fastaiagent"
+    assert not default.exists(), f"{script} wrote the default location: {sorted(default.iterdir())}"
+    return done
 
 
-@pytest.mark.parametrize(("script", "args"), EXAMPLES, ids=[" ".join([e[0], *e[1]]) for e in EXAMPLES])
-def test_example_runs(script, args, tmp_path):
-    if POSTGRES_URL in args:
-        require_postgres()
-    if REDIS_URL in args:
-        require_redis()
+@pytest.mark.parametrize(("script", "backend"), EXAMPLES, ids=[" ".join(e).strip() for e in EXAMPLES])
+def test_example_runs(script, backend, tmp_path, own_location):
+    args = [own_location(backend)] if backend else []
     done = run_example(script, args, tmp_path)
     assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
     assert done.stdout.strip(), f"{script} printed nothing"

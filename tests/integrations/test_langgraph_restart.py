@@ -9,8 +9,9 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
-from _env import POSTGRES_URL, REDIS_URL, require_module, require_postgres, require_redis
+from _env import require_module
 
 require_module("langgraph.graph")
 
@@ -18,14 +19,6 @@ from fastaiagent.integrations.langgraph import FastAIAgentSaver, FastAIAgentStor
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples/integrations/langgraph/chat_memory.py"
-
-
-def _location(backend: str, tmp_path: Path) -> str:
-    if backend == "postgres":
-        return require_postgres(POSTGRES_URL)
-    if backend == "redis":
-        return require_redis(REDIS_URL)
-    return f"sqlite:///{tmp_path}/graph.db"
 
 
 def _turn(location: str, thread: str, user: str, message: str, tmp_path: Path) -> str:
@@ -41,8 +34,8 @@ def _turn(location: str, thread: str, user: str, message: str, tmp_path: Path) -
     return done.stdout.strip()
 
 
-def test_graph_memory_survives_restarts(backend: str, tmp_path: Path) -> None:
-    location = _location(backend, tmp_path)
+def test_graph_memory_survives_restarts(backend: str, tmp_path: Path, own_location: Any) -> None:
+    location = own_location(backend)
     run = uuid.uuid4().hex[:8]
     thread, other, user = f"t-{run}", f"t2-{run}", f"alice-{run}"
     try:

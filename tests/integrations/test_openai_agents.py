@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL, require_module, require_postgres, require_redis
+from _env import require_module
 
 require_module("agents")
 
@@ -132,14 +132,6 @@ def test_runner_keeps_the_conversation_and_facts_across_runs(fact_store: Any) ->
     assert asyncio.run(other).final_output == "You have said 1 things to me. Facts: none"
 
 
-def _location(backend: str, tmp_path: Path) -> str:
-    if backend == "postgres":
-        return require_postgres(POSTGRES_URL)
-    if backend == "redis":
-        return require_redis(REDIS_URL)
-    return f"sqlite:///{tmp_path}/agents.db"
-
-
 def _turn(location: str, session_id: str, user: str, message: str, tmp_path: Path) -> str:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), location, session_id, user, message],
@@ -153,8 +145,8 @@ def _turn(location: str, session_id: str, user: str, message: str, tmp_path: Pat
     return done.stdout.strip()
 
 
-def test_runner_memory_survives_restarts(backend: str, tmp_path: Path) -> None:
-    location = _location(backend, tmp_path)
+def test_runner_memory_survives_restarts(backend: str, tmp_path: Path, own_location: Any) -> None:
+    location = own_location(backend)
     run = uuid.uuid4().hex[:8]
     session_id, user = f"chat-{run}", f"bob-{run}"
     try:
