@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test lint demo bench docs clean
+.PHONY: install test test-fast lint demo bench docs clean
 
 $(STAMP): pyproject.toml requirements-torch.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,16 @@ $(STAMP): pyproject.toml requirements-torch.txt
 
 install: $(STAMP)
 
+# All cores (pytest-xdist), in random order (pytest-randomly; -p no:randomly for
+# file order). Each test owns its tables, key prefixes and files, so two runs
+# may share the servers.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
+
+# The edit-test loop: unit tests that start no process, server or browser and
+# load no model. Under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n auto --dist worksteal tests/unit -m "not slow and not subprocess and not embedder"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples

@@ -179,6 +179,7 @@ def test_submit_needs_a_callable():
         BackgroundQueue().submit("not callable")  # type: ignore[arg-type]
 
 
+@pytest.mark.subprocess
 def test_pending_jobs_finish_at_normal_interpreter_exit(tmp_path):
     """No learned fact is lost on a normal exit: queued work runs before shutdown."""
     out = tmp_path / "done.txt"
@@ -289,6 +290,7 @@ def test_bad_workers_raise():
         BackgroundQueue(workers=0)
 
 
+@pytest.mark.subprocess
 def test_a_forked_child_starts_with_an_empty_queue_of_its_own(tmp_path):
     script = textwrap.dedent(
         """

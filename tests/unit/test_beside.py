@@ -45,6 +45,7 @@ def _in_child(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     queue.put(beside(lambda: threading.current_thread().name).result(timeout=5))
 
 
+@pytest.mark.subprocess
 def test_a_forked_child_gets_helpers_of_its_own() -> None:
     assert beside(lambda: 1).result(5) == 1  # the parent's helpers exist
     context = multiprocessing.get_context("fork")

@@ -77,6 +77,7 @@ def test_a_store_that_is_down_is_one_line_naming_the_fix(cli):
     assert lines[0].endswith(f"; {STORE_HINT}")
 
 
+@pytest.mark.subprocess
 def test_postgres_down_prints_one_line_and_no_pool_retries():
     done = run("learn", "list", "--location", "postgres://127.0.0.1:1/x")
     assert done.returncode == 1
@@ -87,6 +88,7 @@ def test_postgres_down_prints_one_line_and_no_pool_retries():
     assert lines[0].endswith(f"; {STORE_HINT}")
 
 
+@pytest.mark.subprocess
 def test_debug_flag_or_env_shows_the_traceback(cli, damaged):
     flagged = cli("--debug", "learn", "list", "--location", damaged)
     assert isinstance(flagged.exception, sqlite3.DatabaseError)
@@ -99,6 +101,7 @@ def test_debug_flag_or_env_shows_the_traceback(cli, damaged):
     assert len(done.stderr.splitlines()) > 5
 
 
+@pytest.mark.subprocess
 def test_without_debug_no_traceback_reaches_the_terminal(damaged):
     done = run("learn", "list", "--location", damaged)
     assert (done.returncode, done.stdout, done.stderr) == (1, "", f"error: {DAMAGED}\n")
@@ -127,6 +130,7 @@ def test_a_fact_that_does_not_exist_exits_1(cli, tmp_path):
     assert (result.exit_code, result.stderr) == (1, "error: no fact #999\n")
 
 
+@pytest.mark.subprocess
 def test_a_missing_extra_names_the_package_to_install(tmp_path):
     # A Python where the redis driver cannot be imported (as when the extra is not installed).
     code = "import sys; sys.modules['redis'] = None; from fastaiagent.cli import main; main()"
@@ -177,6 +181,7 @@ def test_a_port_out_of_range_is_refused_before_serving(cli, command):
     assert negative.stderr == "error: --port must be >= 0, got -1\n"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("command", [["ui"], ["plane", "serve", "--api-key", "k"]])
 def test_a_port_in_use_is_one_line(taken_port, tmp_path, command):
     location = f"sqlite:///{tmp_path / 'facts.db'}"

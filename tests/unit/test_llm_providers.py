@@ -401,7 +401,7 @@ def test_400_raises_bad_request_without_retrying(server: FakeLLMServer, provider
 
 # The client timeout of the timing tests: short, so a hang is cut quickly, but
 # with room for a loaded CI machine to answer a healthy read in time.
-TIMEOUT = 1.0
+TIMEOUT = 0.3
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -549,6 +549,7 @@ def test_concurrent_async_calls(server: FakeLLMServer) -> None:
     )
 
 
+@pytest.mark.subprocess
 def test_sdks_are_imported_only_on_first_call() -> None:
     code = (
         "import sys\n"

@@ -352,6 +352,7 @@ def _open_trace_store(path: str, barrier: object, out: object) -> None:
         out.put(repr(exc))  # type: ignore[attr-defined]
 
 
+@pytest.mark.subprocess
 def test_processes_opening_an_old_file_at_once_migrate_it_once(tmp_path: Path) -> None:
     """A second run of the marshal->JSON step would fail (duplicate column) or
     decode JSON as marshal; every opener must see the two spans."""

@@ -191,6 +191,7 @@ else:
 """
 
 
+@pytest.mark.subprocess
 def test_another_process_writes_are_seen_by_a_warm_index(index: SQLiteVectorIndex, path: Path) -> None:
     index.add([_chunk("mine", "n", "mine", [1.0, 0.0])])
     assert [h.chunk.id for h in index.search([0.0, 1.0], 5, namespace="n")] == ["mine"]  # warm copy
