@@ -123,13 +123,14 @@ def load_redis(store: Any, count: int) -> None:
     client = store.client
     store.list_active("user", "nobody")  # checks the layout first
     first = int(client.incrby(store._k("seq"), count)) - count
-    pipe = client.pipeline(transaction=False)
-    for n in range(1, count + 1):
-        fact = Fact(text_of(n), scope="user", scope_id=BIG, created_at=1e6 + n)
-        store._queue_create(pipe, first + n, fact, normalize_text(fact.fact))
-        if n % 2000 == 0:
-            pipe.execute()
-    pipe.execute()
+    for start in range(1, count + 1, 10_000):
+        batch = []
+        for n in range(start, min(start + 10_000, count + 1)):
+            fact = Fact(text_of(n), scope="user", scope_id=BIG, created_at=1e6 + n)
+            batch.append((first + n, fact, normalize_text(fact.fact)))
+        pipe = client.pipeline(transaction=False)
+        store._queue_create_many(pipe, batch)
+        pipe.execute()
 
 
 # -- the checks every backend runs ------------------------------------------------
