@@ -1,7 +1,7 @@
 """Where an ANN index takes over from exact search, per namespace size.
 
 Exact: cosine over a float32 matrix with ``np.einsum`` then ``argpartition``
-for the top 10, as the store-backed indexes rank (facts/sqlite_vectors.py).
+for the top 10, as the store-backed indexes rank (facts/sqlite/vectors.py).
 ANN: FAISS ``IndexHNSWFlat`` (M=32, efConstruction 40, efSearch 64, inner
 product, one thread). Random unit vectors of 384 dims; p50/p99 per query over
 ``--queries`` queries, recall@10 of HNSW against exact.

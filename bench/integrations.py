@@ -47,13 +47,13 @@ def fact_store(backend: str) -> Iterator[Any]:
     """A fresh fact store on ``backend``, its data removed afterwards."""
     name = f"fa_bench_{uuid.uuid4().hex[:8]}"
     if backend == "sqlite":
-        from fastaiagent.facts.sqlite import SQLiteFactStore
+        from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
         yield SQLiteFactStore(Path(tempfile.mkdtemp()) / "bench.db")
     elif backend == "postgres":
         import psycopg
 
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         store = PostgresFactStore(POSTGRES_URL, table=name)
         try:
@@ -64,7 +64,7 @@ def fact_store(backend: str) -> Iterator[Any]:
                 for table in (name, f"{name}_items"):
                     conn.execute(f'DROP TABLE IF EXISTS "{table}"')
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         store = RedisFactStore(REDIS_URL, prefix=name)
         try:

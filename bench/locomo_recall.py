@@ -159,11 +159,11 @@ def recall_store(location: str | None, embedder: Any) -> Any:
     if location is None:
         return FaissVectorStore(dimension=embedder.dimension)
     if location.startswith(("postgres://", "postgresql://")):
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         return PostgresFactStore(location, table=PG_TABLE).vector_store()
     if location.startswith(("redis://", "rediss://")):
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         return RedisFactStore(location, prefix=REDIS_PREFIX).vector_store()
     from fastaiagent.facts import make_fact_store

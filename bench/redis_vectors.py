@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import summary, write_results
 
-from fastaiagent.facts.redis import RedisFactStore
+from fastaiagent.facts.redis.store import RedisFactStore
 from fastaiagent.kb.protocols import Chunk
 
 DIM, NS, VOCAB = 384, "user:bench", [f"word{n}" for n in range(5000)]

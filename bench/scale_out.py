@@ -38,7 +38,7 @@ WINDOW = 20
 
 
 def make_memory(prefix: str, windows: str | None) -> Memory:
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     store = RedisFactStore(REDIS_URL, prefix=prefix)
     return Memory(store, user_id=str, window=WINDOW, windows=windows)

@@ -35,7 +35,7 @@ from typing import Any
 
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.semantic import SemanticFactIndex
-from fastaiagent.facts.sqlite import MemoryStore
+from fastaiagent.facts.sqlite.store import MemoryStore
 from fastaiagent.facts.store import FactStore
 from fastaiagent.kb.embedding import get_embedder
 
@@ -79,11 +79,11 @@ RUN = f"bench_sem_{os.getpid()}"
 def open_store(backend: str, folder: str) -> FactStore:
     """A new store object on the bench's storage (what a restarted process opens)."""
     if backend == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         return PostgresFactStore(POSTGRES, table=RUN)
     if backend == "redis":
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         return RedisFactStore(REDIS, prefix=RUN)
     return MemoryStore(Path(folder) / "facts.db")

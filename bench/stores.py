@@ -297,7 +297,7 @@ def open_postgres(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
     import psycopg
     from psycopg import sql
 
-    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
     table = f"bench_{uuid.uuid4().hex[:10]}"
     store = PostgresFactStore(POSTGRES_URL, table=table)
@@ -311,7 +311,7 @@ def open_postgres(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
 
 
 def open_redis(workdir: Path) -> tuple[FactStore, Callable[[], None]]:
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     store = RedisFactStore(REDIS_URL, prefix=prefix)

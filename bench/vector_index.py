@@ -44,8 +44,8 @@ Opener = Callable[..., Any]  # opener(**index options) -> a new index on the ben
 
 @contextmanager
 def _sqlite() -> Iterator[Opener]:
-    from fastaiagent.facts.sqlite import SQLiteFactStore
-    from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex
+    from fastaiagent.facts.sqlite.store import SQLiteFactStore
+    from fastaiagent.facts.sqlite.vectors import SQLiteVectorIndex
 
     with tempfile.TemporaryDirectory() as folder:
         stores: list[Any] = []
@@ -63,8 +63,8 @@ def _sqlite() -> Iterator[Opener]:
 def _postgres(url: str = POSTGRES) -> Iterator[Opener]:
     import psycopg
 
-    from fastaiagent.facts.postgres import PostgresFactStore
-    from fastaiagent.facts.postgres_vectors import PostgresVectorIndex
+    from fastaiagent.facts.postgres.store import PostgresFactStore
+    from fastaiagent.facts.postgres.vectors import PostgresVectorIndex
 
     table = f"bench_vi_{uuid.uuid4().hex[:8]}"
     stores: list[Any] = []
@@ -88,8 +88,8 @@ def _postgres(url: str = POSTGRES) -> Iterator[Opener]:
 def _redis() -> Iterator[Opener]:
     import redis
 
-    from fastaiagent.facts.redis import RedisFactStore
-    from fastaiagent.facts.redis_vectors import RedisVectorIndex
+    from fastaiagent.facts.redis.store import RedisFactStore
+    from fastaiagent.facts.redis.vectors import RedisVectorIndex
 
     prefix = f"bench_vi_{uuid.uuid4().hex[:8]}"
     stores: list[Any] = []

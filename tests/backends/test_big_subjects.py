@@ -33,7 +33,7 @@ from _wait import wait_until
 from fastaiagent import Memory
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import normalize_text
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.facts.store import DEFAULT_LIMIT, FactStore
 
 BIG = "big"
@@ -311,7 +311,7 @@ def test_sqlite_delete_killed_midway_is_finished_by_a_repeat(
         )
 
     code = (
-        "from fastaiagent.facts.sqlite import SQLiteFactStore\n"
+        "from fastaiagent.facts.sqlite.store import SQLiteFactStore\n"
         f"s = SQLiteFactStore({str(sqlite_store.path)!r})\n"
         "s.delete_batch = 50\n"
         f"s.delete('user', {BIG!r})\n"
@@ -329,7 +329,7 @@ def test_sqlite_delete_killed_midway_is_finished_by_a_repeat(
 
 @pytest.fixture
 def pg_store(postgres_url: str, pg_table: str) -> Iterator[Any]:
-    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
     store = PostgresFactStore(postgres_url, table=pg_table)
     yield store
@@ -380,7 +380,7 @@ def test_postgres_delete_killed_midway_is_finished_by_a_repeat(
 
     child_url = f"{postgres_url}?application_name={name}"  # as the other backend tests name theirs
     code = (
-        "from fastaiagent.facts.postgres import PostgresFactStore\n"
+        "from fastaiagent.facts.postgres.store import PostgresFactStore\n"
         f"s = PostgresFactStore({child_url!r}, table={pg_store.table!r})\n"
         "s.delete_batch = 100\n"
         f"s.delete('user', {BIG!r})\n"
@@ -398,7 +398,7 @@ def test_postgres_delete_killed_midway_is_finished_by_a_repeat(
 
 @pytest.fixture
 def redis_store(redis_url: str, redis_prefix: str) -> Iterator[Any]:
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     store = RedisFactStore(redis_url, prefix=redis_prefix)
     yield store
@@ -416,7 +416,7 @@ def test_redis_big_user_one_fact_paths_and_forget_while_ping_answers(
     # The slow log and its threshold are the whole server's: a server of the test's own.
     import redis
 
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     redis_store = RedisFactStore(own_redis_url, prefix=redis_prefix)
     load_redis(redis_store, 100_000)
@@ -457,7 +457,7 @@ def test_redis_delete_killed_midway_is_finished_by_a_repeat(
         return sum(c["name"] == redis_store.client_name for c in client.client_list())
 
     code = (
-        "from fastaiagent.facts.redis import RedisFactStore\n"
+        "from fastaiagent.facts.redis.store import RedisFactStore\n"
         f"s = RedisFactStore({redis_url!r}, prefix={redis_prefix!r})\n"
         "s.delete_batch = 50\n"
         f"s.delete('user', {BIG!r})\n"

@@ -23,7 +23,7 @@ class TestSQLiteConformance(FactStoreConformance):
 class TestPostgresConformance(FactStoreConformance):
     @pytest.fixture
     def store(self, postgres_url: str, pg_table: str) -> Iterator[FactStore]:
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         self.app_name = pg_table
         s = PostgresFactStore(
@@ -46,7 +46,7 @@ class TestPostgresConformance(FactStoreConformance):
         assert killed, "the store should hold at least one connection"
 
     def unreachable_store(self) -> FactStore:
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         return PostgresFactStore("postgresql://postgres@127.0.0.1:1/test", timeout=2.0)
 
@@ -55,7 +55,7 @@ class TestPostgresConformance(FactStoreConformance):
 class TestRedisConformance(FactStoreConformance):
     @pytest.fixture
     def store(self, redis_url: str, redis_prefix: str) -> Iterator[FactStore]:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         s = RedisFactStore(redis_url, prefix=redis_prefix)
         self.url, self.prefix = redis_url, redis_prefix
@@ -76,6 +76,6 @@ class TestRedisConformance(FactStoreConformance):
         admin.close()
 
     def unreachable_store(self) -> FactStore:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         return RedisFactStore("redis://127.0.0.1:1/0", prefix="unreachable")

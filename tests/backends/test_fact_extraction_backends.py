@@ -42,7 +42,7 @@ def extractor() -> FunctionLLM:
 )
 def store(request: pytest.FixtureRequest) -> Iterator[FactStore]:
     if request.param == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         pg = PostgresFactStore(
             request.getfixturevalue("postgres_url"), table=request.getfixturevalue("pg_table")
@@ -50,7 +50,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[FactStore]:
         yield pg
         pg.close()
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         rd = RedisFactStore(
             request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix")

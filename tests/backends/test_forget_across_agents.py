@@ -36,11 +36,11 @@ def ctx(user: str) -> RunContext:
 def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Any]:
     """One fact store object that every agent of a test shares (one location)."""
     if request.param == "sqlite":
-        from fastaiagent.facts.sqlite import SQLiteFactStore
+        from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
         yield SQLiteFactStore(tmp_path / "facts.db")
     elif request.param == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
         pg = PostgresFactStore(url, table=table, max_pool_size=4)
@@ -50,7 +50,7 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Any]:
 
         drop_tables(url, f"{table}_windows")
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         rd = RedisFactStore(request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix"))
         yield rd

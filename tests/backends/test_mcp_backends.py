@@ -43,12 +43,12 @@ TOKENS = {TOKEN_ALICE: "alice", TOKEN_BOB: "bob"}
 )
 def memory(request: pytest.FixtureRequest) -> Iterator[Memory]:
     if request.param == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
         store = PostgresFactStore(url, max_pool_size=4, table=table)
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
         store = RedisFactStore(url, prefix=prefix)

@@ -45,17 +45,17 @@ class Clock:
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FactStore]:
     made: Any
     if request.param == "sqlite":
-        from fastaiagent.facts.sqlite import SQLiteFactStore
+        from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
         made = SQLiteFactStore(tmp_path / "facts.db")
     elif request.param == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         made = PostgresFactStore(
             request.getfixturevalue("postgres_url"), table=request.getfixturevalue("pg_table")
         )
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         made = RedisFactStore(
             request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix")

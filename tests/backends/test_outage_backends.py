@@ -212,7 +212,7 @@ def _cut_and_restore(relay: Relay, location: Any, monkeypatch: pytest.MonkeyPatc
 def test_postgres_going_away_and_coming_back(
     postgres_url: str, pg_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
     port = int(re.search(r":(\d+)/", postgres_url).group(1))  # type: ignore[union-attr]
     relay = Relay(port)
@@ -229,7 +229,7 @@ def test_postgres_going_away_and_coming_back(
 def test_redis_going_away_and_coming_back(
     redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     port = int(re.search(r":(\d+)/", redis_url).group(1))  # type: ignore[union-attr]
     relay = Relay(port)

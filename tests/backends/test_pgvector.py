@@ -22,8 +22,8 @@ pytestmark = pytest.mark.postgres
 psycopg = require_module("psycopg")
 np = require_module("numpy")
 
-from fastaiagent.facts.postgres import PostgresFactStore  # noqa: E402
-from fastaiagent.facts.postgres_vectors import PostgresVectorIndex  # noqa: E402
+from fastaiagent.facts.postgres.store import PostgresFactStore  # noqa: E402
+from fastaiagent.facts.postgres.vectors import PostgresVectorIndex  # noqa: E402
 
 DIM = 16
 

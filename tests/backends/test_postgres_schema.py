@@ -26,9 +26,9 @@ from fastaiagent.learn import Fact
 pytestmark = pytest.mark.postgres
 psycopg = require_module("psycopg")  # a missing driver fails under CI=true
 
-from fastaiagent.facts.postgres import PostgresFactStore  # noqa: E402
-from fastaiagent.facts.postgres_schema import index_names  # noqa: E402
-from fastaiagent.facts.postgres_windows import PostgresWindowStore  # noqa: E402
+from fastaiagent.facts.postgres.schema import index_names  # noqa: E402
+from fastaiagent.facts.postgres.store import PostgresFactStore  # noqa: E402
+from fastaiagent.facts.postgres.windows import PostgresWindowStore  # noqa: E402
 
 
 def _old_fact_table(conn, table: str) -> None:  # type: ignore[no-untyped-def]

@@ -19,8 +19,8 @@ from fastaiagent.learn import Fact, make_fact_store
 pytestmark = pytest.mark.postgres
 psycopg = require_module("psycopg")  # a missing driver fails under CI=true
 
-from fastaiagent.facts.postgres import PostgresFactStore  # noqa: E402
-from fastaiagent.facts.postgres_schema import index_names  # noqa: E402
+from fastaiagent.facts.postgres.schema import index_names  # noqa: E402
+from fastaiagent.facts.postgres.store import PostgresFactStore  # noqa: E402
 
 
 def _connections(url: str, app: str) -> int:
@@ -125,7 +125,7 @@ def test_pool_closes_at_interpreter_exit(app_url: str, pg_table: str) -> None:
     script = (
         "import sys\n"
         "from fastaiagent.learn import Fact\n"
-        "from fastaiagent.facts.postgres import PostgresFactStore\n"
+        "from fastaiagent.facts.postgres.store import PostgresFactStore\n"
         f"store = PostgresFactStore({app_url!r}, min_pool_size=2, table={pg_table!r})\n"
         "store.add(Fact('x', scope='user', scope_id='u'))\n"
         "assert store._finalizer.atexit and store._finalizer.alive\n"

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.postgres
 psycopg = require_module("psycopg")  # a missing driver fails under CI=true
 require_module("numpy")
 
-from fastaiagent.facts.postgres import PostgresFactStore  # noqa: E402
-from fastaiagent.facts.postgres_vectors import PostgresVectorIndex  # noqa: E402
+from fastaiagent.facts.postgres.store import PostgresFactStore  # noqa: E402
+from fastaiagent.facts.postgres.vectors import PostgresVectorIndex  # noqa: E402
 
 SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta")
 

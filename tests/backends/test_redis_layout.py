@@ -29,9 +29,9 @@ from fastaiagent.learn import SOURCE_CONVERSATION, Fact
 pytestmark = pytest.mark.redis
 redis = require_module("redis")  # a missing driver fails under CI=true
 
-from fastaiagent.facts.redis import LAYOUT_VERSION, RedisFactStore  # noqa: E402
-from fastaiagent.facts.redis_layout import escape_part  # noqa: E402
-from fastaiagent.facts.redis_windows import RedisWindowStore  # noqa: E402
+from fastaiagent.facts.redis.layout import escape_part  # noqa: E402
+from fastaiagent.facts.redis.store import LAYOUT_VERSION, RedisFactStore  # noqa: E402
+from fastaiagent.facts.redis.windows import RedisWindowStore  # noqa: E402
 from fastaiagent.facts.windows import WindowKey  # noqa: E402
 
 BASE = 1_700_000_000.0

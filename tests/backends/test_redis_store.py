@@ -20,8 +20,8 @@ pytestmark = pytest.mark.redis
 redis = require_module("redis")  # a missing driver fails under CI=true
 
 
-from fastaiagent.facts.redis import LAYOUT_VERSION, RedisFactStore  # noqa: E402
-from fastaiagent.facts.redis_layout import ROW_FIELDS, escape_part, unescape_part  # noqa: E402
+from fastaiagent.facts.redis.layout import ROW_FIELDS, escape_part, unescape_part  # noqa: E402
+from fastaiagent.facts.redis.store import LAYOUT_VERSION, RedisFactStore  # noqa: E402
 
 
 def _raw(url: str):  # type: ignore[no-untyped-def]

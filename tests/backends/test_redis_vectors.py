@@ -24,8 +24,8 @@ from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 pytestmark = pytest.mark.redis
 redis = require_module("redis")  # a missing driver fails under CI=true
 
-from fastaiagent.facts.redis import RedisFactStore, escape_part  # noqa: E402
-from fastaiagent.facts.redis_vectors import VECTORS_LAYOUT, RedisVectorIndex  # noqa: E402
+from fastaiagent.facts.redis.store import RedisFactStore, escape_part  # noqa: E402
+from fastaiagent.facts.redis.vectors import VECTORS_LAYOUT, RedisVectorIndex  # noqa: E402
 
 NS = "user:alice"
 

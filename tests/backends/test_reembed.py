@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from _vector_fakes import WordHashEmbedder
 
 from fastaiagent import Memory
-from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, identity_of
-from fastaiagent.facts.reembed import Reembedding, background_job
+from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, identity_of
+from fastaiagent.facts.index.reembed import Reembedding, background_job
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 
 BACKENDS = [
@@ -61,16 +61,16 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 
     def opener(name: str = "main") -> Any:
         if request.param == "sqlite":
-            from fastaiagent.facts.sqlite import SQLiteFactStore
+            from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
             stores.append(SQLiteFactStore(tmp_path / f"{name}.db"))
         elif request.param == "postgres":
-            from fastaiagent.facts.postgres import PostgresFactStore
+            from fastaiagent.facts.postgres.store import PostgresFactStore
 
             table = request.getfixturevalue("pg_table")
             stores.append(PostgresFactStore(request.getfixturevalue("postgres_url"), table=f"{table}{name}"))
         else:
-            from fastaiagent.facts.redis import RedisFactStore
+            from fastaiagent.facts.redis.store import RedisFactStore
 
             prefix = request.getfixturevalue("redis_prefix")
             stores.append(RedisFactStore(request.getfixturevalue("redis_url"), prefix=f"{prefix}{name}"))
@@ -166,7 +166,7 @@ def test_another_size_goes_to_a_new_index_and_is_never_mixed(open_store) -> None
 def test_recall_leaves_an_earlier_models_vectors_out_and_reembeds_them(open_store, caplog) -> None:
     from fastaiagent.agent.memory_blocks.vector import VectorBlock
 
-    caplog.set_level("INFO", logger="fastaiagent.facts.reembed")
+    caplog.set_level("INFO", logger="fastaiagent.facts.index.reembed")
     index = open_store().vector_store()
     namespace = f"user:u{uuid.uuid4().hex[:8]}"  # what Memory(recall="auto") names a user's recall
     _fill(index, ModelEmbedder("one"), namespace)

@@ -12,12 +12,12 @@ from fastaiagent.errors import InvalidValueError
 
 def _stores(request: pytest.FixtureRequest, kind: str) -> Any:
     if kind == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         return PostgresFactStore(
             request.getfixturevalue("postgres_url"), table=request.getfixturevalue("pg_table")
         )
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     return RedisFactStore(
         request.getfixturevalue("redis_url"), prefix=request.getfixturevalue("redis_prefix")

@@ -21,7 +21,7 @@ import pytest
 from _env import require_module
 from fastaiagent._schema import VERSION_TABLE
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.sqlite import FACTS_SCHEMA, SQLiteFactStore
+from fastaiagent.facts.sqlite.store import FACTS_SCHEMA, SQLiteFactStore
 from fastaiagent.facts.timeline import versions
 
 T0 = 1_700_000_000.0
@@ -83,8 +83,8 @@ def test_a_version_2_sqlite_file_gets_the_two_times(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_a_version_2_postgres_table_gets_the_two_times(postgres_url: str, pg_table: str) -> None:
     psycopg = require_module("psycopg")
-    from fastaiagent.facts.postgres import PostgresFactStore
-    from fastaiagent.facts.postgres_schema import index_names
+    from fastaiagent.facts.postgres.schema import index_names
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
     names = index_names(pg_table)
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -182,7 +182,7 @@ def _layout5_supersede(raw: Any, prefix: str, old: int, new: int) -> None:
 @pytest.mark.redis
 def test_a_layout_5_redis_namespace_gets_the_two_times(redis_url: str, redis_prefix: str) -> None:
     redis = require_module("redis")
-    from fastaiagent.facts.redis import LAYOUT_VERSION, RedisFactStore
+    from fastaiagent.facts.redis.store import LAYOUT_VERSION, RedisFactStore
 
     raw = redis.Redis.from_url(redis_url, decode_responses=True)
     _layout5_fact(raw, redis_prefix, 1, "Lives in Paris", "alice", T0)

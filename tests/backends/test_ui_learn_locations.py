@@ -28,12 +28,12 @@ EXTRACTED = '{"facts": [{"fact": "Answers in British English", "replaces": null}
 @pytest.fixture(params=SERVERS)
 def store(request, tmp_path) -> Iterator[FactStore]:
     if request.param == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
         s: FactStore = PostgresFactStore(url, table=table, max_pool_size=2)
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
         s = RedisFactStore(url, prefix=prefix)

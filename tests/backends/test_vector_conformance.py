@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from _env import drop_tables, missing
-from fastaiagent.facts.vector_conformance import StoredVectorIndexConformance
+from fastaiagent.facts.conformance import StoredVectorIndexConformance
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -35,7 +35,7 @@ def _backend_module(name: str) -> Any:
 
 
 def _sqlite(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Callable[[], None]]) -> Callable[[], Any]:
-    from fastaiagent.facts.sqlite import SQLiteFactStore
+    from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
     _backend_module("sqlite")
     path = request.getfixturevalue("tmp_path") / "memory.db"
@@ -54,7 +54,7 @@ def _postgres(
     server: str = "postgres_url",
 ) -> Callable[[], Any]:
     _backend_module("postgres")
-    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
     url, table = request.getfixturevalue(server), request.getfixturevalue("pg_table")
     pgvector = server == "pgvector_url"
@@ -80,7 +80,7 @@ def _postgres(
 
 def _redis(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Callable[[], None]]) -> Callable[[], Any]:
     _backend_module("redis")
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
 

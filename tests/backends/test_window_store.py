@@ -15,7 +15,7 @@ import pytest
 from _env import drop_tables
 from _wait import wait_until
 from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
-from fastaiagent.facts.sqlite import MemoryStore
+from fastaiagent.facts.sqlite.store import MemoryStore
 from fastaiagent.facts.windows import check_ttl
 
 ALICE = WindowKey("agent", "proj", "alice")
@@ -27,7 +27,7 @@ def windows(request, tmp_path) -> Iterator[WindowStore]:
     if request.param == "sqlite":
         yield window_store_for(MemoryStore(tmp_path / "w.db"))
     elif request.param == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
         facts = PostgresFactStore(url, table=table, max_pool_size=4)
@@ -35,7 +35,7 @@ def windows(request, tmp_path) -> Iterator[WindowStore]:
         facts.close()
         drop_tables(url, f"{table}_windows")
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
         facts = RedisFactStore(url, prefix=prefix)
@@ -139,7 +139,7 @@ def test_a_version_1_sqlite_windows_table_gets_the_user_index(tmp_path) -> None:
     import sqlite3
 
     from fastaiagent._schema import VERSION_TABLE
-    from fastaiagent.facts.sqlite_windows import _V1
+    from fastaiagent.facts.sqlite.windows import _V1
 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:  # a file written by the version-1 code
@@ -240,7 +240,7 @@ def test_a_repeated_write_that_already_landed_succeeds_again(windows, monkeypatc
 def test_postgres_windows_survive_dropped_connections(postgres_url, pg_table) -> None:
     import psycopg
 
-    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
     facts = PostgresFactStore(f"{postgres_url}?application_name={pg_table}", table=pg_table, max_pool_size=2)
     windows = window_store_for(facts)
@@ -262,7 +262,7 @@ def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg
     import psycopg
 
     from fastaiagent._schema import VERSION_TABLE
-    from fastaiagent.facts.postgres import PostgresFactStore
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
     table = f"{pg_table}_windows"
     component = f"windows:{table}"

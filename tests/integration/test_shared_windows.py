@@ -85,15 +85,15 @@ def make_memory(
     kind, url, name = spec
     store: Any
     if kind == "sqlite":
-        from fastaiagent.facts.sqlite import MemoryStore
+        from fastaiagent.facts.sqlite.store import MemoryStore
 
         store = MemoryStore(url)
     elif kind == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         store = PostgresFactStore(url, table=name, min_pool_size=1, max_pool_size=2)
     else:
-        from fastaiagent.facts.redis import RedisFactStore
+        from fastaiagent.facts.redis.store import RedisFactStore
 
         store = RedisFactStore(url, prefix=name)
     return Memory(store, user_id=_user_of, agent_id=agent_id, windows="shared", window=window)

@@ -18,8 +18,8 @@ from fastaiagent.agent.agent import Agent
 from fastaiagent.agent.memory import Memory
 from fastaiagent.agent.memory_blocks.summary import render_summary
 from fastaiagent.agent.windows import WindowKey
-from fastaiagent.facts.sqlite import MemoryStore
-from fastaiagent.facts.sqlite_windows import SQLiteWindowStore
+from fastaiagent.facts.sqlite.store import MemoryStore
+from fastaiagent.facts.sqlite.windows import SQLiteWindowStore
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import CannedLLM, FunctionLLM
 

@@ -20,18 +20,18 @@ def make_store(backend: str, tmp_path: Path, cleanups: list[Any]) -> Any:
     """A new fact store on ``backend``; ``cleanups`` collects what removes its data."""
     name = f"fa_int_{uuid.uuid4().hex[:10]}"
     if backend == "sqlite":
-        from fastaiagent.facts.sqlite import SQLiteFactStore
+        from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
         return SQLiteFactStore(tmp_path / f"{name}.db")
     if backend == "postgres":
-        from fastaiagent.facts.postgres import PostgresFactStore
+        from fastaiagent.facts.postgres.store import PostgresFactStore
 
         url = require_postgres(POSTGRES_URL)
         store = PostgresFactStore(url, table=name)
         cleanups.append(store.close)
         cleanups.append(lambda: drop_tables(url, name, f"{name}_items", f"{name}_windows"))
         return store
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     url = require_redis(REDIS_URL)
     store = RedisFactStore(url, prefix=name)

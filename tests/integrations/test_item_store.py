@@ -105,7 +105,7 @@ def test_bad_arguments_name_the_problem(items: ItemStore) -> None:
 
 
 def test_sqlite_table_is_versioned(tmp_path: Path) -> None:
-    from fastaiagent.facts.sqlite import SQLiteFactStore
+    from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
     path = tmp_path / "v.db"
     store = SQLiteFactStore(path)

@@ -137,7 +137,7 @@ def test_one_model_per_process_shared_across_threads(local_embedder):
 def test_peanut_fact_is_found_for_what_foods_to_avoid(local_embedder, tmp_path):
     from fastaiagent.facts.fact import Fact
     from fastaiagent.facts.semantic import SemanticFactIndex
-    from fastaiagent.facts.sqlite import MemoryStore
+    from fastaiagent.facts.sqlite.store import MemoryStore
 
     store = MemoryStore(tmp_path / "f.db")
     for text in [

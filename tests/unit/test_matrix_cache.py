@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastaiagent.facts.matrix_cache import MatrixCache
+from fastaiagent.facts.index.matrix import MatrixCache
 
 
 @dataclass

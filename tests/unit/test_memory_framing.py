@@ -61,7 +61,7 @@ def section(call: list[Message], heading: str) -> str:
 
 @pytest.fixture
 def mem_and_llm(tmp_path):
-    from fastaiagent.facts.sqlite import SQLiteFactStore
+    from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
     store = SQLiteFactStore(tmp_path / "facts.db")
     mem = Memory(location=store, user_id="alice", agent_id="support")
@@ -146,7 +146,7 @@ def extractor() -> FunctionLLM:
 
 
 def learning_agent(tmp_path, **memory_options):
-    from fastaiagent.facts.sqlite import SQLiteFactStore
+    from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
     store = SQLiteFactStore(tmp_path / f"{uuid.uuid4().hex}.db")
     mem = Memory(

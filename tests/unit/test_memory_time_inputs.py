@@ -9,7 +9,7 @@ import pytest
 from fastaiagent import Memory
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 

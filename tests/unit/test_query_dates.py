@@ -10,7 +10,7 @@ from _vector_fakes import WordHashEmbedder
 
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.query_cues import YEARS_BACK, date_cue
 from fastaiagent.kb.query_dates import read_times, time_spans

@@ -17,7 +17,7 @@ from fastaiagent.agent.memory_blocks.vector_context import (
     signals,
 )
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.llm.message import AssistantMessage, UserMessage
 

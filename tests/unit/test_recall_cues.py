@@ -320,7 +320,7 @@ def test_a_chunk_whose_role_is_not_a_str_is_recalled_beside_a_window() -> None:
 def test_a_lone_surrogate_is_stored_replaced_and_later_messages_are_recalled(tmp_path) -> None:
     """A message with a lone surrogate (JSON's "\\ud800") used to fail its batch,
     and, kept for the next try, every later write and recall of the user."""
-    from fastaiagent.facts.sqlite import SQLiteFactStore
+    from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
     store = SQLiteFactStore(tmp_path / "memory.db")
     memory = VectorBlock(store.vector_store(), embedder=WordHashEmbedder(), min_content_chars=1)

@@ -15,7 +15,7 @@ from fastaiagent.agent.memory_blocks.vector_following import (
     lower_questions,
 )
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.llm.message import AssistantMessage, UserMessage

@@ -20,8 +20,8 @@ import pytest
 from fastaiagent._schema import VERSION_TABLE
 from fastaiagent._sqlite import ThreadConnections
 from fastaiagent.errors import SchemaVersionError
-from fastaiagent.facts.sqlite import FACTS_SCHEMA, SQLiteFactStore
-from fastaiagent.facts.sqlite_windows import SQLiteWindowStore, windows_schema
+from fastaiagent.facts.sqlite.store import FACTS_SCHEMA, SQLiteFactStore
+from fastaiagent.facts.sqlite.windows import SQLiteWindowStore, windows_schema
 from fastaiagent.facts.windows import WindowKey
 from fastaiagent.learn import Fact
 from fastaiagent.trace.store import TRACE_SCHEMA, SpanRecord, TraceStore

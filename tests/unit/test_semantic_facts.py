@@ -9,7 +9,7 @@ from _vector_fakes import WordHashEmbedder
 
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.semantic import SemanticFactIndex, subject_namespace
-from fastaiagent.facts.sqlite import MemoryStore
+from fastaiagent.facts.sqlite.store import MemoryStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.protocols import DimensionMismatchError
 

@@ -9,7 +9,7 @@ import pytest
 from fastaiagent import Agent, Memory
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts import scoping
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.facts.windows import WindowKey
 from fastaiagent.testing import FunctionLLM, echo_llm
 

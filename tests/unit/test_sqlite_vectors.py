@@ -15,14 +15,14 @@ import pytest
 from _env import require_module
 from fastaiagent.errors import SchemaVersionError
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.facts.vectors import HoldsVectors, text_key
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 
 require_module("numpy")
 
-from fastaiagent.facts.sqlite_vectors import SQLiteVectorIndex  # noqa: E402
-from fastaiagent.facts.sqlite_vectors_schema import vectors_schema  # noqa: E402
+from fastaiagent.facts.sqlite.vectors import SQLiteVectorIndex  # noqa: E402
+from fastaiagent.facts.sqlite.vectors_schema import vectors_schema  # noqa: E402
 
 T = "memory_vectors"
 TABLES = (T, f"{T}_vec", f"{T}_cache", f"{T}_ns", f"{T}_kw")
@@ -180,7 +180,7 @@ def test_bad_table_name_and_store_type_are_refused(path: Path) -> None:
 
 _CHILD = """
 import sys
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.protocols import Chunk
 index = SQLiteFactStore(sys.argv[1]).vector_store()
 action = sys.argv[2]
@@ -291,7 +291,7 @@ def test_search_recorded_ranks_only_the_namespaces_chunks_of_the_spans(index: SQ
 
 
 def test_a_span_holding_too_many_chunks_lists_none(index: SQLiteVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fastaiagent.facts.sqlite_vectors as module
+    import fastaiagent.facts.sqlite.vectors as module
 
     index.add([_dated(f"a{i}", "a", [1.0, float(i)], float(i)) for i in range(6)])
     monkeypatch.setattr(module, "RECORDED_LIMIT", 5)

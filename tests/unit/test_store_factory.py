@@ -130,12 +130,12 @@ def test_non_string_non_store_is_a_type_error(location: object) -> None:
 @pytest.mark.parametrize(
     ("url", "driver", "modules", "extra"),
     [
-        ("postgres://u@h/db", "psycopg", ["fastaiagent.facts.postgres"], "postgres"),
-        ("postgresql://u@h/db", "psycopg_pool", ["fastaiagent.facts.postgres"], "postgres"),
+        ("postgres://u@h/db", "psycopg", ["fastaiagent.facts.postgres.store"], "postgres"),
+        ("postgresql://u@h/db", "psycopg_pool", ["fastaiagent.facts.postgres.store"], "postgres"),
         (
             "redis://h:6379/0",
             "redis",
-            ["fastaiagent.facts.redis", "fastaiagent.facts.redis_client"],
+            ["fastaiagent.facts.redis.store", "fastaiagent.facts.redis.client"],
             "redis",
         ),
     ],

@@ -165,7 +165,7 @@ def test_pages_hold_fifty_newest_first(store, tmp_path):
 
 
 def test_a_store_that_is_down_gets_an_error_page(tmp_path):
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
     dead = RedisFactStore("redis://127.0.0.1:1/0", socket_timeout=0.5)
     response = _client(dead, tmp_path).get("/memory")

@@ -16,7 +16,7 @@ from fastaiagent.agent.memory_blocks.background import AfterReplyBlock, Backgrou
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_config import MemoryConfig
-from fastaiagent.facts.reembed import stop_background_job
+from fastaiagent.facts.index.reembed import stop_background_job
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
 

@@ -1,7 +1,7 @@
 """Durable facts: the Fact record, scoping rules, the FactStore contract and its stores.
 
 ``SQLiteFactStore`` (the default), ``PostgresFactStore`` and ``RedisFactStore``
-implement :class:`FactStore`; :mod:`fastaiagent.facts.conformance` checks any
+implement :class:`FactStore`; :mod:`fastaiagent.facts.conformance.facts` checks any
 implementation. The Postgres and Redis stores import their drivers only when
 used, so this package imports with no extras installed.
 """
@@ -19,16 +19,16 @@ from fastaiagent.facts.fact import (
 )
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
-from fastaiagent.facts.sqlite import MemoryStore, SQLiteFactStore
+from fastaiagent.facts.sqlite.store import MemoryStore, SQLiteFactStore
 from fastaiagent.facts.store import FactStore, SubjectCount
 
 if TYPE_CHECKING:
-    from fastaiagent.facts.postgres import PostgresFactStore
-    from fastaiagent.facts.redis import RedisFactStore
+    from fastaiagent.facts.postgres.store import PostgresFactStore
+    from fastaiagent.facts.redis.store import RedisFactStore
 
 _LAZY = {
-    "PostgresFactStore": "fastaiagent.facts.postgres",
-    "RedisFactStore": "fastaiagent.facts.redis",
+    "PostgresFactStore": "fastaiagent.facts.postgres.store",
+    "RedisFactStore": "fastaiagent.facts.redis.store",
 }
 
 

@@ -24,7 +24,7 @@ class StoreCapabilities:
     backend_class: ClassVar[str]  # the class prefix: "SQLite", "Postgres" or "Redis"
 
     def _capability(self, module: str, suffix: str) -> Any:
-        found = importlib.import_module(f"fastaiagent.facts.{self.backend}_{module}")
+        found = importlib.import_module(f"fastaiagent.facts.{self.backend}.{module}")
         return getattr(found, self.backend_class + suffix)(self)
 
     def window_store(self) -> Any:

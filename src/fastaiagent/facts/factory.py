@@ -65,20 +65,20 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
     """
     if isinstance(location, str):
         if location == "sqlite":
-            from fastaiagent.facts.sqlite import SQLiteFactStore
+            from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
             return SQLiteFactStore()
         if location.startswith(SQLITE_PREFIX):
-            from fastaiagent.facts.sqlite import SQLiteFactStore
+            from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
             return SQLiteFactStore(sqlite_url_path(location))
         if location.startswith(POSTGRES_SCHEMES):
-            from fastaiagent.facts.postgres import PostgresFactStore
+            from fastaiagent.facts.postgres.store import PostgresFactStore
 
             url, table = split_location_option(location, "table")
             return PostgresFactStore(url) if table is None else PostgresFactStore(url, table=table)
         if location.startswith(REDIS_SCHEMES):
-            from fastaiagent.facts.redis import RedisFactStore
+            from fastaiagent.facts.redis.store import RedisFactStore
 
             url, prefix = split_location_option(location, "prefix")
             return RedisFactStore(url) if prefix is None else RedisFactStore(url, prefix=prefix)

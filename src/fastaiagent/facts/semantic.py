@@ -30,9 +30,9 @@ from urllib.parse import quote
 
 from fastaiagent._validate import fraction, number, one_of, positive_int
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, identity_of
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
+from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, identity_of
+from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
 from fastaiagent.facts.validity import moment_or_now
@@ -420,7 +420,7 @@ class SemanticFactIndex:
 
     def _own_model(self, hits: list[Any], namespace: str) -> list[Any]:
         """The hits embedded by this index's embedder; vectors of an earlier model are
-        left out of the ranking and re-embedded in the background (facts/reembed.py)."""
+        left out of the ranking and re-embedded in the background (facts/index/reembed.py)."""
         identity = identity_of(self.embedder)
         kept = [h for h in hits if not foreign(h.chunk.metadata, identity)]
         if len(kept) < len(hits):

@@ -35,7 +35,7 @@ class FactStore(Protocol):
     """Durable facts, scoped by (scope, scope_id, project_id).
 
     The scoping rules live in :mod:`fastaiagent.facts.scoping`; run
-    :mod:`fastaiagent.facts.conformance` to check an implementation.
+    :mod:`fastaiagent.facts.conformance.facts` to check an implementation.
     """
 
     def add(self, fact: Fact) -> int:

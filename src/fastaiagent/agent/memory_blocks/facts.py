@@ -175,7 +175,7 @@ class FactExtractionBlock(MemoryBlock):
         check_clock(clock)
         self.clock = clock
         if store is None and self.persist:
-            from fastaiagent.facts.sqlite import SQLiteFactStore
+            from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
             store = SQLiteFactStore()  # touches no file until the first write
         self.store = store

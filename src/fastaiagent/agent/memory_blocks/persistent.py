@@ -154,7 +154,7 @@ class PersistentFactBlock(MemoryBlock):
     @property
     def store(self) -> FactStore:
         if self._store is None:
-            from fastaiagent.facts.sqlite import SQLiteFactStore
+            from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
             self._store = SQLiteFactStore()
         return self._store

@@ -33,8 +33,8 @@ from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, impo
 from fastaiagent.agent.memory_blocks.vector_following import MAX_FOLLOW_TURNS, QUESTION_DROP
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
-from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
-from fastaiagent.facts.reembed import foreign, reembed_in_background, stop_background_job
+from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
+from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.facts.vectors import recorded_at

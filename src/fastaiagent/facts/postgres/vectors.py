@@ -19,7 +19,7 @@ namespace's matrix in memory (LRU, bounded by ``cache_bytes``) and checks it
 with one indexed statement per search, which also returns what was written
 since (a removal reloads the namespace). A per-user namespace is small, so
 exact search stays in milliseconds. With the pgvector extension
-(:mod:`fastaiagent.facts.pgvector`) the vectors are also written to a ``vector``
+(:mod:`fastaiagent.facts.postgres.pgvector`) the vectors are also written to a ``vector``
 column, and a namespace this process holds no copy of yet is searched in the
 server while its copy loads in the background.
 """
@@ -37,10 +37,9 @@ from fastaiagent._optional import require
 from fastaiagent._validate import boolean, integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts import pgvector
-from fastaiagent.facts import postgres_keywords as keywords
-from fastaiagent.facts.matrix_cache import MatrixCache
-from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
+from fastaiagent.facts.index.matrix import MatrixCache
+from fastaiagent.facts.postgres import keywords, pgvector
+from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text, text_key
 from fastaiagent.kb.protocols import (
@@ -55,7 +54,7 @@ from fastaiagent.kb.protocols import (
     wanted_keys,
 )
 
-logger = logging.getLogger("fastaiagent.facts.postgres_vectors")
+logger = logging.getLogger("fastaiagent.facts.postgres.vectors")
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _NONE = -1  # an epoch no namespace has (the sequence starts at 1): read everything
@@ -202,7 +201,7 @@ class _Matrix:
 
 class PostgresVectorIndex:
     """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
-    :class:`~fastaiagent.facts.postgres.PostgresFactStore`'s database (see the module doc).
+    :class:`~fastaiagent.facts.postgres.store.PostgresFactStore`'s database (see the module doc).
 
     Thread-safe, and safe across processes and hosts: each search checks its
     in-memory copy of the namespace against the database first. ``dimension``
@@ -599,7 +598,7 @@ class PostgresVectorIndex:
     def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
         """``(chunk id, score)`` of the best BM25 keyword matches in ``namespace``
         (any keyword matches; scored with the namespace's own statistics, see
-        :mod:`fastaiagent.facts.postgres_keywords`), best first."""
+        :mod:`fastaiagent.facts.postgres.keywords`), best first."""
         check_top_k(top_k)
         check_text("query", query, allow_empty=True)
         wanted_keys(namespace, False)

@@ -47,10 +47,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from fastaiagent.facts.conformance.validity import ValidityConformance
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import MAX_FACT_CHARS, normalize_text
 from fastaiagent.facts.store import DELETE_BATCH, FactStore
-from fastaiagent.facts.validity_conformance import ValidityConformance
 
 __all__ = ["FactStoreConformance"]
 

@@ -15,7 +15,6 @@ from fastaiagent._paths import default_db_path
 from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
 from fastaiagent._validate import integer
-from fastaiagent.facts._sql import as_of_clause, browse_where, selector_where, valid_clause
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
 from fastaiagent.facts.scoping import (
@@ -30,6 +29,7 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
+from fastaiagent.facts.sql_clauses import as_of_clause, browse_where, selector_where, valid_clause
 from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 

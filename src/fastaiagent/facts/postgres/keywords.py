@@ -6,7 +6,7 @@ lexeme naming its namespace, and ``ntokens``, its token count. A trigger keeps
 each namespace's document count and token total in ``<t>_vector_ns``. A search
 lets the GIN index pick candidates of the namespace (``ts_rank`` order), then
 scores them with BM25 on the namespace's own statistics
-(:mod:`fastaiagent.facts.keyword_scoring`), as the SQLite and in-process indexes
+(:mod:`fastaiagent.facts.index.keywords`), as the SQLite and in-process indexes
 do: one user's ranking never depends on what other users said.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from fastaiagent.facts.keyword_scoring import bm25_top
+from fastaiagent.facts.index.keywords import bm25_top
 from fastaiagent.kb.bm25 import tokenize
 
 CANDIDATES = 200  # GIN matches rescored with the namespace's statistics

@@ -25,10 +25,9 @@ from fastaiagent.errors import (
     StoreUnavailableError,
 )
 from fastaiagent.facts import outage
-from fastaiagent.facts._sql import as_of_clause, browse_where, selector_where
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
-from fastaiagent.facts.postgres_schema import FactTable
+from fastaiagent.facts.postgres.schema import FactTable
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
@@ -41,6 +40,7 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
+from fastaiagent.facts.sql_clauses import as_of_clause, browse_where, selector_where
 from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 

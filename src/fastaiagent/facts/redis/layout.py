@@ -33,7 +33,7 @@ ROW_FIELDS = (
     "created_at",
 )
 if tuple(f.name for f in dataclasses.fields(Fact))[: len(ROW_FIELDS)] != ROW_FIELDS:
-    raise ImportError("Fact's fields changed: update ROW_FIELDS in fastaiagent.facts.redis_layout")
+    raise ImportError("Fact's fields changed: update ROW_FIELDS in fastaiagent.facts.redis.layout")
 ROW_LEN = len(ROW_FIELDS)
 ID_WIDTH = 20  # digits of a sorted-set member; the Lua scripts hard-code it too
 

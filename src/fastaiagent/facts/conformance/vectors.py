@@ -6,8 +6,8 @@ same storage (a fresh, empty one per test), the way a restarted process or a
 second worker would::
 
     import pytest
-    from fastaiagent.facts.sqlite import SQLiteFactStore
-    from fastaiagent.facts.vector_conformance import StoredVectorIndexConformance
+    from fastaiagent.facts.sqlite.store import SQLiteFactStore
+    from fastaiagent.facts.conformance import StoredVectorIndexConformance
 
     class TestMyIndex(StoredVectorIndexConformance):
         @pytest.fixture

@@ -1,4 +1,4 @@
-"""The Lua scripts of :class:`~fastaiagent.facts.redis.RedisFactStore`.
+"""The Lua scripts of :class:`~fastaiagent.facts.redis.store.RedisFactStore`.
 
 Every write is one script call, so Redis runs it atomically: no WATCH, no
 client-side retries, and a connection lost before the call lands writes

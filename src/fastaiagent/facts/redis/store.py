@@ -64,11 +64,11 @@ from fastaiagent.errors import (
     InvalidValueError,
     SchemaVersionError,
 )
-from fastaiagent.facts import _redis_lua as lua
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
-from fastaiagent.facts.redis_client import guarded_client, unavailable
-from fastaiagent.facts.redis_layout import (
+from fastaiagent.facts.redis import lua
+from fastaiagent.facts.redis.client import guarded_client, unavailable
+from fastaiagent.facts.redis.layout import (
     ROW_LEN,
     escape_part,
     fact_row,

@@ -23,7 +23,7 @@ from fastaiagent.facts.items import (
     prefix_range,
     scan_filter,
 )
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
 DEFAULT_TABLE = "namespaced_items"
 PURGE_EVERY = 1000  # writes between sweeps of expired rows (reads ignore them anyway)
@@ -58,7 +58,7 @@ def _item(row: Sequence[Any]) -> StoredItem:
 
 
 class SQLiteItemStore:
-    """Items in a table of a :class:`~fastaiagent.facts.sqlite.SQLiteFactStore` file
+    """Items in a table of a :class:`~fastaiagent.facts.sqlite.store.SQLiteFactStore` file
     (the :class:`~fastaiagent.facts.items.ItemStore` contract). A batch of writes
     is one ``BEGIN IMMEDIATE`` transaction."""
 

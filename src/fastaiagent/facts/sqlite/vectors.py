@@ -23,10 +23,10 @@ from fastaiagent._sqlite import migrate
 from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.keyword_scoring import bm25_top
-from fastaiagent.facts.matrix_cache import MatrixCache
-from fastaiagent.facts.sqlite import SQLiteFactStore
-from fastaiagent.facts.sqlite_vectors_schema import (
+from fastaiagent.facts.index.keywords import bm25_top
+from fastaiagent.facts.index.matrix import MatrixCache
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
+from fastaiagent.facts.sqlite.vectors_schema import (
     RECORDED,
     fts_match,
     namespace_token,
@@ -80,7 +80,7 @@ class _Matrix:
 
 class SQLiteVectorIndex:
     """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
-    :class:`~fastaiagent.facts.sqlite.SQLiteFactStore` file (see the module doc).
+    :class:`~fastaiagent.facts.sqlite.store.SQLiteFactStore` file (see the module doc).
 
     Thread-safe (per-thread connections; writes are ``BEGIN IMMEDIATE``
     transactions) and safe across processes sharing the file: each search

@@ -33,8 +33,8 @@ from fastaiagent.facts.items import (
     encode_namespace,
     prefix_range,
 )
-from fastaiagent.facts.redis import RedisFactStore
-from fastaiagent.facts.redis_client import unavailable
+from fastaiagent.facts.redis.client import unavailable
+from fastaiagent.facts.redis.store import RedisFactStore
 
 ITEMS_LAYOUT = "1"
 PURGE_EVERY = 1000  # writes per process between sweeps of expired items

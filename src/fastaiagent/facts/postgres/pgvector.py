@@ -1,7 +1,7 @@
 """pgvector for the Postgres vector index: a ``vector`` column and search in the server.
 
 When the ``vector`` extension is installed in the database (or available and
-this role may create it), :class:`~fastaiagent.facts.postgres_vectors.PostgresVectorIndex`
+this role may create it), :class:`~fastaiagent.facts.postgres.vectors.PostgresVectorIndex`
 also writes every chunk's normalised vector to an ``embedding vector`` column.
 What that buys:
 
@@ -22,10 +22,10 @@ import logging
 from typing import Any
 
 from fastaiagent.errors import MissingExtraError
-from fastaiagent.facts.postgres import sql
+from fastaiagent.facts.postgres.store import sql
 from fastaiagent.facts.schema import advisory_lock
 
-logger = logging.getLogger("fastaiagent.facts.pgvector")
+logger = logging.getLogger("fastaiagent.facts.postgres.pgvector")
 
 BACKFILL_BATCH = 1000  # rows converted per statement when an older table gains the column
 

@@ -5,7 +5,7 @@ as in the fact store) with fields ``v`` (version) and ``s`` (state). Redis
 expires idle windows itself (PEXPIRE on every write). Loads and saves are
 one script call each; outages raise
 :class:`~fastaiagent.errors.StoreUnavailableError` (see
-:func:`fastaiagent.facts.redis_client.unavailable`).
+:func:`fastaiagent.facts.redis.client.unavailable`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from fastaiagent._validate import text
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.redis import RedisFactStore
-from fastaiagent.facts.redis_client import unavailable
-from fastaiagent.facts.redis_layout import escape_part, glob_escape
+from fastaiagent.facts.redis.client import unavailable
+from fastaiagent.facts.redis.layout import escape_part, glob_escape
+from fastaiagent.facts.redis.store import RedisFactStore
 from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
 
 # Returns {} when missing, {v} when the caller holds that version, else {v, s}.

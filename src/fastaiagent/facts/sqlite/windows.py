@@ -9,7 +9,7 @@ from typing import Any
 from fastaiagent._schema import Schema
 from fastaiagent._sqlite import migrate
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.sqlite import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
 
 DEFAULT_TABLE = "conversation_windows"
@@ -42,7 +42,7 @@ def windows_schema(table: str) -> Schema:
 
 
 class SQLiteWindowStore:
-    """Windows in a table of a :class:`~fastaiagent.facts.sqlite.SQLiteFactStore` file.
+    """Windows in a table of a :class:`~fastaiagent.facts.sqlite.store.SQLiteFactStore` file.
 
     Several processes on one machine can share the file (WAL mode); writes are
     compare-and-set in one statement, so no lock is held across a turn.

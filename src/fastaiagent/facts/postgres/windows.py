@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
-from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
+from fastaiagent.facts.postgres.store import DEFAULT_TABLE as DEFAULT_FACT_TABLE
+from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
 

@@ -1,7 +1,7 @@
 """Re-embedding a store-backed index with another embedder, in the background, with progress.
 
 Every durable chunk records the identity of the embedder that made its vector
-(``metadata["embedder"]``, see :mod:`fastaiagent.facts.embedding_cache`). When a
+(``metadata["embedder"]``, see :mod:`fastaiagent.facts.index.embedding_cache`). When a
 Memory starts with another embedder, recall and semantic facts notice it on the
 hits of a search (a hit of another identity is never ranked against the new
 model's query) and hand the namespace to :func:`reembed_in_background`. A
@@ -26,10 +26,10 @@ from typing import Any
 
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.embedding_cache import EMBEDDER_KEY, cached, identity_of
+from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, identity_of
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, namespace_key
 
-logger = logging.getLogger("fastaiagent.facts.reembed")
+logger = logging.getLogger("fastaiagent.facts.index.reembed")
 
 Progress = Callable[["Reembedding"], None]
 

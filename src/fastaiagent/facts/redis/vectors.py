@@ -39,9 +39,9 @@ from fastaiagent._optional import require
 from fastaiagent._validate import positive_int
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
-from fastaiagent.facts.redis import RedisFactStore
-from fastaiagent.facts.redis_client import unavailable
-from fastaiagent.facts.redis_layout import escape_part
+from fastaiagent.facts.redis.client import unavailable
+from fastaiagent.facts.redis.layout import escape_part
+from fastaiagent.facts.redis.store import RedisFactStore
 from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text, recorded_at
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (

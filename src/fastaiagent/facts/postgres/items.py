@@ -20,8 +20,8 @@ from fastaiagent.facts.items import (
     prefix_range,
     scan_filter,
 )
-from fastaiagent.facts.postgres import DEFAULT_TABLE as DEFAULT_FACT_TABLE
-from fastaiagent.facts.postgres import PostgresFactStore, redacted_url, sql
+from fastaiagent.facts.postgres.store import DEFAULT_TABLE as DEFAULT_FACT_TABLE
+from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 
 DEFAULT_TABLE = "namespaced_items"

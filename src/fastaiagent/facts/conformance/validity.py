@@ -1,7 +1,7 @@
 """The time part of the FactStore conformance suite: validity, "as of" reads,
 expiry, a fact's versions and the retention job.
 
-:class:`~fastaiagent.facts.conformance.FactStoreConformance` includes these
+:class:`~fastaiagent.facts.conformance.facts.FactStoreConformance` includes these
 tests, so every store that runs the suite runs them. Time is injected: each
 test writes facts with explicit ``created_at`` / ``valid_to`` and reads with
 ``now=`` / ``at=``, so nothing depends on the wall clock.

@@ -1,0 +1,16 @@
+"""The Redis backend (redis-py), one module per part:
+
+- ``store.py``: :class:`RedisFactStore` (facts, history, validity);
+- ``client.py``: the outage-gated client and how driver errors are classified;
+- ``layout.py`` and ``lua.py``: the key layout and the server-side scripts;
+- ``windows.py``, ``items.py``, ``vectors.py``: shared windows, namespaced
+  items, and the vector index with its keyword postings.
+
+Importing it needs the ``redis`` extra (``pip install 'fastaiagent[redis]'``).
+"""
+
+from __future__ import annotations
+
+from fastaiagent.facts.redis.store import RedisFactStore
+
+__all__ = ["RedisFactStore"]
