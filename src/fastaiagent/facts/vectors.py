@@ -29,7 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore
+from fastaiagent._validate import text as check_text
+from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore, check_top_k, wanted_keys
 
 # A span holding more of a namespace's chunks than this is too broad to rank on its own
 # (reading 10k ids costs ~10 ms): ``search_recorded`` then finds nothing.
@@ -65,25 +66,10 @@ def embedder_identity(model: str, dimension: int) -> str:
 
 @runtime_checkable
 class StoredVectorIndex(VectorStore, Protocol):
-    """A VectorStore that lives in the fact store's database (see the module doc)."""
-
-    @property
-    def dimension(self) -> int | None: ...
-
-    def add(self, chunks: Sequence[Chunk]) -> None:
-        """Insert or replace ``chunks`` (each needs a vector and a namespace)."""
-        ...
-
-    def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
-        include_untagged: bool = False,
-    ) -> list[SearchHit]:
-        """The ``top_k`` chunks of ``namespace`` closest by cosine, best first."""
-        ...
+    """A VectorStore that lives in the fact store's database (see the module doc):
+    ``search``, ``get``, ``delete`` and the rest as the VectorStore contract says
+    (``add`` needs a namespace on every chunk; ``delete_namespace`` also drops the
+    namespace's keyword postings and cached embeddings), plus what follows."""
 
     def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
         """``(chunk id, score)`` of the ``top_k`` best keyword matches in ``namespace``,
@@ -92,18 +78,6 @@ class StoredVectorIndex(VectorStore, Protocol):
 
     def ids(self, namespace: str) -> set[str]:
         """Every chunk id ``namespace`` holds."""
-        ...
-
-    def get(self, ids: Sequence[str]) -> list[Chunk]:
-        """The chunks with these ids (missing ones left out)."""
-        ...
-
-    def delete(self, ids: Sequence[str]) -> int:
-        """Delete chunks by id; returns how many were there."""
-        ...
-
-    def delete_namespace(self, namespace: str) -> int:
-        """Delete every chunk (vectors, keyword postings, cached embeddings) of ``namespace``."""
         ...
 
     def cached_embeddings(
@@ -122,6 +96,38 @@ class StoredVectorIndex(VectorStore, Protocol):
     def close(self) -> None:
         """Release what the index opened itself (the fact store's connections stay)."""
         ...
+
+
+class RecordedSearch:
+    """The one ``search_recorded`` of the shipped indexes (:class:`ListsRecorded`): it
+    checks the request; the backend implements :meth:`search_spans`."""
+
+    def search_recorded(
+        self,
+        vector: Sequence[float],
+        top_k: int,
+        *,
+        namespace: str,
+        spans: Sequence[tuple[float, float]],
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """See :meth:`ListsRecorded.search_recorded`."""
+        check_top_k(top_k)
+        keys = wanted_keys(check_text("namespace", namespace), include_untagged)
+        if top_k == 0 or not spans or keys is None:
+            return []
+        return self.search_spans(vector, top_k, keys, spans)
+
+    def search_spans(
+        self,
+        vector: Sequence[float],
+        top_k: int,
+        keys: list[str],
+        spans: Sequence[tuple[float, float]],
+    ) -> list[SearchHit]:
+        """The backend's part of :meth:`search_recorded`: ``top_k`` >= 1, ``keys`` the
+        namespace keys, ``spans`` not empty."""
+        raise NotImplementedError
 
 
 @runtime_checkable
@@ -153,4 +159,4 @@ class HoldsVectors(Protocol):
         ...
 
 
-__all__ = ["HoldsVectors", "StoredVectorIndex", "embedder_identity", "keyword_text", "text_key"]
+__all__ = ["HoldsVectors", "RecordedSearch", "StoredVectorIndex", "embedder_identity", "keyword_text", "text_key"]

@@ -103,6 +103,37 @@ class VectorStore(Protocol):
         ...
 
 
+class NamespacedSearch:
+    """The one ``search`` of every shipped vector store: it checks the request and
+    hands the backend only what it must do itself.
+
+    A store derives from it and implements :meth:`search_namespaces`, the public
+    extension point for a store of your own.
+    """
+
+    def search(
+        self,
+        vector: Sequence[float],
+        top_k: int = 5,
+        *,
+        namespace: str | None = None,
+        include_untagged: bool = False,
+    ) -> list[SearchHit]:
+        """See :meth:`VectorStore.search`."""
+        check_top_k(top_k)
+        keys = wanted_keys(namespace, include_untagged)
+        return [] if top_k == 0 else self.search_namespaces(vector, top_k, keys)
+
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
+    ) -> list[SearchHit]:
+        """The backend's part of :meth:`search`: the ``top_k`` (>= 1) chunks filed under
+        ``keys`` (namespace keys, :data:`UNTAGGED` among them; None: every chunk)
+        closest to ``vector`` by cosine, best first. It checks ``vector`` against the
+        store's dimension; an empty store answers []."""
+        raise NotImplementedError
+
+
 def namespace_key(metadata: dict[str, Any]) -> str:
     """The key a chunk is filed under: its namespace, or :data:`UNTAGGED`."""
     value = metadata.get(NAMESPACE_KEY)

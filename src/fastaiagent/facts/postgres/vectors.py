@@ -41,10 +41,11 @@ from fastaiagent.facts.index.matrix import MatrixCache
 from fastaiagent.facts.postgres import keywords, pgvector
 from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
-from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text, text_key
+from fastaiagent.facts.vectors import RECORDED_LIMIT, RecordedSearch, keyword_text, text_key
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
+    NamespacedSearch,
     SearchHit,
     check_chunk,
     check_dimension,
@@ -199,7 +200,7 @@ class _Matrix:
                 self.buffer[row] = vector
 
 
-class PostgresVectorIndex:
+class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
     """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
     :class:`~fastaiagent.facts.postgres.store.PostgresFactStore`'s database (see the module doc).
 
@@ -410,19 +411,12 @@ class PostgresVectorIndex:
 
     # -- search --------------------------------------------------------------
 
-    def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
-        include_untagged: bool = False,
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
     ) -> list[SearchHit]:
         """The ``top_k`` chunks closest by cosine, best first (see the module doc)."""
-        check_top_k(top_k)
-        keys = wanted_keys(namespace, include_untagged)
         dimension = self.dimension
-        if dimension is None or top_k == 0:
+        if dimension is None:
             return []
         query = self._normalised([check_vector(vector, dimension, "query vector")])[0]
         return list(self._run(lambda conn: self._search(conn, query, top_k, keys)))
@@ -464,23 +458,18 @@ class PostgresVectorIndex:
         found = {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
         return [SearchHit(found[i], score) for score, i in scored if i in found]
 
-    def search_recorded(
+    def search_spans(
         self,
         vector: Sequence[float],
         top_k: int,
-        *,
-        namespace: str,
+        keys: list[str],
         spans: Sequence[tuple[float, float]],
-        include_untagged: bool = False,
     ) -> list[SearchHit]:
         """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the rows of the spans
         from the time index, ranked in this process's copy of the namespace (in the
         server with pgvector while the copy is cold)."""
-        check_top_k(top_k)
-        keys = wanted_keys(check_text("namespace", namespace), include_untagged)
-        assert keys is not None
         dimension = self.dimension
-        if dimension is None or top_k == 0 or not spans:
+        if dimension is None:
             return []
         query = self._normalised([check_vector(vector, dimension, "query vector")])[0]
         bounds = ([float(a) for a, _ in spans], [float(b) for _, b in spans])

@@ -42,11 +42,12 @@ from fastaiagent.errors import InvalidTypeError, SchemaVersionError
 from fastaiagent.facts.redis.client import unavailable
 from fastaiagent.facts.redis.layout import escape_part
 from fastaiagent.facts.redis.store import RedisFactStore
-from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text, recorded_at
+from fastaiagent.facts.vectors import RECORDED_LIMIT, RecordedSearch, keyword_text, recorded_at
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
+    NamespacedSearch,
     SearchHit,
     check_chunk,
     check_top_k,
@@ -301,7 +302,7 @@ def _vector_bytes(values: Sequence[float]) -> bytes:
     return bytes(np.asarray(values, dtype=np.float32).tobytes())
 
 
-class RedisVectorIndex:
+class RedisVectorIndex(NamespacedSearch, RecordedSearch):
     """Chunks, keyword postings and cached embeddings in Redis next to a
     :class:`RedisFactStore`'s facts, on its client (the
     :class:`~fastaiagent.facts.vectors.StoredVectorIndex` contract).
@@ -514,19 +515,12 @@ class RedisVectorIndex:
             total -= self._cache.popitem(last=False)[1].nbytes
         return matrix
 
-    def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
-        include_untagged: bool = False,
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
     ) -> list[SearchHit]:
-        """The ``top_k`` chunks closest by cosine (of ``namespace``), best first."""
-        check_top_k(top_k)
-        keys = wanted_keys(namespace, include_untagged)
+        """The ``top_k`` chunks closest by cosine (of ``keys``), best first."""
         dimension = self.dimension
-        if dimension is None or top_k == 0:
+        if dimension is None:
             return []
         query = _unit_query(vector, dimension)
 
@@ -539,21 +533,17 @@ class RedisVectorIndex:
 
         return self._call(run)
 
-    def search_recorded(
+    def search_spans(
         self,
         vector: Sequence[float],
         top_k: int,
-        *,
-        namespace: str,
+        keys: list[str],
         spans: Sequence[tuple[float, float]],
-        include_untagged: bool = False,
     ) -> list[SearchHit]:
         """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the ids of the spans
         from ``rt:<ns>`` (one round trip), ranked in this process's matrix."""
-        check_top_k(top_k)
-        keys = wanted_keys(check_text("namespace", namespace), include_untagged)
         dimension = self.dimension
-        if dimension is None or top_k == 0 or not spans:
+        if dimension is None:
             return []
         query = _unit_query(vector, dimension)
         bounds = [(float(a), float(b)) for a, b in spans]

@@ -32,11 +32,12 @@ from fastaiagent.facts.sqlite.vectors_schema import (
     namespace_token,
     vectors_schema,
 )
-from fastaiagent.facts.vectors import RECORDED_LIMIT, keyword_text
+from fastaiagent.facts.vectors import RECORDED_LIMIT, RecordedSearch, keyword_text
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
+    NamespacedSearch,
     SearchHit,
     check_chunk,
     check_dimension,
@@ -78,7 +79,7 @@ class _Matrix:
         return self.rids[:n], self.buffer[:n], (self.alive[:n] if self.dead else None)
 
 
-class SQLiteVectorIndex:
+class SQLiteVectorIndex(NamespacedSearch, RecordedSearch):
     """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
     :class:`~fastaiagent.facts.sqlite.store.SQLiteFactStore` file (see the module doc).
 
@@ -471,22 +472,15 @@ class SQLiteVectorIndex:
             picked = np.arange(len(scores))
         return [(float(scores[i]), int(rids[i])) for i in picked if scores[i] > -np.inf]
 
-    def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
-        include_untagged: bool = False,
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
     ) -> list[SearchHit]:
         """The ``top_k`` chunks closest by cosine, best first (exact search).
 
-        ``namespace=None`` reads every chunk (no in-memory copy: meant for
-        maintenance, not per-turn recall).
+        ``keys=None`` (``search(namespace=None)``) reads every chunk (no in-memory
+        copy: meant for maintenance, not per-turn recall).
         """
-        check_top_k(top_k)
-        keys = wanted_keys(namespace, include_untagged)
-        if self.dimension is None or top_k == 0:
+        if self.dimension is None:
             return []
         query = self._query(vector)
         conn = self._conn()
@@ -501,21 +495,16 @@ class SQLiteVectorIndex:
                     found += self._best(*held, query, top_k)
         return self._hits(conn, found, top_k)
 
-    def search_recorded(
+    def search_spans(
         self,
         vector: Sequence[float],
         top_k: int,
-        *,
-        namespace: str,
+        keys: list[str],
         spans: Sequence[tuple[float, float]],
-        include_untagged: bool = False,
     ) -> list[SearchHit]:
         """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the rows of the spans
         from the time index, ranked in this process's copy of the namespace."""
-        check_top_k(top_k)
-        keys = wanted_keys(check_text("namespace", namespace), include_untagged)
-        assert keys is not None
-        if self.dimension is None or top_k == 0 or not spans:
+        if self.dimension is None:
             return []
         np = self._np
         query = self._query(vector)

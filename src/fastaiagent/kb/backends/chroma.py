@@ -19,10 +19,10 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
+    NamespacedSearch,
     SearchHit,
     check_chunk,
     check_dimension,
-    check_top_k,
     check_vector,
     namespace_key,
     wanted_keys,
@@ -33,7 +33,7 @@ META_FIELD = "_meta"
 _DIMENSION_FIELD = "fastaiagent_dimension"
 
 
-class ChromaVectorStore:
+class ChromaVectorStore(NamespacedSearch):
     """Vector store on Chroma (``pip install 'fastaiagent[chroma]'``).
 
     With neither ``path`` nor ``client`` the collection lives in memory under
@@ -127,18 +127,12 @@ class ChromaVectorStore:
                 self._remember_dimension(dimension)
                 self._dimension = dimension
 
-    def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
-        include_untagged: bool = False,
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
     ) -> list[SearchHit]:
-        check_top_k(top_k)
-        keys = wanted_keys(namespace, include_untagged)
+        """See :meth:`NamespacedSearch.search_namespaces`: one query with a ``where`` filter."""
         with self._lock:
-            if self._dimension is None or top_k == 0:
+            if self._dimension is None:
                 return []
             query = check_vector(vector, self._dimension, "query vector")
             available = self._collection.count() if keys is None else self._count_keys(keys)

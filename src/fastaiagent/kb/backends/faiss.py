@@ -18,10 +18,10 @@ from fastaiagent._validate import integer, one_of
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.kb.protocols import (
     Chunk,
+    NamespacedSearch,
     SearchHit,
     check_chunk,
     check_dimension,
-    check_top_k,
     check_vector,
     namespace_key,
     wanted_keys,
@@ -114,7 +114,7 @@ class _SubIndex:
         return out
 
 
-class FaissVectorStore:
+class FaissVectorStore(NamespacedSearch):
     """In-process vector store on FAISS (``pip install 'fastaiagent[faiss]'``).
 
     ``index_type="flat"`` is exact search; ``"hnsw"`` is approximate and
@@ -192,16 +192,10 @@ class FaissVectorStore:
                 for int_id, chunk in zip(int_ids, stored, strict=False):
                     self._where[chunk.id] = (key, int_id)
 
-    def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
-        include_untagged: bool = False,
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
     ) -> list[SearchHit]:
-        check_top_k(top_k)
-        keys = wanted_keys(namespace, include_untagged)
+        """See :meth:`NamespacedSearch.search_namespaces`: each key's own sub-index."""
         with self._lock:
             if self._dimension is None:
                 return []

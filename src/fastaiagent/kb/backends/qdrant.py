@@ -21,10 +21,10 @@ from fastaiagent.kb.protocols import (
     UNTAGGED,
     Chunk,
     DimensionMismatchError,
+    NamespacedSearch,
     SearchHit,
     check_chunk,
     check_dimension,
-    check_top_k,
     check_vector,
     namespace_key,
     wanted_keys,
@@ -43,7 +43,7 @@ def point_id(chunk_id: str) -> str:
         return str(uuid.uuid5(_ID_NAMESPACE, chunk_id))
 
 
-class QdrantVectorStore:
+class QdrantVectorStore(NamespacedSearch):
     """Vector store on Qdrant (``pip install 'fastaiagent[qdrant]'``).
 
     Exactly one of ``path`` (a local-mode directory, or ``":memory:"``),
@@ -169,18 +169,12 @@ class QdrantVectorStore:
             self._ensure_collection(dimension)
             self._client.upsert(self.collection_name, points=points, wait=True)
 
-    def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
-        include_untagged: bool = False,
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
     ) -> list[SearchHit]:
-        check_top_k(top_k)
-        keys = wanted_keys(namespace, include_untagged)
+        """See :meth:`NamespacedSearch.search_namespaces`: one query with a payload filter."""
         with self._lock:
-            if not self._ready or top_k == 0:
+            if not self._ready:
                 return []
             query = check_vector(vector, self._dimension, "query vector")
             result = self._client.query_points(
