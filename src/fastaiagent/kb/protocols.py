@@ -180,6 +180,14 @@ def check_chunk(chunk: Chunk, dimension: int | None) -> list[float]:
     return check_vector(chunk.vector, dimension, f"chunk {chunk.id!r}")
 
 
+def id_list(ids: Sequence[str], verb: str) -> list[str]:
+    """The ids given to ``verb`` (``"get"``, ``"delete"``), in order without repeats.
+    One str is refused: iterating it would read its characters as ids."""
+    if isinstance(ids, str):
+        raise InvalidTypeError(f"{verb}() takes a list of ids, not one str")
+    return list(dict.fromkeys(ids))
+
+
 def check_top_k(top_k: int) -> None:
     """``top_k`` for a search: an int >= 0 (0 asks for nothing)."""
     integer("top_k", top_k, minimum=0)

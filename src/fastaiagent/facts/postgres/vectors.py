@@ -51,6 +51,7 @@ from fastaiagent.kb.protocols import (
     check_dimension,
     check_top_k,
     check_vector,
+    id_list,
     namespace_key,
     wanted_keys,
 )
@@ -372,9 +373,7 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
     def delete(self, ids: Sequence[str]) -> int:
         """Delete chunks by id, with their keyword postings and the cached embeddings
         of their texts; returns how many were there."""
-        if isinstance(ids, str):
-            raise InvalidTypeError("delete() takes a list of ids")
-        wanted = list(dict.fromkeys(check_text("chunk id", i) for i in ids))
+        wanted = [check_text("chunk id", i) for i in id_list(ids, "delete")]
         if not wanted:
             return 0
 
@@ -603,9 +602,7 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
 
     def get(self, ids: Sequence[str]) -> list[Chunk]:
         """The chunks with these ids that exist, in the order asked (without vectors)."""
-        if isinstance(ids, str):
-            raise InvalidTypeError("get() takes a list of ids")
-        wanted = list(ids)
+        wanted = id_list(ids, "get")
         if not wanted:
             return []
         rows = self._run(lambda conn: conn.execute(self._q["rows"], (wanted,)).fetchall())

@@ -52,6 +52,7 @@ from fastaiagent.kb.protocols import (
     check_chunk,
     check_top_k,
     check_vector,
+    id_list,
     namespace_key,
     wanted_keys,
 )
@@ -401,9 +402,7 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete chunks (vector, text, postings) by id; returns how many were there."""
-        if isinstance(ids, str):
-            raise InvalidTypeError("delete() takes a list of ids, not one str")
-        wanted = list(dict.fromkeys(ids))
+        wanted = id_list(ids, "delete")
         if not wanted:
             return 0
         return int(self._call(lambda: self._delete(args=[self.prefix, "", *wanted])))
@@ -629,9 +628,7 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
 
     def get(self, ids: Sequence[str]) -> list[Chunk]:
         """The chunks with these ids that exist, in the order asked (no vectors)."""
-        if isinstance(ids, str):
-            raise InvalidTypeError("get() takes a list of ids, not one str")
-        wanted = list(ids)
+        wanted = id_list(ids, "get")
         if not wanted:
             return []
 

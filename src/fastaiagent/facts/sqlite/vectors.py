@@ -43,6 +43,7 @@ from fastaiagent.kb.protocols import (
     check_dimension,
     check_top_k,
     check_vector,
+    id_list,
     namespace_key,
     wanted_keys,
 )
@@ -288,9 +289,7 @@ class SQLiteVectorIndex(NamespacedSearch, RecordedSearch):
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete chunks by id (vectors and keyword postings); returns how many were there."""
-        if isinstance(ids, str):
-            raise InvalidTypeError("delete() takes a list of ids")
-        wanted = list(dict.fromkeys(ids))
+        wanted = id_list(ids, "delete")
         if not wanted:
             return 0
         self._conn()
@@ -647,12 +646,10 @@ class SQLiteVectorIndex(NamespacedSearch, RecordedSearch):
 
     def get(self, ids: Sequence[str]) -> list[Chunk]:
         """The chunks with these ids that exist, in the order asked (vectors omitted)."""
-        if isinstance(ids, str):
-            raise InvalidTypeError("get() takes a list of ids")
-        wanted = list(ids)
+        wanted = id_list(ids, "get")
         found: dict[str, Chunk] = {}
         conn = self._conn()
-        for batch in _batches(list(dict.fromkeys(wanted))):
+        for batch in _batches(wanted):
             marks = ", ".join("?" * len(batch))
             for chunk_id, text, metadata in conn.execute(
                 f"SELECT id, text, metadata FROM {self.table} WHERE id IN ({marks})", batch

@@ -15,7 +15,7 @@ from typing import Any
 
 from fastaiagent._optional import require
 from fastaiagent._validate import text as check_text
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.kb.protocols import (
     Chunk,
     DimensionMismatchError,
@@ -24,6 +24,7 @@ from fastaiagent.kb.protocols import (
     check_chunk,
     check_dimension,
     check_vector,
+    id_list,
     namespace_key,
     wanted_keys,
 )
@@ -184,9 +185,7 @@ class ChromaVectorStore(NamespacedSearch):
         ]
 
     def delete(self, ids: Sequence[str]) -> int:
-        if isinstance(ids, str):
-            raise InvalidTypeError("delete() takes a list of ids")
-        unique = list(dict.fromkeys(ids))
+        unique = id_list(ids, "delete")
         with self._lock:
             existing = self._collection.get(ids=unique, include=[])["ids"] if unique else []
             if existing:

@@ -15,7 +15,6 @@ from typing import Any
 
 from fastaiagent._optional import require
 from fastaiagent._validate import integer, one_of
-from fastaiagent.errors import InvalidTypeError
 from fastaiagent.kb.protocols import (
     Chunk,
     NamespacedSearch,
@@ -23,6 +22,7 @@ from fastaiagent.kb.protocols import (
     check_chunk,
     check_dimension,
     check_vector,
+    id_list,
     namespace_key,
     wanted_keys,
 )
@@ -242,10 +242,9 @@ class FaissVectorStore(NamespacedSearch):
         return sum(len(v) for v in by_key.values())
 
     def delete(self, ids: Sequence[str]) -> int:
-        if isinstance(ids, str):
-            raise InvalidTypeError("delete() takes a list of ids")
+        unique = id_list(ids, "delete")
         with self._lock:
-            return self._remove_ids(list(dict.fromkeys(ids)))
+            return self._remove_ids(unique)
 
     def delete_namespace(self, namespace: str) -> int:
         wanted_keys(namespace, False)  # validates
