@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastaiagent.facts.scoping import Selector
+from fastaiagent.facts.store import BrowseFilter
 
 
 def selector_where(selector: Selector, *, active_only: bool, mark: str) -> tuple[str, list[Any]]:
@@ -23,34 +24,25 @@ def selector_where(selector: Selector, *, active_only: bool, mark: str) -> tuple
     return " AND ".join(clauses), params
 
 
-def browse_where(
-    scope: str | None,
-    scope_id: str | None,
-    project_id: str | None,
-    *,
-    include_superseded: bool,
-    mark: str,
-    valid_at: float | None = None,
-    text: str | None = None,
-    like: str = "LIKE",
-) -> tuple[list[str], list[Any]]:
-    """Filters of a cross-subject listing; None leaves a column unfiltered
+def browse_where(wanted: BrowseFilter, *, mark: str, like: str = "LIKE") -> tuple[list[str], list[Any]]:
+    """The filters of a cross-subject listing; None leaves a column unfiltered
     (``valid_at=None``: expired facts too; ``text``: facts containing it, with
     ``like`` the case-insensitive operator: SQLite's LIKE, Postgres' ILIKE)."""
     clauses: list[str] = []
     params: list[Any] = []
-    for column, value in (("scope", scope), ("scope_id", scope_id), ("project_id", project_id)):
+    columns = (("scope", wanted.scope), ("scope_id", wanted.scope_id), ("project_id", wanted.project_id))
+    for column, value in columns:
         if value is not None:
             clauses.append(f"{column} = {mark}")
             params.append(value)
-    if not include_superseded:
+    if not wanted.include_superseded:
         clauses.append("superseded_by IS NULL")
-    if valid_at is not None:
+    if wanted.valid_at is not None:
         clauses.append(valid_clause(mark))
-        params += [valid_at, valid_at]
-    if text:
+        params += [wanted.valid_at, wanted.valid_at]
+    if wanted.text:
         clauses.append(text_clause(mark, like=like))
-        params.append(like_pattern(text))
+        params.append(like_pattern(wanted.text))
     return clauses, params
 
 

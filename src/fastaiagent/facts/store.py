@@ -6,6 +6,15 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.scoping import (
+    Selector,
+    check_fact_id,
+    check_fact_text,
+    check_limit,
+    delete_selector,
+    page_selector,
+)
+from fastaiagent.facts.validity import moment_or_now
 
 DEFAULT_LIMIT = 50
 """How many facts a read returns when no limit is given (``list_active``,
@@ -160,3 +169,111 @@ class FactStore(Protocol):
     def close(self) -> None:
         """Release connections; the store reopens on its next use."""
         ...
+
+
+@dataclass(frozen=True)
+class BrowseFilter:
+    """The typed form of :meth:`FactStore.browse`'s keywords, checked, as the
+    shipped stores receive them (:meth:`StoreFront.browse_facts`)."""
+
+    scope: str | None
+    scope_id: str | None
+    project_id: str | None
+    include_superseded: bool
+    valid_at: float | None  # None: expired facts too (include_expired)
+    text: str | None
+    limit: int
+    offset: int
+
+
+class StoreFront:
+    """The FactStore reads and deletes whose arguments every shipped store checks
+    the same way: each verb is written once here and hands its backend a checked,
+    typed request. A backend implements :meth:`read_active`, :meth:`read_as_of`,
+    :meth:`browse_facts` and :meth:`delete_rows`."""
+
+    def list_active(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
+        *,
+        now: float | None = None,
+        include_expired: bool = False,
+    ) -> list[Fact]:
+        """See :meth:`FactStore.list_active`."""
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
+            return []
+        return self.read_active(selector, limit, offset, now, include_expired)
+
+    def list_as_of(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str,
+        at: float,
+        limit: int | None = DEFAULT_LIMIT,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """See :meth:`FactStore.list_as_of` (an audit read of the subject's rows)."""
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
+            return []
+        return self.read_as_of(selector, moment_or_now(at), limit, offset)
+
+    def browse(
+        self,
+        *,
+        scope: str | None = None,
+        scope_id: str | None = None,
+        project_id: str | None = None,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+        include_expired: bool = False,
+        now: float | None = None,
+        text: str | None = None,
+    ) -> list[Fact]:
+        """See :meth:`FactStore.browse`."""
+        check_limit(limit)
+        valid_at = None if include_expired else moment_or_now(now)
+        wanted = BrowseFilter(
+            scope, scope_id, project_id, include_superseded, valid_at, text, limit, max(0, int(offset))
+        )
+        return self.browse_facts(wanted)
+
+    def delete(
+        self,
+        scope: str,
+        scope_id: str,
+        project_id: str = "",
+        *,
+        fact: str | None = None,
+        fact_id: int | None = None,
+    ) -> int:
+        """See :meth:`FactStore.delete`: a whole subject in bounded steps."""
+        selector = delete_selector(scope, scope_id, project_id)
+        key = check_fact_text(fact) if fact is not None else None
+        return self.delete_rows(selector, key, check_fact_id(fact_id) if fact_id is not None else None)
+
+    def read_active(
+        self, selector: Selector, limit: int | None, offset: int, now: float | None, include_expired: bool
+    ) -> list[Fact]:
+        """The backend's part of :meth:`list_active` (``selector`` checked, not empty)."""
+        raise NotImplementedError
+
+    def read_as_of(self, selector: Selector, at: float, limit: int | None, offset: int) -> list[Fact]:
+        """The backend's part of :meth:`list_as_of`."""
+        raise NotImplementedError
+
+    def browse_facts(self, wanted: BrowseFilter) -> list[Fact]:
+        """The backend's part of :meth:`browse`, newest first, filters before the page."""
+        raise NotImplementedError
+
+    def delete_rows(self, selector: Selector, key: str | None, fact_id: int | None) -> int:
+        """The backend's part of :meth:`delete`: ``key`` a normalised text (every row of
+        it, history too), ``fact_id`` one fact; neither: the whole selection, in steps."""
+        raise NotImplementedError

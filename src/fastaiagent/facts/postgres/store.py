@@ -32,16 +32,14 @@ from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
-    check_limit,
     check_supersede,
     delete_selector,
     normalize_text,
-    page_selector,
     read_selector,
     validate_for_write,
 )
 from fastaiagent.facts.sql_clauses import as_of_clause, browse_where, selector_where
-from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
+from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
 psycopg = require("psycopg", "postgres")
@@ -137,7 +135,7 @@ def _close_holder(holder: _PoolHolder) -> None:
         pool.close()
 
 
-class PostgresFactStore(StoreCapabilities):
+class PostgresFactStore(StoreFront, StoreCapabilities):
     """Facts in a Postgres table (``learned_memory`` by default).
 
     ``url`` is any libpq URL (``postgres://`` or ``postgresql://``). The store
@@ -527,27 +525,17 @@ class PostgresFactStore(StoreCapabilities):
                 break
         return total
 
-    def delete(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        *,
-        fact: str | None = None,
-        fact_id: int | None = None,
-    ) -> int:
-        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``),
-        in statements of at most :attr:`delete_batch` rows, each its own short
-        transaction; returns how many went. ``fact=`` removes every row with that
+    def delete_rows(self, selector: Selector, key: str | None, fact_id: int | None) -> int:
+        """Hard-delete in statements of at most :attr:`delete_batch` rows, each its own
+        short transaction; returns how many went. ``key`` removes every row with that
         normalised text, active or superseded (through the text index)."""
-        where, params = self._where(delete_selector(scope, scope_id, project_id), active=False)
-        if fact is not None:  # every row of this text, history too: the text index
-            key = check_fact_text(fact)
+        where, params = self._where(selector, active=False)
+        if key is not None:  # every row of this text, history too: the text index
             where = sql.SQL("{} AND md5(fact_key) = md5(%s) AND fact_key = %s").format(where)
             params += [key, key]
         if fact_id is not None:
             where = sql.SQL("{} AND id = %s").format(where)
-            params.append(check_fact_id(fact_id))
+            params.append(fact_id)
         step = sql.SQL(
             "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE {w} LIMIT %s)"
         ).format(t=self._t, w=where)
@@ -588,22 +576,12 @@ class PostgresFactStore(StoreCapabilities):
 
         return self._run(run)
 
-    def list_active(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-        *,
-        now: float | None = None,
-        include_expired: bool = False,
+    def read_active(
+        self, selector: Selector, limit: int | None, offset: int, now: float | None, include_expired: bool
     ) -> list[Fact]:
         """Active facts of a subject valid at ``now``, newest first; ``"*"`` reads
         every subject."""
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
+        scope, scope_id, project_id = selector.scope, selector.scope_id or "", selector.project_id
         when = moment_or_now(now)
         if selector.scope_id is None:
             params: list[Any] = [selector.scope, selector.project_id]
@@ -627,20 +605,8 @@ class PostgresFactStore(StoreCapabilities):
             ]
         )
 
-    def list_as_of(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str,
-        at: float,
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-    ) -> list[Fact]:
-        """What the store held for the subject at ``at`` (an audit read of its rows)."""
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
-        when = moment_or_now(at)
+    def read_as_of(self, selector: Selector, when: float, limit: int | None, offset: int) -> list[Fact]:
+        """What the store held for the subject at ``when`` (an audit read of its rows)."""
         where, params = self._where(selector, active=False)
         query = sql.SQL(
             "SELECT {} FROM {} WHERE {} AND " + as_of_clause("%s")
@@ -669,35 +635,13 @@ class PostgresFactStore(StoreCapabilities):
 
         return self._run(run)
 
-    def browse(
-        self,
-        *,
-        scope: str | None = None,
-        scope_id: str | None = None,
-        project_id: str | None = None,
-        include_superseded: bool = False,
-        limit: int = 50,
-        offset: int = 0,
-        include_expired: bool = False,
-        now: float | None = None,
-        text: str | None = None,
-    ) -> list[Fact]:
+    def browse_facts(self, wanted: BrowseFilter) -> list[Fact]:
         """Facts across subjects, newest first; filters apply before the limit."""
-        check_limit(limit)
-        parts, params = browse_where(
-            scope,
-            scope_id,
-            project_id,
-            include_superseded=include_superseded,
-            mark="%s",
-            valid_at=None if include_expired else moment_or_now(now),
-            text=text,
-            like="ILIKE",
-        )
+        parts, params = browse_where(wanted, mark="%s", like="ILIKE")
         query = sql.SQL(
             "SELECT {} FROM {} WHERE {} ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
         ).format(self._q("cols"), self._t, sql.SQL(" AND ".join(parts) or "TRUE"))
-        params += [limit, max(0, int(offset))]
+        params += [wanted.limit, wanted.offset]
         return self._run(lambda conn: [_row_to_fact(r) for r in conn.execute(query, params)])
 
     def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:

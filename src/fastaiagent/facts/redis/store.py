@@ -86,14 +86,12 @@ from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
-    check_limit,
     delete_selector,
     normalize_text,
-    page_selector,
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
+from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
 __all__ = ["LAYOUT_VERSION", "RedisFactStore"]
@@ -135,7 +133,7 @@ def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
     )
 
 
-class RedisFactStore(StoreCapabilities):
+class RedisFactStore(StoreFront, StoreCapabilities):
     """Facts in Redis under ``prefix`` (escaped; default ``fastaiagent``).
 
     The first use of a namespace written by an older SDK is upgraded once (see
@@ -472,25 +470,14 @@ class RedisFactStore(StoreCapabilities):
             total += self._delete_subjects(subjects, key)
         return total
 
-    def delete(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        *,
-        fact: str | None = None,
-        fact_id: int | None = None,
-    ) -> int:
-        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``).
+    def delete_rows(self, selector: Selector, key: str | None, wanted_id: int | None) -> int:
+        """Hard-delete a subject's facts and history (or only ``key`` / ``wanted_id``).
 
-        ``fact_id=`` is one atomic script. ``fact=`` removes every fact with that
+        ``wanted_id`` is one atomic script. ``key`` removes every fact with that
         normalised text, active (its content key) and superseded (the text's
         ``old:`` set), in atomic steps, never reading the subject. A whole
         subject goes in atomic steps of :attr:`delete_batch` facts (a fact added
         meanwhile may go too), and ``"*"`` walks the subjects with SSCAN."""
-        selector = delete_selector(scope, scope_id, project_id)
-        key = check_fact_text(fact) if fact is not None else None
-        wanted_id = check_fact_id(fact_id) if fact_id is not None else None
 
         def run() -> int:
             if wanted_id is not None:  # with fact=: only when that id has that text
@@ -580,22 +567,11 @@ class RedisFactStore(StoreCapabilities):
             facts = [f for f in facts if f.valid_from is None or f.valid_from <= now]
         return facts[offset:] if limit is None else facts[offset : offset + limit]
 
-    def list_active(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-        *,
-        now: float | None = None,
-        include_expired: bool = False,
+    def read_active(
+        self, selector: Selector, limit: int | None, offset: int, now: float | None, include_expired: bool
     ) -> list[Fact]:
         """Active facts of a subject valid at ``now``, newest first; ``"*"`` reads
         every subject."""
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
         when = None if include_expired else moment_or_now(now)
         if selector.scope_id is None:
             index = self._scope_key(selector.scope, selector.project_id)
@@ -603,21 +579,9 @@ class RedisFactStore(StoreCapabilities):
         subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
         return self._call(lambda: self._subject_newest(subject, limit, offset, when))
 
-    def list_as_of(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str,
-        at: float,
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-    ) -> list[Fact]:
-        """What the store held for the subject at ``at``: an audit read of the
+    def read_as_of(self, selector: Selector, when: float, limit: int | None, offset: int) -> list[Fact]:
+        """What the store held for the subject at ``when``: an audit read of the
         subject's history set (every subject of the scope for ``"*"``)."""
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
-        when = moment_or_now(at)
 
         def run() -> list[Fact]:
             ids: set[str] = set()
@@ -708,38 +672,24 @@ class RedisFactStore(StoreCapabilities):
         selector = Selector(scope, scope_id, project_id)
         return self._call(lambda: self._find(selector, key))
 
-    def browse(
-        self,
-        *,
-        scope: str | None = None,
-        scope_id: str | None = None,
-        project_id: str | None = None,
-        include_superseded: bool = False,
-        limit: int = 50,
-        offset: int = 0,
-        include_expired: bool = False,
-        now: float | None = None,
-        text: str | None = None,
-    ) -> list[Fact]:
+    def browse_facts(self, wanted: BrowseFilter) -> list[Fact]:
         """Facts across subjects, newest first; filters apply before the limit."""
-        check_limit(limit)
-        when = None if include_expired else moment_or_now(now)
-        needle = text.casefold() if text else None
+        when, needle = wanted.valid_at, wanted.text.casefold() if wanted.text else None
 
         def keep(f: Fact) -> bool:
             return (
-                (scope is None or f.scope == scope)
-                and (scope_id is None or f.scope_id == scope_id)
-                and (project_id is None or f.project_id == project_id)
-                and (include_superseded or f.active)
+                (wanted.scope is None or f.scope == wanted.scope)
+                and (wanted.scope_id is None or f.scope_id == wanted.scope_id)
+                and (wanted.project_id is None or f.project_id == wanted.project_id)
+                and (wanted.include_superseded or f.active)
                 and (when is None or f.valid_at(when))
                 and (needle is None or needle in f.fact.casefold())
             )
 
         def run() -> list[Fact]:
-            wanted, skip, start, page = limit, max(0, int(offset)), 0, 500
+            limit, skip, start, page = wanted.limit, wanted.offset, 0, 500
             out: list[Fact] = []
-            while len(out) < wanted:
+            while len(out) < limit:
                 members = self._client.zrevrange(self._k("all"), start, start + page - 1)
                 if not members:
                     break
@@ -750,7 +700,7 @@ class RedisFactStore(StoreCapabilities):
                         skip -= 1
                         continue
                     out.append(fact)
-                    if len(out) >= wanted:
+                    if len(out) >= limit:
                         break
                 start += page
             return out

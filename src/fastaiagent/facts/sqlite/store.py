@@ -21,16 +21,14 @@ from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
-    check_limit,
     check_supersede,
     delete_selector,
     normalize_text,
-    page_selector,
     read_selector,
     validate_for_write,
 )
 from fastaiagent.facts.sql_clauses import as_of_clause, browse_where, selector_where, valid_clause
-from fastaiagent.facts.store import DEFAULT_LIMIT, DELETE_BATCH, SubjectCount
+from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
 # Version 1 is the layout written before versions were recorded (so it is also
@@ -201,7 +199,7 @@ def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
     return selector_where(selector, active_only=active_only, mark="?")
 
 
-class SQLiteFactStore(StoreCapabilities):
+class SQLiteFactStore(StoreFront, StoreCapabilities):
     """SQLite fact store (the default ``location="sqlite"``).
 
     ``path=None`` means ``$FASTAIAGENT_LOCAL_DB`` or ``.fastaiagent/local.db``
@@ -371,26 +369,17 @@ class SQLiteFactStore(StoreCapabilities):
                     break
             return total
 
-    def delete(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        *,
-        fact: str | None = None,
-        fact_id: int | None = None,
-    ) -> int:
-        """Hard-delete a subject's facts and history (or only ``fact`` / ``fact_id``),
-        in write transactions of at most :attr:`delete_batch` rows each, so other
-        writers get the database lock between steps; returns how many went.
-        ``fact=`` removes every row with that normalised text, active or superseded."""
-        where, params = _where(delete_selector(scope, scope_id, project_id), active_only=False)
-        if fact is not None:  # every row of this text, history too: idx_learned_memory_text_all
+    def delete_rows(self, selector: Selector, key: str | None, fact_id: int | None) -> int:
+        """Hard-delete in write transactions of at most :attr:`delete_batch` rows each,
+        so other writers get the database lock between steps; returns how many went.
+        ``key`` removes every row with that normalised text, active or superseded."""
+        where, params = _where(selector, active_only=False)
+        if key is not None:  # every row of this text, history too: idx_learned_memory_text_all
             where += " AND fact_key = ?"
-            params.append(check_fact_text(fact))
+            params.append(key)
         if fact_id is not None:
             where += " AND id = ?"
-            params.append(check_fact_id(fact_id))
+            params.append(fact_id)
         step = (
             f"DELETE FROM learned_memory WHERE id IN "
             f"(SELECT id FROM learned_memory WHERE {where} LIMIT ?)"
@@ -428,20 +417,10 @@ class SQLiteFactStore(StoreCapabilities):
     def get(self, fact_id: int) -> Fact | None:
         return self._get(self._connection(), check_fact_id(fact_id))
 
-    def list_active(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-        *,
-        now: float | None = None,
-        include_expired: bool = False,
+    def read_active(
+        self, selector: Selector, limit: int | None, offset: int, now: float | None, include_expired: bool
     ) -> list[Fact]:
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
+        scope, scope_id, project_id = selector.scope, selector.scope_id or "", selector.project_id
         when = time.time() if now is None else moment_or_now(now)
         count = -1 if limit is None else limit
         if selector.scope_id is not None:  # one subject: the per-turn read
@@ -463,21 +442,9 @@ class SQLiteFactStore(StoreCapabilities):
         )
         return [_row_to_fact(row) for row in cursor]
 
-    def list_as_of(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str,
-        at: float,
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-    ) -> list[Fact]:
-        """What the store held for the subject at ``at``: recorded, not yet
+    def read_as_of(self, selector: Selector, when: float, limit: int | None, offset: int) -> list[Fact]:
+        """What the store held for the subject at ``when``: recorded, not yet
         superseded and valid then (reads the subject's rows: an audit read)."""
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
-        when = moment_or_now(at)
         where, params = _where(selector, active_only=False)
         params += [when] * 4 + [-1 if limit is None else limit, offset]
         rows = self._connection().execute(
@@ -507,34 +474,13 @@ class SQLiteFactStore(StoreCapabilities):
         row = cursor.fetchone()
         return _row_to_fact(row) if row else None
 
-    def browse(
-        self,
-        *,
-        scope: str | None = None,
-        scope_id: str | None = None,
-        project_id: str | None = None,
-        include_superseded: bool = False,
-        limit: int = 50,
-        offset: int = 0,
-        include_expired: bool = False,
-        now: float | None = None,
-        text: str | None = None,
-    ) -> list[Fact]:
-        check_limit(limit)
-        clauses, params = browse_where(
-            scope,
-            scope_id,
-            project_id,
-            include_superseded=include_superseded,
-            mark="?",
-            valid_at=None if include_expired else moment_or_now(now),
-            text=text,
-        )
+    def browse_facts(self, wanted: BrowseFilter) -> list[Fact]:
+        clauses, params = browse_where(wanted, mark="?")
         where = " AND ".join(clauses) or "1"
         rows = self._connection().execute(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
             "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-            [*params, limit, max(0, offset)],
+            [*params, wanted.limit, wanted.offset],
         )
         return [_row_to_fact(row) for row in rows]
 
