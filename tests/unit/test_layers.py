@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "fastaiagent"
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 60
 FACES = ("ui", "cli", "mcp", "integrations", "demo", "testing", "plane_server")
 LAYERS: dict[str, float] = {
     "llm": 1, "trace": 1, "kb": 2, "facts": 3, "learn": 4, "plane": 5, "agent": 6,

@@ -168,6 +168,17 @@ class Memory:
             clock=clock,
             max_memory_tokens=max_memory_tokens,
         )
+        self._build_parts(location, user_id, max_users, windows)
+
+    def _build_parts(
+        self,
+        location: str | FactStore,
+        user_id: str | UserResolver | None,
+        max_users: int | None,
+        windows: Any,
+    ) -> None:
+        """The store, stack, user cache, windows and verbs, made from the checked
+        :attr:`config`; then this Memory joins its peers on the same store."""
         self.location: FactStore = make_fact_store(location)
         # Writes go through a view that records the writing agent on user facts.
         facts = attributed(self.location, self.config.agent_id)

@@ -139,6 +139,33 @@ def _row(fact: Fact, policy: RedactionPolicy | None, now: float | None = None) -
     )
 
 
+def _subject_options(
+    counts: list[SubjectCount], mask_with: RedactionPolicy | None
+) -> list[tuple[str, str, int]]:
+    """The scope filter's (key, label, count) entries, at most MAX_SUBJECT_OPTIONS."""
+    options = []
+    for entry in counts[:MAX_SUBJECT_OPTIONS]:
+        item = Subject(entry.scope, entry.scope_id, entry.project_id)
+        label = mask_with.redact(item.label) if mask_with is not None else item.label
+        options.append((item.key, label, entry.count))
+    return options
+
+
+def _subject_total(counts: list[SubjectCount], chosen: Subject | None) -> int:
+    """How many facts the filter ``chosen`` matches (all of them when None)."""
+    if chosen is None:
+        return sum(c.count for c in counts)
+    if chosen.scope_id == EVERY:
+        return sum(
+            c.count for c in counts if (c.scope, c.project_id) == (chosen.scope, chosen.project_id)
+        )
+    return sum(
+        c.count
+        for c in counts
+        if (c.scope, c.scope_id, c.project_id) == (chosen.scope, chosen.scope_id, chosen.project_id)
+    )
+
+
 def memory_page(
     store: FactStore,
     *,
@@ -160,11 +187,6 @@ def memory_page(
     page, per_page = check_paging(page, per_page)
     chosen = parse_subject(subject) if subject else None
     counts: list[SubjectCount] = store.subjects(include_superseded=show_superseded)
-    options = []
-    for entry in counts[:MAX_SUBJECT_OPTIONS]:
-        item = Subject(entry.scope, entry.scope_id, entry.project_id)
-        label = mask_with.redact(item.label) if mask_with is not None else item.label
-        options.append((item.key, label, entry.count))
     every = chosen is not None and chosen.scope_id == EVERY
     facts = store.browse(
         scope=chosen.scope if chosen else None,
@@ -176,21 +198,11 @@ def memory_page(
         include_expired=show_expired,
         text=text or None,
     )
-    if chosen is not None and every:
-        total = sum(c.count for c in counts if (c.scope, c.project_id) == (chosen.scope, chosen.project_id))
-    elif chosen is not None:
-        total = sum(
-            c.count
-            for c in counts
-            if (c.scope, c.scope_id, c.project_id) == (chosen.scope, chosen.scope_id, chosen.project_id)
-        )
-    else:
-        total = sum(c.count for c in counts)
     return MemoryPage(
         rows=[_row(f, mask_with) for f in facts[:per_page]],
-        subjects=options,
+        subjects=_subject_options(counts, mask_with),
         hidden_subjects=max(0, len(counts) - MAX_SUBJECT_OPTIONS),
-        total=total,
+        total=_subject_total(counts, chosen),
         selected=subject,
         show_superseded=show_superseded,
         mask=mask_with is not None,

@@ -88,6 +88,21 @@ def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
+def _check_subject(persist: bool, scope: str, scope_id: str, project_id: str) -> None:
+    """Check the subject learned facts belong to: a known scope and, when persisting, one
+    concrete scope_id to write under."""
+    one_of("scope", scope, SCOPES)
+    check_text("scope_id", scope_id, allow_empty=True)
+    check_text("project_id", project_id, allow_empty=True)
+    if persist and not scope_id:
+        raise InvalidValueError(
+            "FactExtractionBlock(persist=True) needs a scope_id: the subject the "
+            "learned facts belong to (e.g. the user id)"
+        )
+    if persist and WILDCARD in (scope_id, project_id):
+        raise InvalidValueError('"*" is a read wildcard and cannot be a scope_id to write under')
+
+
 class FactExtractionBlock(MemoryBlock):
     """Extracts durable facts with ``llm`` and injects them as "Known facts:" bullets.
 
@@ -148,16 +163,7 @@ class FactExtractionBlock(MemoryBlock):
         self.roles = _check_roles(roles)
         self.inject = boolean("inject", inject)
         self.persist = boolean("persist", persist)
-        one_of("scope", scope, SCOPES)
-        check_text("scope_id", scope_id, allow_empty=True)
-        check_text("project_id", project_id, allow_empty=True)
-        if self.persist and not scope_id:
-            raise InvalidValueError(
-                "FactExtractionBlock(persist=True) needs a scope_id: the subject the "
-                "learned facts belong to (e.g. the user id)"
-            )
-        if self.persist and WILDCARD in (scope_id, project_id):
-            raise InvalidValueError('"*" is a read wildcard and cannot be a scope_id to write under')
+        _check_subject(self.persist, scope, scope_id, project_id)
         self.confidence = fraction("confidence", confidence)
         positive_int("max_persisted", max_persisted, allow_none=True)
         check_text("name", name)

@@ -191,16 +191,35 @@ class VectorBlock(MemoryBlock):
         self.batch_size = integer("batch_size", batch_size, minimum=1)
         self.context_turns = integer("context_turns", context_turns, minimum=0)
         self.neighbour_weight = fraction("neighbour_weight", neighbour_weight)
+        self._set_cues(participant_boost, date_boost, follow_turns, question_drop)
+        self.surroundings = boolean("surroundings", surroundings)
+        check_clock(clock)
+        self.clock = clock
+        self.name = text("name", name)
+        self._set_embedder(embedder)
+        self._cached: Any = None
+        self._pending: list[Chunk] = []
+        self._keywords: BM25Index | None = None
+        self._keyword_chunks: dict[str, Chunk] = {}
+        self._recent: deque[str] = deque(maxlen=self.context_turns or 1)
+        self._speakers: set[str] = set()  # names of the messages' authors (Message.name)
+        self._next_id = str(uuid.uuid4())  # the id the next stored message will get
+        self._lock = threading.RLock()
+
+    def _set_cues(
+        self, participant_boost: float, date_boost: float, follow_turns: int, question_drop: float
+    ) -> None:
+        """Check and keep what hybrid recall reads from the query and the hits: the
+        speaker and date it names, the turns after a hit, a hit that asks."""
         self.participant_boost = float(
             number("participant_boost", participant_boost, minimum=0) or 0
         )
         self.date_boost = float(number("date_boost", date_boost, minimum=0) or 0)
         self.follow_turns = integer("follow_turns", follow_turns, minimum=0, maximum=MAX_FOLLOW_TURNS)
         self.question_drop = float(number("question_drop", question_drop, minimum=0) or 0)
-        self.surroundings = boolean("surroundings", surroundings)
-        check_clock(clock)
-        self.clock = clock
-        self.name = text("name", name)
+
+    def _set_embedder(self, embedder: Any) -> None:
+        """Keep ``embedder``: a name resolves on first use, an object is checked now."""
         self._embedder_spec = embedder
         self._embedder: Any = None
         if embedder is not None and not isinstance(embedder, str):
@@ -211,14 +230,6 @@ class VectorBlock(MemoryBlock):
                 )
             self._embedder = embedder
             self._check_dimension(embedder)  # a known mismatch is a configuration error
-        self._cached: Any = None
-        self._pending: list[Chunk] = []
-        self._keywords: BM25Index | None = None
-        self._keyword_chunks: dict[str, Chunk] = {}
-        self._recent: deque[str] = deque(maxlen=self.context_turns or 1)
-        self._speakers: set[str] = set()  # names of the messages' authors (Message.name)
-        self._next_id = str(uuid.uuid4())  # the id the next stored message will get
-        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return (
