@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import math
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -42,6 +40,8 @@ from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
+from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.kb.similarity import cosine
 from fastaiagent.plane.protocol import FACTS_PATH, MAX_FACTS_LIMIT
 
 logger = logging.getLogger("fastaiagent.plane.server")
@@ -51,27 +51,19 @@ DEFAULT_CANDIDATES = 1000
 # (query, fact texts) -> one similarity in [0, 1] per text
 Ranker = Callable[[str, Sequence[str]], list[float]]
 
-_WORD = re.compile(r"\w+")
-_STOPWORDS = frozenset(
-    {
-        "a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "how",
-        "i", "in", "is", "it", "me", "my", "of", "on", "or", "our", "the", "this", "to",
-        "was", "we", "what", "when", "where", "which", "who", "why", "with", "you", "your",
-    }
-)
-
-
-def _stem(word: str) -> str:
-    # Crude, but enough for "refunds" to meet "refund".
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-
 
 def _words(text: str) -> set[str]:
-    return {_stem(w) for w in _WORD.findall(text.casefold()) if w not in _STOPWORDS}
+    # kb.bm25's tokenizer, so the plane and recall agree on what a content word is.
+    return set(tokenize(text))
 
 
 def keyword_ranker(query: str, texts: Sequence[str]) -> list[float]:
-    """Share of the question's content words each text contains (0..1)."""
+    """Share of the question's content words each text contains (0..1).
+
+    Not BM25: a Ranker's score must be a similarity in [0, 1] that
+    ``score_threshold`` can cut, whatever the other facts are, and a BM25 score
+    is unbounded and depends on the whole candidate set.
+    """
     wanted = _words(query)
     if not wanted:
         return [0.0 for _ in texts]
@@ -111,13 +103,7 @@ class EmbeddingRanker:
         if not texts:
             return []
         question = self.embedder.embed([query])[0]
-        return [max(0.0, min(1.0, _cosine(question, v))) for v in self._vectors(texts)]
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
+        return [max(0.0, cosine(question, v)) for v in self._vectors(texts)]
 
 
 def semantic_ranker() -> Ranker:

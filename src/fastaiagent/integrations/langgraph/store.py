@@ -25,6 +25,7 @@ from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.items import ItemWrite, Namespace, StoredItem
 from fastaiagent.integrations.items import item_store_for, root_namespace
 from fastaiagent.kb.embedding import get_embedder
+from fastaiagent.kb.similarity import cosine
 
 require("langgraph.store.base", "langgraph")
 
@@ -71,7 +72,7 @@ def _embedder(embed: Any) -> EmbedTexts:
 
 
 def _pack(vector: Sequence[float]) -> str:
-    """A unit-length float32 vector as base64 (so ranking is a dot product)."""
+    """A unit-length float32 vector as base64: the stored form of an item's vectors."""
     norm = math.sqrt(sum(x * x for x in vector)) or 1.0
     return base64.b64encode(array("f", [x / norm for x in vector]).tobytes()).decode("ascii")
 
@@ -114,13 +115,10 @@ Hit = tuple[StoredItem, dict[str, Any], float | None]
 def _rank(embed: EmbedTexts, query: str, hits: list[Hit]) -> list[Hit]:
     """Best first by the cosine of the query and the item's closest vector;
     items without vectors (not indexed) come last, unscored."""
-    wanted = _unpack(_pack(embed([query])[0]))
+    wanted = embed([query])[0]
     scored = []
     for stored, record, _ in hits:
-        best = max(
-            (sum(a * b for a, b in zip(wanted, _unpack(v), strict=True)) for v in record["e"]),
-            default=None,
-        )
+        best = max((cosine(wanted, _unpack(v)) for v in record["e"]), default=None)
         scored.append((stored, record, best))
     scored.sort(key=lambda hit: math.inf if hit[2] is None else -hit[2])
     return scored
