@@ -1,7 +1,7 @@
 """The capabilities a shipped fact store offers beside the FactStore protocol.
 
-Each capability of a backend lives in a module next to its store
-(``<backend>_windows``, ``<backend>_items``, ``<backend>_vectors``) and is made
+Each capability of a backend lives in a module of its folder
+(``<backend>/windows.py``, ``items.py``, ``vectors.py``) and is made
 on the store's own connections. A store gets all three by deriving from
 :class:`StoreCapabilities` and naming its backend; the vector index is made
 once per store, because it keeps each namespace's matrix in memory.
@@ -20,7 +20,7 @@ class StoreCapabilities:
     """``window_store()``, ``item_store()`` and ``vector_store()`` for a shipped store
     (the HoldsWindows, HoldsItems and HoldsVectors capabilities)."""
 
-    backend: ClassVar[str]  # the module prefix: "sqlite", "postgres" or "redis"
+    backend: ClassVar[str]  # the folder: "sqlite", "postgres" or "redis"
     backend_class: ClassVar[str]  # the class prefix: "SQLite", "Postgres" or "Redis"
 
     def _capability(self, module: str, suffix: str) -> Any:

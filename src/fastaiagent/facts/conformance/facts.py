@@ -19,7 +19,7 @@ limits and ``offset`` pages, ``find_active`` by normalised text, supersede
 rules and history, transactional update, scoped delete (also of a subject
 larger than one delete step, and ``"*"`` over many subjects, with exact
 counts; ``fact=`` removes every version of a text, history too) and prune, browse/subjects, the empty-id and ``"*"`` rules, project
-isolation, bad input, validity and "as of" reads (``validity_conformance``), and a hypothesis state machine that checks random
+isolation, bad input, validity and "as of" reads (``validity.py``), and a hypothesis state machine that checks random
 operations on one subject never touch another. Optional hooks add fault
 tests: override :meth:`break_connections` and :meth:`unreachable_store`.
 

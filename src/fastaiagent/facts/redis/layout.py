@@ -5,7 +5,7 @@ can never collide with another subject. Sorted-set members are ids
 zero-padded to :data:`ID_WIDTH` digits, so members order as ids do. A fact's
 row is one JSON array of :data:`ROW_FIELDS` (three more fields when it has a
 validity), which the read path turns into a ``Fact`` in one positional call.
-The Lua scripts (``_redis_lua``) write the same formats on the server.
+The Lua scripts (``lua.py``) write the same formats on the server.
 """
 
 from __future__ import annotations

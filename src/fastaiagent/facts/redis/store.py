@@ -32,7 +32,7 @@ Sorted-set members are (or start with) zero-padded ids, scored by
 (highest id) first.
 
 Every write (add, update, supersede, delete, prune_learned) is one Lua script
-call (EVALSHA; see ``_redis_lua``), so Redis applies it atomically: no WATCH,
+call (EVALSHA; see ``lua.py``), so Redis applies it atomically: no WATCH,
 no client retries, and a crash or a dropped connection leaves nothing
 half-written. Deleting a whole subject runs in steps of ``delete_batch``
 facts, so a huge subject never blocks the server for long. A server that
@@ -308,7 +308,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         load of benchmarks and tests, tens of times fewer commands than a fact at
         a time. :meth:`add` is the safe way to write a fact."""
         zsets: dict[str, dict[str, float]] = defaultdict(dict)
-        sets: dict[str, list[int]] = defaultdict(list)
+        sets: dict[str, list[int | str]] = defaultdict(list)
         for fact_id, fact, key in facts:
             subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
             fields = self._fields(fact, key)
@@ -326,7 +326,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
             zsets[self._scope_key(fact.scope, fact.project_id)][member] = fact.created_at
             zsets[self._k("all")][member] = fact.created_at
             sets[self._k("hist", *subject)].append(fact_id)
-            sets[self._k("subjects")].append(":".join(subject))  # type: ignore[arg-type]
+            sets[self._k("subjects")].append(":".join(subject))
         for name, scores in zsets.items():
             pipe.zadd(name, scores)
         for name, members in sets.items():
