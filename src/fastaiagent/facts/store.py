@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import (
@@ -45,6 +45,9 @@ class FactStore(Protocol):
 
     The scoping rules live in :mod:`fastaiagent.facts.scoping`; run
     :mod:`fastaiagent.facts.conformance.facts` to check an implementation.
+    ``list_active``, ``list_as_of``, ``browse`` and ``delete`` carry the bodies
+    the shipped stores share (they derive from :class:`StoreFront`); another
+    implementation writes its own.
     """
 
     def add(self, fact: Fact) -> int:
@@ -76,7 +79,10 @@ class FactStore(Protocol):
         ``limit=None`` reads them all. ``offset`` skips that many of the newest
         (pages: ``offset=0, limit``; ``offset=limit, limit``; ...). Expired facts
         cost the per-subject read nothing: they sit in an index of their own."""
-        ...
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
+            return []
+        return cast(StoreFront, self).read_active(selector, limit, offset, now, include_expired)
 
     def list_as_of(
         self,
@@ -88,8 +94,12 @@ class FactStore(Protocol):
         offset: int = 0,
     ) -> list[Fact]:
         """The facts of a subject that were recorded and not yet superseded at ``at``
-        and valid then, newest first: what the store believed at that moment."""
-        ...
+        and valid then, newest first: what the store believed at that moment (an
+        audit read of the subject's rows)."""
+        selector = page_selector(scope, scope_id, project_id, limit, offset)
+        if selector is None:
+            return []
+        return cast(StoreFront, self).read_as_of(selector, moment_or_now(at), limit, offset)
 
     def replaced(self, fact_id: int) -> list[Fact]:
         """The facts ``fact_id`` superseded directly (its previous versions)."""
@@ -138,7 +148,10 @@ class FactStore(Protocol):
         repeat finishes, and the count is what was deleted. ``fact=`` removes
         every row of the subject with that normalised text, the active fact and its
         superseded versions, found by index (never by reading the subject)."""
-        ...
+        selector = delete_selector(scope, scope_id, project_id)
+        key = check_fact_text(fact) if fact is not None else None
+        one = check_fact_id(fact_id) if fact_id is not None else None
+        return cast(StoreFront, self).delete_rows(selector, key, one)
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         """Delete the oldest run-learned active facts beyond ``keep``; returns the count."""
@@ -160,7 +173,12 @@ class FactStore(Protocol):
         """Facts across subjects for UIs and CLIs, newest first (filters before limit);
         expired ones (at ``now``) only with ``include_expired``; ``text`` keeps facts
         containing it (case-insensitive)."""
-        ...
+        check_limit(limit)
+        valid_at = None if include_expired else moment_or_now(now)
+        wanted = BrowseFilter(
+            scope, scope_id, project_id, include_superseded, valid_at, text, limit, max(0, int(offset))
+        )
+        return cast(StoreFront, self).browse_facts(wanted)
 
     def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:
         """Every subject with its fact count."""
@@ -186,78 +204,12 @@ class BrowseFilter:
     offset: int
 
 
-class StoreFront:
-    """The FactStore reads and deletes whose arguments every shipped store checks
-    the same way: each verb is written once here and hands its backend a checked,
-    typed request. A backend implements :meth:`read_active`, :meth:`read_as_of`,
-    :meth:`browse_facts` and :meth:`delete_rows`."""
-
-    def list_active(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-        *,
-        now: float | None = None,
-        include_expired: bool = False,
-    ) -> list[Fact]:
-        """See :meth:`FactStore.list_active`."""
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
-        return self.read_active(selector, limit, offset, now, include_expired)
-
-    def list_as_of(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str,
-        at: float,
-        limit: int | None = DEFAULT_LIMIT,
-        offset: int = 0,
-    ) -> list[Fact]:
-        """See :meth:`FactStore.list_as_of` (an audit read of the subject's rows)."""
-        selector = page_selector(scope, scope_id, project_id, limit, offset)
-        if selector is None:
-            return []
-        return self.read_as_of(selector, moment_or_now(at), limit, offset)
-
-    def browse(
-        self,
-        *,
-        scope: str | None = None,
-        scope_id: str | None = None,
-        project_id: str | None = None,
-        include_superseded: bool = False,
-        limit: int = 50,
-        offset: int = 0,
-        include_expired: bool = False,
-        now: float | None = None,
-        text: str | None = None,
-    ) -> list[Fact]:
-        """See :meth:`FactStore.browse`."""
-        check_limit(limit)
-        valid_at = None if include_expired else moment_or_now(now)
-        wanted = BrowseFilter(
-            scope, scope_id, project_id, include_superseded, valid_at, text, limit, max(0, int(offset))
-        )
-        return self.browse_facts(wanted)
-
-    def delete(
-        self,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        *,
-        fact: str | None = None,
-        fact_id: int | None = None,
-    ) -> int:
-        """See :meth:`FactStore.delete`: a whole subject in bounded steps."""
-        selector = delete_selector(scope, scope_id, project_id)
-        key = check_fact_text(fact) if fact is not None else None
-        return self.delete_rows(selector, key, check_fact_id(fact_id) if fact_id is not None else None)
+class StoreFront(FactStore):
+    """The base of the shipped stores. :class:`FactStore` checks the arguments of
+    ``list_active``, ``list_as_of``, ``browse`` and ``delete`` the same way for
+    every one of them and hands the backend a checked, typed request: a backend
+    implements :meth:`read_active`, :meth:`read_as_of`, :meth:`browse_facts` and
+    :meth:`delete_rows` (and the other verbs of the protocol)."""
 
     def read_active(
         self, selector: Selector, limit: int | None, offset: int, now: float | None, include_expired: bool
@@ -277,3 +229,4 @@ class StoreFront:
         """The backend's part of :meth:`delete`: ``key`` a normalised text (every row of
         it, history too), ``fact_id`` one fact; neither: the whole selection, in steps."""
         raise NotImplementedError
+
