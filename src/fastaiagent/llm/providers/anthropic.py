@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastaiagent._optional import require
-from fastaiagent.llm.base import LLMResponse, ProviderSettings, StreamEvent, ToolSpec, Usage
+from fastaiagent.llm.base import LLMResponse, ProviderSettings, ToolSpec, Usage
 from fastaiagent.llm.message import Message, ToolCall
-from fastaiagent.llm.providers._common import (
-    PerLoop,
-    parse_tool_arguments,
-    resolve_api_key,
-    sdk_errors,
-)
+from fastaiagent.llm.providers._common import SDKProvider, parse_tool_arguments, resolve_api_key
 
 # The messages API requires max_tokens; used when the LLMClient leaves it unset.
 DEFAULT_MAX_TOKENS = 4096
@@ -151,26 +145,23 @@ class _StreamAssembler:
         )
 
 
-class AnthropicProvider:
+class AnthropicProvider(SDKProvider):
     """Talks to ``/v1/messages`` through the official ``anthropic`` SDK.
 
     System messages are joined into the ``system`` parameter; tool calls and
-    results travel as ``tool_use`` / ``tool_result`` blocks. Retries and the
-    timeout are the SDK's own, configured from the LLMClient.
+    results travel as ``tool_use`` / ``tool_result`` blocks.
     """
 
-    def __init__(self, client: ProviderSettings) -> None:
-        self._sdk = require("anthropic", "anthropic")
-        self._client = client
-        self.provider = client.provider
-        options: dict[str, Any] = {
-            "api_key": resolve_api_key(client, "ANTHROPIC_API_KEY"),
-            "base_url": client.base_url,
-            "timeout": client.timeout,
-            "max_retries": client.max_retries,
-        }
-        self._sync = self._sdk.Anthropic(**options)
-        self._async = PerLoop(lambda: self._sdk.AsyncAnthropic(**options))
+    sdk, sync_client, async_client = "anthropic", "Anthropic", "AsyncAnthropic"
+
+    def _address(self, client: ProviderSettings) -> tuple[str, str | None]:
+        return resolve_api_key(client, "ANTHROPIC_API_KEY"), client.base_url
+
+    def _endpoint(self, sdk_client: Any) -> Any:
+        return sdk_client.messages.create
+
+    def _assembler(self) -> _StreamAssembler:
+        return _StreamAssembler(self.provider, self._client.model)
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, *, stream: bool
@@ -193,69 +184,23 @@ class AnthropicProvider:
             request["stream"] = True
         return request
 
-    def _response(self, message: Any) -> LLMResponse:
+    def _response(self, reply: Any) -> LLMResponse:
         text: list[str] = []
         calls: list[ToolCall] = []
-        for block in message.content or []:
+        for block in reply.content or []:
             if block.type == "text":
                 text.append(block.text)
             elif block.type == "tool_use":
                 arguments = block.input if isinstance(block.input, dict) else {}
                 calls.append(ToolCall(id=block.id, name=block.name, arguments=dict(arguments)))
-        usage = getattr(message, "usage", None)
+        usage = getattr(reply, "usage", None)
         return LLMResponse(
             content="".join(text) or None,
             tool_calls=calls,
-            model=message.model or self._client.model,
-            finish_reason=_finish_reason(message.stop_reason),
+            model=reply.model or self._client.model,
+            finish_reason=_finish_reason(reply.stop_reason),
             usage=Usage(
                 input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
                 output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
             ),
         )
-
-    def complete(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> LLMResponse:
-        """One completion."""
-        with sdk_errors(self._sdk, self._client):
-            message = self._sync.messages.create(**self._request(messages, tools, stream=False))
-        return self._response(message)
-
-    async def acomplete(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> LLMResponse:
-        """One completion, without blocking the event loop."""
-        with sdk_errors(self._sdk, self._client):
-            message = await self._async.get().messages.create(
-                **self._request(messages, tools, stream=False)
-            )
-        return self._response(message)
-
-    def stream(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> Iterator[StreamEvent]:
-        """Text deltas as they arrive, then ``done`` with the assembled response."""
-        assembler = _StreamAssembler(self.provider, self._client.model)
-        request = self._request(messages, tools, stream=True)
-        with sdk_errors(self._sdk, self._client), self._sync.messages.create(**request) as events:
-            for event in events:
-                text = assembler.feed(event)
-                if text:
-                    yield StreamEvent("text", text=text)
-        yield StreamEvent("done", response=assembler.response())
-
-    async def astream(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> AsyncIterator[StreamEvent]:
-        """Async form of :meth:`stream`."""
-        assembler = _StreamAssembler(self.provider, self._client.model)
-        request = self._request(messages, tools, stream=True)
-        with sdk_errors(self._sdk, self._client):
-            events = await self._async.get().messages.create(**request)
-            async with events:
-                async for event in events:
-                    text = assembler.feed(event)
-                    if text:
-                        yield StreamEvent("text", text=text)
-        yield StreamEvent("done", response=assembler.response())

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastaiagent._optional import require
-from fastaiagent.llm.base import LLMResponse, ProviderSettings, StreamEvent, ToolSpec, Usage
+from fastaiagent.llm.base import LLMResponse, ProviderSettings, ToolSpec, Usage
 from fastaiagent.llm.message import Message, ToolCall
-from fastaiagent.llm.providers._common import (
-    PerLoop,
-    parse_tool_arguments,
-    resolve_api_key,
-    sdk_errors,
-)
+from fastaiagent.llm.providers._common import SDKProvider, parse_tool_arguments, resolve_api_key
 
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 # Servers that ignore the key still need a non-empty one: the SDK refuses to start without.
@@ -130,33 +124,25 @@ class _StreamAssembler:
         )
 
 
-class OpenAIChatProvider:
-    """Talks to ``/chat/completions`` through the official ``openai`` SDK.
-
-    Retries (429, 5xx, timeouts, connection errors) and the timeout are the
-    SDK's own, configured from the LLMClient; failures surface as
-    :mod:`fastaiagent.llm.errors` exceptions.
+class OpenAIChatProvider(SDKProvider):
+    """Talks to ``/chat/completions`` through the official ``openai`` SDK (also
+    Ollama's and other OpenAI-compatible servers'). The SDK retries 429, 5xx,
+    timeouts and connection errors.
     """
 
-    def __init__(self, client: ProviderSettings) -> None:
-        self._sdk = require("openai", "openai")
-        self._client = client
-        self.provider = client.provider
+    sdk, sync_client, async_client = "openai", "OpenAI", "AsyncOpenAI"
+
+    def _address(self, client: ProviderSettings) -> tuple[str, str | None]:
         if client.provider == "openai":
-            api_key = resolve_api_key(client, "OPENAI_API_KEY")
-            base_url = client.base_url
-        else:
-            # Never fall back to OPENAI_API_KEY here: it would be sent to a third-party server.
-            api_key = client.api_key or PLACEHOLDER_KEY
-            base_url = client.base_url or OLLAMA_BASE_URL
-        options: dict[str, Any] = {
-            "api_key": api_key,
-            "base_url": base_url,
-            "timeout": client.timeout,
-            "max_retries": client.max_retries,
-        }
-        self._sync = self._sdk.OpenAI(**options)
-        self._async = PerLoop(lambda: self._sdk.AsyncOpenAI(**options))
+            return resolve_api_key(client, "OPENAI_API_KEY"), client.base_url
+        # Never fall back to OPENAI_API_KEY here: it would be sent to a third-party server.
+        return client.api_key or PLACEHOLDER_KEY, client.base_url or OLLAMA_BASE_URL
+
+    def _endpoint(self, sdk_client: Any) -> Any:
+        return sdk_client.chat.completions.create
+
+    def _assembler(self) -> _StreamAssembler:
+        return _StreamAssembler(self.provider, self._client.model)
 
     def _request(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] | None, *, stream: bool
@@ -182,12 +168,10 @@ class OpenAIChatProvider:
                 request["stream_options"] = {"include_usage": True}
         return request
 
-    def _response(self, completion: Any) -> LLMResponse:
-        if not completion.choices:
-            return LLMResponse(
-                model=completion.model or self._client.model, usage=_usage(completion.usage)
-            )
-        choice = completion.choices[0]
+    def _response(self, reply: Any) -> LLMResponse:
+        if not reply.choices:
+            return LLMResponse(model=reply.model or self._client.model, usage=_usage(reply.usage))
+        choice = reply.choices[0]
         message = choice.message
         calls = [
             ToolCall(
@@ -203,58 +187,7 @@ class OpenAIChatProvider:
         return LLMResponse(
             content=message.content or None,
             tool_calls=calls,
-            model=completion.model or self._client.model,
+            model=reply.model or self._client.model,
             finish_reason=choice.finish_reason,
-            usage=_usage(completion.usage),
+            usage=_usage(reply.usage),
         )
-
-    def complete(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> LLMResponse:
-        """One completion."""
-        with sdk_errors(self._sdk, self._client):
-            completion = self._sync.chat.completions.create(
-                **self._request(messages, tools, stream=False)
-            )
-        return self._response(completion)
-
-    async def acomplete(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> LLMResponse:
-        """One completion, without blocking the event loop."""
-        with sdk_errors(self._sdk, self._client):
-            completion = await self._async.get().chat.completions.create(
-                **self._request(messages, tools, stream=False)
-            )
-        return self._response(completion)
-
-    def stream(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> Iterator[StreamEvent]:
-        """Text deltas as they arrive, then ``done`` with the assembled response."""
-        assembler = _StreamAssembler(self.provider, self._client.model)
-        request = self._request(messages, tools, stream=True)
-        with (
-            sdk_errors(self._sdk, self._client),
-            self._sync.chat.completions.create(**request) as chunks,
-        ):
-            for chunk in chunks:
-                text = assembler.feed(chunk)
-                if text:
-                    yield StreamEvent("text", text=text)
-        yield StreamEvent("done", response=assembler.response())
-
-    async def astream(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
-    ) -> AsyncIterator[StreamEvent]:
-        """Async form of :meth:`stream`."""
-        assembler = _StreamAssembler(self.provider, self._client.model)
-        request = self._request(messages, tools, stream=True)
-        with sdk_errors(self._sdk, self._client):
-            chunks = await self._async.get().chat.completions.create(**request)
-            async with chunks:
-                async for chunk in chunks:
-                    text = assembler.feed(chunk)
-                    if text:
-                        yield StreamEvent("text", text=text)
-        yield StreamEvent("done", response=assembler.response())
