@@ -21,14 +21,17 @@ from fastaiagent.agent.middleware import Middleware
 from fastaiagent.agent.tools import FunctionTool, ToolArgumentsError, as_tool
 from fastaiagent.agent.window import MemoryTurn
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec, Usage
-from fastaiagent.llm.errors import LLMError
-from fastaiagent.llm.message import (
+from fastaiagent.llm import (
     AssistantMessage,
+    BaseLLM,
+    LLMError,
+    LLMResponse,
     Message,
     SystemMessage,
     ToolCall,
     ToolMessage,
+    ToolSpec,
+    Usage,
     UserMessage,
 )
 
