@@ -23,7 +23,9 @@ from _wait import wait_until
 
 TOKEN_ALICE = "alice-token-0123456789abcdef"
 TOKEN_BOB = "bob-token-0123456789abcdefgh"
-TOOLS = {"remember", "recall", "update", "forget"}
+TOOLS = {"remember", "retrieve", "update", "forget"}
+DEPRECATED_TOOLS = {"recall": "retrieve"}  # still listed and served, marked deprecated
+LISTED = TOOLS | set(DEPRECATED_TOOLS)
 
 
 def cli_args(*args: str) -> list[str]:
@@ -115,28 +117,31 @@ def error_text(result: CallToolResult) -> str:
     return " ".join(getattr(block, "text", "") for block in result.content)
 
 
-async def recalled(session: ClientSession, **arguments: Any) -> list[str]:
-    """The texts ``recall`` returns."""
-    return [fact["text"] for fact in (await call(session, "recall", **arguments))["facts"]]
+async def retrieved(session: ClientSession, **arguments: Any) -> list[str]:
+    """The texts ``retrieve`` returns."""
+    return [fact["text"] for fact in (await call(session, "retrieve", **arguments))["facts"]]
+
+
+recalled = retrieved  # the helper's name while the tool was called recall
 
 
 async def round_trip(session: ClientSession) -> None:
-    """remember -> recall -> update -> recall -> forget, as one user."""
+    """remember -> retrieve -> update -> retrieve -> forget, as one user."""
     first = await call(session, "remember", text="Alice prefers tea")
     again = await call(session, "remember", text="Alice prefers tea")
     assert again["id"] == first["id"]  # the same text keeps its id
-    assert await recalled(session) == ["Alice prefers tea"]
+    assert await retrieved(session) == ["Alice prefers tea"]
 
     updated = await call(session, "update", new="Alice prefers coffee", old=first["id"])
     assert updated["id"] != first["id"]
-    assert await recalled(session) == ["Alice prefers coffee"]
+    assert await retrieved(session) == ["Alice prefers coffee"]
     by_text = await call(
         session, "update", new="Alice prefers green tea", old="alice prefers COFFEE"
     )
-    assert await recalled(session) == ["Alice prefers green tea"] and by_text["id"] != updated["id"]
+    assert await retrieved(session) == ["Alice prefers green tea"] and by_text["id"] != updated["id"]
 
     assert (await call(session, "forget", fact="Alice prefers green tea"))["deleted"] == 1
-    assert await recalled(session) == []
+    assert await retrieved(session) == []
     # The superseded facts stayed as history; everything=true removes them too.
     assert (await call(session, "forget", everything=True))["deleted"] == 2
     assert (await call(session, "forget", everything=True))["deleted"] == 0
@@ -146,15 +151,15 @@ async def bad_arguments_are_tool_errors(session: ClientSession) -> None:
     """Each bad call is a tool error naming what is wrong; the server keeps answering."""
     assert "text" in await call_error(session, "remember")
     assert "confidence" in await call_error(session, "remember", text="x", confidence=5)
-    assert "tier" in await call_error(session, "recall", tier="session")
-    assert "limit" in await call_error(session, "recall", limit=0)
+    assert "tier" in await call_error(session, "retrieve", tier="session")
+    assert "limit" in await call_error(session, "retrieve", limit=0)
     assert "empty" in await call_error(session, "remember", text="   ")
-    assert "recall lists them" in await call_error(session, "update", new="y", old=123456)
+    assert "retrieve lists them" in await call_error(session, "update", new="y", old=123456)
     assert "no active user" in await call_error(session, "update", new="y", old="never said")
     assert "everything=true" in await call_error(session, "forget")
     assert "global" in await call_error(session, "remember", text="for everyone", tier="global")
     assert "nope" in await call_error(session, "nope")
     # Still serving.
     await call(session, "remember", text="still here")
-    assert await recalled(session) == ["still here"]
+    assert await retrieved(session) == ["still here"]
     await call(session, "forget", everything=True)

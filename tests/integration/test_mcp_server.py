@@ -23,15 +23,16 @@ import httpx  # noqa: E402
 from mcp import MCPError  # noqa: E402
 
 from _mcp_client import (  # noqa: E402
+    DEPRECATED_TOOLS,
+    LISTED,
     TOKEN_ALICE,
     TOKEN_BOB,
-    TOOLS,
     bad_arguments_are_tool_errors,
     call,
     call_error,
     cli_args,
     http_session,
-    recalled,
+    retrieved,
     round_trip,
     serving_http,
     stdio_session,
@@ -64,21 +65,59 @@ def test_stdio_lists_the_tools_with_their_input_schemas(tmp_path):
         args = cli_args("--location", sqlite_location(tmp_path), "--user-id", "alice")
         async with stdio_session(args, str(tmp_path)) as session:
             listed = {tool.name: tool for tool in (await session.list_tools()).tools}
-            assert set(listed) == TOOLS
+            assert set(listed) == LISTED
             remember = listed["remember"].input_schema
             assert remember["required"] == ["text"]
             assert remember["properties"]["tier"]["enum"] == ["user", "global"]
             assert remember["properties"]["confidence"]["maximum"] == 1.0
             assert set(listed["update"].input_schema["required"]) == {"new", "old"}
-            assert listed["recall"].input_schema["properties"]["limit"]["minimum"] == 1
+            assert listed["retrieve"].input_schema["properties"]["limit"]["minimum"] == 1
             # No tool takes a user: who a connection acts for is the server's to say.
             for tool in listed.values():
                 assert not {"user", "user_id", "id"} & set(tool.input_schema["properties"])
                 assert tool.output_schema is not None and tool.description
-            assert listed["recall"].annotations.read_only_hint is True
+            assert listed["retrieve"].annotations.read_only_hint is True
             assert listed["forget"].annotations.destructive_hint is True
 
     anyio.run(scenario)
+
+
+def test_the_deprecated_recall_tool_still_retrieves_and_says_it_is_deprecated(tmp_path, caplog):
+    memory = Memory(sqlite_location(tmp_path))
+
+    async def scenario(url: str) -> None:
+        async with http_session(url) as session:
+            listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+            for old, new in DEPRECATED_TOOLS.items():
+                assert listed[old].description.startswith("Deprecated")
+                assert listed[old].meta == {"deprecated": True, "replaced_by": new}
+                assert listed[old].input_schema == listed[new].input_schema
+                assert listed[old].output_schema == listed[new].output_schema
+            await call(session, "remember", text="Alice lives in Lyon")
+            old = await call(session, "recall", limit=5)
+            assert old == await call(session, "retrieve", limit=5)
+            assert [f["text"] for f in old["facts"]] == ["Alice lives in Lyon"]
+            assert "limit" in await call_error(session, "recall", limit=0)
+            await call(session, "recall")
+
+    with (
+        caplog.at_level("WARNING", logger="fastaiagent.mcp"),
+        serving_http(memory, user_id="alice") as url,
+    ):
+        anyio.run(scenario, url)
+    memory.location.close()
+    said = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert said == ["MCP tool 'recall' is deprecated: clients should call 'retrieve'"]  # once
+
+
+def test_the_tools_deprecated_recall_method_warns_and_retrieves(memory):
+    from fastaiagent.mcp import MemoryTools
+
+    tools = MemoryTools(memory, user_id="alice")
+    tools.remember("alice", "Alice lives in Lyon")
+    with pytest.warns(DeprecationWarning, match="MemoryTools.retrieve"):
+        old = tools.recall("alice")
+    assert old == tools.retrieve("alice")
 
 
 def test_stdio_round_trip_and_the_facts_are_durable(tmp_path):
@@ -120,9 +159,9 @@ def test_stdio_without_a_user_has_no_user_tier(tmp_path):
         )
         async with stdio_session(args, str(tmp_path)) as session:
             assert "--user-id" in await call_error(session, "remember", text="I like tea")
-            assert "--user-id" in await call_error(session, "recall")
+            assert "--user-id" in await call_error(session, "retrieve")
             await call(session, "remember", text="Support hours are 9 to 5", tier="global")
-            assert await recalled(session, tier="global") == ["Support hours are 9 to 5"]
+            assert await retrieved(session, tier="global") == ["Support hours are 9 to 5"]
 
     anyio.run(scenario)
 
@@ -133,7 +172,7 @@ def test_stdio_without_a_user_has_no_user_tier(tmp_path):
 def test_http_round_trip_with_a_token(memory):
     async def scenario(url: str) -> None:
         async with http_session(url, TOKEN_ALICE) as session:
-            assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
+            assert {tool.name for tool in (await session.list_tools()).tools} == LISTED
             await round_trip(session)
 
     with serving_http(memory, tokens={TOKEN_ALICE: "alice"}) as url:
@@ -147,9 +186,9 @@ def test_http_a_second_users_token_sees_nothing_of_the_first(memory):
         async with http_session(url, TOKEN_ALICE) as alice:
             fact_id = (await call(alice, "remember", text="Alice's PIN hint is her cat"))["id"]
         async with http_session(url, TOKEN_BOB) as bob:
-            assert await recalled(bob) == []
+            assert await retrieved(bob) == []
             # A tool argument cannot switch the user: unknown arguments do not select anyone.
-            assert await recalled(bob, user="alice", user_id="alice", id="alice") == []
+            assert await retrieved(bob, user="alice", user_id="alice", id="alice") == []
             # Alice's fact id is not Bob's to replace; the error does not say whose it is.
             message = await call_error(bob, "update", new="hacked", old=fact_id)
             assert "alice" not in message and "no active user fact" in message
@@ -160,7 +199,7 @@ def test_http_a_second_users_token_sees_nothing_of_the_first(memory):
             assert (await call(bob, "forget", everything=True))["deleted"] == 0
             await call(bob, "remember", text="Bob likes jazz")
         async with http_session(url, TOKEN_ALICE) as alice:
-            assert await recalled(alice) == ["Alice's PIN hint is her cat"]
+            assert await retrieved(alice) == ["Alice's PIN hint is her cat"]
 
     with serving_http(memory, tokens=tokens) as url:
         anyio.run(scenario, url)
@@ -215,7 +254,7 @@ def test_http_global_facts_are_shared_and_written_only_when_allowed(memory):
                 return
             await call(alice, "remember", text="Refunds take 5 days", tier="global")
         async with http_session(url, TOKEN_BOB) as bob:
-            assert await recalled(bob, tier="global") == ["Refunds take 5 days"]
+            assert await retrieved(bob, tier="global") == ["Refunds take 5 days"]
 
     with serving_http(memory, tokens=tokens) as url:
         anyio.run(scenario, url, False)
@@ -224,16 +263,16 @@ def test_http_global_facts_are_shared_and_written_only_when_allowed(memory):
     assert [f.fact for f in memory.retrieve(tier="global")] == ["Refunds take 5 days"]
 
 
-def test_recall_by_meaning_is_refused_when_semantic_is_off(tmp_path):
+def test_retrieve_by_meaning_is_refused_when_semantic_is_off(tmp_path):
     memory = Memory(sqlite_location(tmp_path))
 
     async def scenario(url: str) -> None:
         async with http_session(url) as session:
             await call(session, "remember", text="Alice lives in Lyon")
             assert "--no-semantic" in await call_error(
-                session, "recall", query="where does she live"
+                session, "retrieve", query="where does she live"
             )
-            assert await recalled(session, query="  ") == ["Alice lives in Lyon"]
+            assert await retrieved(session, query="  ") == ["Alice lives in Lyon"]
 
     with serving_http(memory, user_id="alice") as url:
         anyio.run(scenario, url)
@@ -241,7 +280,7 @@ def test_recall_by_meaning_is_refused_when_semantic_is_off(tmp_path):
 
 
 @pytest.mark.embedder
-def test_recall_by_meaning_with_the_offline_embedder(tmp_path):
+def test_retrieve_by_meaning_with_the_offline_embedder(tmp_path):
     memory = Memory(sqlite_location(tmp_path), semantic="auto", embedder="local")
     facts = ["Alice is allergic to peanuts", "Alice lives in Lyon", "Alice works as a nurse"]
 
@@ -249,9 +288,9 @@ def test_recall_by_meaning_with_the_offline_embedder(tmp_path):
         async with http_session(url, TOKEN_ALICE) as session:
             for text in facts:
                 await call(session, "remember", text=text)
-            found = await recalled(session, query="Which foods must she avoid?", limit=2)
+            found = await retrieved(session, query="Which foods must she avoid?", limit=2)
             assert found[0] == "Alice is allergic to peanuts" and len(found) == 2
-            assert sorted(await recalled(session)) == sorted(facts)
+            assert sorted(await retrieved(session)) == sorted(facts)
 
     with serving_http(memory, tokens={TOKEN_ALICE: "alice"}) as url:
         anyio.run(scenario, url)
@@ -370,7 +409,7 @@ def test_the_http_command_serves_token_users_off_localhost(tmp_path):
             async with http_session(url, TOKEN_ALICE) as alice:
                 await call(alice, "remember", text="Alice flies on Fridays")
             async with http_session(url, TOKEN_BOB) as bob:
-                assert await recalled(bob) == []
+                assert await retrieved(bob) == []
 
         anyio.run(scenario)
         assert httpx.post(url, json={}).status_code == 401
@@ -414,8 +453,8 @@ def test_the_desktop_host_snippet_starts_a_server(tmp_path):
     async def scenario() -> None:
         # The same arguments after the command, as the host passes them.
         async with stdio_session(["-m", "fastaiagent.cli", *args], str(tmp_path)) as session:
-            assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
+            assert {tool.name for tool in (await session.list_tools()).tools} == LISTED
             await call(session, "remember", text="Alice uses the desktop app")
-            assert await recalled(session) == ["Alice uses the desktop app"]
+            assert await retrieved(session) == ["Alice uses the desktop app"]
 
     anyio.run(scenario)

@@ -97,10 +97,10 @@ _GLOBAL_WRITES = typer.Option(
         help="Let clients write and forget global facts (read by every user).",
     )
 _SEMANTIC = typer.Option(
-        True, "--semantic/--no-semantic", help="Let recall search by meaning (needs an embedder)."
+        True, "--semantic/--no-semantic", help="Let retrieve search by meaning (needs an embedder)."
     )
 _EMBEDDER = typer.Option(
-        "auto", help="Embedder for recall by meaning: auto, local, openai[:model]."
+        "auto", help="Embedder for retrieve by meaning: auto, local, openai[:model]."
     )
 
 
@@ -118,7 +118,7 @@ def mcp(
     semantic: bool = _SEMANTIC,
     embedder: str = _EMBEDDER,
 ) -> None:
-    """Serve memory as MCP tools: remember, recall, update, forget."""
+    """Serve memory as MCP tools: remember, retrieve, update, forget."""
     require("mcp.server.mcpserver", "mcp")
     from fastaiagent.mcp.server import create_server
     from fastaiagent.mcp.tools import MemoryTools

@@ -1,7 +1,9 @@
 """``fastaiagent mcp``: agent memory as a Model Context Protocol server.
 
 Needs the ``mcp`` extra (the official MCP Python SDK). The tools are
-remember, recall, update and forget over a :class:`~fastaiagent.Memory`:
+remember, retrieve, update and forget over a :class:`~fastaiagent.Memory`
+(``remember`` calls ``Memory.persist``, the others the verb of their name;
+``recall``, the deprecated name of retrieve, is still served):
 
 - :class:`MemoryTools` (``tools.py``): what each tool does, for the user a
   connection acts for, with the Memory verbs' guard rails;

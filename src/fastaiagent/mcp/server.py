@@ -10,6 +10,8 @@ serving.
 
 from __future__ import annotations
 
+import functools
+import logging
 import socket
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -25,23 +27,44 @@ from fastaiagent._version import __version__
 from fastaiagent.errors import FastAIAgentError
 from fastaiagent.mcp.auth import USER_SCOPE_KEY, BearerAuth, TokenMap
 from fastaiagent.mcp.tools import (
-    DEFAULT_RECALL_LIMIT,
-    MAX_RECALL_LIMIT,
+    DEFAULT_RETRIEVE_LIMIT,
+    MAX_RETRIEVE_LIMIT,
     Forgotten,
     MemoryTools,
-    Recalled,
     Remembered,
+    Retrieved,
     Tier,
     Updated,
 )
 
+logger = logging.getLogger("fastaiagent.mcp")
+
 SERVER_NAME = "fastaiagent-memory"
 HTTP_PATH = "/mcp"
 INSTRUCTIONS = (
-    "Durable memory. Use recall before answering to read what is known about the user "
+    "Durable memory. Use retrieve before answering to read what is known about the user "
     "(tier 'user') or true for everyone (tier 'global'); remember new lasting facts; "
     "update a fact that changed instead of adding a contradicting one; forget on request."
 )
+# What the model reads about each tool, and the hints a host reads, in one place.
+DESCRIPTIONS = {
+    "remember": "Remember a durable fact. The same text again keeps its id.",
+    "retrieve": "Retrieve active facts: the closest to query by meaning, or the newest without one.",
+    "update": "Replace a fact that changed; the old one is kept as history and no longer retrieved.",
+    "forget": "Delete a fact for good (history included), or every fact of the tier with "
+    "everything=true.",
+    "recall": "Deprecated: the old name of retrieve, kept so existing clients keep working; "
+    "call retrieve instead (same arguments, same result).",
+}
+HINTS = {
+    "remember": ToolAnnotations(idempotent_hint=True, destructive_hint=False),
+    "retrieve": ToolAnnotations(read_only_hint=True),
+    "update": ToolAnnotations(destructive_hint=False),
+    "forget": ToolAnnotations(destructive_hint=True, idempotent_hint=True),
+    "recall": ToolAnnotations(read_only_hint=True),
+}
+# Old tool name -> the tool it still calls (listed, marked deprecated in its _meta).
+DEPRECATED_TOOLS = {"recall": "retrieve"}
 R = TypeVar("R")
 
 TextArg = Annotated[str, Field(description="The fact, one short self-contained statement.")]
@@ -52,9 +75,11 @@ ConfidenceArg = Annotated[float, Field(ge=0.0, le=1.0, description="How sure the
 QueryArg = Annotated[
     str | None, Field(description="Search by meaning; leave out to list the newest facts.")
 ]
-LimitArg = Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="At most this many facts.")]
+LimitArg = Annotated[
+    int, Field(ge=1, le=MAX_RETRIEVE_LIMIT, description="At most this many facts.")
+]
 OldArg = Annotated[
-    int | str, Field(description="The fact to replace: its id (from recall) or its exact text.")
+    int | str, Field(description="The fact to replace: its id (from retrieve) or its exact text.")
 ]
 
 
@@ -75,44 +100,66 @@ def _run(call: Callable[[], R]) -> R:
         raise ToolError(one_line(exc)) from exc
 
 
+class _Acting:
+    """Runs a tool body for the user of the calling connection (``fallback`` without a token)."""
+
+    def __init__(self, fallback: str | None) -> None:
+        self.fallback = fallback
+        self._warned: set[str] = set()
+
+    def __call__(self, ctx: Context[Any, Any], body: Callable[[str | None], R]) -> R:
+        user = connection_user(ctx, self.fallback)
+        return _run(lambda: body(user))
+
+    def alias(self, tool: Callable[..., R], old: str) -> Callable[..., R]:
+        """``tool`` under its deprecated name ``old``: the same arguments and result;
+        the first call logs that the client should use the new name."""
+
+        @functools.wraps(tool)
+        def deprecated(*args: Any, **kwargs: Any) -> R:
+            if old not in self._warned:
+                self._warned.add(old)
+                logger.warning(
+                    "MCP tool %r is deprecated: clients should call %r", old, tool.__name__
+                )
+            return tool(*args, **kwargs)
+
+        return deprecated
+
+
 def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[Any]:
-    """An ``MCPServer`` with the remember / recall / update / forget tools over ``tools``."""
+    """An ``MCPServer`` with the remember / retrieve / update / forget tools over ``tools``,
+    and ``recall``, the deprecated name of retrieve."""
     # WARNING: the SDK configures root logging when no handler is set; INFO would log every request.
     server: MCPServer[Any] = MCPServer(
         name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
-    fallback = tools.user_id
+    act = _Acting(tools.user_id)
 
     def remember(
-        text: TextArg,
         ctx: Context[Any, Any],
+        text: TextArg,
         tier: TierArg = "user",
         confidence: ConfidenceArg = 1.0,
     ) -> Remembered:
-        """Remember a durable fact. The same text again keeps its id."""
-        user = connection_user(ctx, fallback)
-        return _run(lambda: tools.remember(user, text, tier, confidence))
+        return act(ctx, lambda user: tools.remember(user, text, tier, confidence))
 
-    def recall(
+    def retrieve(
         ctx: Context[Any, Any],
         query: QueryArg = None,
         tier: TierArg = "user",
-        limit: LimitArg = DEFAULT_RECALL_LIMIT,
-    ) -> Recalled:
-        """Recall active facts: the closest to query by meaning, or the newest without one."""
-        user = connection_user(ctx, fallback)
-        return _run(lambda: tools.recall(user, query, tier, limit))
+        limit: LimitArg = DEFAULT_RETRIEVE_LIMIT,
+    ) -> Retrieved:
+        return act(ctx, lambda user: tools.retrieve(user, query, tier, limit))
 
     def update(
+        ctx: Context[Any, Any],
         new: TextArg,
         old: OldArg,
-        ctx: Context[Any, Any],
         tier: TierArg = "user",
         confidence: ConfidenceArg = 1.0,
     ) -> Updated:
-        """Replace a fact that changed; the old one is kept as history and no longer recalled."""
-        user = connection_user(ctx, fallback)
-        return _run(lambda: tools.update(user, new, old, tier, confidence))
+        return act(ctx, lambda user: tools.update(user, new, old, tier, confidence))
 
     def forget(
         ctx: Context[Any, Any],
@@ -122,18 +169,19 @@ def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[A
         ] = None,
         everything: Annotated[bool, Field(description="Delete every fact of the tier.")] = False,
     ) -> Forgotten:
-        """Delete a fact for good (history included), or every fact of the tier with everything=true."""
-        user = connection_user(ctx, fallback)
-        return _run(lambda: tools.forget(user, tier, fact, everything))
+        return act(ctx, lambda user: tools.forget(user, tier, fact, everything))
 
-    server.add_tool(
-        remember, annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False)
-    )
-    server.add_tool(recall, annotations=ToolAnnotations(read_only_hint=True))
-    server.add_tool(update, annotations=ToolAnnotations(destructive_hint=False))
-    server.add_tool(
-        forget, annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True)
-    )
+    current = {tool.__name__: tool for tool in (remember, retrieve, update, forget)}
+    for tool_name, tool in current.items():
+        server.add_tool(tool, description=DESCRIPTIONS[tool_name], annotations=HINTS[tool_name])
+    for old, new in DEPRECATED_TOOLS.items():
+        server.add_tool(
+            act.alias(current[new], old),
+            name=old,
+            description=DESCRIPTIONS[old],
+            annotations=HINTS[old],
+            meta={"deprecated": True, "replaced_by": new},
+        )
     return server
 
 

@@ -17,13 +17,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from fastaiagent._validate import boolean, optional_id
+from fastaiagent.agent.deprecation import deprecated_alias
 from fastaiagent.agent.memory import Memory
 from fastaiagent.errors import InvalidValueError, NotFoundError, PolicyError
 from fastaiagent.facts.fact import Fact
 
 Tier = Literal["user", "global"]
-DEFAULT_RECALL_LIMIT = 10
-MAX_RECALL_LIMIT = 100
+DEFAULT_RETRIEVE_LIMIT = 10
+MAX_RETRIEVE_LIMIT = 100
+# The names before the tool was named for what it does (it reads facts: retrieve).
+DEFAULT_RECALL_LIMIT = DEFAULT_RETRIEVE_LIMIT
+MAX_RECALL_LIMIT = MAX_RETRIEVE_LIMIT
 
 
 class FactOut(BaseModel):
@@ -44,12 +48,15 @@ class Remembered(BaseModel):
     tier: Tier
 
 
-class Recalled(BaseModel):
-    """The result of ``recall``: newest first, or closest first with a query."""
+class Retrieved(BaseModel):
+    """The result of ``retrieve``: newest first, or closest first with a query."""
 
     tier: Tier
     query: str | None
     facts: list[FactOut]
+
+
+Recalled = Retrieved  # deprecated: the result's name while the tool was called recall
 
 
 class Updated(BaseModel):
@@ -67,7 +74,7 @@ class Forgotten(BaseModel):
 
 
 class MemoryTools:
-    """The remember / recall / update / forget tools over one :class:`Memory`.
+    """The remember / retrieve / update / forget tools over one :class:`Memory`.
 
     ``user_id`` is the user of a connection that carries no token (stdio, or
     HTTP on loopback without tokens); ``None`` leaves such connections without
@@ -117,24 +124,27 @@ class MemoryTools:
         fact_id = self.memory.persist(text, tier, subject, confidence=confidence)
         return Remembered(id=fact_id, tier=tier)  # type: ignore[arg-type]
 
-    def recall(
+    def retrieve(
         self,
         user: str | None,
         query: str | None = None,
         tier: str = "user",
-        limit: int = DEFAULT_RECALL_LIMIT,
-    ) -> Recalled:
-        """Active facts of ``tier``: newest first, or the closest to ``query`` by meaning."""
-        subject = self._subject("recall", tier, user, write=False)
+        limit: int = DEFAULT_RETRIEVE_LIMIT,
+    ) -> Retrieved:
+        """Active facts of ``tier``: newest first, or the closest to ``query`` by meaning
+        (:meth:`Memory.retrieve <fastaiagent.agent.memory.Memory.retrieve>`)."""
+        subject = self._subject("retrieve", tier, user, write=False)
         if query is not None and not query.strip():
             query = None  # an empty query asks for the list
         if query is not None and self.memory.config.semantic is None:
             raise PolicyError(
-                "recall by meaning is off on this server (started with --no-semantic); leave out "
-                "query to list the newest facts"
+                "retrieving by meaning is off on this server (started with --no-semantic); "
+                "leave out query to list the newest facts"
             )
         facts = self.memory.retrieve(query, tier=tier, id=subject, limit=limit)
-        return Recalled(tier=tier, query=query, facts=[_out(fact, tier) for fact in facts])  # type: ignore[arg-type]
+        return Retrieved(tier=tier, query=query, facts=[_out(fact, tier) for fact in facts])  # type: ignore[arg-type]
+
+    recall = deprecated_alias(retrieve, "MemoryTools.recall", "MemoryTools.retrieve")
 
     def update(
         self,
@@ -148,7 +158,7 @@ class MemoryTools:
         subject = self._subject("update", tier, user, write=True)
         if isinstance(old, int) and not isinstance(old, bool):
             self._check_own(old, tier, subject)
-        new_id = self.memory.update(new, old, tier, subject, confidence=confidence)
+        new_id = self.memory.update(new, old=old, tier=tier, id=subject, confidence=confidence)
         return Updated(id=new_id, tier=tier)  # type: ignore[arg-type]
 
     def _check_own(self, fact_id: int, tier: str, subject: str) -> None:
@@ -163,7 +173,7 @@ class MemoryTools:
         if not mine or fact is None or not fact.active:
             raise NotFoundError(
                 f"no active {tier} fact #{fact_id} for this connection: pass the id or text of "
-                "one of its facts (recall lists them)"
+                "one of its facts (retrieve lists them)"
             )
 
     def forget(
