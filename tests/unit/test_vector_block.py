@@ -430,3 +430,76 @@ def test_concurrent_messages_and_recalls_on_one_block(store, embedder):
     assert not errors, errors
     assert store.count("default") == 80
     assert len({c.id for c in store.chunks("default")}) == 80
+
+
+# -- the extension points: make_chunk and embedding_text (public), their old private names ----
+
+
+def test_make_chunk_is_the_public_extension_point(store, embedder):
+    class Weighted(VectorBlock):
+        def make_chunk(self, message):
+            chunk = super().make_chunk(message)
+            if chunk is not None:
+                chunk.metadata["importance"] = 0.3 if "chatter" in chunk.text else 1.0
+            return chunk
+
+    block = Weighted(store, embedder=embedder, min_content_chars=1)
+    block.on_message(UserMessage("some chatter about lunch"))
+    block.on_message(UserMessage("skip me"))
+    block.flush()
+    assert {c.text: c.metadata["importance"] for c in store.chunks("default")} == {
+        "some chatter about lunch": 0.3,
+        "skip me": 1.0,
+    }
+
+
+def test_a_subclass_overriding_the_old_make_chunk_is_still_called_and_warned(store, embedder):
+    with pytest.warns(DeprecationWarning, match=r"VectorBlock\._make_chunk .*VectorBlock\.make_chunk"):
+
+        class Old(VectorBlock):
+            def _make_chunk(self, message):
+                if "secret" in (message.content or ""):
+                    return None
+                chunk = super()._make_chunk(message)
+                assert chunk is not None
+                chunk.metadata["turn"] = "t1"
+                return chunk
+
+    class Older(Old):  # inherits the old hook: still called, no second warning
+        pass
+
+    for cls in (Old, Older):
+        block = cls(store, embedder=embedder, namespace=cls.__name__)
+        block.on_message(UserMessage("my secret is 1234"))
+        block.on_message(UserMessage("I adopted a puppy"))
+        block.flush()
+        assert [(c.text, c.metadata["turn"]) for c in store.chunks(cls.__name__)] == [
+            ("I adopted a puppy", "t1")
+        ]
+
+
+def test_embedding_text_is_public_and_the_old_name_still_works(store):
+    seen: list[str] = []
+
+    class Recording(WordHashEmbedder):
+        def embed(self, texts):
+            seen.extend(texts)
+            return super().embed(texts)
+
+    class Contextual(VectorBlock):
+        def embedding_text(self, chunk):
+            return f"[{chunk.metadata['role']}] {chunk.text}"
+
+    with pytest.warns(DeprecationWarning, match="embedding_text"):
+
+        class Old(VectorBlock):
+            def _embedding_text(self, chunk):
+                return chunk.text.upper()
+
+    Contextual(store, embedder=Recording(), namespace="a").on_message(
+        AssistantMessage("the puppy is a beagle")
+    )
+    Old(store, embedder=Recording(), namespace="b").on_message(AssistantMessage("the puppy is a beagle"))
+    assert seen == ["[assistant] the puppy is a beagle", "THE PUPPY IS A BEAGLE"]
+    # What is stored (and keyword-indexed) is the text itself.
+    assert [c.text for c in store.chunks("a")] == ["the puppy is a beagle"]

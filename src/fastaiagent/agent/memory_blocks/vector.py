@@ -27,6 +27,7 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent._beside import beside
 from fastaiagent._validate import boolean, fraction, integer, number, one_of, text
+from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
@@ -68,6 +69,11 @@ DEFAULT_PARTICIPANT_BOOST = 1.5
 DEFAULT_NEIGHBOUR_WEIGHT = 0.0
 DEFAULT_DATE_BOOST = 1.0
 DEFAULT_FOLLOW_TURNS = 2  # messages after each best hit ranked below it (vector_following)
+# Extension points that were private, old name -> public name. A subclass that
+# overrides an old name is still called, and warned when the class is made.
+_MAKE_CHUNK = "_make_chunk"
+_EMBEDDING_TEXT = "_embedding_text"
+_RENAMED_HOOKS = {_MAKE_CHUNK: "make_chunk", _EMBEDDING_TEXT: "embedding_text"}
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,18 @@ class VectorBlock(MemoryBlock):
     """
 
     name = "vector"
+    # The old (private) extension points this class or a parent overrides.
+    _old_hooks: frozenset[str] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overridden = {old for old in _RENAMED_HOOKS if old in cls.__dict__}
+        for old in sorted(overridden):
+            warn_renamed(
+                f"overriding VectorBlock.{old} ({cls.__qualname__})",
+                f"an override of VectorBlock.{_RENAMED_HOOKS[old]}, the public extension point",
+            )
+        cls._old_hooks = cls._old_hooks | overridden
 
     def __init__(
         self,
@@ -276,12 +294,15 @@ class VectorBlock(MemoryBlock):
 
     # -- writing ---------------------------------------------------------------
 
-    def _make_chunk(self, message: Message) -> Chunk | None:
-        """The chunk to store for ``message``, or None to skip it.
+    def make_chunk(self, message: Message) -> Chunk | None:
+        """The chunk to store for ``message``, or None to skip it: the extension point
+        for what is stored.
 
-        Override to add metadata (e.g. ``metadata["importance"]``); keep
-        ``metadata["namespace"]`` as set here. The id is replaced when the chunk
-        is queued: each message gets the id its predecessor announced (``next``).
+        Override it to add metadata (e.g. ``metadata["importance"]``, which
+        ``importance_weight`` ranks by) or to skip messages; call
+        ``super().make_chunk(message)`` and keep ``metadata["namespace"]`` as set
+        here. The id is replaced when the chunk is queued: each message gets the id
+        its predecessor announced (``next``).
         """
         content = (message.content or "").strip()
         if message.role not in self.roles or len(content) < self.min_content_chars:
@@ -295,13 +316,21 @@ class VectorBlock(MemoryBlock):
             metadata["speaker"] = message.name
         return Chunk(id=str(uuid.uuid4()), text=content, metadata=metadata)
 
+    def _make_chunk(self, message: Message) -> Chunk | None:
+        """Deprecated: the old, private name of :meth:`make_chunk`. A subclass that
+        overrides it is still called (with a DeprecationWarning when the class is made)."""
+        return self.make_chunk(message)
+
     def on_message(self, message: Message, *, at: float | None = None) -> None:
         """Queue the message for embedding (one batch per turn).
 
         ``at`` (epoch seconds) is when the message was said, for a conversation
         recorded after the fact; by default it is now."""
         said_at = number("at", at, allow_none=True)
-        chunk = self._make_chunk(message)
+        if _MAKE_CHUNK in self._old_hooks:
+            chunk = self._make_chunk(message)
+        else:
+            chunk = self.make_chunk(message)
         if chunk is not None and said_at is not None:
             chunk.metadata["created_at"] = said_at
         if chunk is None:
@@ -327,9 +356,15 @@ class VectorBlock(MemoryBlock):
         if due:
             self.flush()
 
-    def _embedding_text(self, chunk: Chunk) -> str:
-        """The text whose vector represents ``chunk`` (override to add context)."""
+    def embedding_text(self, chunk: Chunk) -> str:
+        """The text whose vector represents ``chunk``: the extension point for what is
+        embedded (override it to add context; the keyword side indexes ``chunk.text``)."""
         return chunk.text
+
+    def _embedding_text(self, chunk: Chunk) -> str:
+        """Deprecated: the old, private name of :meth:`embedding_text` (still called
+        when a subclass overrides it)."""
+        return self.embedding_text(chunk)
 
     def flush(self) -> int:
         """Embed and store every queued message in one batch; returns how many."""
@@ -338,7 +373,10 @@ class VectorBlock(MemoryBlock):
             if not pending:
                 return 0
             try:
-                vectors = self._embed([self._embedding_text(c) for c in pending])
+                text_of = (
+                    self._embedding_text if _EMBEDDING_TEXT in self._old_hooks else self.embedding_text
+                )
+                vectors = self._embed([text_of(c) for c in pending])
                 if len(vectors) != len(pending):
                     raise InvalidValueError(
                         f"embedder returned {len(vectors)} vectors for {len(pending)} texts: "
