@@ -1,4 +1,5 @@
-"""WHERE clauses of the SQL fact stores (SQLite ``?``, Postgres ``%s``), built once.
+"""The SQL the fact stores share (SQLite ``?``, Postgres ``%s``): the columns of a
+fact row, the insert of a new fact, and WHERE clauses, built once.
 
 The scoping rules decide *which* subjects a call touches (learn/scoping.py);
 this turns that decision into SQL the same way for every SQL backend.
@@ -6,10 +7,47 @@ this turns that decision into SQL the same way for every SQL backend.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import Selector
 from fastaiagent.facts.store import BrowseFilter
+
+FACT_COLUMNS = tuple(field.name for field in dataclasses.fields(Fact))
+"""The columns of a whole fact row, in Fact's field order, so a row builds a
+fact in one positional call."""
+
+_INSERT_COLUMNS = (
+    "fact, fact_key, scope, scope_id, project_id, confidence, source, source_trace_id, "
+    "created_at, superseded_by, metadata, valid_from, valid_to"
+)
+
+
+def insert_fact(table: str, mark: str) -> str:
+    """The INSERT of a new active fact (``superseded_by`` NULL) into ``table``; its
+    parameters are :func:`fact_values`'."""
+    marks = ", ".join([mark] * 9 + ["NULL"] + [mark] * 3)
+    return f"INSERT INTO {table} ({_INSERT_COLUMNS}) VALUES ({marks})"
+
+
+def fact_values(fact: Fact, key: str, metadata: Any) -> tuple[Any, ...]:
+    """The parameters of :func:`insert_fact`: the fact, its normalised text ``key``
+    and its metadata as the backend stores it (JSON text, or a JSONB adapter)."""
+    return (
+        fact.fact,
+        key,
+        fact.scope,
+        fact.scope_id,
+        fact.project_id,
+        float(fact.confidence),
+        fact.source,
+        fact.source_trace_id,
+        fact.created_at,
+        metadata,
+        fact.valid_from,
+        fact.valid_to,
+    )
 
 
 def selector_where(selector: Selector, *, active_only: bool, mark: str) -> tuple[str, list[Any]]:

@@ -38,7 +38,14 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.sql_clauses import as_of_clause, browse_where, selector_where
+from fastaiagent.facts.sql_clauses import (
+    FACT_COLUMNS,
+    as_of_clause,
+    browse_where,
+    fact_values,
+    insert_fact,
+    selector_where,
+)
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
@@ -49,22 +56,6 @@ from psycopg.types.json import Jsonb  # noqa: E402
 
 DEFAULT_TABLE = "learned_memory"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
-_COLUMNS = (
-    "id",
-    "fact",
-    "scope",
-    "scope_id",
-    "project_id",
-    "confidence",
-    "source",
-    "source_trace_id",
-    "created_at",
-    "superseded_by",
-    "valid_from",
-    "valid_to",
-    "superseded_at",
-    "metadata",
-)
 # One subject's active rows, the varying columns only (a subject read's parts).
 _SUBJECT_SELECT = (
     "SELECT fact, confidence, source, source_trace_id, NULLIF(metadata, '{{}}'::jsonb), id, "
@@ -101,22 +92,13 @@ def _connect_kwargs(url: str, connect_timeout: int | None) -> tuple[dict[str, An
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
+    """A fact from a row of the ``cols`` columns (:data:`FACT_COLUMNS`, empty metadata
+    as NULL)."""
+    superseded_by = None if row[10] is None else int(row[10])
     return Fact(
-        id=int(row[0]),
-        fact=row[1],
-        scope=row[2],
-        scope_id=row[3],
-        project_id=row[4],
-        confidence=float(row[5]),
-        source=row[6],
-        source_trace_id=row[7],
-        created_at=float(row[8]),
-        superseded_by=None if row[9] is None else int(row[9]),
-        valid_from=row[10],
-        valid_to=row[11],
-        superseded_at=row[12],
-        metadata=dict(row[13] or {}),
-    )
+        row[0], row[1], row[2], row[3], float(row[4]), row[5], row[6], dict(row[7] or {}),
+        int(row[8]), float(row[9]), superseded_by, row[11], row[12], row[13],
+    )  # fmt: skip
 
 
 class _PoolHolder:
@@ -360,7 +342,10 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         t = self._t
         # Empty metadata comes back as NULL: no JSON parse per row on the read path.
         cols = sql.SQL(", ").join(
-            [*map(sql.Identifier, _COLUMNS[:-1]), sql.SQL("NULLIF(metadata, '{}'::jsonb)")]
+            [
+                sql.SQL("NULLIF(metadata, '{}'::jsonb)") if name == "metadata" else sql.Identifier(name)
+                for name in FACT_COLUMNS
+            ]
         )
         newest = sql.SQL(
             "SELECT {} FROM {} WHERE scope = %s AND project_id = %s {} "
@@ -370,10 +355,7 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         active_key = "(scope, scope_id, project_id, md5(fact_key)) WHERE superseded_by IS NULL"
         return {
             "insert": sql.SQL(
-                "INSERT INTO {} (fact, fact_key, scope, scope_id, project_id, confidence, "
-                "source, source_trace_id, created_at, superseded_by, metadata, valid_from, "
-                "valid_to) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, %s, %s, %s) "
-                "ON CONFLICT " + active_key + " DO NOTHING RETURNING id"
+                insert_fact("{}", "%s") + " ON CONFLICT " + active_key + " DO NOTHING RETURNING id"
             ).format(t),
             "find_active": sql.SQL(
                 "SELECT id, valid_to FROM {} WHERE scope = %s AND scope_id = %s AND project_id = %s "
@@ -410,20 +392,7 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
 
     def _add(self, conn: Any, fact: Fact) -> int:
         key = normalize_text(fact.fact)
-        params = (
-            fact.fact,
-            key,
-            fact.scope,
-            fact.scope_id,
-            fact.project_id,
-            float(fact.confidence),
-            fact.source,
-            fact.source_trace_id,
-            fact.created_at,
-            Jsonb(fact.metadata),
-            fact.valid_from,
-            fact.valid_to,
-        )
+        params = fact_values(fact, key, Jsonb(fact.metadata))
         # ON CONFLICT waits for a concurrent writer of the same active key; the
         # loop covers the rare case where that row is superseded in between.
         for _ in range(5):
@@ -466,7 +435,7 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
 
     def _supersede(self, conn: Any, old_id: int, new_id: int, at: float) -> None:
         rows = conn.execute(self._q("lock_pair"), ([old_id, new_id],)).fetchall()
-        by_id = {int(row[0]): _row_to_fact(row) for row in rows}
+        by_id = {fact.id: fact for fact in map(_row_to_fact, rows)}
         old = by_id.get(old_id)
         check_supersede(old, by_id.get(new_id), old_id, new_id)
         if old is not None and old.superseded_by != new_id:  # else: keep the first time

@@ -27,7 +27,15 @@ from fastaiagent.facts.scoping import (
     read_selector,
     validate_for_write,
 )
-from fastaiagent.facts.sql_clauses import as_of_clause, browse_where, selector_where, valid_clause
+from fastaiagent.facts.sql_clauses import (
+    FACT_COLUMNS,
+    as_of_clause,
+    browse_where,
+    fact_values,
+    insert_fact,
+    selector_where,
+    valid_clause,
+)
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
@@ -111,10 +119,8 @@ FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2, _V3])
 """The fact table's migrations (see :mod:`fastaiagent._schema`); version 3 today."""
 
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
-_COLUMNS = (
-    "fact, scope, scope_id, project_id, confidence, source, source_trace_id, metadata, "
-    "id, created_at, superseded_by, valid_from, valid_to, superseded_at"
-)
+_COLUMNS = ", ".join(FACT_COLUMNS)
+_INSERT = insert_fact("learned_memory", "?")
 _EMPTY_METADATA = ("", "{}")
 _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
 
@@ -133,8 +139,7 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
 # each row.
 _SUBJECT_FIELDS = (
     "SELECT fact, confidence, NULLIF(source, 'manual'), source_trace_id, "
-    "NULLIF(metadata, '{}'), id, created_at, "
-    "CASE WHEN valid_from IS NULL THEN valid_to ELSE json_array(valid_from, valid_to) END "
+    "NULLIF(metadata, '{}'), id, created_at, valid_from, valid_to "
     "FROM learned_memory INDEXED BY idx_learned_memory_subject_live "
     "WHERE scope_id = ? AND scope = ? AND project_id = ? AND superseded_by IS NULL "
 )
@@ -152,7 +157,7 @@ def _subject_facts(
     # Unpacking in the comprehension and positional Fact() are the cheapest way to
     # build 50 facts in CPython (cheaper than object.__new__ plus a __dict__ fill).
     loads = json.loads
-    facts = [
+    return [
         Fact(
             fact,
             scope,
@@ -164,35 +169,12 @@ def _subject_facts(
             loads(metadata) if metadata else {},
             fact_id,
             created_at,
+            None,
+            valid_from,
+            valid_to,
         )
-        if validity is None
-        else _with_validity(
-            Fact(
-                fact,
-                scope,
-                scope_id,
-                project_id,
-                confidence,
-                SOURCE_MANUAL if source is None else source,
-                trace_id,
-                loads(metadata) if metadata else {},
-                fact_id,
-                created_at,
-            ),
-            validity,
-        )
-        for fact, confidence, source, trace_id, metadata, fact_id, created_at, validity in rows
+        for fact, confidence, source, trace_id, metadata, fact_id, created_at, valid_from, valid_to in rows
     ]
-    return facts
-
-
-def _with_validity(fact: Fact, validity: float | str) -> Fact:
-    """Fill a subject row's validity: its end alone, or both as JSON (see _SUBJECT_FIELDS)."""
-    if validity.__class__ is str:
-        fact.valid_from, fact.valid_to = json.loads(str(validity))
-    else:
-        fact.valid_to = float(validity)
-    return fact
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
@@ -277,25 +259,7 @@ class SQLiteFactStore(StoreFront, StoreCapabilities):
             # row. The row leaves the unique active key first (0 marks "replacing").
             expired = int(row[0])
             conn.execute("UPDATE learned_memory SET superseded_by = 0 WHERE id = ?", (expired,))
-        cursor = conn.execute(
-            "INSERT INTO learned_memory (fact, fact_key, scope, scope_id, project_id, confidence, "
-            "source, source_trace_id, created_at, superseded_by, metadata, valid_from, valid_to) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
-            (
-                fact.fact,
-                key,
-                fact.scope,
-                fact.scope_id,
-                fact.project_id,
-                float(fact.confidence),
-                fact.source,
-                fact.source_trace_id,
-                fact.created_at,
-                json.dumps(fact.metadata),
-                fact.valid_from,
-                fact.valid_to,
-            ),
-        )
+        cursor = conn.execute(_INSERT, fact_values(fact, key, json.dumps(fact.metadata)))
         new_id = int(cursor.lastrowid or 0)
         if expired is not None:
             conn.execute(
