@@ -8,8 +8,9 @@ used, so this package imports with no extras installed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fastaiagent._lazy import LazyNames
 from fastaiagent.facts.fact import (
     SCOPES,
     SOURCE_CONVERSATION,
@@ -26,19 +27,13 @@ if TYPE_CHECKING:
     from fastaiagent.facts.postgres.store import PostgresFactStore
     from fastaiagent.facts.redis.store import RedisFactStore
 
-_LAZY = {
-    "PostgresFactStore": "fastaiagent.facts.postgres.store",
-    "RedisFactStore": "fastaiagent.facts.redis.store",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'fastaiagent.facts' has no attribute {name!r}")
-
+__getattr__ = LazyNames(
+    __name__,
+    {
+        "PostgresFactStore": "fastaiagent.facts.postgres.store",
+        "RedisFactStore": "fastaiagent.facts.redis.store",
+    },
+).__getattr__
 
 __all__ = [
     "SCOPES",

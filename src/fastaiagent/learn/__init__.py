@@ -8,10 +8,9 @@ imports them from this package (``from fastaiagent.learn import PostgresFactStor
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastaiagent import facts as _facts
-from fastaiagent.facts import (
+from fastaiagent import facts
+from fastaiagent._lazy import LazyNames
+from fastaiagent.facts import (  # noqa: F401 (exported: this package's __all__ is facts')
     SCOPES,
     SOURCE_CONVERSATION,
     SOURCE_MANUAL,
@@ -26,26 +25,7 @@ from fastaiagent.facts import (
     normalize_text,
 )
 
-
-def __getattr__(name: str) -> Any:
-    if name in ("PostgresFactStore", "RedisFactStore"):
-        return getattr(_facts, name)
-    raise AttributeError(f"module 'fastaiagent.learn' has no attribute {name!r}")
-
-
-__all__ = [
-    "SCOPES",
-    "SOURCE_CONVERSATION",
-    "SOURCE_MANUAL",
-    "SOURCE_TRACES",
-    "WILDCARD",
-    "Fact",
-    "FactStore",
-    "MemoryStore",
-    "PostgresFactStore",
-    "RedisFactStore",
-    "SQLiteFactStore",
-    "SubjectCount",
-    "make_fact_store",
-    "normalize_text",
-]
+# Every other name of fastaiagent.facts (its Postgres and Redis stores) is taken from
+# there when first used, so they are loaded as lazily here as there.
+__getattr__ = LazyNames(__name__, dict.fromkeys(facts.__all__, facts.__name__)).__getattr__
+__all__ = list(facts.__all__)

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from fastaiagent._lazy import LazyNames
 from fastaiagent.trace.recorder import LiveSpan, current_span
 from fastaiagent.trace.redaction import (
     ENV_PAYLOADS,
@@ -36,26 +37,16 @@ if TYPE_CHECKING:
     from fastaiagent.trace.store import SpanRecord, TraceStore
 
 # The OpenTelemetry SDK is imported only when tracing is turned on.
-_LAZY = {
-    "CapturedSpans": "fastaiagent.trace.provider",
-    "Tracing": "fastaiagent.trace.provider",
-    "active": "fastaiagent.trace.provider",
-    "capture": "fastaiagent.trace.provider",
-    "flush": "fastaiagent.trace.provider",
-    "setup": "fastaiagent.trace.provider",
-    "shutdown": "fastaiagent.trace.provider",
-    "SpanRecord": "fastaiagent.trace.store",
-    "TraceStore": "fastaiagent.trace.store",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'fastaiagent.trace' has no attribute {name!r}")
-
+__getattr__ = LazyNames(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("CapturedSpans", "Tracing", "active", "capture", "flush", "setup", "shutdown"),
+            "fastaiagent.trace.provider",
+        ),
+        **dict.fromkeys(("SpanRecord", "TraceStore"), "fastaiagent.trace.store"),
+    },
+).__getattr__
 
 # "sink" receives spans recorded by the fast recorder (installed by setup() and
 # capture()); "tracer" is an OpenTelemetry tracer installed with set_tracer(),
