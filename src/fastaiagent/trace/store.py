@@ -220,7 +220,27 @@ def encode_record(record: SpanRecord) -> EncodedSpan:
     )
 
 
-class TraceStore:
+class SQLiteFile:
+    """A store on one SQLite file: the calls it makes on its per-thread
+    connections (``self._db``, a :class:`~fastaiagent._sqlite.ThreadConnections`).
+    The trace store and the SQLite fact store derive from it."""
+
+    _db: ThreadConnections
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection."""
+        return self._db.get()
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction that takes the database lock up front."""
+        return self._db.write()
+
+    def close(self) -> None:
+        """Close every connection; the store reopens on its next use."""
+        self._db.close()
+
+
+class TraceStore(SQLiteFile):
     """Spans in a SQLite file (WAL mode; one connection per thread).
 
     Constructing it touches no file; the first write creates it. Reads of a
@@ -233,16 +253,6 @@ class TraceStore:
 
     def __repr__(self) -> str:
         return f"TraceStore(path={str(self.path)!r})"
-
-    def _connection(self) -> sqlite3.Connection:
-        return self._db.get()
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._db.write()
-
-    def close(self) -> None:
-        """Close every connection; the store reopens on its next use."""
-        self._db.close()
 
     # -- writes ------------------------------------------------------------
 

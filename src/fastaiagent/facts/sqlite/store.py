@@ -7,7 +7,6 @@ import os
 import sqlite3
 import threading
 import time
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from fastaiagent.facts.sql_clauses import (
 )
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
+from fastaiagent.trace.store import SQLiteFile
 
 # Version 1 is the layout written before versions were recorded (so it is also
 # the step that upgrades such a file: every statement is IF [NOT] EXISTS).
@@ -181,7 +181,7 @@ def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
     return selector_where(selector, active_only=active_only, mark="?")
 
 
-class SQLiteFactStore(StoreFront, StoreCapabilities):
+class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
     """SQLite fact store (the default ``location="sqlite"``).
 
     ``path=None`` means ``$FASTAIAGENT_LOCAL_DB`` or ``.fastaiagent/local.db``
@@ -228,19 +228,6 @@ class SQLiteFactStore(StoreFront, StoreCapabilities):
                     chosen = self._explicit_path or default_db_path()
                     self._path = chosen.resolve()
         return self._path
-
-    # -- connections -------------------------------------------------------
-
-    def _connection(self) -> sqlite3.Connection:
-        return self._db.get()
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        """A write transaction that takes the database lock up front."""
-        return self._db.write()
-
-    def close(self) -> None:
-        """Close every connection; the next call opens new ones."""
-        self._db.close()
 
     # -- writes ------------------------------------------------------------
 
