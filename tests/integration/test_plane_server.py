@@ -21,6 +21,7 @@ from fastaiagent.learn import Fact, MemoryStore
 from fastaiagent.plane.server import (
     FACTS_PATH,
     EmbeddingRanker,
+    FactRequest,
     create_plane_app,
     keyword_ranker,
     select_facts,
@@ -170,18 +171,30 @@ def test_keyword_ranker_and_a_pluggable_embedding_ranker(store):
             return [[t.lower().count(c) for c in "abcdefghijklmnopqrstuvwxyz"] for t in texts]
 
     ranker = EmbeddingRanker(LetterEmbedder())
-    first = select_facts(store, "support", query="Lyon ships orders", ranker=ranker)
+    first = select_facts(store, "support", FactRequest(query="Lyon ships orders"), ranker=ranker)
     assert first[0].fact == "Orders ship from Lyon"
     calls = LetterEmbedder.calls
-    select_facts(store, "support", query="Lyon ships orders", ranker=ranker)
+    select_facts(store, "support", FactRequest(query="Lyon ships orders"), ranker=ranker)
     assert LetterEmbedder.calls == calls + 1  # facts are cached; only the question is embedded
-    unranked = select_facts(store, "support", query="Lyon", ranker=None)
+    unranked = select_facts(store, "support", FactRequest(query="Lyon"), ranker=None)
     assert unranked[0].fact == "Refunds are accepted within 30 days"
+
+
+def test_a_fact_request_is_checked_when_made():
+    assert FactRequest() == FactRequest(None, 50, None, 0.0)
+    for bad, error in (
+        ({"max_facts": 0}, ValueError),
+        ({"max_facts": 201}, ValueError),
+        ({"score_threshold": 1.5}, ValueError),
+        ({"category": 3}, TypeError),
+    ):
+        with pytest.raises(error):
+            FactRequest(**bad)
 
 
 def test_a_ranker_must_score_every_fact(store):
     with pytest.raises(ValueError, match="scored"):
-        select_facts(store, "support", query="q", ranker=lambda q, texts: [1.0])
+        select_facts(store, "support", FactRequest(query="q"), ranker=lambda q, texts: [1.0])
 
 
 def test_the_plane_refuses_to_start_without_a_key(store):
@@ -282,6 +295,43 @@ def test_memory_plane_agent_id_serves_every_user_and_unresolved_callers(connecte
         assert len(injected) == 1, [m.content for m in call]
     # Each user keeps their own window: bob's prompt never shows alice's turn.
     assert not any(m.content == "refunds?" for m in llm.calls[1])
+
+
+def test_an_explicit_connection_needs_no_connect_and_two_planes_serve_side_by_side(
+    served, tmp_path
+):
+    other_store = MemoryStore(tmp_path / "other.db")
+    add(other_store, "The other plane says hello")
+    other = start_plane(other_store, "other-key")
+    try:
+        assert fa.plane.connection() is None  # nothing process-wide
+        here = fa.plane.plane_connection(api_key=KEY, target=served.url, timeout=3)
+        there = fa.plane.PlaneConnection(target=other.url + "/", api_key=" other-key ")
+        assert (there.target, there.api_key) == (other.url, "other-key")
+        texts = {
+            name: [f.fact for f in PlaneFactBlock("support", plane=conn).facts("")]
+            for name, conn in (("here", here), ("there", there))
+        }
+        assert "Orders ship from Lyon" in texts["here"]
+        assert texts["there"] == ["The other plane says hello"]
+        llm = CannedLLM("noted")
+        memory = fa.Memory(
+            location=f"sqlite:///{tmp_path / 'local.db'}", plane_agent_id="support", plane=there
+        )
+        assert memory.config.plane is there
+        fa.Agent("support", llm, memory=memory).run("hello?")
+        injected = [m.content for m in llm.calls[0] if (m.content or "").startswith("Curated")]
+        assert len(injected) == 1 and "The other plane says hello" in injected[0]
+        # The default set later does not replace a reader's own connection.
+        fa.connect(api_key=KEY, target=served.url, timeout=3)
+        assert [f.fact for f in PlaneFactBlock("support", plane=there).facts("")] == [
+            "The other plane says hello"
+        ]
+        assert "Orders ship from Lyon" in [f.fact for f in PlaneFactBlock("support").facts("")]
+    finally:
+        fa.disconnect()
+        other.stop()
+        other_store.close()
 
 
 def test_connection_is_reused_across_turns(connected):

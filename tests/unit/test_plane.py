@@ -147,6 +147,44 @@ def test_connect_validates_and_hides_the_key():
     assert plane.connection() is None
 
 
+def test_a_connection_can_be_made_and_passed_without_connect(monkeypatch):
+    conn = plane.plane_connection(api_key="k", target="https://plane.example.com/", timeout=2)
+    assert (conn.target, conn.api_key, conn.timeout) == ("https://plane.example.com", "k", 2.0)
+    assert plane.connection() is None  # made, not made the default
+    assert PlaneFactBlock("support", plane=conn).plane is conn
+    assert PlaneFactBlock("support").plane is None  # the connect() default, read at each turn
+    assert fa.Memory(plane_agent_id="support", plane=conn).config.plane is conn
+    monkeypatch.setenv("FASTAIAGENT_API_KEY", "env-key")
+    monkeypatch.setenv("FASTAIAGENT_TARGET", "http://127.0.0.1:9")
+    assert plane.plane_connection().api_key == "env-key"
+    assert plane.connection() is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"target": "ftp://plane", "api_key": "k"}, ValueError, "http(s) URL"),
+        ({"target": "", "api_key": "k"}, ValueError, "target cannot be empty"),
+        ({"target": "http://p", "api_key": " "}, ValueError, "api_key cannot be empty"),
+        ({"target": "http://p", "api_key": 3}, TypeError, "api_key must be a str, got int 3"),
+        ({"target": "http://p", "api_key": "k", "timeout": 0}, ValueError, "timeout must be > 0"),
+    ],
+)
+def test_a_connection_is_checked_when_made(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        plane.PlaneConnection(**kwargs)
+
+
+def test_plane_must_be_a_connection_and_needs_plane_agent_id():
+    with pytest.raises(TypeError, match="plane= must be a PlaneConnection"):
+        PlaneFactBlock("support", plane="https://plane.example.com")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="plane= must be a PlaneConnection"):
+        fa.Memory(plane_agent_id="support", plane={"target": "x"})  # type: ignore[arg-type]
+    conn = plane.PlaneConnection(target="https://plane.example.com", api_key="k")
+    with pytest.raises(ValueError, match="set plane_agent_id="):
+        fa.Memory(plane=conn)
+
+
 def test_connect_reads_the_environment(monkeypatch):
     monkeypatch.setenv("FASTAIAGENT_API_KEY", "env-key")
     monkeypatch.setenv("FASTAIAGENT_TARGET", "http://127.0.0.1:9")

@@ -48,6 +48,7 @@ from fastaiagent.facts.store import FactStore
 from fastaiagent.facts.validity import Clock
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message
+from fastaiagent.plane.client import PlaneConnection
 
 logger = logging.getLogger("fastaiagent.memory")
 
@@ -97,7 +98,9 @@ class Memory:
     - ``semantic``: ``"auto"`` or a VectorStore: ``retrieve(query, ...)`` by meaning.
     - ``embedder``: the embedder for recall and semantic (default ``"auto"``).
     - ``max_users``: users whose in-process state is kept (LRU; default 10,000).
-    - ``plane_agent_id``: also inject a connected plane's curated facts.
+    - ``plane_agent_id``: also inject a plane's curated facts (the agent's id there).
+    - ``plane``: the :class:`~fastaiagent.plane.PlaneConnection` to read them from
+      (default None: the process's ``fastaiagent.connect()`` connection).
     - ``max_facts``: facts injected per tier per turn (default 50).
     - ``learn_in_background``: run extraction and summaries after the reply
       (default True); ``flush()`` / ``aflush()`` wait for them.
@@ -136,6 +139,7 @@ class Memory:
         embedder: Any = None,
         max_users: int | None = DEFAULT_MAX_USERS,
         plane_agent_id: str | None = None,
+        plane: PlaneConnection | None = None,
         max_facts: int = DEFAULT_MAX_FACTS,
         windows: Any = None,
         window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
@@ -159,6 +163,7 @@ class Memory:
             embedder=embedder,
             max_users=max_users,
             plane_agent_id=plane_agent_id,
+            plane=plane,
             max_facts=max_facts,
             windows=windows,
             window_ttl_seconds=window_ttl_seconds,

@@ -17,6 +17,7 @@ from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.validity import check_clock
 from fastaiagent.facts.windows import check_ttl
 from fastaiagent.llm.base import BaseLLM
+from fastaiagent.plane.client import PlaneConnection, check_connection
 
 DEFAULT_WINDOW = 20
 DEFAULT_MAX_USERS = 10_000
@@ -45,6 +46,7 @@ class MemoryConfig:
     embedder: Any = None
     max_users: int | None = DEFAULT_MAX_USERS
     plane_agent_id: str | None = None
+    plane: PlaneConnection | None = None  # None: the connect() default, read at each turn
     max_facts: int = DEFAULT_MAX_FACTS
     windows: Any = None
     window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL
@@ -59,6 +61,11 @@ class MemoryConfig:
             check.optional_id("user_id", self.user_id)
         check.optional_id("agent_id", self.agent_id)
         check.optional_id("plane_agent_id", self.plane_agent_id)
+        if check_connection(self.plane) is not None and not self.plane_agent_id:
+            raise InvalidValueError(
+                "plane= is the connection the plane's facts are read from: set plane_agent_id= "
+                "(the agent's id on that plane) too"
+            )
         check.text("project_id", self.project_id, allow_empty=True)
         if self.project_id == WILDCARD:
             raise InvalidValueError('project_id cannot be "*": a tenant is one exact id')

@@ -101,7 +101,7 @@ class MemoryStack:
     def _plane_facts(self) -> MemoryBlock:
         from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
 
-        return PlaneFactBlock(agent_id=self.config.plane_agent_id or "")
+        return PlaneFactBlock(agent_id=self.config.plane_agent_id or "", plane=self.config.plane)
 
     def _summary(self) -> MemoryBlock:
         from fastaiagent.agent.memory_blocks.summary import SummaryBlock

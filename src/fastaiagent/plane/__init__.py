@@ -1,7 +1,8 @@
 """The plane: central, curated memory served over HTTP.
 
-:mod:`~fastaiagent.plane.client` holds the per-process connection
-(:func:`connect`), its HTTP client and the shared back-off;
+:mod:`~fastaiagent.plane.client` holds :class:`PlaneConnection` (where a
+plane is; pass one to a reader, or make it the process's default with
+:func:`connect`), the shared HTTP client and the shared back-off;
 :mod:`~fastaiagent.plane.protocol` reads a plane's answers;
 :mod:`~fastaiagent.plane.server` is the self-hosted server
 (``fastaiagent plane serve``). The block that injects plane facts is
@@ -14,6 +15,14 @@ from fastaiagent.plane.client import (
     connection,
     disconnect,
     is_connected,
+    plane_connection,
 )
 
-__all__ = ["PlaneConnection", "connect", "connection", "disconnect", "is_connected"]
+__all__ = [
+    "PlaneConnection",
+    "connect",
+    "connection",
+    "disconnect",
+    "is_connected",
+    "plane_connection",
+]

@@ -1,10 +1,14 @@
 """The connection to a plane (the central, curated memory service).
 
-``connect(api_key=..., target=...)`` records where the plane is; every block
-then shares one HTTP client per process (connections reused, every read
-bounded by a total deadline) and one back-off registry, keyed by
-``(plane target, agent_id)``, so an outage seen by one reader pauses every
-reader of the same plane and agent.
+A :class:`PlaneConnection` says where a plane is and how to authenticate. Pass
+one explicitly (``PlaneFactBlock(..., plane=conn)``,
+``Memory(plane_agent_id=..., plane=conn)``), made with :func:`plane_connection`
+or ``PlaneConnection(target=..., api_key=...)``; or, as a convenience,
+``connect(api_key=..., target=...)`` makes one the process's default, which
+readers given no connection use. Every reader shares one HTTP client per
+process (connections reused, every read bounded by its connection's total
+deadline) and one back-off registry, keyed by ``(plane target, agent_id)``, so
+an outage seen by one reader pauses every reader of the same plane and agent.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from fastaiagent import _validate as check
-from fastaiagent.errors import InvalidValueError
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 
 DEFAULT_TIMEOUT = 5.0
 MAX_TIMEOUT = 300.0  # seconds; a read that slow would stall every turn
@@ -37,11 +41,27 @@ class PlaneTimeout(httpx.TimeoutException):
 
 @dataclass(frozen=True)
 class PlaneConnection:
-    """Where the plane is and how to authenticate; set by :func:`connect`."""
+    """Where a plane is and how to authenticate, checked when made.
+
+    ``target`` is the plane's http(s) URL, ``api_key`` the key it expects and
+    ``timeout`` bounds each whole read, in seconds (0 < timeout <= 300). Making
+    one sends nothing and changes no process state: pass it to the readers that
+    should use it, or to :func:`connect` to make it the process's default.
+    """
 
     target: str
     api_key: str
     timeout: float = DEFAULT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        target = _check_target(check.text("target", self.target).strip())
+        api_key = check.text("api_key", self.api_key).strip()
+        timeout = check.number(
+            "timeout", self.timeout, minimum=0, exclusive_minimum=True, maximum=MAX_TIMEOUT
+        )
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "api_key", api_key)
+        object.__setattr__(self, "timeout", float(timeout or 0))
 
     def __repr__(self) -> str:  # never print the key
         return f"PlaneConnection(target={self.target!r}, timeout={self.timeout})"
@@ -182,24 +202,25 @@ if hasattr(os, "register_at_fork"):
 
 
 def _check_target(target: str) -> str:
+    if not target:
+        raise InvalidValueError("target cannot be empty: the plane's URL, like https://plane.example.com")
     parts = urlsplit(target)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise InvalidValueError(f"target must be an http(s) URL like https://plane.example.com, got {target!r}")
     return target.rstrip("/")
 
 
-def connect(
+def plane_connection(
     api_key: str | None = None,
     target: str | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> PlaneConnection:
-    """Connect this process to a plane.
+    """A checked :class:`PlaneConnection`, not made the process's default.
 
     ``api_key`` and ``target`` default to the ``FASTAIAGENT_API_KEY`` and
-    ``FASTAIAGENT_TARGET`` environment variables. ``timeout`` bounds each
-    whole read, in seconds. Connecting again replaces the connection and
-    clears every back-off. Nothing is sent until a block reads.
+    ``FASTAIAGENT_TARGET`` environment variables; ``timeout`` bounds each whole
+    read, in seconds. Nothing is sent until a reader reads.
     """
     api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
     target = target if target is not None else os.environ.get(ENV_TARGET)
@@ -208,10 +229,23 @@ def connect(
         raise InvalidValueError(f"connect() needs an api_key (or set {ENV_API_KEY})")
     if target is None or (isinstance(target, str) and not target.strip()):
         raise InvalidValueError(f"connect() needs a target URL (or set {ENV_TARGET})")
-    api_key = check.text("api_key", api_key)
-    target = check.text("target", target)
-    check.number("timeout", timeout, minimum=0, exclusive_minimum=True, maximum=MAX_TIMEOUT)
-    connection = PlaneConnection(_check_target(target), api_key.strip(), float(timeout))
+    return PlaneConnection(target, api_key, timeout)
+
+
+def connect(
+    api_key: str | None = None,
+    target: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> PlaneConnection:
+    """Make a plane the process's default connection (a convenience).
+
+    The arguments are :func:`plane_connection`'s. Readers given no connection
+    of their own (``PlaneFactBlock(plane=None)``, ``Memory(plane=None)``) use
+    this one. Connecting again replaces it and clears every back-off. Nothing
+    is sent until a reader reads.
+    """
+    connection = plane_connection(api_key, target, timeout=timeout)
     _switch(connection)
     return connection
 
@@ -232,8 +266,23 @@ def _switch(connection: PlaneConnection | None) -> None:
 
 
 def connection() -> PlaneConnection | None:
-    """The current connection, or None when not connected."""
+    """The process's default connection (from :func:`connect`), or None."""
     return _process.connection
+
+
+def resolve(explicit: PlaneConnection | None) -> PlaneConnection | None:
+    """The connection a reader uses: its own, else the process's default (or None)."""
+    return explicit if explicit is not None else _process.connection
+
+
+def check_connection(value: object) -> PlaneConnection | None:
+    """``value`` as a reader's own connection: None (use the default) or a PlaneConnection."""
+    if value is None or isinstance(value, PlaneConnection):
+        return value
+    raise InvalidTypeError(
+        "plane= must be a PlaneConnection (fastaiagent.plane.plane_connection(...)) or None "
+        f"for the connect() default, got {type(value).__name__}"
+    )
 
 
 def is_connected() -> bool:
@@ -251,11 +300,12 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _client(conn: PlaneConnection) -> httpx.Client:
+def _client() -> httpx.Client:
+    # One pool for every connection: each read passes its own connection's timeout.
     with _process.lock:
         if _process.client is None:
             _process.client = httpx.Client(
-                timeout=httpx.Timeout(conn.timeout, connect=min(conn.timeout, 3.0)),
+                timeout=httpx.Timeout(DEFAULT_TIMEOUT, connect=min(DEFAULT_TIMEOUT, 3.0)),
                 limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
                 follow_redirects=False,
                 verify=_tls_context(),
@@ -280,8 +330,10 @@ def get(conn: PlaneConnection, path: str, params: Mapping[str, Any]) -> PlaneRes
     the plane cannot be reached or answers too slowly or too much.
     """
     deadline = time.monotonic() + conn.timeout
-    client = _client(conn)
-    with client.stream("GET", conn.target + path, params=dict(params), headers=conn.headers) as r:
+    timeout = httpx.Timeout(conn.timeout, connect=min(conn.timeout, 3.0))
+    with _client().stream(
+        "GET", conn.target + path, params=dict(params), headers=conn.headers, timeout=timeout
+    ) as r:
         chunks: list[bytes] = []
         size = 0
         # A per-read timeout alone lets a trickling server hold a turn forever.

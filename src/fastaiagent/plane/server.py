@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent import _serving
+from fastaiagent import _validate as check
 from fastaiagent._format import one_line
 from fastaiagent._optional import require
 from fastaiagent.errors import (
@@ -147,15 +148,32 @@ def _category(fact: Fact) -> str | None:
     return value if isinstance(value, str) else None
 
 
+@dataclass(frozen=True)
+class FactRequest:
+    """What one request asks the plane for, as :class:`PlaneFactBlock` sends it:
+    ``category`` (only that category), ``max_facts`` (1..200), ``query`` (rank by
+    relevance to it) and ``score_threshold`` (the least relevance kept, 0..1)."""
+
+    category: str | None = None
+    max_facts: int = 50
+    query: str | None = None
+    score_threshold: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.category is not None:
+            check.text("category", self.category, allow_empty=True)
+        check.integer("max_facts", self.max_facts, minimum=1, maximum=MAX_FACTS_LIMIT)
+        if self.query is not None:
+            check.text("query", self.query, allow_empty=True)
+        check.fraction("score_threshold", self.score_threshold)
+
+
 def select_facts(
     store: FactStore,
     agent_id: str,
+    request: FactRequest | None = None,
     *,
     project_id: str = "",
-    category: str | None = None,
-    max_facts: int = 50,
-    query: str | None = None,
-    score_threshold: float = 0.0,
     ranker: Ranker | None = keyword_ranker,
     candidates: int = DEFAULT_CANDIDATES,
 ) -> list[ServedFact]:
@@ -163,28 +181,16 @@ def select_facts(
     if not agent_id or agent_id == WILDCARD:
         raise InvalidValueError("agent_id must name one agent")
     facts = store.list_active("agent", agent_id, project_id, limit=candidates)
-    return rank_facts(
-        facts,
-        category=category,
-        max_facts=max_facts,
-        query=query,
-        score_threshold=score_threshold,
-        ranker=ranker,
-    )
+    return rank_facts(facts, request or FactRequest(), ranker)
 
 
 def rank_facts(
-    facts: Sequence[Fact],
-    *,
-    category: str | None = None,
-    max_facts: int = 50,
-    query: str | None = None,
-    score_threshold: float = 0.0,
-    ranker: Ranker | None = keyword_ranker,
+    facts: Sequence[Fact], request: FactRequest, ranker: Ranker | None = keyword_ranker
 ) -> list[ServedFact]:
     """Filter, score and order facts already read from the store (no I/O but the ranker's)."""
-    if category is not None:
-        facts = [f for f in facts if _category(f) == category]
+    if request.category is not None:
+        facts = [f for f in facts if _category(f) == request.category]
+    query = request.query
     scores: list[float | None] = [None] * len(facts)
     if query and ranker is not None and facts:
         ranked = ranker(query, [f.fact for f in facts])
@@ -196,11 +202,11 @@ def rank_facts(
         for f, s in zip(facts, scores, strict=True)
     ]
     if query and ranker is not None:
-        served = [s for s in served if s.score is not None and s.score >= score_threshold]
+        served = [s for s in served if s.score is not None and s.score >= request.score_threshold]
         served.sort(key=lambda s: (-(s.score or 0.0), -s.importance))
     else:
         served.sort(key=lambda s: -s.importance)  # stable: newest first among equals
-    return served[:max_facts]
+    return served[: request.max_facts]
 
 
 def check_store(store: FactStore) -> None:
@@ -291,14 +297,8 @@ def _add_facts_route(
         except Exception as exc:  # an outage or a damaged store: readers back off on 503
             logger.warning("plane: the fact store failed: %s", exc)
             raise HTTPException(503, f"the fact store failed: {one_line(exc)}") from exc
-        served = rank_facts(
-            found,
-            category=category,
-            max_facts=max,
-            query=query,
-            score_threshold=score_threshold,
-            ranker=ranker,
-        )
+        request = FactRequest(category, max, query, score_threshold)
+        served = rank_facts(found, request, ranker)
         return {"agent_id": agent_id, "facts": [s.to_dict() for s in served]}
 
 

@@ -1,6 +1,7 @@
 """PlaneFactBlock: curated facts read from a connected plane.
 
-Read-only and degradable: not connected, or refused (401/403/404), means no
+Read-only and degradable: no connection (none passed as ``plane=`` and none
+made the default by ``connect()``), or refused (401/403/404), means no
 facts and a normal run; a plane that is down (unreachable, timing out, 429,
 502/503/504 or a garbled answer) means the facts last fetched for the same
 question and a shared pause before anyone tries again.
@@ -22,6 +23,7 @@ from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.llm.message import Message, SystemMessage
 from fastaiagent.plane import client as plane
+from fastaiagent.plane.client import PlaneConnection, check_connection
 from fastaiagent.plane.protocol import (
     FACTS_PATH,
     MAX_FACTS_LIMIT,
@@ -62,6 +64,9 @@ class PlaneFactBlock(MemoryBlock):
         score_threshold: minimum similarity for query-conditioned reads.
         refresh_every: re-read the plane every N renders of the same question;
             a new question always re-reads (outside a back-off).
+        plane: the :class:`~fastaiagent.plane.PlaneConnection` to read; None
+            (default) reads the process's default, set by ``fastaiagent.connect()``
+            (looked up at each read, so connecting later is seen).
 
     ``retry_after_seconds`` is the pause after an outage when the plane sends
     no Retry-After; ``max_retry_after_seconds`` caps any pause;
@@ -83,6 +88,7 @@ class PlaneFactBlock(MemoryBlock):
         refresh_every: int = 1,
         *,
         name: str = "plane_facts",
+        plane: PlaneConnection | None = None,
     ) -> None:
         # agent_id is the agent's id on the plane; it has no default.
         self.agent_id = check.text("agent_id", agent_id).strip()
@@ -92,6 +98,7 @@ class PlaneFactBlock(MemoryBlock):
         self.score_threshold = check.fraction("score_threshold", score_threshold)
         self.refresh_every = check.integer("refresh_every", refresh_every, minimum=1)
         self.name = check.text("name", name)
+        self.plane = check_connection(plane)
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str | None], _Cached] = OrderedDict()
 
@@ -105,7 +112,7 @@ class PlaneFactBlock(MemoryBlock):
 
     def facts(self, query: str) -> list[PlaneFact]:
         """The facts this turn injects for ``query`` (what :meth:`render` formats)."""
-        conn = plane.connection()
+        conn = plane.resolve(self.plane)
         if conn is None:
             trace.annotate({"memory.plane.status": "not_connected"})
             return []
