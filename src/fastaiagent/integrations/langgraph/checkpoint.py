@@ -18,8 +18,8 @@ import asyncio
 import base64
 import builtins
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fastaiagent._optional import require
 from fastaiagent._validate import one_of
@@ -44,6 +44,10 @@ from langgraph.checkpoint.base import (  # noqa: E402
 
 __all__ = ["FastAIAgentSaver"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
 
 def _pack(typed: tuple[str, bytes]) -> list[str]:
     return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
@@ -51,6 +55,40 @@ def _pack(typed: tuple[str, bytes]) -> list[str]:
 
 def _unpack(packed: list[str]) -> tuple[str, bytes]:
     return packed[0], base64.b64decode(packed[1])
+
+
+def _in_thread(
+    method: Callable[Concatenate[Any, P], R],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
+    """The async twin of a saver method: the same call (the instance's own, so an
+    override counts) in a worker thread, so the event loop never waits on I/O."""
+    name = method.__name__
+
+    async def twin(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(getattr(self, name), *args, **kwargs)
+
+    twin.__name__ = twin.__qualname__ = f"a{name}"
+    twin.__doc__ = f"Async :meth:`{name}`."
+    return twin
+
+
+def _listed_in_thread(
+    method: Callable[Concatenate[Any, P], Iterator[T]],
+) -> Callable[Concatenate[Any, P], AsyncIterator[T]]:
+    """:func:`_in_thread` for a method returning an iterator: it is read to the end
+    in the worker thread, then yielded from."""
+    name = method.__name__
+
+    async def twin(self: Any, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        def read() -> builtins.list[T]:
+            return builtins.list(getattr(self, name)(*args, **kwargs))
+
+        for found in await asyncio.to_thread(read):
+            yield found
+
+    twin.__name__ = twin.__qualname__ = f"a{name}"
+    twin.__doc__ = f"Async :meth:`{name}`."
+    return twin
 
 
 def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -140,15 +178,6 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first: of one thread (and namespace, when ``config`` names
         one), or of every thread; ``filter`` matches metadata values exactly."""
-        return iter(self._list(config, filter, before, limit))
-
-    def _list(
-        self,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> builtins.list[CheckpointTuple]:
         conf = config["configurable"] if config else {}
         prefix = self._checkpoints()
         if "thread_id" in conf:
@@ -172,7 +201,7 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
                 if any(metadata.get(k) != v for k, v in filter.items()):
                     continue
             out.append(self._tuple(item))
-        return out
+        return iter(out)
 
     def put(
         self,
@@ -251,50 +280,10 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
 
     # -- async: the same calls in a worker thread ---------------------------
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async :meth:`get_tuple`."""
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async :meth:`list`."""
-        for found in await asyncio.to_thread(self._list, config, filter, before, limit):
-            yield found
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Async :meth:`put`."""
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Async :meth:`put_writes`."""
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Async :meth:`delete_thread`."""
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Async :meth:`copy_thread`."""
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Async :meth:`prune`."""
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+    aget_tuple = _in_thread(get_tuple)
+    alist = _listed_in_thread(list)
+    aput = _in_thread(put)
+    aput_writes = _in_thread(put_writes)
+    adelete_thread = _in_thread(delete_thread)
+    acopy_thread = _in_thread(copy_thread)
+    aprune = _in_thread(prune)
