@@ -145,12 +145,7 @@ class FastAIAgentStore(BaseStore):
     supports_ttl = True
 
     def __init__(
-        self,
-        location: Any = "sqlite",
-        *,
-        project_id: str = "",
-        index: IndexConfig | None = None,
-        ttl: TTLConfig | None = None,
+        self, location: Any = "sqlite", *, project_id: str = "", index: IndexConfig | None = None, ttl: TTLConfig | None = None
     ) -> None:
         self.items = item_store_for(location)
         self._root = (*root_namespace("langgraph", project_id), "store")
