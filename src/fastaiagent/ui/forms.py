@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -34,8 +35,9 @@ def add_fact_pages(app: Any, site: Any) -> None:
             return site.error(404, f"No fact #{fact_id}.", "memory")
         return site.page("fact.html", active="memory", history=history, csrf=site.csrf)
 
-    async def checked(request: Request, fact_id: int) -> Any:
-        """The fact a valid form names, or an error page (403 without the CSRF value)."""
+    async def act(request: Request, fact_id: int, change: Callable[[Fact], object], then: str) -> Any:
+        """Apply ``change`` to the fact a valid form names, then go to ``then``; else an
+        error page (403 without the CSRF value, 404 for no such fact)."""
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         sent = (form.get("csrf") or [""])[0]
         if not hmac.compare_digest(sent.encode(), site.csrf.encode()):
@@ -43,26 +45,22 @@ def add_fact_pages(app: Any, site: Any) -> None:
         fact = site.store.get(fact_id)
         if fact is None:
             return site.error(404, f"No fact #{fact_id}.", "memory")
-        return fact
+        try:
+            change(fact)
+        except Exception as exc:
+            return site.failed("fact store", exc, "memory")
+        return RedirectResponse(then, status_code=303)
 
     @app.post("/memory/facts/{fact_id}/expire")
     async def expire(request: Request, fact_id: int) -> Any:
-        fact = await checked(request, fact_id)
-        if not isinstance(fact, Fact):
-            return fact
-        try:
+        def change(fact: Fact) -> None:
             site.store.expire(fact.scope, fact.scope_id, fact.project_id, fact_id, time.time())
-        except Exception as exc:
-            return site.failed("fact store", exc, "memory")
-        return RedirectResponse(f"/memory/facts/{fact_id}", status_code=303)
+
+        return await act(request, fact_id, change, f"/memory/facts/{fact_id}")
 
     @app.post("/memory/facts/{fact_id}/delete")
     async def delete(request: Request, fact_id: int) -> Any:
-        fact = await checked(request, fact_id)
-        if not isinstance(fact, Fact):
-            return fact
-        try:
+        def change(fact: Fact) -> None:
             site.store.delete(fact.scope, fact.scope_id, fact.project_id, fact_id=fact_id)
-        except Exception as exc:
-            return site.failed("fact store", exc, "memory")
-        return RedirectResponse("/memory", status_code=303)
+
+        return await act(request, fact_id, change, "/memory")
