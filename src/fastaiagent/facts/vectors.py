@@ -36,6 +36,9 @@ from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore, check_top_k,
 # (reading 10k ids costs ~10 ms): ``search_recorded`` then finds nothing.
 RECORDED_LIMIT = 1000
 
+Spans = Sequence[tuple[float, float]]
+"""Spans of time, ``(start, end)`` in epoch seconds, end exclusive."""
+
 
 def text_key(text: str) -> str:
     """The cache key of a text: its SHA-256, hex (the text itself is not stored twice)."""
@@ -103,12 +106,7 @@ class RecordedSearch:
     checks the request; the backend implements :meth:`search_spans`."""
 
     def search_recorded(
-        self,
-        vector: Sequence[float],
-        top_k: int,
-        *,
-        namespace: str,
-        spans: Sequence[tuple[float, float]],
+        self, vector: Sequence[float], top_k: int, *, namespace: str, spans: Spans,
         include_untagged: bool = False,
     ) -> list[SearchHit]:
         """See :meth:`ListsRecorded.search_recorded`."""
@@ -119,11 +117,7 @@ class RecordedSearch:
         return self.search_spans(vector, top_k, keys, spans)
 
     def search_spans(
-        self,
-        vector: Sequence[float],
-        top_k: int,
-        keys: list[str],
-        spans: Sequence[tuple[float, float]],
+        self, vector: Sequence[float], top_k: int, keys: list[str], spans: Spans
     ) -> list[SearchHit]:
         """The backend's part of :meth:`search_recorded`: ``top_k`` >= 1, ``keys`` the
         namespace keys, ``spans`` not empty."""
@@ -135,12 +129,7 @@ class ListsRecorded(Protocol):
     """A StoredVectorIndex that can search the chunks recorded in spans of time."""
 
     def search_recorded(
-        self,
-        vector: Sequence[float],
-        top_k: int,
-        *,
-        namespace: str,
-        spans: Sequence[tuple[float, float]],
+        self, vector: Sequence[float], top_k: int, *, namespace: str, spans: Spans,
         include_untagged: bool = False,
     ) -> list[SearchHit]:
         """The ``top_k`` chunks of ``namespace`` closest by cosine among those whose
@@ -159,4 +148,12 @@ class HoldsVectors(Protocol):
         ...
 
 
-__all__ = ["HoldsVectors", "RecordedSearch", "StoredVectorIndex", "embedder_identity", "keyword_text", "text_key"]
+__all__ = [
+    "HoldsVectors",
+    "RecordedSearch",
+    "Spans",
+    "StoredVectorIndex",
+    "embedder_identity",
+    "keyword_text",
+    "text_key",
+]

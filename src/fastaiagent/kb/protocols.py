@@ -180,6 +180,53 @@ def check_chunk(chunk: Chunk, dimension: int | None) -> list[float]:
     return check_vector(chunk.vector, dimension, f"chunk {chunk.id!r}")
 
 
+@dataclass
+class Batch:
+    """The chunks of one ``add``, checked: one per id (the last written, in the place
+    of the first), their vectors as floats and their namespace keys."""
+
+    chunks: list[Chunk]
+    vectors: list[list[float]]
+    keys: list[str]
+    dimension: int | None  # of the vectors (the store's when it had one); None when empty
+
+
+def checked_batch(chunks: Sequence[Chunk], dimension: int | None) -> Batch:
+    """Check the chunks of an ``add`` against ``dimension`` (None: the first vector
+    fixes it); the last write wins for a repeated id. One Chunk is refused:
+    ``add`` takes a list."""
+    if isinstance(chunks, Chunk):
+        raise InvalidTypeError("add() takes a list of chunks")
+    latest: dict[str, tuple[Chunk, list[float]]] = {}
+    for chunk in chunks:
+        vector = check_chunk(chunk, dimension)
+        dimension = dimension or len(vector)
+        latest[chunk.id] = (chunk, vector)
+    items = list(latest.values())
+    keys = [namespace_key(chunk.metadata) for chunk, _ in items]
+    return Batch([chunk for chunk, _ in items], [vector for _, vector in items], keys, dimension)
+
+
+def agreed_dimension(asked: int | None, stored: int | None, what: str, instead: str) -> int | None:
+    """The dimension of a store opened with ``dimension=asked`` on storage that holds
+    ``stored`` (either may be None); raises :class:`DimensionMismatchError` naming
+    ``what`` when they differ (``instead``: what to use then)."""
+    if stored is not None and asked is not None and stored != asked:
+        raise DimensionMismatchError(
+            f"{what} has dimension {stored}, but dimension={asked} was asked; use an "
+            f"embedder of that size or {instead}"
+        )
+    return stored if stored is not None else asked
+
+
+def other_dimension(size: int, stored: int | None, instead: str) -> DimensionMismatchError:
+    """The error of vectors of ``size`` written to storage of dimension ``stored``."""
+    return DimensionMismatchError(
+        f"vectors have dimension {size} but the index has dimension {stored}; use an "
+        f"embedder of the same size or {instead}"
+    )
+
+
 def id_list(ids: Sequence[str], verb: str) -> list[str]:
     """The ids given to ``verb`` (``"get"``, ``"delete"``), in order without repeats.
     One str is refused: iterating it would read its characters as ids."""

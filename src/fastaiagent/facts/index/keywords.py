@@ -1,24 +1,52 @@
 """BM25 for keyword search inside a store, with one namespace's own statistics.
 
 The SQLite and Postgres vector indexes let their full-text index pick candidate
-documents, then score them here with the namespace's document count, token
-total and per-term document counts, so a user's ranking never depends on what
-other users said. The formula is :class:`~fastaiagent.kb.bm25.BM25Index`'s
-(Okapi BM25, k1 1.2, b 0.75), so durable and in-process recall rank alike.
+documents, the Redis one reads the query terms' postings; all three score them
+here (:func:`bm25_top`, the one BM25 of the stored indexes) with the namespace's
+document count, token total and per-term document counts, so a user's ranking
+never depends on what other users said. The formula is
+:class:`~fastaiagent.kb.bm25.BM25Index`'s (Okapi BM25, k1 1.2, b 0.75), so durable
+and in-process recall rank alike.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+from fastaiagent._validate import text as check_text
+from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.kb.protocols import check_top_k
 
 K1, B = 1.2, 0.75
+
+Row = tuple[str, int, Mapping[str, int]]  # chunk id, length in tokens, counts of query terms
+
+
+def query_terms(query: str, top_k: int, namespace: str) -> list[str]:
+    """The checked request of a ``keyword_search``: the query's distinct terms,
+    sorted ([] when there is nothing to search)."""
+    check_top_k(top_k)
+    check_text("query", query, allow_empty=True)
+    check_text("namespace", namespace)
+    return sorted(set(tokenize(query))) if top_k else []
+
+
+def grouped(postings: Iterable[tuple[str, int, str | None, int]]) -> list[Row]:
+    """Rows for :func:`bm25_top` from postings ``(chunk id, its length, a query term
+    it holds or None, that term's count)``, a chunk's postings gathered."""
+    rows: dict[str, tuple[int, dict[str, int]]] = {}
+    for chunk_id, length, term, tf in postings:
+        counts = rows.setdefault(chunk_id, (length, {}))[1]
+        if term is not None:
+            counts[term] = tf
+    return [(chunk_id, length, counts) for chunk_id, (length, counts) in rows.items()]
 
 
 def bm25_top(
     frequency: Mapping[str, int],
-    rows: Sequence[tuple[str, int, Mapping[str, int]]],
+    rows: Sequence[Row],
     docs: int,
     tokens: int,
     top_k: int,
@@ -47,4 +75,4 @@ def bm25_top(
     return heapq.nlargest(top_k, scores, key=lambda item: item[1])
 
 
-__all__ = ["K1", "B", "bm25_top"]
+__all__ = ["K1", "B", "bm25_top", "grouped", "query_terms"]

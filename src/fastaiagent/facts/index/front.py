@@ -1,0 +1,194 @@
+"""The public side the SQLite, Postgres and Redis vector indexes share.
+
+:class:`MatrixIndex` is their :class:`~fastaiagent.facts.vectors.StoredVectorIndex`
+front: it checks every request once (the query vector against the dimension,
+ids, namespaces, keyword queries, cached embeddings) and ranks in the namespace
+matrices of :mod:`fastaiagent.facts.index.matrix`; a backend implements what
+touches its storage:
+
+- ``rank_namespaces`` / ``rank_spans``: the closest rows of the namespaces (of
+  the spans of time) for a checked unit query, through :func:`ranked_hits`;
+- ``score_keywords``: BM25 of the checked query terms (see
+  :mod:`fastaiagent.facts.index.keywords`);
+- ``read_chunks``, ``delete_rows``, ``delete_namespace_rows``, ``read_cache`` and
+  ``write_cache``: rows by id, in bulk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from fastaiagent._validate import text as check_text
+from fastaiagent.facts.index.keywords import query_terms
+from fastaiagent.facts.index.matrix import NamespaceCopies, Scored, unit_vector
+from fastaiagent.facts.vectors import RecordedSearch, Spans
+from fastaiagent.kb.protocols import Chunk, NamespacedSearch, SearchHit, check_vector, id_list
+
+
+def ranked_hits(
+    found: list[Scored],
+    top_k: int,
+    fetch: Callable[[list[Any]], Mapping[Any, Chunk]],
+    *,
+    ties_by_key: bool = False,
+) -> list[SearchHit]:
+    """The ``top_k`` best of ``(cosine, key)`` as hits, best first (equal scores in
+    the order found, or by key), their chunks read by ``fetch(keys)`` in one go;
+    keys it does not return (rows removed since the ranking) are left out."""
+    if ties_by_key:
+        found.sort(key=lambda pair: (-pair[0], pair[1]))
+    else:
+        found.sort(key=lambda pair: -pair[0])
+    best = found[:top_k]
+    if not best:
+        return []
+    chunks = fetch([key for _, key in best])
+    return [SearchHit(chunks[key], score) for score, key in best if key in chunks]
+
+
+def vector_bytes(vector: Sequence[float]) -> bytes:
+    """A vector as the float32 bytes the stores keep."""
+    import numpy as np
+
+    return bytes(np.asarray(vector, dtype=np.float32).tobytes())
+
+
+def bytes_vector(blob: bytes) -> list[float]:
+    """The inverse of :func:`vector_bytes`."""
+    import numpy as np
+
+    return list(np.frombuffer(blob, dtype=np.float32).tolist())
+
+
+class MatrixIndex(NamespacedSearch, RecordedSearch):
+    """The front of a vector index that ranks in its :class:`NamespaceCopies`
+    (``copies``, which the backend makes): see the module doc."""
+
+    copies: NamespaceCopies
+
+    @property
+    def dimension(self) -> int | None:
+        """The vector size (None until fixed)."""
+        raise NotImplementedError
+
+    # -- search --------------------------------------------------------------
+
+    def search_namespaces(
+        self, vector: Sequence[float], top_k: int, keys: list[str] | None
+    ) -> list[SearchHit]:
+        """See :meth:`NamespacedSearch.search_namespaces`: exact cosine, ranked in
+        this process's copies of the namespaces."""
+        query = self.unit_query(vector)
+        return [] if query is None else self.rank_namespaces(query, top_k, keys)
+
+    def search_spans(
+        self, vector: Sequence[float], top_k: int, keys: list[str], spans: Spans
+    ) -> list[SearchHit]:
+        """See :meth:`RecordedSearch.search_spans`: the rows of the spans, ranked in
+        this process's copies of the namespaces."""
+        query = self.unit_query(vector)
+        return [] if query is None else self.rank_spans(query, top_k, keys, spans)
+
+    def unit_query(self, vector: Sequence[float]) -> Any:
+        """The query checked against the dimension, as a float32 unit vector; None
+        while the index has no dimension (it holds nothing)."""
+        dimension = self.dimension
+        if dimension is None:
+            return None
+        return unit_vector(check_vector(vector, dimension, "query vector"))
+
+    def rank_namespaces(self, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """The backend's search: ``search_namespaces`` with a unit ``query``."""
+        raise NotImplementedError
+
+    def rank_spans(self, query: Any, top_k: int, keys: list[str], spans: Spans) -> list[SearchHit]:
+        """The backend's ``search_spans`` with a unit ``query``."""
+        raise NotImplementedError
+
+    def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
+        """``(chunk id, BM25 score)`` of the ``top_k`` best keyword matches in
+        ``namespace``, best first, scored with the namespace's own statistics (a
+        user's ranking never depends on what other users said)."""
+        terms = query_terms(query, top_k, namespace)
+        return self.score_keywords(terms, top_k, namespace) if terms else []
+
+    def score_keywords(self, terms: list[str], top_k: int, namespace: str) -> list[tuple[str, float]]:
+        """The backend's ``keyword_search`` of the sorted distinct query ``terms``."""
+        raise NotImplementedError
+
+    # -- rows by id ------------------------------------------------------------
+
+    def get(self, ids: Sequence[str]) -> list[Chunk]:
+        """The chunks with these ids that exist, in the order asked (without vectors)."""
+        wanted = id_list(ids, "get")
+        found = self.read_chunks(wanted) if wanted else {}
+        return [found[i] for i in wanted if i in found]
+
+    def read_chunks(self, ids: list[str]) -> Mapping[str, Chunk]:
+        """The backend's ``get``: the chunks of these (distinct) ids that exist, by id."""
+        raise NotImplementedError
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Delete chunks by id (vectors and keyword postings); returns how many were there."""
+        wanted = id_list(ids, "delete")
+        return self.delete_rows(wanted) if wanted else 0
+
+    def delete_rows(self, ids: list[str]) -> int:
+        """The backend's ``delete`` of these (distinct) ids."""
+        raise NotImplementedError
+
+    def delete_namespace(self, namespace: str) -> int:
+        """Delete every chunk, keyword posting and cached embedding of ``namespace``;
+        returns how many chunks there were."""
+        check_text("namespace", namespace)
+        count = self.delete_namespace_rows(namespace)
+        self.copies.drop(namespace)
+        return count
+
+    def delete_namespace_rows(self, namespace: str) -> int:
+        """The backend's ``delete_namespace``."""
+        raise NotImplementedError
+
+    # -- the embedding cache ---------------------------------------------------
+
+    def cached_embeddings(
+        self, identity: str, namespace: str, keys: Sequence[str]
+    ) -> dict[str, list[float]]:
+        """Cached vectors of ``identity`` by text key in ``namespace`` (missing keys left out)."""
+        check_text("identity", identity)
+        check_text("namespace", namespace)
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        return {key: bytes_vector(blob) for key, blob in self.read_cache(identity, namespace, wanted)}
+
+    def cache_embeddings(
+        self, identity: str, namespace: str, vectors: Mapping[str, Sequence[float]]
+    ) -> None:
+        """Remember vectors of ``identity`` by text key in ``namespace`` (float32, one write)."""
+        check_text("identity", identity)
+        check_text("namespace", namespace)
+        blobs = {
+            check_text("text key", key): vector_bytes(check_vector(vector, None, f"cached vector {key!r}"))
+            for key, vector in vectors.items()
+        }
+        if blobs:
+            self.write_cache(identity, namespace, blobs)
+
+    def read_cache(self, identity: str, namespace: str, keys: list[str]) -> Iterable[tuple[str, bytes]]:
+        """The backend's cache read: ``(text key, float32 bytes)`` of the keys it holds."""
+        raise NotImplementedError
+
+    def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
+        """The backend's cache write, in one transaction or round trip."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Drop this process's namespace copies (connections and clients belong to the
+        fact store)."""
+        self.copies.clear()
+
+
+__all__ = ["MatrixIndex", "bytes_vector", "ranked_hits", "vector_bytes"]
+
