@@ -18,23 +18,15 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
-from fastaiagent._dates import (
-    DAY,
-    WEEKDAYS,
-    midnight,
-    month_length,
-    month_number,
-    month_pattern,
-    month_start,
-    year_pattern,
-)
+from fastaiagent import _dates
+from fastaiagent._dates import DAY, WEEKDAYS, midnight, month_length, month_number, month_start
 
 __all__ = ["stated_validity"]
 
-_MONTH = month_pattern()
+_MONTH = _dates.month_pattern()
 _WEEKDAY = r"(?P<weekday>" + "|".join(WEEKDAYS) + r")"
 _ISO = r"(?P<iso>\d{4}-\d{2}-\d{2})"
-_YEAR = year_pattern()
+_YEAR = _dates.year_pattern()
 _UNTIL = re.compile(r"\b(?:until|till|til|through|thru|up to)\s+(?:the\s+)?(?:next\s+|this\s+)?(?P<what>.+)", re.I)
 _SINCE = re.compile(r"\b(?:since|from|starting(?:\s+on|\s+in)?|as of)\s+(?:the\s+)?(?P<what>.+)", re.I)
 _FOR = re.compile(r"\bfor\s+(?:the\s+next\s+)?(?P<n>\d+|a|an|one|two|three)\s+(?P<unit>hour|day|week|month)s?\b", re.I)
