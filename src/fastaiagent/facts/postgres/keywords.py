@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from fastaiagent.facts.index.keywords import bm25_top
+from fastaiagent.facts.index.keywords import bm25_top, grouped
 from fastaiagent.kb.bm25 import tokenize
 
 CANDIDATES = 200  # GIN matches rescored with the namespace's statistics
@@ -69,11 +69,9 @@ def postings(text: str, namespace: str) -> tuple[str, int]:
     return " ".join([*tokens, nskey(namespace)]), len(tokens)
 
 
-def search(conn: Any, queries: dict[str, Any], query: str, top_k: int, namespace: str) -> list[tuple[str, float]]:
-    """``(chunk id, BM25 score)`` of the ``top_k`` best matches in ``namespace``."""
-    terms = sorted(set(tokenize(query)))
-    if not terms or top_k == 0:
-        return []
+def search(conn: Any, queries: dict[str, Any], terms: list[str], top_k: int, namespace: str) -> list[tuple[str, float]]:
+    """``(chunk id, BM25 score)`` of the ``top_k`` best matches of the (sorted,
+    distinct, not empty) query ``terms`` in ``namespace``: one round trip."""
     any_term = " | ".join(f"'{term}'" for term in terms)  # tokens are word characters only
     key = nskey(namespace)
     params = {
@@ -84,18 +82,13 @@ def search(conn: Any, queries: dict[str, Any], query: str, top_k: int, namespace
         "match": f"'{key}' & ({any_term})",
         "limit": max(CANDIDATES, 4 * top_k),
     }
-    rows: dict[str, tuple[int, dict[str, int]]] = {}
-    stats: tuple[int, int, list[int]] = (0, 0, [])
-    for docs, tokens, df, chunk_id, length, lexeme, tf in conn.execute(queries["keyword"], params):
-        stats = (int(docs), int(tokens), df)
-        counts = rows.setdefault(chunk_id, (int(length), {}))[1]
-        if lexeme is not None:
-            counts[lexeme] = int(tf)
+    rows = conn.execute(queries["keyword"], params).fetchall()
     if not rows:
         return []
-    frequency = dict(zip(terms, (int(n) for n in stats[2]), strict=True))
-    found = [(chunk_id, length, counts) for chunk_id, (length, counts) in rows.items()]
-    return bm25_top(frequency, found, stats[0], stats[1], top_k)
+    docs, tokens, df = rows[0][:3]
+    frequency = dict(zip(terms, (int(n) for n in df), strict=True))
+    found = grouped((row[3], int(row[4]), row[5], int(row[6])) for row in rows)
+    return bm25_top(frequency, found, int(docs), int(tokens), top_k)
 
 
 __all__ = ["CANDIDATES", "QUERIES", "STEP2", "nskey", "postings", "search"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -37,22 +36,25 @@ from fastaiagent._optional import require
 from fastaiagent._validate import boolean, integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.index.matrix import MatrixCache
+from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
+from fastaiagent.facts.index.matrix import (
+    Change,
+    MatrixView,
+    NamespaceCopies,
+    NamespaceMatrix,
+    unit_rows,
+)
 from fastaiagent.facts.postgres import keywords, pgvector
 from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
-from fastaiagent.facts.vectors import RECORDED_LIMIT, RecordedSearch, keyword_text, text_key
+from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, text_key
 from fastaiagent.kb.protocols import (
     Chunk,
-    DimensionMismatchError,
-    NamespacedSearch,
     SearchHit,
-    check_chunk,
+    agreed_dimension,
     check_dimension,
-    check_top_k,
-    check_vector,
-    id_list,
-    namespace_key,
+    checked_batch,
+    other_dimension,
     wanted_keys,
 )
 
@@ -170,38 +172,7 @@ def _names(fact_table: str) -> dict[str, Any]:
     }
 
 
-@dataclass
-class _Matrix:
-    """One namespace's vectors in memory: rows ``[0, n)`` of ``buffer`` are live."""
-
-    gen: int
-    epoch: int
-    buffer: Any  # float32 (capacity, dimension)
-    ids: list[str]
-    where: dict[str, int]  # chunk id -> row
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.buffer.nbytes)
-
-    def merge(self, np: Any, ids: list[str], vectors: Any) -> None:
-        """Replace rows of known ids in place, append the others (capacity doubles)."""
-        for chunk_id, vector in zip(ids, vectors, strict=True):
-            row = self.where.get(chunk_id)
-            if row is None:
-                row = len(self.ids)
-                if row == len(self.buffer):
-                    grown = np.empty((max(16, 2 * row), self.buffer.shape[1]), dtype="float32")
-                    grown[:row] = self.buffer[:row]
-                    self.buffer = grown
-                self.buffer[row] = vector  # written before the row is counted
-                self.ids.append(chunk_id)
-                self.where[chunk_id] = row
-            else:
-                self.buffer[row] = vector
-
-
-class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
+class PostgresVectorIndex(MatrixIndex):
     """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
     :class:`~fastaiagent.facts.postgres.store.PostgresFactStore`'s database (see the module doc).
 
@@ -228,11 +199,10 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
                 f"PostgresVectorIndex needs a PostgresFactStore, got {type(store).__name__}"
             )
         self._asked_dimension = check_dimension(dimension)
-        self._cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        self.copies = NamespaceCopies(integer("cache_bytes", cache_bytes, minimum=0))
         self._asked_pgvector = None if pgvector is None else boolean("pgvector", pgvector)
         self._pgvector = False
         self._warming: set[str] = set()  # namespaces whose copy loads in the background
-        self._too_big: set[str] = set()  # namespaces larger than cache_bytes
         self._np = require("numpy", "postgres")
         self.store = store
         self.table = vectors_table_for(store.table)
@@ -247,7 +217,6 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
         self._dimension: int | None = None
         self._fixed = False  # whether the database holds self._dimension
         self._lock = threading.Lock()
-        self._matrices: MatrixCache[_Matrix] = MatrixCache(self._cache_bytes)
 
     def __repr__(self) -> str:
         return f"PostgresVectorIndex(table={self.table!r})"
@@ -271,13 +240,8 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
     def _load_dimension(self, conn: Any) -> None:
         row = conn.execute(self._q["dimension"]).fetchone()
         found = None if row is None else int(row[0])
-        asked = self._asked_dimension
-        if found is not None and asked is not None and found != asked:
-            raise DimensionMismatchError(
-                f"the vector index {self.table!r} has dimension {found}, but "
-                f"dimension={asked} was asked; use an embedder of that size or another fact table"
-            )
-        self._dimension = found or asked
+        where = f"the vector index {self.table!r}"
+        self._dimension = agreed_dimension(self._asked_dimension, found, where, "another fact table")
         self._fixed = found is not None
 
     def _fix_dimension(self, conn: Any, size: int) -> None:
@@ -287,10 +251,7 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
         conn.execute(self._q["fix_dimension"], (size,))
         self._load_dimension(conn)
         if self._dimension != size:
-            raise DimensionMismatchError(
-                f"vectors have dimension {size} but the index has dimension {self._dimension}; "
-                "use an embedder of the same size or another fact table"
-            )
+            raise other_dimension(size, self._dimension, "another fact table")
 
     @property
     def uses_pgvector(self) -> bool:
@@ -305,34 +266,19 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
             self._run(self._load_dimension)
         return self._dimension
 
-    def _normalised(self, vectors: list[list[float]]) -> Any:
-        np = self._np
-        matrix = np.asarray(vectors, dtype="float32")
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0  # a zero vector stays zero (scores 0 against anything)
-        return matrix / norms
-
     # -- writes --------------------------------------------------------------
 
     def add(self, chunks: Sequence[Chunk]) -> None:
         """Insert or replace ``chunks`` by id, in one transaction (last one wins for a
         repeated id); a chunk moved to another namespace leaves the old one."""
-        items = list(chunks)
-        if not items:
+        batch = checked_batch(chunks, self._dimension)
+        if batch.dimension is None:
             return
-        dimension = self._dimension
-        vectors = []
-        for chunk in items:
-            vector = check_chunk(chunk, dimension)
-            dimension = dimension or len(vector)
-            vectors.append(vector)
-        assert dimension is not None
-        latest = {chunk.id: n for n, chunk in enumerate(items)}  # last write wins
-        order = list(latest.values())
-        matrix = self._normalised([vectors[n] for n in order])
+        dimension = batch.dimension
+        matrix = unit_rows(batch.vectors)
         rows = [
-            (items[n], namespace_key(items[n].metadata), matrix[i].tobytes())
-            for i, n in enumerate(order)
+            (chunk, key, vector.tobytes())
+            for chunk, key, vector in zip(batch.chunks, batch.keys, matrix, strict=True)
         ]
         self._run(lambda conn: self._write(conn, rows, dimension))
 
@@ -370,12 +316,10 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
                 gens[key] = int(conn.execute(self._q["bump"], (key,)).fetchone()[0])
         return gens
 
-    def delete(self, ids: Sequence[str]) -> int:
+    def delete_rows(self, ids: list[str]) -> int:
         """Delete chunks by id, with their keyword postings and the cached embeddings
         of their texts; returns how many were there."""
-        wanted = [check_text("chunk id", i) for i in id_list(ids, "delete")]
-        if not wanted:
-            return 0
+        wanted = [check_text("chunk id", i) for i in ids]
 
         def run(conn: Any) -> int:
             with conn.transaction():
@@ -389,11 +333,7 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
 
         return int(self._run(run))
 
-    def delete_namespace(self, namespace: str) -> int:
-        """Delete every chunk, keyword posting and cached embedding of ``namespace``;
-        returns how many chunks there were."""
-        wanted_keys(namespace, False)  # validates
-
+    def delete_namespace_rows(self, namespace: str) -> int:
         def run(conn: Any) -> int:
             with conn.transaction():
                 # The namespace row goes too (nothing of a forgotten user stays); a
@@ -403,136 +343,90 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
                 conn.execute(self._q["delete_ns_cache"], (namespace,))
                 return deleted
 
-        deleted = int(self._run(run))
-        with self._lock:
-            self._matrices.pop(namespace)
-        return deleted
+        return int(self._run(run))
 
     # -- search --------------------------------------------------------------
 
-    def search_namespaces(
-        self, vector: Sequence[float], top_k: int, keys: list[str] | None
-    ) -> list[SearchHit]:
-        """The ``top_k`` chunks closest by cosine, best first (see the module doc)."""
-        dimension = self.dimension
-        if dimension is None:
-            return []
-        query = self._normalised([check_vector(vector, dimension, "query vector")])[0]
+    def rank_namespaces(self, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """Exact search in this process's copies (see the module doc)."""
         return list(self._run(lambda conn: self._search(conn, query, top_k, keys)))
 
     def _search(self, conn: Any, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
-        np = self._np
         if keys is None:
             keys = [row[0] for row in conn.execute(self._q["namespaces"])]
-        if self._pgvector and len(keys) == 1:
-            with self._lock:
-                cold = keys[0] not in self._matrices
-            if cold:
-                return self._search_in_server(conn, query, top_k, keys[0])
-        scored: list[tuple[float, str]] = []
+        if self._pgvector and len(keys) == 1 and keys[0] not in self.copies:
+            return self._search_in_server(conn, query, top_k, keys[0])
+        found = []
         for key in keys:
-            ids, vectors = self._refresh(conn, key)
-            if not ids:
-                continue
-            # einsum, not BLAS: OpenBLAS wakes its threads for a matrix this size,
-            # which costs ~10 ms on a busy machine between searches (measured).
-            scores = np.einsum("ij,j->i", vectors, query)
-            if len(scores) > top_k:
-                best = np.argpartition(-scores, top_k - 1)[:top_k]
-            else:
-                best = np.arange(len(scores))
-            scored += [(float(scores[i]), ids[i]) for i in best]
-        return self._hits(conn, scored, top_k, keys)
+            view = self._view(conn, key)
+            found += view.top(query, top_k) if view is not None else []
+        return self._hits(conn, found, top_k, keys)
 
-    def _hits(
-        self, conn: Any, scored: list[tuple[float, str]], top_k: int, keys: list[str]
-    ) -> list[SearchHit]:
-        """The ``top_k`` best of ``(score, id)`` as hits, read in one statement; rows
-        removed since the scores were taken are left out (the namespace check too)."""
-        scored.sort(key=lambda pair: (-pair[0], pair[1]))
-        scored = scored[:top_k]
-        if not scored:
-            return []
-        rows = conn.execute(self._q["hits"], ([i for _, i in scored], keys)).fetchall()
-        found = {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
-        return [SearchHit(found[i], score) for score, i in scored if i in found]
+    def _hits(self, conn: Any, found: list[Any], top_k: int, keys: list[str]) -> list[SearchHit]:
+        """Hits read in one statement (the namespace checked again): ties by id, as the
+        server orders them."""
 
-    def search_spans(
-        self,
-        vector: Sequence[float],
-        top_k: int,
-        keys: list[str],
-        spans: Sequence[tuple[float, float]],
-    ) -> list[SearchHit]:
-        """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the rows of the spans
-        from the time index, ranked in this process's copy of the namespace (in the
-        server with pgvector while the copy is cold)."""
-        dimension = self.dimension
-        if dimension is None:
-            return []
-        query = self._normalised([check_vector(vector, dimension, "query vector")])[0]
+        def fetch(ids: list[str]) -> dict[str, Chunk]:
+            rows = conn.execute(self._q["hits"], (ids, keys)).fetchall()
+            return {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
+
+        return ranked_hits(found, top_k, fetch, ties_by_key=True)
+
+    def rank_spans(self, query: Any, top_k: int, keys: list[str], spans: Spans) -> list[SearchHit]:
+        """The rows of the spans from the time index, ranked in this process's copy of
+        the namespace (in the server with pgvector while the copy is cold)."""
         bounds = ([float(a) for a, _ in spans], [float(b) for _, b in spans])
         return list(self._run(lambda conn: self._recorded(conn, query, top_k, keys, bounds)))
 
     def _recorded(
         self, conn: Any, query: Any, top_k: int, keys: list[str], bounds: tuple[list[float], ...]
     ) -> list[SearchHit]:
-        np = self._np
-        scored: list[tuple[float, str]] = []
+        found = []
         server: list[SearchHit] = []
         for key in keys:
             params = (*bounds, key, RECORDED_LIMIT + 1, RECORDED_LIMIT + 1)
             wanted = [row[0] for row in conn.execute(self._q["recorded"], params)]
             if not wanted or len(wanted) > RECORDED_LIMIT:
                 continue
-            with self._lock:
-                cold = key not in self._matrices
-            if self._pgvector and cold:  # as search does: no whole read on the caller's path
+            if self._pgvector and key not in self.copies:  # as search: no whole read here
                 text = pgvector.literal(query)
-                found = (text, wanted, key, self._dimension, text, top_k)
-                rows = conn.execute(self._q["server_search_ids"], found).fetchall()
-                server += [SearchHit(Chunk(r[0], r[1], None, dict(r[2])), float(r[3])) for r in rows]
+                params = (text, wanted, key, self._dimension, text, top_k)
+                server += self._server_hits(conn.execute(self._q["server_search_ids"], params))
                 self._warm(key)
                 continue
-            ids, vectors = self._refresh(conn, key)
-            with self._lock:
-                held = self._matrices.get(key)
-            # The copy's id -> row map (one kept copy), else one of this snapshot.
-            where = held.where if held is not None and held.ids is ids else None
-            where = where if where is not None else {i: row for row, i in enumerate(ids)}
-            n = 0 if vectors is None else len(vectors)
-            rows_of = [row for i in wanted if (row := where.get(i, n)) < n]
-            if rows_of:
-                scores = np.einsum("ij,j->i", vectors[rows_of], query)
-                scored += [(float(v), ids[row]) for v, row in zip(scores, rows_of, strict=True)]
-        hits = self._hits(conn, scored, top_k, keys) + server
+            view = self._view(conn, key)
+            found += view.among(wanted, query) if view is not None else []
+        hits = self._hits(conn, found, top_k, keys) + server
         hits.sort(key=lambda hit: -hit.score)
         return hits[:top_k]
+
+    @staticmethod
+    def _server_hits(cursor: Any) -> list[SearchHit]:
+        return [SearchHit(Chunk(r[0], r[1], None, dict(r[2])), float(r[3])) for r in cursor.fetchall()]
 
     def _search_in_server(self, conn: Any, query: Any, top_k: int, key: str) -> list[SearchHit]:
         """A namespace this process holds no copy of: searched by pgvector in the
         server (no whole read on the caller's path), its copy loaded in the background."""
         text = pgvector.literal(query)
         params = (text, key, self._dimension, text, top_k)
-        rows = conn.execute(self._q["server_search"], params).fetchall()
+        hits = self._server_hits(conn.execute(self._q["server_search"], params))
         self._warm(key)
-        return [SearchHit(Chunk(r[0], r[1], None, dict(r[2])), float(r[3])) for r in rows]
+        return hits
 
     def holds_copy(self, namespace: str) -> bool:
         """Whether this process holds ``namespace``'s vectors in memory (searched here)."""
-        with self._lock:
-            return namespace in self._matrices
+        return namespace in self.copies
 
     def _warm(self, key: str) -> None:
         """Load ``key``'s matrix on a daemon thread (one at a time per namespace)."""
         with self._lock:
-            if key in self._warming or key in self._too_big:
+            if key in self._warming or key in self.copies.too_big:
                 return
             self._warming.add(key)
 
         def load() -> None:
             try:
-                self._run(lambda conn: self._refresh(conn, key))
+                self._run(lambda conn: self._view(conn, key))
             except Exception as exc:  # the next search tries again
                 logger.debug("loading the vectors of %r failed: %s", key, exc)
             finally:
@@ -541,56 +435,30 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
 
         threading.Thread(target=load, name="fastaiagent-pgvector-warm", daemon=True).start()
 
-    def _refresh(self, conn: Any, key: str) -> tuple[list[str], Any]:
-        """The namespace's ids and vectors (a consistent snapshot: rows ``[0, n)``),
-        brought up to date by one indexed statement."""
-        with self._lock:
-            cached = self._matrices.get(key)
-        epoch, gen = (cached.epoch, cached.gen) if cached is not None else (_NONE, 0)
+    def _view(self, conn: Any, key: str) -> MatrixView | None:
+        """``key``'s rows as of now, from the in-memory copy (brought up to date)."""
+        return self.copies.refresh(key, lambda held: self._report(conn, key, held))
+
+    def _report(self, conn: Any, key: str, held: NamespaceMatrix | None) -> Change | None:
+        """What changed in ``key`` since ``held``, in one indexed statement: the rows
+        written since its generation, or every row when the epoch moved (a removal)."""
+        epoch, gen = (held.epoch, held.version) if held is not None else (_NONE, 0)
         rows = conn.execute(self._q["refresh"], (self._dimension, epoch, gen, key)).fetchall()
-        with self._lock:
-            if not rows:  # no such namespace (or it was forgotten)
-                self._matrices.pop(key)
-                return [], None
-            matrix = self._merge(key, rows, cached)
-            n = len(matrix.ids)
-            return matrix.ids, matrix.buffer[:n]
-
-    def _merge(self, key: str, rows: list[Any], read: _Matrix | None) -> _Matrix:
-        """Apply a refresh's rows (caller holds the lock). A thread that refreshed
-        meanwhile may have got further: its matrix is kept."""
-        np = self._np
+        if not rows:  # no such namespace (or it was forgotten)
+            return None
         new_gen, new_epoch = int(rows[0][0]), int(rows[0][1])
-        current = self._matrices.get(key)
-        if current is not None and current.epoch == new_epoch and current.gen >= new_gen:
-            self._matrices.touch(key)
-            return current
-        if read is None or read.epoch != new_epoch:  # the rows are the whole namespace
-            base = _Matrix(new_gen, new_epoch, np.empty((0, self._dimension), "float32"), [], {})
-        elif current is not None and current.epoch == new_epoch and current.gen >= read.gen:
-            base = current  # the rows since read.gen cover whatever current lacks
-        else:
-            base = read
         live = [row for row in rows if row[2] is not None]
-        vectors = np.frombuffer(b"".join(row[3] for row in live), dtype="float32")
-        base.merge(np, [row[2] for row in live], vectors.reshape(len(live), self._dimension))
-        base.gen, base.epoch = new_gen, new_epoch
-        self._keep(key, base)
-        return base
+        vectors = self._np.frombuffer(b"".join(row[3] for row in live), dtype="float32")
+        since = gen if held is not None and held.epoch == new_epoch else None
+        return Change(
+            new_gen, new_epoch, since, [row[2] for row in live],
+            vectors.reshape(len(live), self._dimension or 1),
+        )
 
-    def _keep(self, key: str, matrix: _Matrix) -> None:
-        """Hold ``matrix`` (caller holds the lock), evicting the least recently used."""
-        if not self._matrices.put(key, matrix):  # too big to keep: searched, then dropped
-            self._too_big.add(key)  # with pgvector: searched in the server, never loaded again
-
-    def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
-        """``(chunk id, score)`` of the best BM25 keyword matches in ``namespace``
-        (any keyword matches; scored with the namespace's own statistics, see
-        :mod:`fastaiagent.facts.postgres.keywords`), best first."""
-        check_top_k(top_k)
-        check_text("query", query, allow_empty=True)
-        wanted_keys(namespace, False)
-        return list(self._run(lambda conn: keywords.search(conn, self._q, query, top_k, namespace)))
+    def score_keywords(self, terms: list[str], top_k: int, namespace: str) -> list[tuple[str, float]]:
+        """Any keyword matches; scored with the namespace's own statistics (see
+        :mod:`fastaiagent.facts.postgres.keywords`)."""
+        return list(self._run(lambda conn: keywords.search(conn, self._q, terms, top_k, namespace)))
 
     # -- reads ---------------------------------------------------------------
 
@@ -600,14 +468,9 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
         rows = self._run(lambda conn: conn.execute(self._q["ids"], (namespace,)).fetchall())
         return {row[0] for row in rows}
 
-    def get(self, ids: Sequence[str]) -> list[Chunk]:
-        """The chunks with these ids that exist, in the order asked (without vectors)."""
-        wanted = id_list(ids, "get")
-        if not wanted:
-            return []
-        rows = self._run(lambda conn: conn.execute(self._q["rows"], (wanted,)).fetchall())
-        found = {row[0]: row for row in rows}
-        return [Chunk(i, found[i][1], None, dict(found[i][2])) for i in wanted if i in found]
+    def read_chunks(self, ids: list[str]) -> dict[str, Chunk]:
+        rows = self._run(lambda conn: conn.execute(self._q["rows"], (ids,)).fetchall())
+        return {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
 
     def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
         """Every chunk of a namespace (``None``: all), without vectors."""
@@ -630,44 +493,18 @@ class PostgresVectorIndex(NamespacedSearch, RecordedSearch):
 
     # -- embedding cache -------------------------------------------------------
 
-    def cached_embeddings(
-        self, identity: str, namespace: str, keys: Sequence[str]
-    ) -> dict[str, list[float]]:
-        """Cached vectors of ``identity`` for these text keys in ``namespace``."""
-        check_text("identity", identity)
-        wanted_keys(namespace, False)
-        wanted = list(dict.fromkeys(keys))
-        if not wanted:
-            return {}
-        params = (namespace, identity, wanted)
-        rows = self._run(lambda conn: conn.execute(self._q["cached"], params).fetchall())
-        frombuffer = self._np.frombuffer
-        return {row[0]: frombuffer(row[1], dtype="float32").tolist() for row in rows}
+    def read_cache(self, identity: str, namespace: str, keys: list[str]) -> list[tuple[str, bytes]]:
+        params = (namespace, identity, keys)
+        return list(self._run(lambda conn: conn.execute(self._q["cached"], params).fetchall()))
 
-    def cache_embeddings(
-        self, identity: str, namespace: str, vectors: Mapping[str, Sequence[float]]
-    ) -> None:
-        """Remember vectors of ``identity`` by text key in ``namespace`` (one batch)."""
-        check_text("identity", identity)
-        wanted_keys(namespace, False)
-        params = [
-            (namespace, identity, check_text("text key", key), self._np.asarray(
-                check_vector(vector, None, f"embedding {key!r}"), dtype="float32").tobytes())
-            for key, vector in vectors.items()
-        ]
-        if not params:
-            return
+    def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
+        params = [(namespace, identity, key, blob) for key, blob in blobs.items()]
 
         def run(conn: Any) -> None:
             with conn.transaction(), conn.cursor() as cursor:
                 cursor.executemany(self._q["cache"], params)
 
         self._run(run)
-
-    def close(self) -> None:
-        """Drop the in-memory matrices (the connections belong to the fact store)."""
-        with self._lock:
-            self._matrices.clear()
 
 
 def _run_ddl(conn: Any, ddl: list[Any], transaction: bool = True) -> None:
