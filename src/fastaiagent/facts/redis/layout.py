@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Any
 
+from fastaiagent.errors import SchemaVersionError
 from fastaiagent.facts.fact import Fact
 
 # A row lists these Fact fields in the dataclass's own order, so building a
@@ -51,6 +53,24 @@ def unescape_part(part: str) -> str:
 def glob_escape(pattern: str) -> str:
     """Escape SCAN MATCH metacharacters, so a key prefix matches only itself."""
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in pattern)
+
+
+def recorded_layout(client: Any, key: str, known: str, what: str, *, plural: bool = False) -> int:
+    """The layout version recorded at ``key`` (0: none). A version newer than
+    ``known`` (or not a number) was written by a newer fastaiagent: raise
+    :class:`~fastaiagent.errors.SchemaVersionError` naming ``what`` (``plural``:
+    ``what`` names several things, e.g. "the Redis items under 'p'")."""
+    found = client.get(key)
+    if found is None:
+        return 0
+    if not found.isdigit() or int(found) > int(known):
+        have, they, them = ("have", "they were", "them") if plural else ("has", "it was", "it")
+        raise SchemaVersionError(
+            f"{what} {have} layout {found!r}, but this fastaiagent knows layouts up to "
+            f"{known}: {they} written by a newer fastaiagent. Upgrade the package "
+            f"(pip install -U fastaiagent) in every process that opens {them}."
+        )
+    return int(found)
 
 
 def sorted_member(fact_id: int) -> str:

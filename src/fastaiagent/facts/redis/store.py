@@ -59,11 +59,7 @@ from itertools import chain
 from typing import Any, TypeVar
 
 from fastaiagent._validate import integer, text
-from fastaiagent.errors import (
-    FactNotFoundError,
-    InvalidValueError,
-    SchemaVersionError,
-)
+from fastaiagent.errors import FactNotFoundError, InvalidValueError
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.redis import lua
@@ -75,6 +71,7 @@ from fastaiagent.facts.redis.layout import (
     glob_escape,
     parse_fact,
     parse_rows,
+    recorded_layout,
     row_facts,
     row_parts,
     sorted_member,
@@ -240,17 +237,8 @@ class RedisFactStore(StoreFront, StoreCapabilities):
 
     def _found_layout(self) -> int:
         """The namespace's recorded layout (0: none); newer than this code -> error."""
-        found = self._client.get(self._k("layout"))
-        if found is None:
-            return 0
-        if not found.isdigit() or int(found) > int(LAYOUT_VERSION):
-            raise SchemaVersionError(
-                f"the Redis namespace {self.prefix!r} has layout {found!r}, but this "
-                f"fastaiagent knows layouts up to {LAYOUT_VERSION}: it was written by a "
-                "newer fastaiagent. Upgrade the package (pip install -U fastaiagent) in "
-                "every process that opens it."
-            )
-        return int(found)
+        what = f"the Redis namespace {self.prefix!r}"
+        return recorded_layout(self._client, self._k("layout"), LAYOUT_VERSION, what)
 
     def _ensure_layout(self) -> None:
         if self._layout_checked:
