@@ -14,17 +14,25 @@ prefix of parts is a prefix of the text (a range scan on one index) and
 separator. Items may expire: ``ttl_seconds`` after their last write (or read,
 when the reader asks to refresh); expired items are never returned and are
 swept now and then.
+
+The protocol's verbs carry the argument checks and the sweeps every shipped
+store shares; each backend (deriving from :class:`ItemFront`) only reads and
+writes its own persistence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+import time
+from collections.abc import Iterable, Sequence
+from typing import ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
 from fastaiagent._validate import integer, positive_number
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 
 Namespace = tuple[str, ...]
+
+PURGE_EVERY = 1000
+"""Writes (per process) between sweeps of expired items (reads ignore them anyway)."""
 
 SEPARATOR = "\x1f"  # ASCII unit separator: never in a label a person or framework writes
 END = "\x20"  # the character after SEPARATOR: ``prefix <= ns < prefix[:-1] + END``
@@ -52,6 +60,20 @@ class ItemWrite(NamedTuple):
     value: str | None
     ttl_seconds: float | None = None
     if_absent: bool = False
+
+
+class ItemScan(NamedTuple):
+    """A checked scan, as a backend receives it: namespaces (encoded) in
+    ``[low, high)``, or exactly ``low`` when ``exact`` (``high`` is then "");
+    keys before ``before``; ``limit`` None for all (never 0)."""
+
+    low: str
+    high: str
+    exact: bool
+    before: str | None
+    descending: bool
+    limit: int | None
+    offset: int
 
 
 def encode_namespace(namespace: Namespace) -> str:
@@ -100,20 +122,35 @@ def check_write(write: ItemWrite) -> ItemWrite:
 @runtime_checkable
 class ItemStore(Protocol):
     """Where namespaced items live. Implementations are safe to use from many
-    threads and, after a fork, from the child."""
+    threads and, after a fork, from the child. ``write``, ``get``, ``scan``,
+    ``namespaces`` and ``delete_prefix`` carry the bodies the shipped stores
+    share (they derive from :class:`ItemFront`); another implementation writes
+    its own."""
 
     def write(self, writes: Sequence[ItemWrite]) -> list[bool]:
         """Apply a batch atomically, in order. For each write, whether it changed
         anything: a put always does, an ``if_absent`` put when it inserted, a
         delete when there was a live item."""
-        ...
+        batch = [check_write(w) for w in writes]
+        if not batch:
+            return []
+        front = cast(ItemFront, self)
+        changed = front.write_batch(batch, time.time())
+        front.count_writes(len(batch))
+        return changed
 
     def get(
         self, namespace: Namespace, keys: Sequence[str], *, refresh_ttl: bool = False
     ) -> list[StoredItem | None]:
         """The live items of ``keys`` in one namespace, in the order asked (None
         where there is none). ``refresh_ttl`` restarts the expiry of those found."""
-        ...
+        ns = encode_namespace(namespace)
+        wanted = [check_key(k) for k in keys]
+        if not wanted:
+            return []
+        items = cast(ItemFront, self).read_items(ns, wanted, refresh_ttl)
+        found = {item.key: item for item in items}
+        return [found.get(k) for k in wanted]
 
     def scan(
         self,
@@ -128,15 +165,22 @@ class ItemStore(Protocol):
         """Live items in the namespace ``prefix`` (``exact``) or in every namespace
         that starts with it, ordered by (namespace, key), ascending or
         ``descending``; ``before`` keeps keys that sort before it."""
-        ...
+        limit, offset = check_page(limit, offset)
+        low, high = (encode_namespace(prefix), "") if exact else prefix_range(prefix)
+        last = None if before is None else check_key(before)
+        if limit == 0:
+            return []
+        wanted = ItemScan(low, high, bool(exact), last, bool(descending), limit, offset)
+        return cast(ItemFront, self).scan_items(wanted)
 
     def namespaces(self, prefix: Namespace = ()) -> list[Namespace]:
         """Every namespace under ``prefix`` that holds a live item, in order."""
-        ...
+        found = cast(ItemFront, self).read_namespaces(*prefix_range(prefix))
+        return [decode_namespace(ns) for ns in found]
 
     def delete_prefix(self, prefix: Namespace) -> int:
         """Delete every item in ``prefix`` and the namespaces under it; returns the count."""
-        ...
+        return cast(ItemFront, self).delete_range(*prefix_range(prefix))
 
     def purge_expired(self) -> int:
         """Delete expired items now (reads already skip them); returns the count."""
@@ -157,21 +201,6 @@ class HoldsItems(Protocol):
         ...
 
 
-def scan_filter(
-    prefix: Namespace, *, exact: bool, before: str | None, mark: str
-) -> tuple[str, list[str]]:
-    """The WHERE clause and parameters of a scan, for a SQL store whose
-    placeholder is ``mark`` (``?`` for SQLite, ``%s`` for Postgres)."""
-    if exact:
-        where, params = f"ns = {mark}", [encode_namespace(prefix)]
-    else:
-        where, params = f"ns >= {mark} AND ns < {mark}", list(prefix_range(prefix))
-    if before is not None:
-        where += f" AND key < {mark}"
-        params.append(check_key(before))
-    return where, params
-
-
 def check_page(limit: int | None, offset: int) -> tuple[int | None, int]:
     """A scan's ``limit`` (None: all; else >= 0) and ``offset`` (>= 0)."""
     if limit is not None:
@@ -182,3 +211,46 @@ def check_page(limit: int | None, offset: int) -> tuple[int | None, int]:
 def expiry(now: float, ttl_seconds: float | None) -> float | None:
     """When an item written at ``now`` expires (None: never)."""
     return None if ttl_seconds is None else now + ttl_seconds
+
+
+class ItemFront(ItemStore):
+    """The base of the shipped item stores: :class:`ItemStore` checks every
+    call's arguments and sweeps expired items every :data:`PURGE_EVERY` writes;
+    a backend implements the hooks below (and ``purge_expired``) on its own
+    persistence, given checked and encoded arguments."""
+
+    purge_every: ClassVar[int] = PURGE_EVERY
+    _writes = 0  # this process's writes since the last sweep
+
+    def count_writes(self, count: int) -> None:
+        """Count ``count`` writes; every :attr:`purge_every`, sweep expired items."""
+        self._writes += count
+        if self._writes >= self.purge_every:
+            self._writes = 0
+            self.purge_expired()
+
+    def write_batch(self, batch: list[ItemWrite], now: float) -> list[bool]:
+        """The backend's part of :meth:`write`: a checked, non-empty batch at ``now``."""
+        raise NotImplementedError
+
+    def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:
+        """The backend's part of :meth:`get`: the live items of ``keys`` (checked, not
+        empty) in the encoded namespace ``ns``, in any order."""
+        raise NotImplementedError
+
+    def scan_items(self, scan: ItemScan) -> list[StoredItem]:
+        """The backend's part of :meth:`scan`, in (namespace, key) order."""
+        raise NotImplementedError
+
+    def read_namespaces(self, low: str, high: str) -> list[str]:
+        """The backend's part of :meth:`namespaces`: the encoded namespaces in
+        ``[low, high)`` that hold a live item, in order."""
+        raise NotImplementedError
+
+    def delete_range(self, low: str, high: str) -> int:
+        """The backend's part of :meth:`delete_prefix`: delete every item of the
+        encoded namespaces in ``[low, high)``; returns the count."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release: the connections (file, pool or client) belong to the fact store."""

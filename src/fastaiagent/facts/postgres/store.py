@@ -28,6 +28,7 @@ from fastaiagent.facts import outage
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.postgres.schema import FactTable
+from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
@@ -623,6 +624,51 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         return self._run(
             lambda conn: [SubjectCount(r[0], r[1], r[2], int(r[3])) for r in conn.execute(query)]
         )
+
+class PostgresTable:
+    """A table of its own beside a :class:`PostgresFactStore`'s (the item and window
+    stores), on the store's pool. A subclass sets ``_q`` (its statements, with
+    ``create`` and ``index`` for the first schema step, :meth:`_create_table`)
+    and ``_schema``, whose steps run on the first call. ``table`` None: the one
+    ``table_for`` names beside the store's fact table."""
+
+    _q: dict[str, Any]
+    _schema: Schema
+
+    def __init__(self, store: PostgresFactStore, table: str | None, table_for: Callable[[str], str]) -> None:
+        if not isinstance(store, PostgresFactStore):
+            raise InvalidTypeError(
+                f"{type(self).__name__} needs a PostgresFactStore, got {type(store).__name__}"
+            )
+        table = table or table_for(store.table)
+        if not table.replace("_", "").isalnum() or not table[0].isalpha() or len(table) > 60:
+            raise InvalidValueError(f"table {table!r} must be a plain identifier of at most 60 chars")
+        self.store = store
+        self.table = table
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(table={self.table!r})"
+
+    def _create_table(self, conn: Any) -> None:
+        """Schema step 1 (under the table's advisory lock, see facts/schema.py)."""
+        with conn.transaction():
+            conn.execute(self._q["create"])
+            conn.execute(self._q["index"])
+
+    def _run(self, operation: Callable[[Any], _T]) -> _T:
+        """``operation(conn)`` on the store's pool (see :meth:`PostgresFactStore._run`),
+        the table brought to its schema version on the first call."""
+
+        def run(conn: Any) -> _T:
+            if not self._ready:
+                where = f"the database at {redacted_url(self.store.url)}"
+                migrate_postgres(conn, self._schema, self.table, where)
+                self._ready = True
+            return operation(conn)
+
+        return self.store._run(run)
+
 
 def _subject_queries(t: Any) -> dict[str, Any]:
     """One subject's reads (the per-turn read): scope, id and project are known and the

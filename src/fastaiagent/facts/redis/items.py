@@ -18,26 +18,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from fastaiagent.errors import InvalidTypeError, SchemaVersionError
+from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.items import (
+    ItemFront,
+    ItemScan,
     ItemWrite,
-    Namespace,
     StoredItem,
-    check_key,
-    check_page,
-    check_write,
     decode_namespace,
     encode_namespace,
-    prefix_range,
 )
 from fastaiagent.facts.redis.client import unavailable
+from fastaiagent.facts.redis.layout import recorded_layout
 from fastaiagent.facts.redis.store import RedisFactStore
 
 ITEMS_LAYOUT = "1"
-PURGE_EVERY = 1000  # writes per process between sweeps of expired items
 
 # Shared by the scripts: is a meta string live at `now`; delete one item.
 _COMMON = """
@@ -198,7 +195,7 @@ def _item(ns: str, key: str, meta: str, value: str) -> StoredItem:
     )
 
 
-class RedisItemStore:
+class RedisItemStore(ItemFront):
     """Items in Redis next to a :class:`RedisFactStore`'s facts, on its client (the
     :class:`~fastaiagent.facts.items.ItemStore` contract). Expiry uses the
     clients' clocks."""
@@ -215,7 +212,6 @@ class RedisItemStore:
         self._delete_prefix = script(_DELETE_PREFIX)
         self._checked = False
         self._lock = threading.Lock()
-        self._writes = 0
 
     def __repr__(self) -> str:
         return f"RedisItemStore(prefix={self.prefix!r})"
@@ -229,82 +225,48 @@ class RedisItemStore:
         if self._checked:
             return
         with self._lock:
-            key = self.prefix + "layout"
-            found = self._client.get(key)
-            if found is None:
+            key, what = self.prefix + "layout", f"the Redis items under {self.prefix!r}"
+            if not recorded_layout(self._client, key, ITEMS_LAYOUT, what, plural=True):
                 self._client.set(key, ITEMS_LAYOUT, nx=True)
-            elif not found.isdigit() or int(found) > int(ITEMS_LAYOUT):
-                raise SchemaVersionError(
-                    f"the Redis items under {self.prefix!r} have layout {found!r}, but this "
-                    f"fastaiagent knows layouts up to {ITEMS_LAYOUT}: they were written by a "
-                    "newer fastaiagent. Upgrade the package (pip install -U fastaiagent) in "
-                    "every process that opens them."
-                )
             self._checked = True
 
-    def write(self, writes: Sequence[ItemWrite]) -> list[bool]:
-        """Apply a batch atomically (one script call; see :class:`ItemStore`)."""
-        now = time.time()
+    def write_batch(self, batch: list[ItemWrite], now: float) -> list[bool]:
+        """Apply a checked batch atomically (one script call)."""
         args: list[Any] = []
-        for w in map(check_write, writes):
+        for w in batch:
             op = "d" if w.value is None else ("a" if w.if_absent else "p")
             ttl = "-" if w.ttl_seconds is None else repr(float(w.ttl_seconds))
             exp = "-" if w.ttl_seconds is None else repr(now + w.ttl_seconds)
             args += [op, encode_namespace(w.namespace), w.key, w.value or "", ttl, exp]
-        if not args:
-            return []
-        changed = [bool(c) for c in self._call(self._write, *args)]
-        self._writes += len(changed)
-        if self._writes >= PURGE_EVERY:
-            self._writes = 0
-            self.purge_expired()
-        return changed
+        return [bool(c) for c in self._call(self._write, *args)]
 
-    def get(
-        self, namespace: Namespace, keys: Sequence[str], *, refresh_ttl: bool = False
-    ) -> list[StoredItem | None]:
-        """The live items of ``keys`` (see :class:`ItemStore`)."""
-        ns = encode_namespace(namespace)
-        wanted = [check_key(k) for k in keys]
-        if not wanted:
-            return []
-        found = self._call(self._get, ns, "1" if refresh_ttl else "0", *wanted)
-        return [_item(ns, k, *row) if row else None for k, row in zip(wanted, found, strict=True)]
+    def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:
+        """The live items of ``keys`` (one script call, which restarts their expiry
+        when asked)."""
+        found = self._call(self._get, ns, "1" if refresh_ttl else "0", *keys)
+        return [_item(ns, k, *row) for k, row in zip(keys, found, strict=True) if row]
 
-    def scan(
-        self,
-        prefix: Namespace,
-        *,
-        exact: bool = False,
-        before: str | None = None,
-        descending: bool = False,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[StoredItem]:
-        """Live items under ``prefix`` in (namespace, key) order (see :class:`ItemStore`)."""
-        limit, offset = check_page(limit, offset)
-        if limit == 0:
-            return []
-        lo, hi = (encode_namespace(prefix), "") if exact else prefix_range(prefix)
+    def scan_items(self, scan: ItemScan) -> list[StoredItem]:
+        """Live items of a checked scan, in (namespace, key) order (one script call)."""
         flat = self._call(
             self._scan,
-            lo,
-            hi,
-            "1" if exact else "0",
-            "" if before is None else "(" + check_key(before),
-            "1" if descending else "0",
-            -1 if limit is None else limit,
-            offset,
+            scan.low,
+            scan.high,
+            "1" if scan.exact else "0",
+            "" if scan.before is None else "(" + scan.before,
+            "1" if scan.descending else "0",
+            -1 if scan.limit is None else scan.limit,
+            scan.offset,
         )
         return [_item(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
 
-    def namespaces(self, prefix: Namespace = ()) -> list[Namespace]:
-        """Namespaces with live items under ``prefix`` (see :class:`ItemStore`)."""
-        return [decode_namespace(ns) for ns in self._call(self._namespaces, *prefix_range(prefix))]
+    def read_namespaces(self, low: str, high: str) -> list[str]:
+        """Encoded namespaces in ``[low, high)`` with a live item."""
+        return list(self._call(self._namespaces, low, high))
 
-    def delete_prefix(self, prefix: Namespace) -> int:
-        """Delete everything under ``prefix`` (see :class:`ItemStore`)."""
-        return int(self._call(self._delete_prefix, *prefix_range(prefix)))
+    def delete_range(self, low: str, high: str) -> int:
+        """Delete every item of the namespaces in ``[low, high)``."""
+        return int(self._call(self._delete_prefix, low, high))
 
     def purge_expired(self) -> int:
         """Delete expired items now, in script calls of at most 500; returns the count."""
@@ -314,6 +276,3 @@ class RedisItemStore:
             total += done
             if done < 500:
                 return total
-
-    def close(self) -> None:
-        """Nothing to release: the client belongs to the fact store."""

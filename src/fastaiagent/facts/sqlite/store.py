@@ -12,8 +12,9 @@ from typing import Any
 
 from fastaiagent._paths import default_db_path
 from fastaiagent._schema import Schema
-from fastaiagent._sqlite import ThreadConnections
+from fastaiagent._sqlite import ThreadConnections, migrate
 from fastaiagent._validate import integer
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
 from fastaiagent.facts.scoping import (
@@ -445,3 +446,43 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
 MemoryStore = SQLiteFactStore
 """The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""
+
+
+class SQLiteTable:
+    """A table of its own in a :class:`SQLiteFactStore`'s file, on the store's
+    connections (the item and window stores); ``schema`` (its migrations) is
+    brought to its version on first use."""
+
+    def __init__(self, store: SQLiteFactStore, table: str, schema: Schema) -> None:
+        if not isinstance(store, SQLiteFactStore):
+            raise InvalidTypeError(
+                f"{type(self).__name__} needs a SQLiteFactStore, got {type(store).__name__}"
+            )
+        if not table.replace("_", "").isalnum() or not table[0].isalpha():
+            raise InvalidValueError(f"table {table!r} must be a plain identifier")
+        self.store = store
+        self.table = table
+        self._schema = schema
+        self._ready = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(path={str(self.store.path)!r}, table={self.table!r})"
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, the table migrated on first use."""
+        conn = self.store._connection()
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    migrate(conn, self._schema, str(self.store.path))
+                    self._ready = True
+        return conn
+
+    def _execute_write(self, query: str, params: Any) -> int:
+        """One write under BEGIN IMMEDIATE: in WAL mode a plain autocommit write can
+        fail at once with SQLITE_BUSY when another process committed meanwhile,
+        while an immediate transaction waits for the lock (busy_timeout)."""
+        self._conn()
+        with self.store._write() as conn:
+            return int(conn.execute(query, params).rowcount)
