@@ -5,16 +5,24 @@ changes on every write. Writers compare-and-set on the version they loaded, so
 two workers serving the same user never overwrite each other's turn; a random
 token (not a counter) also means a window that expired or was deleted and then
 started again can never be mistaken for the old one by a stale cache.
+
+The protocol's verbs carry the argument checks, the versions and the sweeps
+every shipped store shares; each backend (deriving from :class:`WindowFront`)
+only reads and writes its own persistence.
 """
 
 from __future__ import annotations
 
 import secrets
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
 from fastaiagent._validate import positive_number
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
+
+PURGE_EVERY = 500
+"""Saves (per process) between sweeps of expired windows, where the backend
+sweeps them (reads ignore them anyway)."""
 
 
 class WindowKey(NamedTuple):
@@ -65,12 +73,15 @@ def check_ttl(ttl_seconds: float | None) -> float | None:
 @runtime_checkable
 class WindowStore(Protocol):
     """Where shared windows live. Implementations must be safe to use from many
-    threads and, after a fork, from the child (each process opens its own connections)."""
+    threads and, after a fork, from the child (each process opens its own connections).
+    ``load``, ``save``, ``delete`` and ``delete_user`` carry the bodies the shipped
+    stores share (they derive from :class:`WindowFront`); another implementation
+    writes its own."""
 
     def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
         """The stored window, or None when there is none (never written, expired or
         deleted). When its version equals ``known_version`` the state is not sent."""
-        ...
+        return cast(WindowFront, self).load_window(check_key(key), known_version)
 
     def save(
         self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
@@ -78,11 +89,15 @@ class WindowStore(Protocol):
         """Write ``state`` if the stored version is still ``expected_version`` (None:
         only if nothing is stored). Returns the new version, or None on a conflict.
         The window expires ``ttl_seconds`` after this write (None: never)."""
-        ...
+        front, version = cast(WindowFront, self), new_version()
+        if not front.save_window(check_key(key), state, expected_version, ttl_seconds, version):
+            return None
+        front.count_save()
+        return version
 
     def delete(self, key: WindowKey) -> bool:
         """Delete one window; True when there was one."""
-        ...
+        return cast(WindowFront, self).delete_window(check_key(key))
 
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete every user's window of an agent and project; returns the count."""
@@ -94,7 +109,8 @@ class WindowStore(Protocol):
         ``forget`` of a user calls it, so no agent keeps their messages,
         summary or block state. Deleting one agent's window is :meth:`delete`.
         """
-        ...
+        check_user(project_id, user_id)
+        return cast(WindowFront, self).delete_user_windows(project_id, user_id)
 
     def close(self) -> None:
         """Release connections this store opened itself (shared ones stay open)."""
@@ -112,3 +128,50 @@ class HoldsWindows(Protocol):
     def window_store(self) -> WindowStore:
         """A WindowStore on this store's own connections (same file, pool or client)."""
         ...
+
+
+class WindowFront(WindowStore):
+    """The base of the shipped window stores: :class:`WindowStore` checks every
+    key, makes each save's new version and, where the backend sweeps expired
+    windows itself (:attr:`purge_every` > 0), calls :meth:`purge_expired` every so
+    many saves; a backend implements the hooks below and ``delete_all``."""
+
+    purge_every: ClassVar[int] = 0
+    """Saves between sweeps (0: the server expires windows itself, as Redis does)."""
+    _saves = 0  # this process's saves since the last sweep
+
+    def count_save(self) -> None:
+        """Count one save; every :attr:`purge_every`, sweep expired windows."""
+        if self.purge_every:
+            self._saves += 1
+            if self._saves >= self.purge_every:
+                self._saves = 0
+                self.purge_expired()
+
+    def purge_expired(self) -> int:
+        """Delete windows past their TTL now (reads already ignore them); returns the
+        count: 0 here, where the server expires windows itself."""
+        return 0
+
+    def load_window(self, key: WindowKey, known_version: str | None) -> StoredWindow | None:
+        """The backend's part of :meth:`load` (``key`` checked)."""
+        raise NotImplementedError
+
+    def save_window(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None, version: str
+    ) -> bool:
+        """The backend's part of :meth:`save`: compare-and-set ``state`` at the new
+        ``version``; True when it was written. A retried write that already landed
+        (the stored version is ``version``) is written again."""
+        raise NotImplementedError
+
+    def delete_window(self, key: WindowKey) -> bool:
+        """The backend's part of :meth:`delete` (``key`` checked)."""
+        raise NotImplementedError
+
+    def delete_user_windows(self, project_id: str, user_id: str) -> int:
+        """The backend's part of :meth:`delete_user` (the user checked)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release: the connections (file, pool or client) belong to the fact store."""

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.postgres.store import DEFAULT_TABLE as DEFAULT_FACT_TABLE
-from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
-from fastaiagent.facts.schema import Schema, migrate_postgres
-from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
+from fastaiagent.facts.postgres.store import PostgresFactStore, PostgresTable, sql
+from fastaiagent.facts.schema import Schema
+from fastaiagent.facts.windows import PURGE_EVERY, StoredWindow, WindowFront, WindowKey
 
 DEFAULT_TABLE = "conversation_windows"
-PURGE_EVERY = 500  # writes per process between sweeps of expired rows (reads ignore them)
 
 
 def windows_table_for(fact_table: str) -> str:
@@ -19,30 +17,21 @@ def windows_table_for(fact_table: str) -> str:
     return DEFAULT_TABLE if fact_table == DEFAULT_FACT_TABLE else f"{fact_table}_windows"
 
 
-class PostgresWindowStore:
+class PostgresWindowStore(PostgresTable, WindowFront):
     """Windows in a Postgres table, sharing a :class:`PostgresFactStore`'s pool
     (so a store made before a fork opens its own pool in each worker).
 
     Expiry uses the server's clock, so workers with skewed clocks agree.
     """
 
+    purge_every = PURGE_EVERY
+
     def __init__(self, store: PostgresFactStore, *, table: str | None = None) -> None:
-        if not isinstance(store, PostgresFactStore):
-            raise InvalidTypeError(f"PostgresWindowStore needs a PostgresFactStore, got {type(store).__name__}")
-        table = table or windows_table_for(store.table)
-        if not table.replace("_", "").isalnum() or not table[0].isalpha() or len(table) > 60:
-            raise InvalidValueError(f"table {table!r} must be a plain identifier of at most 60 chars")
-        self.store = store
-        self.table = table
-        self._ready = False
-        self._writes = 0
-        self._q = self._queries(table)
+        super().__init__(store, table, windows_table_for)
+        self._q = self._queries(self.table)
         # Version 1 is the layout written before versions were recorded (IF NOT
         # EXISTS: its step also upgrades such a table).
-        self._schema = Schema(f"windows:{table}", [self._create_table, self._index_users])
-
-    def __repr__(self) -> str:
-        return f"PostgresWindowStore(table={self.table!r})"
+        self._schema = Schema(f"windows:{self.table}", [self._create_table, self._index_users])
 
     @staticmethod
     def _queries(table: str) -> dict[str, Any]:
@@ -87,12 +76,6 @@ class PostgresWindowStore:
             "purge": sql.SQL("DELETE FROM {} WHERE expires_at <= now()").format(t),
         }
 
-    def _create_table(self, conn: Any) -> None:
-        """Schema step 1 (under the table's advisory lock, see facts/schema.py)."""
-        with conn.transaction():
-            conn.execute(self._q["create"])
-            conn.execute(self._q["index"])
-
     def _index_users(self, conn: Any) -> None:
         """Schema step 2: forget of a user deletes their windows of every agent by
         (project, user). The table holds one row per live conversation, so the
@@ -100,62 +83,42 @@ class PostgresWindowStore:
         with conn.transaction():
             conn.execute(self._q["user_index"])
 
-    def _ensure_table(self, conn: Any) -> None:
-        if self._ready:
-            return
-        migrate_postgres(
-            conn, self._schema, self.table, f"the database at {redacted_url(self.store.url)}"
-        )
-        self._ready = True
-
     def _execute(self, query: str, params: tuple[Any, ...]) -> Any:
         def operation(conn: Any) -> Any:
-            self._ensure_table(conn)
             cursor = conn.execute(self._q[query], params)
             return cursor.fetchone() if query == "load" else cursor.rowcount
 
-        return self.store._run(operation)
+        return self._run(operation)
 
-    def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
+    def load_window(self, key: WindowKey, known_version: str | None) -> StoredWindow | None:
         """The live stored window (see :class:`WindowStore`)."""
-        row = self._execute("load", (known_version or "", *check_key(key)))
+        row = self._execute("load", (known_version or "", *key))
         return StoredWindow(row[0], row[1]) if row else None
 
-    def save(
-        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
-    ) -> str | None:
-        """Compare-and-set write (see :class:`WindowStore`)."""
-        check_key(key)
-        version = new_version()
+    def save_window(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None, version: str
+    ) -> bool:
+        """Compare-and-set write in one statement (see :class:`WindowStore`)."""
         if expected_version is None:
             count = self._execute("create_row", (*key, version, state, ttl_seconds))
         else:
             count = self._execute(
                 "update_row", (version, state, ttl_seconds, *key, expected_version, version)
             )
-        if count != 1:
-            return None
-        self._writes += 1
-        if self._writes % PURGE_EVERY == 0:
-            self.purge_expired()
-        return version
+        return bool(count == 1)
 
-    def delete(self, key: WindowKey) -> bool:
+    def delete_window(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
-        return bool(self._execute("delete", tuple(check_key(key))))
+        return bool(self._execute("delete", tuple(key)))
 
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete an agent and project's windows (see :class:`WindowStore`)."""
         return int(self._execute("delete_all", (agent_id, project_id)))
 
-    def delete_user(self, project_id: str, user_id: str) -> int:
+    def delete_user_windows(self, project_id: str, user_id: str) -> int:
         """Delete a user's windows of every agent (see :class:`WindowStore`)."""
-        check_user(project_id, user_id)
         return int(self._execute("delete_user", (project_id, user_id)))
 
     def purge_expired(self) -> int:
         """Delete rows past their TTL now (reads already ignore them); returns the count."""
         return int(self._execute("purge", ()))
-
-    def close(self) -> None:
-        """Nothing to release: the pool belongs to the fact store."""

@@ -17,7 +17,7 @@ from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.redis.client import unavailable
 from fastaiagent.facts.redis.layout import escape_part, glob_escape
 from fastaiagent.facts.redis.store import RedisFactStore
-from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
+from fastaiagent.facts.windows import StoredWindow, WindowFront, WindowKey
 
 # Returns {} when missing, {v} when the caller holds that version, else {v, s}.
 _LOAD = """
@@ -44,7 +44,7 @@ return 1
 """
 
 
-class RedisWindowStore:
+class RedisWindowStore(WindowFront):
     """Windows in Redis next to a :class:`RedisFactStore`'s facts, on its client."""
 
     def __init__(self, store: RedisFactStore, *, prefix: str | None = None) -> None:
@@ -64,29 +64,29 @@ class RedisWindowStore:
         return f"RedisWindowStore(prefix={self.prefix!r})"
 
     def _key(self, key: WindowKey) -> str:
-        return ":".join((self.prefix, "win", *(escape_part(p) for p in check_key(key))))
+        return ":".join((self.prefix, "win", *(escape_part(p) for p in key)))
 
-    def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
-        """The live stored window (see :class:`WindowStore`)."""
+    def load_window(self, key: WindowKey, known_version: str | None) -> StoredWindow | None:
+        """The live stored window, in one script call (see :class:`WindowStore`)."""
         with unavailable("the window store"):
             found = self._load(keys=[self._key(key)], args=[known_version or ""])
         if not found:
             return None
         return StoredWindow(found[0], found[1] if len(found) > 1 else None)
 
-    def save(
-        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
-    ) -> str | None:
-        """Compare-and-set write (see :class:`WindowStore`)."""
-        version = new_version()
+    def save_window(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None, version: str
+    ) -> bool:
+        """Compare-and-set write in one script call, which sets the expiry (see
+        :class:`WindowStore`)."""
         ttl_ms = 0 if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
         with unavailable("the window store"):
             done = self._save(
                 keys=[self._key(key)], args=[expected_version or "", version, state, ttl_ms]
             )
-        return version if int(done) == 1 else None
+        return int(done) == 1
 
-    def delete(self, key: WindowKey) -> bool:
+    def delete_window(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
         with unavailable("the window store"):
             return bool(self._client.delete(self._key(key)))
@@ -96,14 +96,13 @@ class RedisWindowStore:
         base = ":".join((self.prefix, "win", escape_part(agent_id), escape_part(project_id)))
         return self._delete_matching(glob_escape(base) + ":*")
 
-    def delete_user(self, project_id: str, user_id: str) -> int:
+    def delete_user_windows(self, project_id: str, user_id: str) -> int:
         """Delete a user's windows of every agent (see :class:`WindowStore`).
 
         Key parts are escaped (no raw ``:``), so ``<prefix>:win:*:<project>:<user>``
         matches exactly that user's windows, whatever the agent. SCAN walks the
         keyspace in bounded steps: no single call holds the server.
         """
-        check_user(project_id, user_id)
         tail = ":".join((escape_part(project_id), escape_part(user_id)))
         return self._delete_matching(f"{glob_escape(self.prefix)}:win:*:{glob_escape(tail)}")
 
@@ -119,6 +118,3 @@ class RedisWindowStore:
             if batch:
                 count += int(self._client.delete(*batch))
         return count
-
-    def close(self) -> None:
-        """Nothing to release: the client belongs to the fact store."""

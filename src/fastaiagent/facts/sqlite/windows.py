@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any
 
 from fastaiagent._schema import Schema
-from fastaiagent._sqlite import migrate
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.sqlite.store import SQLiteFactStore
-from fastaiagent.facts.windows import StoredWindow, WindowKey, check_key, check_user, new_version
+from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable
+from fastaiagent.facts.windows import PURGE_EVERY, StoredWindow, WindowFront, WindowKey
 
 DEFAULT_TABLE = "conversation_windows"
-PURGE_EVERY = 500  # writes between sweeps of expired rows (reads ignore them anyway)
 
 # Version 1 is the layout written before versions were recorded (IF NOT EXISTS:
 # it also upgrades such a file).
@@ -41,47 +36,20 @@ def windows_schema(table: str) -> Schema:
     return Schema(f"windows:{table}", [_V1.format(t=table), _V2.format(t=table)])
 
 
-class SQLiteWindowStore:
+class SQLiteWindowStore(SQLiteTable, WindowFront):
     """Windows in a table of a :class:`~fastaiagent.facts.sqlite.store.SQLiteFactStore` file.
 
     Several processes on one machine can share the file (WAL mode); writes are
     compare-and-set in one statement, so no lock is held across a turn.
     """
 
+    purge_every = PURGE_EVERY
+
     def __init__(self, store: SQLiteFactStore, *, table: str = DEFAULT_TABLE) -> None:
-        if not isinstance(store, SQLiteFactStore):
-            raise InvalidTypeError(f"SQLiteWindowStore needs a SQLiteFactStore, got {type(store).__name__}")
-        if not table.replace("_", "").isalnum() or not table[0].isalpha():
-            raise InvalidValueError(f"table {table!r} must be a plain identifier")
-        self.store = store
-        self.table = table
-        self._ready = False
-        self._lock = threading.Lock()
-        self._writes = 0
+        super().__init__(store, table, windows_schema(table))
 
-    def __repr__(self) -> str:
-        return f"SQLiteWindowStore(path={str(self.store.path)!r}, table={self.table!r})"
-
-    def _conn(self) -> Any:
-        conn = self.store._connection()
-        if not self._ready:
-            with self._lock:
-                if not self._ready:
-                    migrate(conn, windows_schema(self.table), str(self.store.path))
-                    self._ready = True
-        return conn
-
-    def _execute_write(self, query: str, params: Any) -> int:
-        """One write under BEGIN IMMEDIATE: in WAL mode a plain autocommit write can
-        fail at once with SQLITE_BUSY when another process committed meanwhile,
-        while an immediate transaction waits for the lock (busy_timeout)."""
-        self._conn()
-        with self.store._write() as conn:
-            return int(conn.execute(query, params).rowcount)
-
-    def load(self, key: WindowKey, known_version: str | None = None) -> StoredWindow | None:
+    def load_window(self, key: WindowKey, known_version: str | None) -> StoredWindow | None:
         """The live stored window (see :class:`WindowStore`)."""
-        check_key(key)
         row = self._conn().execute(
             f"SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM {self.table} "
             "WHERE agent_id = ? AND project_id = ? AND user_id = ? "
@@ -90,12 +58,11 @@ class SQLiteWindowStore:
         ).fetchone()
         return StoredWindow(row[0], row[1]) if row else None
 
-    def save(
-        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None
-    ) -> str | None:
-        """Compare-and-set write (see :class:`WindowStore`)."""
-        check_key(key)
-        now, version = time.time(), new_version()
+    def save_window(
+        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None, version: str
+    ) -> bool:
+        """Compare-and-set write in one statement (see :class:`WindowStore`)."""
+        now = time.time()
         expires = None if ttl_seconds is None else now + ttl_seconds
         if expected_version is None:
             # Create, or take over a row that has expired (it is gone for readers).
@@ -116,16 +83,10 @@ class SQLiteWindowStore:
                 "WHERE agent_id = ? AND project_id = ? AND user_id = ? AND version IN (?, ?)",
                 (version, state, now, expires, *key, expected_version, version),
             )
-        if count != 1:
-            return None
-        self._writes += 1
-        if self._writes % PURGE_EVERY == 0:
-            self.purge_expired()
-        return version
+        return count == 1
 
-    def delete(self, key: WindowKey) -> bool:
+    def delete_window(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
-        check_key(key)
         return self._execute_write(
             f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ? AND user_id = ?", key
         ) > 0
@@ -136,9 +97,8 @@ class SQLiteWindowStore:
             f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ?", (agent_id, project_id)
         )
 
-    def delete_user(self, project_id: str, user_id: str) -> int:
+    def delete_user_windows(self, project_id: str, user_id: str) -> int:
         """Delete a user's windows of every agent (see :class:`WindowStore`)."""
-        check_user(project_id, user_id)
         return self._execute_write(
             f"DELETE FROM {self.table} WHERE project_id = ? AND user_id = ?", (project_id, user_id)
         )
@@ -149,6 +109,3 @@ class SQLiteWindowStore:
             f"DELETE FROM {self.table} WHERE expires_at IS NOT NULL AND expires_at <= ?",
             (time.time(),),
         )
-
-    def close(self) -> None:
-        """Nothing to release: the connections belong to the fact store."""
