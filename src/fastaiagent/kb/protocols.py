@@ -207,24 +207,31 @@ def checked_batch(chunks: Sequence[Chunk], dimension: int | None) -> Batch:
     return Batch([chunk for chunk, _ in items], [vector for _, vector in items], keys, dimension)
 
 
-def agreed_dimension(asked: int | None, stored: int | None, what: str, instead: str) -> int | None:
-    """The dimension of a store opened with ``dimension=asked`` on storage that holds
-    ``stored`` (either may be None); raises :class:`DimensionMismatchError` naming
-    ``what`` when they differ (``instead``: what to use then)."""
-    if stored is not None and asked is not None and stored != asked:
-        raise DimensionMismatchError(
-            f"{what} has dimension {stored}, but dimension={asked} was asked; use an "
-            f"embedder of that size or {instead}"
+class Dimension:
+    """A store's rule for its vector size: ``asked`` by its constructor (checked; None:
+    the first add fixes it), agreed with what its storage holds. ``instead`` ends
+    the advice of its errors ("another table", "another collection")."""
+
+    def __init__(self, asked: int | None, instead: str) -> None:
+        self.asked = check_dimension(asked)
+        self.instead = instead
+
+    def agreed(self, stored: int | None, where: str) -> int | None:
+        """The size of the store when its storage (``where``) holds ``stored`` (None:
+        nothing yet); raises :class:`DimensionMismatchError` when it is not the one asked."""
+        if stored is not None and self.asked is not None and stored != self.asked:
+            raise DimensionMismatchError(
+                f"{where} has dimension {stored}, but dimension={self.asked} was asked; use "
+                f"an embedder of that size or {self.instead}"
+            )
+        return stored if stored is not None else self.asked
+
+    def refused(self, size: int, stored: int | None) -> DimensionMismatchError:
+        """The error of vectors of ``size`` written to storage of dimension ``stored``."""
+        return DimensionMismatchError(
+            f"vectors have dimension {size} but the index has dimension {stored}; use an "
+            f"embedder of the same size or {self.instead}"
         )
-    return stored if stored is not None else asked
-
-
-def other_dimension(size: int, stored: int | None, instead: str) -> DimensionMismatchError:
-    """The error of vectors of ``size`` written to storage of dimension ``stored``."""
-    return DimensionMismatchError(
-        f"vectors have dimension {size} but the index has dimension {stored}; use an "
-        f"embedder of the same size or {instead}"
-    )
 
 
 def id_list(ids: Sequence[str], verb: str) -> list[str]:

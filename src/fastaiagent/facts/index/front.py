@@ -6,12 +6,16 @@ ids, namespaces, keyword queries, cached embeddings) and ranks in the namespace
 matrices of :mod:`fastaiagent.facts.index.matrix`; a backend implements what
 touches its storage:
 
+- ``report_change``: what changed in a namespace since this process's copy
+  (:class:`~fastaiagent.facts.index.matrix.Change`), which :meth:`MatrixIndex.current`
+  applies to the copy;
 - ``rank_namespaces`` / ``rank_spans``: the closest rows of the namespaces (of
   the spans of time) for a checked unit query, through :func:`ranked_hits`;
 - ``score_keywords``: BM25 of the checked query terms (see
   :mod:`fastaiagent.facts.index.keywords`);
-- ``read_chunks``, ``delete_rows``, ``delete_namespace_rows``, ``read_cache`` and
-  ``write_cache``: rows by id, in bulk.
+- ``read_chunks``, ``read_ids``, ``read_namespaces``, ``count_rows``,
+  ``delete_rows``, ``delete_namespace_rows``, ``read_cache`` and ``write_cache``:
+  rows by id or namespace, in bulk.
 """
 
 from __future__ import annotations
@@ -21,13 +25,26 @@ from typing import Any
 
 from fastaiagent._validate import text as check_text
 from fastaiagent.facts.index.keywords import query_terms
-from fastaiagent.facts.index.matrix import NamespaceCopies, Scored, unit_vector
+from fastaiagent.facts.index.matrix import (
+    Change,
+    MatrixView,
+    NamespaceCopies,
+    NamespaceMatrix,
+    unit_vector,
+)
 from fastaiagent.facts.vectors import RecordedSearch, Spans
-from fastaiagent.kb.protocols import Chunk, NamespacedSearch, SearchHit, check_vector, id_list
+from fastaiagent.kb.protocols import (
+    Chunk,
+    NamespacedSearch,
+    SearchHit,
+    check_vector,
+    id_list,
+    wanted_keys,
+)
 
 
 def ranked_hits(
-    found: list[Scored],
+    found: Sequence[tuple[float, Any]],
     top_k: int,
     fetch: Callable[[list[Any]], Mapping[Any, Chunk]],
     *,
@@ -37,10 +54,9 @@ def ranked_hits(
     the order found, or by key), their chunks read by ``fetch(keys)`` in one go;
     keys it does not return (rows removed since the ranking) are left out."""
     if ties_by_key:
-        found.sort(key=lambda pair: (-pair[0], pair[1]))
+        best = sorted(found, key=lambda pair: (-pair[0], pair[1]))[:top_k]
     else:
-        found.sort(key=lambda pair: -pair[0])
-    best = found[:top_k]
+        best = sorted(found, key=lambda pair: -pair[0])[:top_k]
     if not best:
         return []
     chunks = fetch([key for _, key in best])
@@ -62,14 +78,31 @@ def bytes_vector(blob: bytes) -> list[float]:
 
 
 class MatrixIndex(NamespacedSearch, RecordedSearch):
-    """The front of a vector index that ranks in its :class:`NamespaceCopies`
-    (``copies``, which the backend makes): see the module doc."""
+    """The front of a vector index that ranks in its copies of namespaces
+    (``copies``, at most ``cache_bytes``; see :class:`NamespaceCopies` for
+    ``keep_newest``): see the module doc."""
 
-    copies: NamespaceCopies
+    def __init__(self, cache_bytes: int, *, keep_newest: bool = False) -> None:
+        self.copies = NamespaceCopies(cache_bytes, keep_newest=keep_newest)
 
     @property
     def dimension(self) -> int | None:
         """The vector size (None until fixed)."""
+        raise NotImplementedError
+
+    # -- the copies of namespaces ---------------------------------------------
+
+    def current(self, key: str, context: Any = None) -> MatrixView | None:
+        """``key``'s rows as of now, from this process's copy brought up to date by
+        :meth:`report_change` (``context``: what the backend's report reads with);
+        None when the store holds no such namespace."""
+        return self.copies.refresh(key, lambda held: self.report_change(context, key, held))
+
+    def report_change(
+        self, context: Any, key: str, held: NamespaceMatrix | None
+    ) -> Change | None:
+        """The backend's report: what changed in ``key`` since ``held`` (None: the
+        whole namespace), or None when the store holds no such namespace."""
         raise NotImplementedError
 
     # -- search --------------------------------------------------------------
@@ -127,6 +160,30 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
 
     def read_chunks(self, ids: list[str]) -> Mapping[str, Chunk]:
         """The backend's ``get``: the chunks of these (distinct) ids that exist, by id."""
+        raise NotImplementedError
+
+    def ids(self, namespace: str) -> set[str]:
+        """Every chunk id ``namespace`` holds."""
+        return self.read_ids(check_text("namespace", namespace))
+
+    def read_ids(self, namespace: str) -> set[str]:
+        """The backend's ``ids``."""
+        raise NotImplementedError
+
+    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
+        """Every chunk of a namespace (``None``: of every namespace), without vectors."""
+        return self.read_namespaces(wanted_keys(namespace, include_untagged))
+
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
+        """The backend's ``chunks`` of namespace ``keys`` (None: all)."""
+        raise NotImplementedError
+
+    def count(self, namespace: str | None = None) -> int:
+        """How many chunks the index (or one namespace) holds."""
+        return self.count_rows(None if namespace is None else check_text("namespace", namespace))
+
+    def count_rows(self, namespace: str | None) -> int:
+        """The backend's ``count``."""
         raise NotImplementedError
 
     def delete(self, ids: Sequence[str]) -> int:

@@ -256,7 +256,8 @@ class NamespaceMatrix:
 class Change:
     """What a store reports of a namespace: the markers it is at and, from the
     copy at ``since`` (None: from nothing, the rows are the whole namespace), the
-    rows written (``keys``, unit ``vectors``) and the keys removed."""
+    rows written (``keys``, unit ``vectors``: a float32 matrix, of shape
+    ``(0, dimension)`` for an empty whole namespace) and the keys removed."""
 
     version: int
     epoch: int = 0
@@ -264,7 +265,6 @@ class Change:
     keys: Sequence[Hashable] = ()
     vectors: Any = None
     removed: Sequence[Hashable] = ()
-    dimension: int = 0  # of an empty whole namespace (rows give it otherwise)
 
 
 Report = Callable[[NamespaceMatrix | None], Change | None]
@@ -338,8 +338,7 @@ class NamespaceCopies:
 
 
 def _whole(change: Change) -> NamespaceMatrix:
-    dimension = change.vectors.shape[1] if change.vectors is not None else change.dimension
-    matrix = NamespaceMatrix(dimension, change.version, change.epoch)
+    matrix = NamespaceMatrix(change.vectors.shape[1], change.version, change.epoch)
     if len(change.keys):
         matrix.append(change.keys, change.vectors)
     return matrix

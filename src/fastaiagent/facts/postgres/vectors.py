@@ -37,26 +37,12 @@ from fastaiagent._validate import boolean, integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
-from fastaiagent.facts.index.matrix import (
-    Change,
-    MatrixView,
-    NamespaceCopies,
-    NamespaceMatrix,
-    unit_rows,
-)
+from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.postgres import keywords, pgvector
 from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, text_key
-from fastaiagent.kb.protocols import (
-    Chunk,
-    SearchHit,
-    agreed_dimension,
-    check_dimension,
-    checked_batch,
-    other_dimension,
-    wanted_keys,
-)
+from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 
 logger = logging.getLogger("fastaiagent.facts.postgres.vectors")
 
@@ -198,8 +184,8 @@ class PostgresVectorIndex(MatrixIndex):
             raise InvalidTypeError(
                 f"PostgresVectorIndex needs a PostgresFactStore, got {type(store).__name__}"
             )
-        self._asked_dimension = check_dimension(dimension)
-        self.copies = NamespaceCopies(integer("cache_bytes", cache_bytes, minimum=0))
+        self._sizes = Dimension(dimension, "another fact table")
+        super().__init__(integer("cache_bytes", cache_bytes, minimum=0))
         self._asked_pgvector = None if pgvector is None else boolean("pgvector", pgvector)
         self._pgvector = False
         self._warming: set[str] = set()  # namespaces whose copy loads in the background
@@ -240,8 +226,7 @@ class PostgresVectorIndex(MatrixIndex):
     def _load_dimension(self, conn: Any) -> None:
         row = conn.execute(self._q["dimension"]).fetchone()
         found = None if row is None else int(row[0])
-        where = f"the vector index {self.table!r}"
-        self._dimension = agreed_dimension(self._asked_dimension, found, where, "another fact table")
+        self._dimension = self._sizes.agreed(found, f"the vector index {self.table!r}")
         self._fixed = found is not None
 
     def _fix_dimension(self, conn: Any, size: int) -> None:
@@ -251,7 +236,7 @@ class PostgresVectorIndex(MatrixIndex):
         conn.execute(self._q["fix_dimension"], (size,))
         self._load_dimension(conn)
         if self._dimension != size:
-            raise other_dimension(size, self._dimension, "another fact table")
+            raise self._sizes.refused(size, self._dimension)
 
     @property
     def uses_pgvector(self) -> bool:
@@ -358,7 +343,7 @@ class PostgresVectorIndex(MatrixIndex):
             return self._search_in_server(conn, query, top_k, keys[0])
         found = []
         for key in keys:
-            view = self._view(conn, key)
+            view = self.current(key, conn)
             found += view.top(query, top_k) if view is not None else []
         return self._hits(conn, found, top_k, keys)
 
@@ -394,7 +379,7 @@ class PostgresVectorIndex(MatrixIndex):
                 server += self._server_hits(conn.execute(self._q["server_search_ids"], params))
                 self._warm(key)
                 continue
-            view = self._view(conn, key)
+            view = self.current(key, conn)
             found += view.among(wanted, query) if view is not None else []
         hits = self._hits(conn, found, top_k, keys) + server
         hits.sort(key=lambda hit: -hit.score)
@@ -426,7 +411,7 @@ class PostgresVectorIndex(MatrixIndex):
 
         def load() -> None:
             try:
-                self._run(lambda conn: self._view(conn, key))
+                self._run(lambda conn: self.current(key, conn))
             except Exception as exc:  # the next search tries again
                 logger.debug("loading the vectors of %r failed: %s", key, exc)
             finally:
@@ -435,11 +420,7 @@ class PostgresVectorIndex(MatrixIndex):
 
         threading.Thread(target=load, name="fastaiagent-pgvector-warm", daemon=True).start()
 
-    def _view(self, conn: Any, key: str) -> MatrixView | None:
-        """``key``'s rows as of now, from the in-memory copy (brought up to date)."""
-        return self.copies.refresh(key, lambda held: self._report(conn, key, held))
-
-    def _report(self, conn: Any, key: str, held: NamespaceMatrix | None) -> Change | None:
+    def report_change(self, conn: Any, key: str, held: NamespaceMatrix | None) -> Change | None:
         """What changed in ``key`` since ``held``, in one indexed statement: the rows
         written since its generation, or every row when the epoch moved (a removal)."""
         epoch, gen = (held.epoch, held.version) if held is not None else (_NONE, 0)
@@ -462,9 +443,7 @@ class PostgresVectorIndex(MatrixIndex):
 
     # -- reads ---------------------------------------------------------------
 
-    def ids(self, namespace: str) -> set[str]:
-        """Every chunk id ``namespace`` holds."""
-        wanted_keys(namespace, False)
+    def read_ids(self, namespace: str) -> set[str]:
         rows = self._run(lambda conn: conn.execute(self._q["ids"], (namespace,)).fetchall())
         return {row[0] for row in rows}
 
@@ -472,9 +451,8 @@ class PostgresVectorIndex(MatrixIndex):
         rows = self._run(lambda conn: conn.execute(self._q["rows"], (ids,)).fetchall())
         return {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
 
-    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
-        """Every chunk of a namespace (``None``: all), without vectors."""
-        keys = wanted_keys(namespace, include_untagged)
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
+        """By id."""
         where = "TRUE" if keys is None else "namespace = ANY(%s)"
         query = sql.SQL("SELECT id, text, metadata FROM {} WHERE " + where + " ORDER BY id").format(
             sql.Identifier(self.table)
@@ -483,12 +461,10 @@ class PostgresVectorIndex(MatrixIndex):
         rows = self._run(lambda conn: conn.execute(query, params).fetchall())
         return [Chunk(row[0], row[1], None, dict(row[2])) for row in rows]
 
-    def count(self, namespace: str | None = None) -> int:
-        """How many chunks the index (or one namespace) holds."""
-        keys = wanted_keys(namespace, False)
-        where = "TRUE" if keys is None else "namespace = %s"
+    def count_rows(self, namespace: str | None) -> int:
+        where = "TRUE" if namespace is None else "namespace = %s"
         query = sql.SQL("SELECT count(*) FROM {} WHERE " + where).format(sql.Identifier(self.table))
-        params = () if keys is None else (namespace,)
+        params = () if namespace is None else (namespace,)
         return int(self._run(lambda conn: conn.execute(query, params).fetchone()[0]))
 
     # -- embedding cache -------------------------------------------------------

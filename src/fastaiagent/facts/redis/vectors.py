@@ -23,39 +23,35 @@ would cost ~25 ms at 10k vectors of 384 dims. ``floor`` marks the oldest
 version the log still covers: older process caches reload the namespace.
 The keyword side reads only the query terms' postings and scores them BM25
 (as :class:`~fastaiagent.kb.bm25.BM25Index`, the same tokenizer).
+
+The Lua scripts keep a chunk's postings and the statistics BM25 reads (``tot``,
+the document count ``HLEN d:<ns>``) in step with the chunk; they never score.
+Scoring is Python's, :func:`~fastaiagent.facts.index.keywords.bm25_top`, the one
+BM25 of the three stored indexes: in Lua it would be a second copy of the
+formula, run while the script blocks the server. The namespace matrices, their
+catch-up and the checks of every request are the shared core's
+(:mod:`fastaiagent.facts.index`).
 """
 
 from __future__ import annotations
 
-import heapq
 import json
-import math
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
 from fastaiagent._validate import positive_int
-from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
+from fastaiagent.facts.index.front import MatrixIndex, ranked_hits, vector_bytes
+from fastaiagent.facts.index.keywords import bm25_top, grouped
+from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.redis.client import unavailable
-from fastaiagent.facts.redis.layout import escape_part
+from fastaiagent.facts.redis.layout import escape_part, unescape_part
 from fastaiagent.facts.redis.store import RedisFactStore
-from fastaiagent.facts.vectors import RECORDED_LIMIT, RecordedSearch, keyword_text, recorded_at
+from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, recorded_at
 from fastaiagent.kb.bm25 import tokenize
-from fastaiagent.kb.protocols import (
-    Chunk,
-    DimensionMismatchError,
-    NamespacedSearch,
-    SearchHit,
-    check_chunk,
-    check_top_k,
-    check_vector,
-    id_list,
-    namespace_key,
-    wanted_keys,
-)
+from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 
 np = require("numpy", "redis")
 _client_mod = require("redis.client", "redis")
@@ -65,7 +61,6 @@ _NEVER_DECODE = {_client_mod.NEVER_DECODE: True}  # replies read as bytes (vecto
 VECTORS_LAYOUT = "2"
 DELTA_LIMIT = 2000  # changed chunks a cache catches up on; more reloads the namespace
 _DROP_BATCH = 500  # chunks one delete_namespace step removes
-_K1, _B = 1.2, 0.75  # BM25 parameters, as BM25Index
 _T = TypeVar("_T")
 
 # Shared by the write scripts: drop one chunk (vector, text, postings) and log it.
@@ -112,7 +107,7 @@ end
 
 # ARGV: P, dim, then per chunk: id, ns, vector, doc, "<length> <terms...>", "<tfs...>",
 # created_at ("" when not a number). Returns nil, or the stored dimension when it
-# differs from ``dim``.
+# differs from ``dim``. Postings and ``tot`` only: BM25 is scored in Python (module doc).
 _ADD = (
     _COMMON
     + """
@@ -200,76 +195,6 @@ return {ver, floor, ids, redis.call('HMGET', P .. 'v:' .. ns, unpack(ids))}
 """
 
 
-class _Matrix:
-    """One namespace's normalised vectors in this process, with the version read."""
-
-    def __init__(self, dimension: int, version: int) -> None:
-        self.version = version
-        self.ids: list[str] = []
-        self.rows: dict[str, int] = {}
-        self.data = np.zeros((16, dimension), dtype=np.float32)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes)
-
-    def put(self, chunk_id: str, raw: bytes | None) -> None:
-        """Upsert (``raw`` vector bytes) or remove (None) one chunk."""
-        row = self.rows.get(chunk_id)
-        if raw is None:
-            if row is not None:  # move the last row into the hole
-                last = len(self.ids) - 1
-                moved = self.ids[last]
-                self.data[row] = self.data[last]
-                self.ids[row], self.rows[moved] = moved, row
-                self.ids.pop()
-                del self.rows[chunk_id]
-            return
-        vector = np.frombuffer(raw, dtype=np.float32)
-        norm = float(np.linalg.norm(vector))
-        if row is None:
-            row = len(self.ids)
-            if row == len(self.data):
-                # grow by a quarter: doubling a 100k-row matrix would hold 300 MB
-                extra = np.zeros((max(16, row // 4), self.data.shape[1]), dtype=np.float32)
-                self.data = np.concatenate([self.data, extra])
-            self.ids.append(chunk_id)
-            self.rows[chunk_id] = row
-        self.data[row] = vector / norm if norm else vector
-
-    def load(self, pairs: Mapping[bytes, bytes]) -> None:
-        """Fill from a whole ``v:<ns>`` hash (empty cache)."""
-        ids = [key.decode("utf-8") for key in pairs]
-        if ids:
-            matrix = np.frombuffer(b"".join(pairs.values()), dtype=np.float32)
-            matrix = matrix.reshape(len(ids), -1).copy()
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix /= np.where(norms == 0, 1.0, norms)
-            self.data = matrix
-        self.ids = ids
-        self.rows = {chunk_id: n for n, chunk_id in enumerate(ids)}
-
-    def top(self, query: Any, top_k: int) -> list[tuple[str, float]]:
-        """The ``top_k`` (id, cosine) of this namespace, best first."""
-        count = len(self.ids)
-        if count == 0:
-            return []
-        # einsum, not @: a threaded BLAS matvec stalls for ms whenever another
-        # process holds a core (measured 9 ms vs 0.4 ms p50 at 10k on 2 busy cores).
-        scores = np.einsum("ij,j->i", self.data[:count], query)
-        best = np.argpartition(-scores, top_k - 1)[:top_k] if top_k < count else np.arange(count)
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return [(self.ids[n], float(scores[n])) for n in best]
-
-    def among(self, ids: Sequence[str], query: Any) -> list[tuple[str, float]]:
-        """(id, cosine) of the chunks of ``ids`` this matrix holds."""
-        rows = [row for i in ids if (row := self.rows.get(i)) is not None]
-        if not rows:
-            return []
-        scores = np.einsum("ij,j->i", self.data[rows], query)
-        return [(self.ids[row], float(score)) for row, score in zip(rows, scores, strict=True)]
-
-
 def _doc(chunk: Chunk) -> str:
     return json.dumps([chunk.text, chunk.metadata], separators=(",", ":"))
 
@@ -292,18 +217,7 @@ def _terms(text: str) -> tuple[str, str]:
     return " ".join([str(length), *counts]), " ".join(map(str, counts.values()))
 
 
-def _unit_query(vector: Sequence[float], dimension: int) -> Any:
-    """The checked query vector, L2-normalised (float32)."""
-    query = np.asarray(check_vector(vector, dimension, "query vector"), dtype=np.float32)
-    norm = float(np.linalg.norm(query))
-    return query / norm if norm else query
-
-
-def _vector_bytes(values: Sequence[float]) -> bytes:
-    return bytes(np.asarray(values, dtype=np.float32).tobytes())
-
-
-class RedisVectorIndex(NamespacedSearch, RecordedSearch):
+class RedisVectorIndex(MatrixIndex):
     """Chunks, keyword postings and cached embeddings in Redis next to a
     :class:`RedisFactStore`'s facts, on its client (the
     :class:`~fastaiagent.facts.vectors.StoredVectorIndex` contract).
@@ -321,14 +235,16 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
         self.prefix = f"{store.prefix}:vec:"
         positive_int("cache_bytes", cache_bytes)
         self.cache_bytes = cache_bytes
+        # The namespace searched last is kept whatever its size: reading it again
+        # would cost a whole HGETALL a search.
+        super().__init__(cache_bytes, keep_newest=True)
+        self._sizes = Dimension(None, f"another prefix than {self.prefix!r}")
         self._client: Any = store.client
         script = self._client.register_script
         self._add, self._delete, self._clear = script(_ADD), script(_DELETE), script(_CLEAR)
         self._delta, self._record_times = script(_DELTA), script(_RECORD_TIMES)
         self._dimension: int | None = None
         self._checked = False
-        self._lock = threading.Lock()
-        self._cache: OrderedDict[str, _Matrix] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"RedisVectorIndex(prefix={self.prefix!r})"
@@ -381,36 +297,26 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
 
     def add(self, chunks: Sequence[Chunk]) -> None:
         """Insert or replace ``chunks`` (and their postings) in one script call."""
-        dimension = self.dimension
-        args: list[Any] = []
-        for chunk in chunks:
-            vector = check_chunk(chunk, dimension)
-            dimension = dimension or len(vector)
-            terms, tfs = _terms(keyword_text(chunk))
-            ns = escape_part(namespace_key(chunk.metadata))
-            args += [chunk.id, ns, _vector_bytes(vector), _doc(chunk), terms, tfs, _time(chunk)]
-        if not args:
+        batch = checked_batch(chunks, self.dimension)
+        dimension = batch.dimension
+        if dimension is None:
             return
+        args: list[Any] = []
+        for chunk, key, vector in zip(batch.chunks, batch.keys, batch.vectors, strict=True):
+            terms, tfs = _terms(keyword_text(chunk))
+            args += [chunk.id, escape_part(key), vector_bytes(vector), _doc(chunk), terms, tfs, _time(chunk)]
         stored = self._call(lambda: self._add(args=[self.prefix, dimension, *args]))
         if stored is not None:
             self._dimension = int(stored)
-            raise DimensionMismatchError(
-                f"the chunks have dimension {dimension} but the index under {self.prefix!r} "
-                f"has dimension {stored}; use an embedder of the same size or another prefix"
-            )
+            raise self._sizes.refused(dimension, self._dimension)
         self._dimension = dimension
 
-    def delete(self, ids: Sequence[str]) -> int:
+    def delete_rows(self, ids: list[str]) -> int:
         """Delete chunks (vector, text, postings) by id; returns how many were there."""
-        wanted = id_list(ids, "delete")
-        if not wanted:
-            return 0
-        return int(self._call(lambda: self._delete(args=[self.prefix, "", *wanted])))
+        return int(self._call(lambda: self._delete(args=[self.prefix, "", *ids])))
 
-    def delete_namespace(self, namespace: str) -> int:
-        """Delete every chunk of ``namespace`` with its postings and cached embeddings,
-        in atomic steps of ``_DROP_BATCH`` chunks; returns how many there were."""
-        wanted_keys(namespace, False)  # validates
+    def delete_namespace_rows(self, namespace: str) -> int:
+        """In atomic steps of ``_DROP_BATCH`` chunks."""
         ns = escape_part(namespace)
 
         def run() -> int:
@@ -422,50 +328,27 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
             self._clear(args=[self.prefix, ns])
             return total
 
-        count = self._call(run)
-        with self._lock:
-            self._cache.pop(ns, None)
-        return count
+        return self._call(run)
 
     # -- embedding cache ---------------------------------------------------
 
     def _cache_key(self, identity: str, namespace: str) -> str:
-        wanted_keys(namespace, False)  # validates
-        check_text("identity", identity)
         return self._k("c:", f"{escape_part(namespace)}:{escape_part(identity)}")
 
-    def cached_embeddings(
-        self, identity: str, namespace: str, keys: Sequence[str]
-    ) -> dict[str, list[float]]:
-        """Cached vectors of ``identity`` for these text keys in ``namespace``."""
-        wanted = list(dict.fromkeys(keys))
-        if not wanted:
-            return {}
+    def read_cache(self, identity: str, namespace: str, keys: list[str]) -> list[tuple[str, bytes]]:
         key = self._cache_key(identity, namespace)
         found = self._call(
-            lambda: self._client.execute_command("HMGET", key, *wanted, **_NEVER_DECODE)
+            lambda: self._client.execute_command("HMGET", key, *keys, **_NEVER_DECODE)
         )
-        return {
-            k: np.frombuffer(raw, dtype=np.float32).tolist()
-            for k, raw in zip(wanted, found, strict=True)
-            if raw is not None
-        }
+        return [(k, raw) for k, raw in zip(keys, found, strict=True) if raw is not None]
 
-    def cache_embeddings(
-        self, identity: str, namespace: str, vectors: Mapping[str, Sequence[float]]
-    ) -> None:
-        """Remember vectors of ``identity`` by text key in ``namespace`` (one MULTI)."""
+    def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
+        """One MULTI."""
         key = self._cache_key(identity, namespace)
-        mapping = {
-            k: _vector_bytes(check_vector(v, None, "a cached embedding"))
-            for k, v in vectors.items()
-        }
-        if not mapping:
-            return
 
         def run() -> None:
             pipe = self._client.pipeline(transaction=True)
-            pipe.hset(key, mapping=mapping)
+            pipe.hset(key, mapping=dict(blobs))
             pipe.sadd(self._k("ci:", escape_part(namespace)), escape_part(identity))
             pipe.execute()
 
@@ -487,68 +370,46 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
             self._client.script_load(script.script)
             return self._client.execute_command("EVALSHA", script.sha, 0, *args, **_NEVER_DECODE)
 
-    def _synced(self, ns: str, dimension: int) -> _Matrix:
-        """The namespace's cached matrix, caught up with Redis (call under the lock)."""
-        cached = self._cache.get(ns)
-        if cached is not None:
-            reply = self._eval_bytes(self._delta, [self.prefix, ns, cached.version, DELTA_LIMIT])
+    def report_change(self, dimension: int, namespace: str, held: NamespaceMatrix | None) -> Change:
+        """One script call returns the chunks changed since ``held``'s version (from
+        ``log``); a copy the log cannot bring up to date (or none) reads the whole
+        namespace (one that Redis does not hold reads as empty)."""
+        ns = escape_part(namespace)
+        if held is not None:
+            reply = self._eval_bytes(self._delta, [self.prefix, ns, held.version, DELTA_LIMIT])
             version = int(reply[0])
             if len(reply) == 4:
-                for raw_id, raw in zip(reply[2], reply[3], strict=True):
-                    cached.put(raw_id.decode("utf-8"), raw or None)
-            if len(reply) == 4 or version == cached.version:
-                cached.version = version
-                self._cache.move_to_end(ns)
-                return cached
+                changed = list(zip(reply[2], reply[3], strict=True))
+                return _change(version, held.version, changed, dimension)
+            if version == held.version:
+                return Change(version, since=version)
         # Version first: a write landing in between is replayed by the next delta.
         pipe = self._client.pipeline(transaction=False)
         pipe.hget(self._k("m:", ns), "ver")
         pipe.execute_command("HGETALL", self._k("v:", ns), **_NEVER_DECODE)
         version, pairs = pipe.execute()
-        matrix = _Matrix(dimension, int(version or 0))
-        matrix.load(pairs)
-        self._cache[ns] = matrix
-        self._cache.move_to_end(ns)
-        total = sum(m.nbytes for m in self._cache.values())
-        while total > self.cache_bytes and len(self._cache) > 1:
-            total -= self._cache.popitem(last=False)[1].nbytes
-        return matrix
+        return _change(int(version or 0), None, list(pairs.items()), dimension)
 
-    def search_namespaces(
-        self, vector: Sequence[float], top_k: int, keys: list[str] | None
-    ) -> list[SearchHit]:
-        """The ``top_k`` chunks closest by cosine (of ``keys``), best first."""
-        dimension = self.dimension
-        if dimension is None:
-            return []
-        query = _unit_query(vector, dimension)
+    def rank_namespaces(self, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """Exact search in this process's copies, caught up in one round trip each."""
+        dimension = len(query)
 
         def run() -> list[SearchHit]:
-            found: list[tuple[str, str, float]] = []
-            with self._lock:
-                for ns in self._names(keys):
-                    found += [(ns, i, s) for i, s in self._synced(ns, dimension).top(query, top_k)]
-            return self._hits(found, top_k)
+            found = []
+            for ns in self._names(keys):
+                view = self.current(unescape_part(ns), dimension)
+                found += [(s, (ns, i)) for s, i in view.top(query, top_k)] if view else []
+            return ranked_hits(found, top_k, self._hit_chunks)
 
         return self._call(run)
 
-    def search_spans(
-        self,
-        vector: Sequence[float],
-        top_k: int,
-        keys: list[str],
-        spans: Sequence[tuple[float, float]],
-    ) -> list[SearchHit]:
-        """See :class:`~fastaiagent.facts.vectors.ListsRecorded`: the ids of the spans
-        from ``rt:<ns>`` (one round trip), ranked in this process's matrix."""
-        dimension = self.dimension
-        if dimension is None:
-            return []
-        query = _unit_query(vector, dimension)
+    def rank_spans(self, query: Any, top_k: int, keys: list[str], spans: Spans) -> list[SearchHit]:
+        """The ids of the spans from ``rt:<ns>`` (one round trip), ranked in this
+        process's copy of the namespace."""
         bounds = [(float(a), float(b)) for a, b in spans]
 
         def run() -> list[SearchHit]:
-            found: list[tuple[str, str, float]] = []
+            found = []
             for ns in self._names(keys):
                 pipe, key = self._client.pipeline(transaction=False), self._k("rt:", ns)
                 for start, end in bounds:
@@ -556,23 +417,16 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
                 wanted = list(dict.fromkeys(i for ids in pipe.execute() for i in ids))
                 if not wanted or len(wanted) > RECORDED_LIMIT:
                     continue
-                with self._lock:
-                    found += [(ns, i, s) for i, s in self._synced(ns, dimension).among(wanted, query)]
-            return self._hits(found, top_k)
+                view = self.current(unescape_part(ns), len(query))
+                found += [(s, (ns, i)) for s, i in view.among(wanted, query)] if view else []
+            return ranked_hits(found, top_k, self._hit_chunks)
 
         return self._call(run)
 
-    def _hits(self, found: list[tuple[str, str, float]], top_k: int) -> list[SearchHit]:
-        """The ``top_k`` best of ``(escaped namespace, id, score)`` as hits, their
-        chunks read in one round trip; ones deleted since the catch-up are left out."""
-        found.sort(key=lambda hit: -hit[2])
-        best = found[:top_k]
-        docs = self._docs([(ns, chunk_id) for ns, chunk_id, _ in best])
-        return [
-            SearchHit(_chunk(chunk_id, doc), score)
-            for (_, chunk_id, score), doc in zip(best, docs, strict=True)
-            if doc is not None
-        ]
+    def _hit_chunks(self, wanted: list[tuple[str, str]]) -> dict[tuple[str, str], Chunk]:
+        """The chunks of these (escaped namespace, id) pairs, in one round trip."""
+        docs = self._docs(wanted)
+        return {pair: _chunk(pair[1], doc) for pair, doc in zip(wanted, docs, strict=True) if doc}
 
     def _docs(self, wanted: list[tuple[str, str]]) -> list[str | None]:
         """The stored JSON of these (escaped namespace, id) pairs, in order."""
@@ -583,14 +437,8 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
             pipe.hget(self._k("d:", ns), chunk_id)
         return list(pipe.execute())
 
-    def keyword_search(self, query: str, top_k: int, *, namespace: str) -> list[tuple[str, float]]:
-        """``(chunk id, BM25 score)`` of the ``top_k`` best keyword matches in
-        ``namespace``; reads only the query terms' postings (one round trip)."""
-        check_top_k(top_k)
-        wanted_keys(namespace, False)  # validates
-        terms = sorted(set(tokenize(query)))
-        if not terms or top_k == 0:
-            return []
+    def score_keywords(self, terms: list[str], top_k: int, namespace: str) -> list[tuple[str, float]]:
+        """Reads only the query terms' postings (one round trip)."""
         ns = escape_part(namespace)
 
         def run() -> list[Any]:
@@ -602,48 +450,29 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
             return list(pipe.execute())
 
         n_docs, total, *postings = self._call(run)
-        n_docs = int(n_docs)
-        if n_docs == 0:
-            return []
-        base = _K1 * (1.0 - _B)
-        slope = _K1 * _B / ((int(total or 0) / n_docs) or 1.0)
-        scores: dict[str, float] = {}
-        for docs in postings:
-            if not docs:
-                continue
-            gain = math.log(1.0 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5)) * (_K1 + 1)
-            for chunk_id, posting in docs.items():
-                tf, length = map(int, posting.split(" "))
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + gain * tf / (
-                    tf + base + slope * length
-                )
-        best = heapq.nlargest(top_k, scores, key=scores.__getitem__)
-        return [(chunk_id, scores[chunk_id]) for chunk_id in best]
+        frequency = {term: len(docs) for term, docs in zip(terms, postings, strict=True)}
+        rows = grouped(
+            (chunk_id, int(length), term, int(tf))
+            for term, docs in zip(terms, postings, strict=True)
+            for chunk_id, posting in docs.items()
+            for tf, length in [posting.split(" ")]
+        )
+        return bm25_top(frequency, rows, int(n_docs), int(total or 0), top_k)
 
-    def ids(self, namespace: str) -> set[str]:
-        """Every chunk id ``namespace`` holds."""
-        wanted_keys(namespace, False)  # validates
+    def read_ids(self, namespace: str) -> set[str]:
         key = self._k("d:", escape_part(namespace))
         return set(self._call(lambda: self._client.hkeys(key)))
 
-    def get(self, ids: Sequence[str]) -> list[Chunk]:
-        """The chunks with these ids that exist, in the order asked (no vectors)."""
-        wanted = id_list(ids, "get")
-        if not wanted:
-            return []
-
-        def run() -> list[Chunk]:
-            where = self._client.hmget(self._k("id"), wanted)
-            pairs = [(ns, i) for ns, i in zip(where, wanted, strict=True) if ns is not None]
+    def read_chunks(self, ids: list[str]) -> dict[str, Chunk]:
+        def run() -> dict[str, Chunk]:
+            where = self._client.hmget(self._k("id"), ids)
+            pairs = [(ns, i) for ns, i in zip(where, ids, strict=True) if ns is not None]
             docs = self._docs(pairs)
-            return [_chunk(i, doc) for (_, i), doc in zip(pairs, docs, strict=True) if doc]
+            return {i: _chunk(i, doc) for (_, i), doc in zip(pairs, docs, strict=True) if doc}
 
         return self._call(run)
 
-    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
-        """Every chunk of a namespace (``None``: of every namespace), without vectors."""
-        keys = wanted_keys(namespace, include_untagged)
-
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         def run() -> list[Chunk]:
             pipe = self._client.pipeline(transaction=False)
             for ns in self._names(keys):
@@ -652,18 +481,19 @@ class RedisVectorIndex(NamespacedSearch, RecordedSearch):
 
         return self._call(run)
 
-    def count(self, namespace: str | None = None) -> int:
-        """How many chunks the index (or one namespace) holds."""
-        if namespace is None:
-            return int(self._call(lambda: self._client.hlen(self._k("id"))))
-        wanted_keys(namespace, False)  # validates
-        key = self._k("d:", escape_part(namespace))
+    def count_rows(self, namespace: str | None) -> int:
+        key = self._k("id") if namespace is None else self._k("d:", escape_part(namespace))
         return int(self._call(lambda: self._client.hlen(key)))
 
-    def close(self) -> None:
-        """Drop this process's cached matrices; the client belongs to the fact store."""
-        with self._lock:
-            self._cache.clear()
+
+def _change(version: int, since: int | None, changed: list[tuple[bytes, bytes | None]], dimension: int) -> Change:
+    """A :class:`Change` from ``(id, vector bytes or None: removed)`` pairs (Redis keeps
+    vectors as given: they are normalised here)."""
+    ids = [raw_id.decode("utf-8") for raw_id, raw in changed if raw]
+    removed = [raw_id.decode("utf-8") for raw_id, raw in changed if not raw]
+    blob = b"".join(raw for _, raw in changed if raw)
+    vectors = unit_rows(np.frombuffer(blob, dtype=np.float32).reshape(len(ids), dimension))
+    return Change(version, since=since, keys=ids, vectors=vectors, removed=removed)
 
 
 __all__ = ["DELTA_LIMIT", "VECTORS_LAYOUT", "RedisVectorIndex"]

@@ -22,17 +22,10 @@ from typing import Any
 from fastaiagent._optional import require
 from fastaiagent._sqlite import migrate
 from fastaiagent._validate import integer
-from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
 from fastaiagent.facts.index.keywords import bm25_top
-from fastaiagent.facts.index.matrix import (
-    Change,
-    MatrixView,
-    NamespaceCopies,
-    NamespaceMatrix,
-    unit_rows,
-)
+from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
 from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.facts.sqlite.vectors_schema import (
     RECORDED,
@@ -42,16 +35,7 @@ from fastaiagent.facts.sqlite.vectors_schema import (
 )
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text
 from fastaiagent.kb.bm25 import tokenize
-from fastaiagent.kb.protocols import (
-    Batch,
-    Chunk,
-    SearchHit,
-    agreed_dimension,
-    check_dimension,
-    checked_batch,
-    other_dimension,
-    wanted_keys,
-)
+from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked_batch
 
 DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
@@ -90,9 +74,9 @@ class SQLiteVectorIndex(MatrixIndex):
             )
         if not table.replace("_", "").isalnum() or not table[0].isalpha():
             raise InvalidValueError(f"table {table!r} must be a plain identifier")
-        self._asked_dimension = check_dimension(dimension)
+        self._sizes = Dimension(dimension, "another table")
         self._np = require("numpy", "local")
-        self.copies = NamespaceCopies(integer("cache_bytes", cache_bytes, minimum=0))
+        super().__init__(integer("cache_bytes", cache_bytes, minimum=0))
         self.store = store
         self.table = table
         self._ready = False
@@ -111,13 +95,13 @@ class SQLiteVectorIndex(MatrixIndex):
                 if not self._ready:
                     migrate(conn, vectors_schema(self.table), str(self.store.path))
                     self._ready = True
-            if self._asked_dimension is not None:
+            if self._sizes.asked is not None:
                 self._check_asked(conn)
         return conn
 
     def _check_asked(self, conn: sqlite3.Connection) -> None:
         where = f"the vector index {self.table!r} in {str(self.store.path)!r}"
-        agreed_dimension(self._asked_dimension, self._stored_dimension(conn), where, "another table")
+        self._sizes.agreed(self._stored_dimension(conn), where)
 
     def _stored_dimension(self, conn: sqlite3.Connection) -> int | None:
         row = conn.execute(
@@ -129,7 +113,7 @@ class SQLiteVectorIndex(MatrixIndex):
     def dimension(self) -> int | None:
         """The vector size: fixed by the constructor or the first add (in any process)."""
         if self._dimension is None:
-            self._dimension = self._stored_dimension(self._conn()) or self._asked_dimension
+            self._dimension = self._stored_dimension(self._conn()) or self._sizes.asked
         return self._dimension
 
     def _next_generation(self, conn: sqlite3.Connection) -> int:
@@ -148,7 +132,7 @@ class SQLiteVectorIndex(MatrixIndex):
         stored = self._stored_dimension(conn)
         if stored != size:
             self._dimension = stored
-            raise other_dimension(size, stored, "another table")
+            raise self._sizes.refused(size, stored)
         self._dimension = size
 
     # -- writes ------------------------------------------------------------
@@ -313,7 +297,7 @@ class SQLiteVectorIndex(MatrixIndex):
             )
             self.copies.settle(namespace, change)  # no copy at ``before``: nothing to do
 
-    def _report(
+    def report_change(
         self, conn: sqlite3.Connection, namespace: str, held: NamespaceMatrix | None
     ) -> Change | None:
         """What changed in ``namespace`` since ``held`` (None: no such namespace).
@@ -337,10 +321,6 @@ class SQLiteVectorIndex(MatrixIndex):
         rids, vectors = self._read(conn, namespace, 0)
         return Change(changed, keys=rids, vectors=vectors)
 
-    def _view(self, conn: sqlite3.Connection, namespace: str) -> MatrixView | None:
-        """``namespace``'s rows as of now, from the in-memory copy (brought up to date)."""
-        return self.copies.refresh(namespace, lambda held: self._report(conn, namespace, held))
-
     # -- reads -------------------------------------------------------------
 
     def rank_namespaces(self, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
@@ -353,7 +333,7 @@ class SQLiteVectorIndex(MatrixIndex):
                 found += MatrixView(*self._read(conn, key, 0)).top(query, top_k)
         else:
             for key in keys:
-                view = self._view(conn, key)
+                view = self.current(key, conn)
                 found += view.top(query, top_k) if view is not None else []
         return ranked_hits(found, top_k, lambda rids: self._by_rid(conn, rids))
 
@@ -363,7 +343,7 @@ class SQLiteVectorIndex(MatrixIndex):
         conn = self._conn()
         found = []
         for key in keys:
-            view = self._view(conn, key)
+            view = self.current(key, conn)
             if view is not None:
                 found += view.among(self._recorded(conn, key, spans), query)
         return ranked_hits(found, top_k, lambda rids: self._by_rid(conn, rids))
@@ -458,9 +438,7 @@ class SQLiteVectorIndex(MatrixIndex):
             rows += [row for row in newest if row[0] not in seen][: limit - len(rows)]
         return rows
 
-    def ids(self, namespace: str) -> set[str]:
-        """Every chunk id ``namespace`` holds."""
-        check_text("namespace", namespace)
+    def read_ids(self, namespace: str) -> set[str]:
         rows = self._conn().execute(
             f"SELECT id FROM {self.table} WHERE namespace = ?", (namespace,)
         )
@@ -477,9 +455,8 @@ class SQLiteVectorIndex(MatrixIndex):
                 found[chunk_id] = Chunk(chunk_id, text, None, json.loads(metadata))
         return found
 
-    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
-        """Every chunk of a namespace (vectors omitted), oldest first."""
-        keys = wanted_keys(namespace, include_untagged)
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
+        """Oldest first."""
         where, params = ("", ()) if keys is None else (
             f"WHERE namespace IN ({', '.join('?' * len(keys))})", tuple(keys)
         )
@@ -488,14 +465,13 @@ class SQLiteVectorIndex(MatrixIndex):
         )
         return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
 
-    def count(self, namespace: str | None = None) -> int:
-        """How many chunks the index (or one namespace) holds."""
+    def count_rows(self, namespace: str | None) -> int:
+        t = self.table
         if namespace is None:
-            row = self._conn().execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()
+            row = self._conn().execute(f"SELECT COUNT(*) FROM {t}").fetchone()
         else:
-            check_text("namespace", namespace)
             row = self._conn().execute(
-                f"SELECT COUNT(*) FROM {self.table} WHERE namespace = ?", (namespace,)
+                f"SELECT COUNT(*) FROM {t} WHERE namespace = ?", (namespace,)
             ).fetchone()
         return int(row[0])
 
