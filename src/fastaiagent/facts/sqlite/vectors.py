@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent._sqlite import migrate
 from fastaiagent._validate import integer
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
 from fastaiagent.facts.index.keywords import bm25_top
 from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
-from fastaiagent.facts.sqlite.store import SQLiteFactStore
+from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable
 from fastaiagent.facts.sqlite.vectors_schema import (
     RECORDED,
     fts_match,
@@ -48,7 +46,7 @@ def _batches(items: Sequence[Any], size: int = _MAX_PARAMS) -> list[Sequence[Any
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-class SQLiteVectorIndex(MatrixIndex):
+class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     """The :class:`~fastaiagent.facts.vectors.StoredVectorIndex` in a
     :class:`~fastaiagent.facts.sqlite.store.SQLiteFactStore` file (see the module doc).
 
@@ -68,35 +66,18 @@ class SQLiteVectorIndex(MatrixIndex):
         dimension: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
-        if not isinstance(store, SQLiteFactStore):
-            raise InvalidTypeError(
-                f"SQLiteVectorIndex needs a SQLiteFactStore, got {type(store).__name__}"
-            )
-        if not table.replace("_", "").isalnum() or not table[0].isalpha():
-            raise InvalidValueError(f"table {table!r} must be a plain identifier")
+        SQLiteTable.__init__(self, store, table, vectors_schema(table))
         self._sizes = Dimension(dimension, "another table")
+        MatrixIndex.__init__(self, integer("cache_bytes", cache_bytes, minimum=0))
         self._np = require("numpy", "local")
-        super().__init__(integer("cache_bytes", cache_bytes, minimum=0))
-        self.store = store
-        self.table = table
-        self._ready = False
-        self._lock = threading.Lock()
         self._dimension: int | None = None
-
-    def __repr__(self) -> str:
-        return f"SQLiteVectorIndex(path={str(self.store.path)!r}, table={self.table!r})"
 
     # -- connections and metadata ------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
-        conn = self.store._connection()
-        if not self._ready:
-            with self._lock:
-                if not self._ready:
-                    migrate(conn, vectors_schema(self.table), str(self.store.path))
-                    self._ready = True
-            if self._sizes.asked is not None:
-                self._check_asked(conn)
+        conn = super()._conn()
+        if self._sizes.asked is not None:
+            self._check_asked(conn)
         return conn
 
     def _check_asked(self, conn: sqlite3.Connection) -> None:
