@@ -93,7 +93,7 @@ def test_bad_keywords_raise_value_error_at_construction(kwargs, message):
     [
         ({"learn": "gpt-4"}, "learn= needs an LLM (LLMClient or BaseLLM), got str"),
         ({"summarize": object()}, "summarize= needs an LLM (LLMClient or BaseLLM), got object"),
-        ({"recall": "yes"}, 'recall= must be "auto", a VectorStore instance or None, got \'yes\''),
+        ({"recall": "yes"}, 'recall= must be "auto", a VectorStore instance, a RecallOptions or None, got \'yes\''),
         ({"semantic": 3}, 'semantic= must be "auto", a VectorStore instance or None, got 3'),
         ({"embedder": 384}, "embedder= must be a name or an Embedder (embed + dimension), got 384"),
         ({"dedupe": "true"}, "dedupe must be True or False, got str 'true'"),

@@ -19,13 +19,15 @@ from __future__ import annotations
 import logging
 import os
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastaiagent import trace
 from fastaiagent._validate import optional_id
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.forgetting import PEERS, attributed
 from fastaiagent.agent.memory_blocks.background import flush_lane_everywhere
+from fastaiagent.agent.memory_blocks.fact_policy import FactPolicy
+from fastaiagent.agent.memory_blocks.recall_options import RecallOptions
 from fastaiagent.agent.memory_config import (
     DEFAULT_MAX_FACTS,
     DEFAULT_MAX_LEARNED,
@@ -49,6 +51,10 @@ from fastaiagent.facts.validity import Clock
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message
 from fastaiagent.plane.client import PlaneConnection
+
+if TYPE_CHECKING:
+    from fastaiagent.kb.embedding import Embedder
+    from fastaiagent.kb.protocols import VectorStore
 
 logger = logging.getLogger("fastaiagent.memory")
 
@@ -92,9 +98,12 @@ class Memory:
     - ``learn``: an LLM that extracts durable facts from each user message and
       persists them (confidence 0.6), at most ``max_learned_facts`` per user.
     - ``summarize``: an LLM folding messages that left the window into a summary.
-    - ``recall``: ``"auto"`` (in-process index per user) or a shared VectorStore
-      (namespaced per user) for semantic recall of past exchanges.
-    - ``dedupe``: drop recalled items an earlier block already injected.
+    - ``recall``: ``"auto"`` (the fact store's index, or an in-process one per
+      user) or a shared VectorStore (namespaced per user) for semantic recall of
+      past exchanges; or a :class:`~fastaiagent.agent.RecallOptions` naming the
+      store and tuning recall (``top_k``, ``retrieval``, the ranking weights...).
+    - ``dedupe``: drop recalled items an earlier block already injected
+      (the same as ``RecallOptions(dedupe=True)``).
     - ``semantic``: ``"auto"`` or a VectorStore: ``retrieve(query, ...)`` by meaning.
     - ``embedder``: the embedder for recall and semantic (default ``"auto"``).
     - ``max_users``: users whose in-process state is kept (LRU; default 10,000).
@@ -133,10 +142,10 @@ class Memory:
         learn: BaseLLM | None = None,
         max_learned_facts: int | None = DEFAULT_MAX_LEARNED,
         summarize: BaseLLM | None = None,
-        recall: Any = None,
+        recall: Literal["auto"] | VectorStore | RecallOptions | None = None,
         dedupe: bool = False,
-        semantic: Any = None,
-        embedder: Any = None,
+        semantic: Literal["auto"] | VectorStore | None = None,
+        embedder: str | Embedder | None = None,
         max_users: int | None = DEFAULT_MAX_USERS,
         plane_agent_id: str | None = None,
         plane: PlaneConnection | None = None,
@@ -144,7 +153,7 @@ class Memory:
         windows: Any = None,
         window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
         learn_in_background: bool = True,
-        fact_policy: Any = None,
+        fact_policy: FactPolicy | None = None,
         fact_ttl: float | timedelta | None = None,
         clock: Clock | None = None,
         max_memory_tokens: int | None = None,

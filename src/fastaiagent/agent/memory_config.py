@@ -7,14 +7,15 @@ rest of Memory can trust the values it reads here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastaiagent import _validate as check
-from fastaiagent.agent.memory_blocks.fact_policy import check_policy
+from fastaiagent.agent.memory_blocks.fact_policy import FactPolicy, check_policy
+from fastaiagent.agent.memory_blocks.recall_options import AUTO, RecallOptions
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
-from fastaiagent.facts.validity import check_clock
+from fastaiagent.facts.validity import Clock, check_clock
 from fastaiagent.facts.windows import check_ttl
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.plane.client import PlaneConnection, check_connection
@@ -28,6 +29,10 @@ EMBEDDER_NAMES = ("auto", "local", "openai")
 
 UserResolver = Callable[[Any], "str | None"]
 
+if TYPE_CHECKING:
+    from fastaiagent.kb.embedding import Embedder
+    from fastaiagent.kb.protocols import VectorStore
+
 
 @dataclass(frozen=True)
 class MemoryConfig:
@@ -40,10 +45,10 @@ class MemoryConfig:
     learn: BaseLLM | None = None
     max_learned_facts: int | None = DEFAULT_MAX_LEARNED
     summarize: BaseLLM | None = None
-    recall: Any = None
+    recall: Literal["auto"] | VectorStore | RecallOptions | None = None
     dedupe: bool = False
-    semantic: Any = None
-    embedder: Any = None
+    semantic: Literal["auto"] | VectorStore | None = None
+    embedder: str | Embedder | None = None
     max_users: int | None = DEFAULT_MAX_USERS
     plane_agent_id: str | None = None
     plane: PlaneConnection | None = None  # None: the connect() default, read at each turn
@@ -51,10 +56,12 @@ class MemoryConfig:
     windows: Any = None
     window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL
     learn_in_background: bool = True
-    fact_policy: Any = None  # None = default_fact_policy (see fact_policy.py)
+    fact_policy: FactPolicy | None = None  # None = default_fact_policy (see fact_policy.py)
     fact_ttl: float | None = None  # seconds a learned fact holds (None: until replaced)
-    clock: Any = None  # () -> UNIX seconds or datetime; None = the system clock
+    clock: Clock | None = None  # () -> UNIX seconds or datetime; None = the system clock
     max_memory_tokens: int | None = None  # None = no budget (see memory_budget.py)
+    # recall= (and dedupe=) as one RecallOptions; None when recall is off.
+    recall_options: RecallOptions | None = field(init=False, default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.user_id is not None and not callable(self.user_id):
@@ -82,7 +89,7 @@ class MemoryConfig:
         _check_embedder(self.embedder)
         _check_llm("learn", self.learn)
         _check_llm("summarize", self.summarize)
-        _check_vector_option("recall", self.recall)
+        object.__setattr__(self, "recall_options", _recall_options(self.recall, self.dedupe))
         _check_vector_option("semantic", self.semantic)
         if self.learn is not None and self.user_id is None:
             raise InvalidValueError(
@@ -113,12 +120,23 @@ def _check_llm(name: str, value: Any) -> None:
         )
 
 
+def _recall_options(recall: Any, dedupe: bool) -> RecallOptions | None:
+    """``recall=`` as one RecallOptions (``dedupe=True`` turns its dedupe on); None: off."""
+    if recall is None:
+        return None
+    if isinstance(recall, RecallOptions):
+        return replace(recall, dedupe=True) if dedupe and not recall.dedupe else recall
+    _check_vector_option("recall", recall)
+    return RecallOptions(store=AUTO if recall == AUTO else recall, dedupe=dedupe)
+
+
 def _check_vector_option(name: str, value: Any) -> None:
     if value is None or value == "auto":
         return
     if isinstance(value, str) or not (hasattr(value, "search") and hasattr(value, "add")):
+        also = ", a RecallOptions" if name == "recall" else ""
         raise InvalidTypeError(
-            f'{name}= must be "auto", a VectorStore instance or None, got {value!r}'
+            f'{name}= must be "auto", a VectorStore instance{also} or None, got {value!r}'
         )
 
 

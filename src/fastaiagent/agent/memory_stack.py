@@ -15,7 +15,9 @@ from typing import Any
 from fastaiagent.agent.memory_blocks.background import AfterReplyBlock, BackgroundQueue
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
+from fastaiagent.agent.memory_blocks.recall_options import AUTO
 from fastaiagent.agent.memory_config import MemoryConfig
+from fastaiagent.errors import UsageError
 from fastaiagent.facts.index.reembed import stop_background_job
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
@@ -72,7 +74,7 @@ class MemoryStack:
             builders.append(("user facts", lambda: self._user_facts(user_id)))
         if config.summarize is not None:
             builders.append(("summary", lambda: self._after_reply(self._summary())))
-        if config.recall is not None:
+        if config.recall_options is not None:
             builders.append(("recall", lambda: self._recall(user_id)))
         if config.learn is not None and user_id is not None:
             builders.append(("learn", lambda: self._after_reply(self._learning(user_id))))
@@ -113,20 +115,20 @@ class MemoryStack:
     def _recall(self, user_id: str | None) -> MemoryBlock:
         from fastaiagent.agent.memory_blocks.vector import VectorBlock
 
+        options = self.config.recall_options
+        assert options is not None
         embedder = self.embedder()
-        store = self.config.recall
-        if store == "auto":
-            store = self.vector_index()
+        store = self.shared_recall_store()
         if store is None:
             from fastaiagent.kb.backends.faiss import FaissVectorStore
 
             store = FaissVectorStore(dimension=embedder.dimension)
         return VectorBlock(
-            store=store,
-            embedder=embedder,
+            store,
+            embedder,
             namespace=self.recall_namespace(user_id),
-            dedupe_against_upstream=self.config.dedupe,
             clock=self.config.clock,
+            options=options,
         )
 
     def _learning(self, user_id: str) -> MemoryBlock:
@@ -197,10 +199,10 @@ class MemoryStack:
     def shared_recall_store(self) -> Any:
         """The store holding every user's recall entries (a VectorStore passed as
         ``recall=``, or the fact store's index for ``"auto"``), None when in-process."""
-        recall = self.config.recall
-        if recall is None:
+        options = self.config.recall_options
+        if options is None:
             return None
-        return self.vector_index() if recall == "auto" else recall
+        return self.vector_index() if options.store == AUTO else options.store
 
     def purge_recall(self, user_id: str) -> None:
         """Delete a user's recall entries from a shared or durable recall store."""
@@ -217,8 +219,10 @@ class MemoryStack:
                 from fastaiagent.facts.semantic import SemanticFactIndex
 
                 vectors = self.config.semantic
-                if vectors == "auto":
-                    vectors = self.vector_index() or "auto"
+                if vectors is None:  # the verbs ask for the index only with semantic=
+                    raise UsageError("the semantic index needs Memory(semantic=...)")
+                if vectors == AUTO:
+                    vectors = self.vector_index() or AUTO
                 self._semantic_index = SemanticFactIndex(self.store, vectors, self.embedder())
             return self._semantic_index
 

@@ -5,6 +5,7 @@ from fastaiagent.agent.memory_blocks.fact_policy import FactPolicy, default_fact
 from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.plane import PlaneFactBlock
+from fastaiagent.agent.memory_blocks.recall_options import RecallOptions
 from fastaiagent.agent.memory_blocks.static import StaticBlock
 from fastaiagent.agent.memory_blocks.summary import SummaryBlock
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
@@ -15,6 +16,7 @@ __all__ = [
     "FactPolicy",
     "PersistentFactBlock",
     "PlaneFactBlock",
+    "RecallOptions",
     "StaticBlock",
     "SummaryBlock",
     "VectorBlock",

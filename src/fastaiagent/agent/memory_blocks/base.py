@@ -13,11 +13,29 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent._io import read_json, write_json_atomic
-from fastaiagent.errors import InvalidValueError
-from fastaiagent.llm.message import Message
+from fastaiagent._validate import one_of
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.llm.base import BaseLLM
+from fastaiagent.llm.message import ROLES, Message
 
 SNIPPET_CHARS = 200
 MAX_SNIPPETS = 10
+
+
+def check_llm(block: str, llm: object) -> BaseLLM:
+    """``llm`` if it can ``complete()``: the model a block calls (extraction, summaries)."""
+    if llm is None or not callable(getattr(llm, "complete", None)):
+        raise InvalidTypeError(f"{block} needs an llm with a complete() method")
+    return llm  # type: ignore[return-value]  # duck-typed: any object with complete()
+
+
+def check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
+    """``roles`` as a non-empty tuple of message roles (one role may be a bare str):
+    which messages a block reads."""
+    chosen = (roles,) if isinstance(roles, str) else tuple(roles)
+    if not chosen:
+        raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
+    return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
 def snippets(messages: Iterable[Message]) -> list[str]:

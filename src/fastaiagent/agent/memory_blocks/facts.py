@@ -16,7 +16,7 @@ from fastaiagent._throttle import LogThrottle
 from fastaiagent._validate import boolean, duration, fraction, integer, one_of, positive_int
 from fastaiagent._validate import text as check_text
 from fastaiagent.agent.memory_blocks import framing
-from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.agent.memory_blocks.base import MemoryBlock, check_llm, check_roles
 from fastaiagent.agent.memory_blocks.fact_policy import (
     FLAG,
     FLAGGED_KEY,
@@ -43,7 +43,7 @@ from fastaiagent.learn.extractor import (
 )
 from fastaiagent.learn.stated_time import stated_validity
 from fastaiagent.llm.base import BaseLLM
-from fastaiagent.llm.message import ROLES, Message, SystemMessage
+from fastaiagent.llm.message import Message, SystemMessage
 
 _outages = LogThrottle(lambda: OUTAGE_LOG_SECONDS)  # one line per store outage, not per turn
 OUTAGE_LOG_SECONDS = 60.0
@@ -79,13 +79,6 @@ class _Screened:
     kept: list[ExtractedFact]
     flagged: list[str]
     dropped: int
-
-
-def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
-    chosen = (roles,) if isinstance(roles, str) else tuple(roles)
-    if not chosen:
-        raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
-    return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
 def _check_subject(persist: bool, scope: str, scope_id: str, project_id: str) -> None:
@@ -155,12 +148,10 @@ class FactExtractionBlock(MemoryBlock):
         ttl: float | None = None,
         clock: Clock | None = None,
     ) -> None:
-        if llm is None or not callable(getattr(llm, "complete", None)):
-            raise InvalidTypeError("FactExtractionBlock needs an llm with a complete() method")
-        self.llm = llm
+        self.llm = check_llm("FactExtractionBlock", llm)
         self.max_facts = integer("max_facts", max_facts, minimum=1)
         self.extract_every = integer("extract_every", extract_every, minimum=1)
-        self.roles = _check_roles(roles)
+        self.roles = check_roles(roles)
         self.inject = boolean("inject", inject)
         self.persist = boolean("persist", persist)
         _check_subject(self.persist, scope, scope_id, project_id)

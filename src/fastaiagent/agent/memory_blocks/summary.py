@@ -12,7 +12,7 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent._validate import integer, text
 from fastaiagent.agent.memory_blocks import framing
-from fastaiagent.agent.memory_blocks.base import MemoryBlock
+from fastaiagent.agent.memory_blocks.base import MemoryBlock, check_llm
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
@@ -73,7 +73,7 @@ class SummaryBlock(MemoryBlock):
     messages wait for the next refresh (at most a bounded number of them).
     """
 
-    name = "summary"
+    name: str = "summary"
 
     def __init__(
         self,
@@ -84,9 +84,7 @@ class SummaryBlock(MemoryBlock):
         *,
         name: str = "summary",
     ) -> None:
-        if llm is None or not callable(getattr(llm, "complete", None)):
-            raise InvalidTypeError("SummaryBlock needs an llm with a complete() method")
-        self.llm = llm
+        self.llm = check_llm("SummaryBlock", llm)
         self.keep_last = integer("keep_last", keep_last, minimum=1)
         self.summarize_every = integer("summarize_every", summarize_every, minimum=1)
         self.max_chars = integer("max_chars", max_chars, minimum=1)

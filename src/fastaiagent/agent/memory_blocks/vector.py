@@ -26,12 +26,19 @@ from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._beside import beside
-from fastaiagent._validate import boolean, fraction, integer, number, one_of, text
+from fastaiagent._validate import boolean, number, text
 from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.memory_blocks import framing
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
-from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
-from fastaiagent.agent.memory_blocks.vector_following import MAX_FOLLOW_TURNS, QUESTION_DROP
+from fastaiagent.agent.memory_blocks.recall_options import (
+    DEFAULT_DATE_BOOST,
+    DEFAULT_FOLLOW_TURNS,
+    DEFAULT_NEIGHBOUR_WEIGHT,
+    DEFAULT_PARTICIPANT_BOOST,
+    RecallOptions,
+)
+from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
+from fastaiagent.agent.memory_blocks.vector_following import QUESTION_DROP
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
@@ -40,7 +47,8 @@ from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.bm25 import BM25Index
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode
+from fastaiagent.kb.embedding import Embedder
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
 from fastaiagent.kb.protocols import (
     NAMESPACE_KEY,
     Chunk,
@@ -60,15 +68,6 @@ HEADER = "Relevant past messages:"
 _FETCH_FACTOR = 4
 _MAX_PENDING = 1000
 MAX_SPEAKERS = 256  # participant names kept for query cues (Message.name values)
-# Boosts of the fused (z-score) ranking, chosen on LoCoMo conversations 0-2 and
-# confirmed on 3-4 (docs/semantic.md): the speaker a query names, the month/year it names.
-DEFAULT_PARTICIPANT_BOOST = 1.5
-# Share of a keyword hit's score lent to the next message: off by default. With 4
-# candidates per item it measured 0.9 / 1.0 points worse on the tuned half (it pays,
-# +1.2 / +0.2, with 8 candidates, which cost 0.9 ms more per recall at 10k).
-DEFAULT_NEIGHBOUR_WEIGHT = 0.0
-DEFAULT_DATE_BOOST = 1.0
-DEFAULT_FOLLOW_TURNS = 2  # messages after each best hit ranked below it (vector_following)
 # Extension points that were private, old name -> public name. A subclass that
 # overrides an old name is still called, and warned when the class is made.
 _MAKE_CHUNK = "_make_chunk"
@@ -88,13 +87,6 @@ class Recalled:
 def _said(role: Any) -> str:
     """``user said`` for a known role; the role is never shown raw (it is store data)."""
     return f"{role} said" if role in ROLES else "earlier message"
-
-
-def _check_roles(roles: Sequence[str] | str) -> tuple[str, ...]:
-    chosen = (roles,) if isinstance(roles, str) else tuple(roles)
-    if not chosen:
-        raise InvalidValueError("roles must name at least one message role, e.g. ('user', 'assistant')")
-    return tuple(one_of("roles", role, ROLES) for role in chosen)
 
 
 class _Chunks:
@@ -125,6 +117,45 @@ def _outside(
     return kept
 
 
+# VectorBlock's keywords that are recall options (dedupe_against_upstream is ``dedupe``).
+_OPTION_KEYWORDS = (
+    "top_k", "min_content_chars", "recency_weight", "importance_weight",
+    "recency_half_life_seconds", "dedupe_against_upstream", "retrieval", "dense_weight",
+    "roles", "batch_size", "context_turns", "neighbour_weight", "participant_boost",
+    "date_boost", "follow_turns", "question_drop", "surroundings",
+)  # fmt: skip
+_DEFAULT_OPTIONS = RecallOptions()
+
+
+def _chosen_options(options: RecallOptions | None, keywords: dict[str, Any]) -> RecallOptions:
+    """``options``, or the keywords as options; not both (which one was meant?)."""
+    given = RecallOptions(**{("dedupe" if k == "dedupe_against_upstream" else k): v
+                             for k, v in keywords.items()})  # fmt: skip
+    if options is None:
+        return given
+    if not isinstance(options, RecallOptions):
+        raise InvalidTypeError(f"options must be a RecallOptions, got {type(options).__name__}")
+    if given != _DEFAULT_OPTIONS:
+        raise InvalidValueError(
+            "pass the recall settings as options=RecallOptions(...) or as keywords, not both"
+        )
+    return options
+
+
+def _chosen_store(store: VectorStore | None, options: RecallOptions) -> VectorStore:
+    """The block's store: ``store``, else ``options.store`` (never "auto": a block has no
+    fact store to take an index from)."""
+    own = None if isinstance(options.store, str) else options.store
+    if store is not None and own is not None and store is not own:
+        raise InvalidValueError("pass the store as store= or in options=, not two different ones")
+    chosen = store if store is not None else own
+    if chosen is None or not callable(getattr(chosen, "search", None)):
+        raise InvalidTypeError(
+            "VectorBlock needs a VectorStore (e.g. FaissVectorStore(dimension=384))"
+        )
+    return chosen
+
+
 class VectorBlock(MemoryBlock):
     """Semantic recall over past messages, from a (possibly shared) VectorStore.
 
@@ -151,6 +182,12 @@ class VectorBlock(MemoryBlock):
     of its score to the message stored after it.
     Blocks sharing a store see only their ``namespace``; chunks with no
     namespace tag are visible to the ``"default"`` namespace only.
+
+    The recall settings above can be given as one checked value instead,
+    ``options=RecallOptions(...)`` (which may also carry the store), but not
+    both ways at once; :attr:`options` reads them back. To change what is
+    stored or embedded, subclass and override :meth:`make_chunk` /
+    :meth:`embedding_text`, the public extension points.
     """
 
     name = "vector"
@@ -169,8 +206,8 @@ class VectorBlock(MemoryBlock):
 
     def __init__(
         self,
-        store: VectorStore,
-        embedder: Any = None,
+        store: VectorStore | None = None,
+        embedder: str | Embedder | None = None,
         top_k: int = 5,
         namespace: str = DEFAULT_NAMESPACE,
         min_content_chars: int = 10,
@@ -192,25 +229,16 @@ class VectorBlock(MemoryBlock):
         surroundings: bool = True,
         clock: Clock | None = None,
         name: str = "vector",
+        options: RecallOptions | None = None,
     ) -> None:
-        if store is None or not callable(getattr(store, "search", None)):
-            raise InvalidTypeError(
-                "VectorBlock needs a VectorStore (e.g. FaissVectorStore(dimension=384))"
-            )
-        self.store = store
-        self.top_k = integer("top_k", top_k, minimum=1)
+        # The recall keywords are one RecallOptions; namespace, embedder, clock
+        # and name are the block's own.
+        arguments = locals()
+        boolean("dedupe_against_upstream", dedupe_against_upstream)
+        chosen = _chosen_options(options, {key: arguments[key] for key in _OPTION_KEYWORDS})
+        self.store: VectorStore = _chosen_store(store, chosen)
+        self._apply(chosen)
         self.namespace = text("namespace", namespace)
-        self.min_content_chars = integer("min_content_chars", min_content_chars, minimum=0)
-        self.weights = ScoringWeights(recency_weight, importance_weight, recency_half_life_seconds)
-        self.dedupe_against_upstream = boolean("dedupe_against_upstream", dedupe_against_upstream)
-        self.retrieval = check_mode(retrieval)
-        self.dense_weight = fraction("dense_weight", dense_weight)
-        self.roles = _check_roles(roles)
-        self.batch_size = integer("batch_size", batch_size, minimum=1)
-        self.context_turns = integer("context_turns", context_turns, minimum=0)
-        self.neighbour_weight = fraction("neighbour_weight", neighbour_weight)
-        self._set_cues(participant_boost, date_boost, follow_turns, question_drop)
-        self.surroundings = boolean("surroundings", surroundings)
         check_clock(clock)
         self.clock = clock
         self.name = text("name", name)
@@ -224,17 +252,40 @@ class VectorBlock(MemoryBlock):
         self._next_id = str(uuid.uuid4())  # the id the next stored message will get
         self._lock = threading.RLock()
 
-    def _set_cues(
-        self, participant_boost: float, date_boost: float, follow_turns: int, question_drop: float
-    ) -> None:
-        """Check and keep what hybrid recall reads from the query and the hits: the
-        speaker and date it names, the turns after a hit, a hit that asks."""
-        self.participant_boost = float(
-            number("participant_boost", participant_boost, minimum=0) or 0
-        )
-        self.date_boost = float(number("date_boost", date_boost, minimum=0) or 0)
-        self.follow_turns = integer("follow_turns", follow_turns, minimum=0, maximum=MAX_FOLLOW_TURNS)
-        self.question_drop = float(number("question_drop", question_drop, minimum=0) or 0)
+    def _apply(self, options: RecallOptions) -> None:
+        """Keep the checked options as the block's attributes (what recall reads)."""
+        self.top_k = options.top_k
+        self.min_content_chars = options.min_content_chars
+        self.roles = options.roles
+        self.batch_size = options.batch_size
+        self.context_turns = options.context_turns
+        self.retrieval = options.retrieval
+        self.dense_weight = options.dense_weight
+        self.weights = options.weights
+        self.dedupe_against_upstream = options.dedupe
+        self.participant_boost = options.participant_boost
+        self.date_boost = options.date_boost
+        self.follow_turns = options.follow_turns
+        self.question_drop = options.question_drop
+        self.surroundings = options.surroundings
+        self.neighbour_weight = options.neighbour_weight
+
+    @property
+    def options(self) -> RecallOptions:
+        """The block's recall options as they are now (one value, e.g. to build
+        another block or a ``Memory(recall=...)`` the same way)."""
+        weights = self.weights
+        return RecallOptions(
+            store=self.store, top_k=self.top_k, min_content_chars=self.min_content_chars,
+            roles=self.roles, batch_size=self.batch_size, context_turns=self.context_turns,
+            retrieval=self.retrieval, dense_weight=self.dense_weight,
+            recency_weight=weights.recency_weight, importance_weight=weights.importance_weight,
+            recency_half_life_seconds=weights.recency_half_life_seconds,
+            participant_boost=self.participant_boost, date_boost=self.date_boost,
+            follow_turns=self.follow_turns, question_drop=self.question_drop,
+            surroundings=self.surroundings, neighbour_weight=self.neighbour_weight,
+            dedupe=self.dedupe_against_upstream,
+        )  # fmt: skip
 
     def _set_embedder(self, embedder: Any) -> None:
         """Keep ``embedder``: a name resolves on first use, an object is checked now."""
