@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from fastaiagent.facts.fact import Fact
@@ -125,74 +125,78 @@ ITEM_COLUMNS = "ns, key, value, created_at, updated_at, expires_at, ttl_seconds"
 """The columns of an items table, in StoredItem's order (``ns`` encoded)."""
 
 
-def item_live(mark: str) -> str:
-    """Items not expired at a moment (one ``mark`` parameter)."""
-    return f"(expires_at IS NULL OR expires_at > {mark})"
-
-
 def stored_item(row: Sequence[Any]) -> StoredItem:
     """The item of a row of :data:`ITEM_COLUMNS`."""
     return StoredItem(decode_namespace(row[0]), *row[1:])
 
 
-def item_statements(table: str, mark: str) -> dict[str, str]:
-    """The statements both SQL item stores run on ``table`` (``"{}"``: composed by
-    the caller). A put over an expired row starts it again (a new ``created_at``);
-    an add (``if_absent``) inserts, or takes over a row that has expired (it is
-    gone for readers)."""
-    upsert = (
-        f"INSERT INTO {table} AS i ({ITEM_COLUMNS}) VALUES ({', '.join([mark] * 7)}) "
-        "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, "
-    )
-    in_range = f"ns >= {mark} AND ns < {mark}"
-    return {
-        "delete": f"DELETE FROM {table} WHERE ns = {mark} AND key = {mark} RETURNING expires_at",
-        "put": upsert + (
+class ItemSQL:
+    """The SQL of one items table in one dialect, which both SQL item stores run.
+
+    ``table`` as a statement names it (SQLite: the plain name; Postgres: quoted),
+    ``mark`` the placeholder, ``no_limit`` the LIMIT that reads every row
+    (SQLite -1, Postgres NULL). A put over an expired row starts it again (a new
+    ``created_at``); an add (``if_absent``) inserts, or takes over a row that has
+    expired (it is gone for readers).
+    """
+
+    def __init__(self, table: str, mark: str, *, no_limit: int | None) -> None:
+        self.table, self.mark, self.no_limit = table, mark, no_limit
+        upsert = (
+            f"INSERT INTO {table} AS i ({ITEM_COLUMNS}) VALUES ({', '.join([mark] * 7)}) "
+            "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, "
+        )
+        in_range = f"ns >= {mark} AND ns < {mark}"
+        self.delete = f"DELETE FROM {table} WHERE ns = {mark} AND key = {mark} RETURNING expires_at"
+        self.put = upsert + (
             "updated_at = excluded.updated_at, expires_at = excluded.expires_at, "
             "ttl_seconds = excluded.ttl_seconds, created_at = CASE WHEN "
             "i.expires_at <= excluded.updated_at THEN excluded.created_at ELSE i.created_at END"
-        ),
-        "add": upsert + (
+        )
+        self.add = upsert + (
             "created_at = excluded.created_at, updated_at = excluded.updated_at, "
             "expires_at = excluded.expires_at, ttl_seconds = excluded.ttl_seconds "
             "WHERE i.expires_at <= excluded.updated_at"
-        ),
-        "namespaces": f"SELECT DISTINCT ns FROM {table} WHERE {in_range} AND {item_live(mark)} ORDER BY ns",
-        "delete_prefix": f"DELETE FROM {table} WHERE {in_range}",
-        "purge": f"DELETE FROM {table} WHERE expires_at <= {mark}",
-    }
+        )
+        self.namespaces = f"SELECT DISTINCT ns FROM {table} WHERE {in_range} AND {self.live} ORDER BY ns"
+        self.delete_prefix = f"DELETE FROM {table} WHERE {in_range}"
+        self.purge = f"DELETE FROM {table} WHERE expires_at <= {mark}"
 
+    @property
+    def live(self) -> str:
+        """Items not expired at a moment (one parameter)."""
+        return f"(expires_at IS NULL OR expires_at > {self.mark})"
 
-def write_items(conn: Any, statements: Mapping[str, Any], batch: Sequence[ItemWrite], now: float) -> list[bool]:
-    """Apply a checked batch on ``conn`` (inside the caller's transaction) with
-    :func:`item_statements`; for each write, whether it changed anything."""
-    changed: list[bool] = []
-    for w in batch:
-        ns = encode_namespace(w.namespace)
-        if w.value is None:
-            rows = conn.execute(statements["delete"], (ns, w.key)).fetchall()
-            changed.append(any(r[0] is None or r[0] > now for r in rows))
-            continue
-        params = (ns, w.key, w.value, now, now, expiry(now, w.ttl_seconds), w.ttl_seconds)
-        cursor = conn.execute(statements["add" if w.if_absent else "put"], params)
-        changed.append(cursor.rowcount == 1)
-    return changed
+    def select(self, where: str) -> str:
+        """The live items matching ``where`` (its parameters, then the moment)."""
+        return f"SELECT {ITEM_COLUMNS} FROM {self.table} WHERE {where} AND {self.live}"
 
+    def write(self, conn: Any, batch: Sequence[ItemWrite], now: float) -> list[bool]:
+        """Apply a checked batch on ``conn`` (inside the caller's transaction); for
+        each write, whether it changed anything."""
+        changed: list[bool] = []
+        for w in batch:
+            ns = encode_namespace(w.namespace)
+            if w.value is None:
+                rows = conn.execute(self.delete, (ns, w.key)).fetchall()
+                changed.append(any(r[0] is None or r[0] > now for r in rows))
+                continue
+            params = (ns, w.key, w.value, now, now, expiry(now, w.ttl_seconds), w.ttl_seconds)
+            cursor = conn.execute(self.add if w.if_absent else self.put, params)
+            changed.append(cursor.rowcount == 1)
+        return changed
 
-def scan_items_query(scan: ItemScan, table: str, mark: str, *, no_limit: int | None) -> tuple[str, list[Any]]:
-    """The SELECT of a scan on ``table`` and its parameters; ``no_limit`` is the
-    LIMIT that reads everything (SQLite -1, Postgres NULL)."""
-    if scan.exact:
-        where, params = f"ns = {mark}", [scan.low]
-    else:
-        where, params = f"ns >= {mark} AND ns < {mark}", [scan.low, scan.high]
-    if scan.before is not None:
-        where += f" AND key < {mark}"
-        params.append(scan.before)
-    order = "DESC" if scan.descending else "ASC"
-    query = (
-        f"SELECT {ITEM_COLUMNS} FROM {table} WHERE {where} AND {item_live(mark)} "
-        f"ORDER BY ns {order}, key {order} LIMIT {mark} OFFSET {mark}"
-    )
-    limit = no_limit if scan.limit is None else scan.limit
-    return query, [*params, time.time(), limit, scan.offset]
+    def scan(self, scan: ItemScan) -> tuple[str, list[Any]]:
+        """The SELECT of a checked scan and its parameters."""
+        mark = self.mark
+        if scan.exact:
+            where, params = f"ns = {mark}", [scan.low]
+        else:
+            where, params = f"ns >= {mark} AND ns < {mark}", [scan.low, scan.high]
+        if scan.before is not None:
+            where += f" AND key < {mark}"
+            params.append(scan.before)
+        order = "DESC" if scan.descending else "ASC"
+        query = self.select(where) + f" ORDER BY ns {order}, key {order} LIMIT {mark} OFFSET {mark}"
+        limit = self.no_limit if scan.limit is None else scan.limit
+        return query, [*params, time.time(), limit, scan.offset]

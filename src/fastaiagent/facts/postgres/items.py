@@ -10,14 +10,7 @@ from fastaiagent.facts.items import ItemFront, ItemScan, ItemWrite, StoredItem
 from fastaiagent.facts.postgres.store import DEFAULT_TABLE as DEFAULT_FACT_TABLE
 from fastaiagent.facts.postgres.store import PostgresFactStore, PostgresTable, sql
 from fastaiagent.facts.schema import Schema
-from fastaiagent.facts.sql_clauses import (
-    ITEM_COLUMNS,
-    item_live,
-    item_statements,
-    scan_items_query,
-    stored_item,
-    write_items,
-)
+from fastaiagent.facts.sql_clauses import ItemSQL, stored_item
 
 DEFAULT_TABLE = "namespaced_items"
 
@@ -27,26 +20,21 @@ def items_table_for(fact_table: str) -> str:
     return DEFAULT_TABLE if fact_table == DEFAULT_FACT_TABLE else f"{fact_table}_items"
 
 
-def _queries(table: str) -> dict[str, Any]:
-    q = {
+def _schema_queries(table: str) -> dict[str, Any]:
+    t, idx = sql.Identifier(table), sql.Identifier(f"idx_{table}_expires")
+    return {
         # COLLATE "C": byte order, so a namespace prefix is one index range
         # whatever the database's collation.
-        "create": (
+        "create": sql.SQL(
             'CREATE TABLE IF NOT EXISTS {} (ns TEXT COLLATE "C" NOT NULL, '
             'key TEXT COLLATE "C" NOT NULL, value TEXT NOT NULL, '
             "created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL, "
             "expires_at DOUBLE PRECISION, ttl_seconds DOUBLE PRECISION, PRIMARY KEY (ns, key))"
-        ),
-        "index": "CREATE INDEX IF NOT EXISTS {idx} ON {} (expires_at) WHERE expires_at IS NOT NULL",
-        "refresh": (
-            "UPDATE {} SET expires_at = %s + ttl_seconds WHERE ns = %s AND key = ANY(%s) "
-            "AND ttl_seconds IS NOT NULL AND expires_at > %s"
-        ),
-        "get": f"SELECT {ITEM_COLUMNS} FROM {{}} WHERE ns = %s AND key = ANY(%s) AND {item_live('%s')}",
-        **item_statements("{}", "%s"),
+        ).format(t),
+        "index": sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {} ON {} (expires_at) WHERE expires_at IS NOT NULL"
+        ).format(idx, t),
     }
-    t, idx = sql.Identifier(table), sql.Identifier(f"idx_{table}_expires")
-    return {name: sql.SQL(text).format(t, idx=idx) for name, text in q.items()}
 
 
 class PostgresItemStore(PostgresTable, ItemFront):
@@ -56,15 +44,22 @@ class PostgresItemStore(PostgresTable, ItemFront):
 
     def __init__(self, store: PostgresFactStore, *, table: str | None = None) -> None:
         super().__init__(store, table, items_table_for)
-        self._q = _queries(self.table)
+        self._q = _schema_queries(self.table)
         self._schema = Schema(f"items:{self.table}", [self._create_table])
+        # Quoted as sql.Identifier would (the name is a checked plain identifier).
+        self._sql = ItemSQL(f'"{self.table}"', "%s", no_limit=None)
+        self._get = self._sql.select("ns = %s AND key = ANY(%s)")
+        self._refresh = (
+            f"UPDATE {self._sql.table} SET expires_at = %s + ttl_seconds WHERE ns = %s "
+            "AND key = ANY(%s) AND ttl_seconds IS NOT NULL AND expires_at > %s"
+        )
 
     def write_batch(self, batch: list[ItemWrite], now: float) -> list[bool]:
         """Apply a checked batch in one transaction."""
 
         def apply(conn: Any) -> list[bool]:
             with conn.transaction():
-                return write_items(conn, self._q, batch, now)
+                return self._sql.write(conn, batch, now)
 
         return self._run(apply)
 
@@ -74,27 +69,26 @@ class PostgresItemStore(PostgresTable, ItemFront):
 
         def read(conn: Any) -> list[Any]:
             if refresh_ttl:
-                conn.execute(self._q["refresh"], (now, ns, keys, now))
-            return conn.execute(self._q["get"], (ns, keys, now)).fetchall()
+                conn.execute(self._refresh, (now, ns, keys, now))
+            return conn.execute(self._get, (ns, keys, now)).fetchall()
 
         return [stored_item(row) for row in self._run(read)]
 
     def scan_items(self, scan: ItemScan) -> list[StoredItem]:
         """Live items of a checked scan, in (namespace, key) order."""
-        text, params = scan_items_query(scan, "{}", "%s", no_limit=None)
-        query = sql.SQL(text).format(sql.Identifier(self.table))
+        query, params = self._sql.scan(scan)
         return [stored_item(row) for row in self._run(lambda conn: conn.execute(query, params).fetchall())]
 
     def read_namespaces(self, low: str, high: str) -> list[str]:
         """Encoded namespaces in ``[low, high)`` with a live item."""
         params = (low, high, time.time())
-        return [row[0] for row in self._run(lambda conn: conn.execute(self._q["namespaces"], params).fetchall())]
+        return [row[0] for row in self._run(lambda conn: conn.execute(self._sql.namespaces, params).fetchall())]
 
     def delete_range(self, low: str, high: str) -> int:
         """Delete every item of the namespaces in ``[low, high)``."""
-        return int(self._run(lambda conn: conn.execute(self._q["delete_prefix"], (low, high)).rowcount))
+        return int(self._run(lambda conn: conn.execute(self._sql.delete_prefix, (low, high)).rowcount))
 
     def purge_expired(self) -> int:
         """Delete expired rows now; returns the count."""
         now = time.time()
-        return int(self._run(lambda conn: conn.execute(self._q["purge"], (now,)).rowcount))
+        return int(self._run(lambda conn: conn.execute(self._sql.purge, (now,)).rowcount))

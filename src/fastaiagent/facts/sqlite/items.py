@@ -7,14 +7,7 @@ from collections.abc import Iterable
 
 from fastaiagent._schema import Schema
 from fastaiagent.facts.items import ItemFront, ItemScan, ItemWrite, StoredItem
-from fastaiagent.facts.sql_clauses import (
-    ITEM_COLUMNS,
-    item_live,
-    item_statements,
-    scan_items_query,
-    stored_item,
-    write_items,
-)
+from fastaiagent.facts.sql_clauses import ItemSQL, stored_item
 from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable
 
 DEFAULT_TABLE = "namespaced_items"
@@ -48,13 +41,13 @@ class SQLiteItemStore(SQLiteTable, ItemFront):
 
     def __init__(self, store: SQLiteFactStore, *, table: str = DEFAULT_TABLE) -> None:
         super().__init__(store, table, items_schema(table))
-        self._q = item_statements(table, "?")
+        self._sql = ItemSQL(table, "?", no_limit=-1)
 
     def write_batch(self, batch: list[ItemWrite], now: float) -> list[bool]:
         """Apply a checked batch in one transaction."""
         self._conn()
         with self.store._write() as conn:
-            return write_items(conn, self._q, batch, now)
+            return self._sql.write(conn, batch, now)
 
     def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:
         """The live items of ``keys``, their expiry restarted first when asked."""
@@ -66,27 +59,23 @@ class SQLiteItemStore(SQLiteTable, ItemFront):
                 f"AND key IN ({marks}) AND ttl_seconds IS NOT NULL AND expires_at > ?",
                 (now, ns, *keys, now),
             )
-        rows = self._conn().execute(
-            f"SELECT {ITEM_COLUMNS} FROM {self.table} WHERE ns = ? AND key IN ({marks}) "
-            f"AND {item_live('?')}",
-            (ns, *keys, now),
-        )
-        return [stored_item(row) for row in rows]
+        query = self._sql.select(f"ns = ? AND key IN ({marks})")
+        return [stored_item(row) for row in self._conn().execute(query, (ns, *keys, now))]
 
     def scan_items(self, scan: ItemScan) -> list[StoredItem]:
         """Live items of a checked scan, in (namespace, key) order."""
-        query, params = scan_items_query(scan, self.table, "?", no_limit=-1)
+        query, params = self._sql.scan(scan)
         return [stored_item(row) for row in self._conn().execute(query, params)]
 
     def read_namespaces(self, low: str, high: str) -> list[str]:
         """Encoded namespaces in ``[low, high)`` with a live item."""
-        rows = self._conn().execute(self._q["namespaces"], (low, high, time.time()))
+        rows = self._conn().execute(self._sql.namespaces, (low, high, time.time()))
         return [row[0] for row in rows]
 
     def delete_range(self, low: str, high: str) -> int:
         """Delete every item of the namespaces in ``[low, high)``."""
-        return self._execute_write(self._q["delete_prefix"], (low, high))
+        return self._execute_write(self._sql.delete_prefix, (low, high))
 
     def purge_expired(self) -> int:
         """Delete expired rows now; returns the count."""
-        return self._execute_write(self._q["purge"], (time.time(),))
+        return self._execute_write(self._sql.purge, (time.time(),))
