@@ -28,6 +28,7 @@ from typing import ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
 from fastaiagent._validate import integer, positive_number
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.scoping import expect
 
 Namespace = tuple[str, ...]
 
@@ -102,19 +103,16 @@ def prefix_range(prefix: Namespace) -> tuple[str, str]:
 
 def check_key(key: str) -> str:
     """A key is a str (any text, the empty one included)."""
-    if not isinstance(key, str):
-        raise InvalidTypeError(f"an item key is a str, got {type(key).__name__}")
-    return key
+    return expect(key, str, "an item key is a str")
 
 
 def check_write(write: ItemWrite) -> ItemWrite:
     """Reject a write a store could not file."""
-    if not isinstance(write, ItemWrite):
-        raise InvalidTypeError(f"expected an ItemWrite, got {type(write).__name__}")
+    expect(write, ItemWrite, "expected an ItemWrite")
     encode_namespace(write.namespace)
     check_key(write.key)
-    if write.value is not None and not isinstance(write.value, str):
-        raise InvalidTypeError(f"an item value is a str, got {type(write.value).__name__}")
+    if write.value is not None:
+        expect(write.value, str, "an item value is a str")
     positive_number("ttl_seconds", write.ttl_seconds, allow_none=True)
     return write
 

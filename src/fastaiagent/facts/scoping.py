@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastaiagent._validate import fraction, integer, number
 from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
@@ -35,6 +36,7 @@ MAX_METADATA_BYTES = 16_384
 MAX_MESSAGE_CHARS = 65_536
 """Longest message a shared window stores (the window is written on every turn)."""
 MAX_ID_CHARS = 512  # ids are keys in every backend's indexes; keep them bounded
+_K = TypeVar("_K")
 
 
 def _too_big(what: str, size: str, setting: str) -> InvalidValueError:
@@ -62,10 +64,17 @@ def _check_str(name: str, value: object) -> str:
     return value
 
 
+def expect(value: object, kind: type[_K], what: str) -> _K:
+    """``value`` when it is a ``kind``; else InvalidTypeError ``"<what>, got <type>"``
+    (the checks of the stores' records: facts, item writes, window keys)."""
+    if not isinstance(value, kind):
+        raise InvalidTypeError(f"{what}, got {type(value).__name__}")
+    return value
+
+
 def validate_for_write(fact: Fact) -> Fact:
     """Check a fact before it is stored; returns it with ``created_at`` stamped."""
-    if not isinstance(fact, Fact):
-        raise InvalidTypeError(f"expected a Fact, got {type(fact).__name__}")
+    expect(fact, Fact, "expected a Fact")
     check_scope(fact.scope)
     text = _check_str("fact", fact.fact)
     _check_str("scope_id", fact.scope_id)

@@ -18,7 +18,7 @@ from typing import ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
 from fastaiagent._validate import positive_number
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.scoping import WILDCARD, expect
 
 PURGE_EVERY = 500
 """Saves (per process) between sweeps of expired windows, where the backend
@@ -48,8 +48,7 @@ def new_version() -> str:
 
 def check_key(key: WindowKey) -> WindowKey:
     """Reject a key a store could not file unambiguously."""
-    if not isinstance(key, WindowKey):
-        raise InvalidTypeError(f"expected a WindowKey, got {type(key).__name__}")
+    expect(key, WindowKey, "expected a WindowKey")
     for name, part in zip(key._fields, key, strict=True):
         if not isinstance(part, str):
             raise InvalidTypeError(f"WindowKey.{name} must be a str, got {type(part).__name__}")
