@@ -66,6 +66,18 @@ NASTY_TEXTS = (
 NASTY_IDS = ("a:b", "a", "b:c", "a*", "user:*", "%3A", "x%y", "日本", "'; --", "{tag}")
 
 
+def _refuses_bad_page(store: FactStore, name: str) -> None:
+    """``list_active`` refuses a negative ``name`` (``limit`` or ``offset``) and one
+    that is not an int (a float, a numeric string, a bool)."""
+    negative: dict[str, Any] = {name: -1}
+    with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+        store.list_active("user", "alice", **negative)
+    for bad in (1.5, "3", True):
+        page: dict[str, Any] = {name: bad}
+        with pytest.raises(TypeError, match=f"{name} must be an int"):
+            store.list_active("user", "alice", **page)
+
+
 def _user(text: str, scope_id: str = "alice", **kw: Any) -> Fact:
     return Fact(text, scope="user", scope_id=scope_id, **kw)
 
@@ -175,11 +187,7 @@ class FactStoreConformance(ValidityConformance):
         assert [f.id for f in store.list_active("user", "alice", limit=3)] == newest_first[:3]
         assert [f.id for f in store.list_active("user", "alice")] == newest_first  # default 50
         assert store.list_active("user", "alice", limit=0) == []
-        with pytest.raises(ValueError, match="limit must be >= 0"):
-            store.list_active("user", "alice", limit=-1)
-        for bad in (1.5, "3", True):
-            with pytest.raises(TypeError, match="limit must be an int"):
-                store.list_active("user", "alice", limit=bad)  # type: ignore[arg-type]
+        _refuses_bad_page(store, "limit")
 
     def test_list_active_pages_with_offset(self, store: FactStore) -> None:
         ids = [store.add(_user(f"fact {i}")) for i in range(7)]
@@ -193,11 +201,7 @@ class FactStoreConformance(ValidityConformance):
         store.add(_user("bob", "bob"))
         everyone = [f.id for f in store.list_active("user", "*", limit=None)]
         assert [f.id for f in store.list_active("user", "*", limit=2, offset=1)] == everyone[1:3]
-        with pytest.raises(ValueError, match="offset must be >= 0"):
-            store.list_active("user", "alice", offset=-1)
-        for bad in (1.5, "3", True):
-            with pytest.raises(TypeError, match="offset must be an int"):
-                store.list_active("user", "alice", offset=bad)  # type: ignore[arg-type]
+        _refuses_bad_page(store, "offset")
 
     def test_find_active_by_normalised_text(self, store: FactStore) -> None:
         old = store.add(_user("Prefers email", metadata={"k": 1}))
