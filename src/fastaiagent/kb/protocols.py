@@ -67,11 +67,7 @@ class VectorStore(Protocol):
         ...
 
     def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
+        self, vector: Sequence[float], top_k: int = 5, *, namespace: str | None = None,
         include_untagged: bool = False,
     ) -> list[SearchHit]:
         """The ``top_k`` most similar chunks, best first.
@@ -104,19 +100,23 @@ class VectorStore(Protocol):
 
 
 class NamespacedSearch:
-    """The one ``search`` of every shipped vector store: it checks the request and
-    hands the backend only what it must do itself.
+    """The one front of every shipped vector store: ``search``, ``delete``,
+    ``delete_namespace`` and ``chunks`` check the request and hand the backend only
+    what it must do itself.
 
-    A store derives from it and implements :meth:`search_namespaces`, the public
-    extension point for a store of your own.
+    A store derives from it and implements :meth:`search_namespaces` (the public
+    extension point for a store of your own) or :meth:`search_checked`, :meth:`delete_ids`,
+    :meth:`delete_namespace_rows` and :meth:`read_namespaces` (or overrides the
+    verbs it does differently), and its ``dimension``.
     """
 
+    @property
+    def dimension(self) -> int | None:
+        """The vector size (None until fixed)."""
+        raise NotImplementedError
+
     def search(
-        self,
-        vector: Sequence[float],
-        top_k: int = 5,
-        *,
-        namespace: str | None = None,
+        self, vector: Sequence[float], top_k: int = 5, *, namespace: str | None = None,
         include_untagged: bool = False,
     ) -> list[SearchHit]:
         """See :meth:`VectorStore.search`."""
@@ -130,7 +130,44 @@ class NamespacedSearch:
         """The backend's part of :meth:`search`: the ``top_k`` (>= 1) chunks filed under
         ``keys`` (namespace keys, :data:`UNTAGGED` among them; None: every chunk)
         closest to ``vector`` by cosine, best first. It checks ``vector`` against the
-        store's dimension; an empty store answers []."""
+        store's dimension; an empty store answers []. This one does that and hands
+        the rest to :meth:`search_checked`."""
+        query = self.query_vector(vector)
+        return [] if query is None else self.search_checked(query, top_k, keys)
+
+    def search_checked(self, query: list[float], top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """:meth:`search_namespaces` of a ``query`` of the store's dimension."""
+        raise NotImplementedError
+
+    def query_vector(self, vector: Sequence[float]) -> list[float] | None:
+        """A search's ``vector`` checked against the store's dimension, as floats; None
+        while the store has no dimension (it holds nothing: the search finds nothing)."""
+        dimension = self.dimension
+        return None if dimension is None else check_vector(vector, dimension, "query vector")
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """See :meth:`VectorStore.delete`."""
+        wanted = id_list(ids, "delete")
+        return self.delete_ids(wanted) if wanted else 0
+
+    def delete_ids(self, ids: list[str]) -> int:
+        """The backend's part of :meth:`delete`: these (distinct, not none) ids."""
+        raise NotImplementedError
+
+    def delete_namespace(self, namespace: str) -> int:
+        """See :meth:`VectorStore.delete_namespace`."""
+        return self.delete_namespace_rows(check_text("namespace", namespace))
+
+    def delete_namespace_rows(self, namespace: str) -> int:
+        """The backend's part of :meth:`delete_namespace` (a checked namespace)."""
+        raise NotImplementedError
+
+    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
+        """See :meth:`VectorStore.chunks`."""
+        return self.read_namespaces(wanted_keys(namespace, include_untagged))
+
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
+        """The backend's part of :meth:`chunks`: the chunks filed under ``keys`` (None: all)."""
         raise NotImplementedError
 
 
@@ -183,18 +220,19 @@ def check_chunk(chunk: Chunk, dimension: int | None) -> list[float]:
 @dataclass
 class Batch:
     """The chunks of one ``add``, checked: one per id (the last written, in the place
-    of the first), their vectors as floats and their namespace keys."""
+    of the first), their vectors as floats, their namespace keys and their dimension
+    (the store's when it had one)."""
 
     chunks: list[Chunk]
     vectors: list[list[float]]
     keys: list[str]
-    dimension: int | None  # of the vectors (the store's when it had one); None when empty
+    dimension: int
 
 
-def checked_batch(chunks: Sequence[Chunk], dimension: int | None) -> Batch:
+def checked_batch(chunks: Sequence[Chunk], dimension: int | None) -> Batch | None:
     """Check the chunks of an ``add`` against ``dimension`` (None: the first vector
-    fixes it); the last write wins for a repeated id. One Chunk is refused:
-    ``add`` takes a list."""
+    fixes it); the last write wins for a repeated id. None when there are none. One
+    Chunk is refused: ``add`` takes a list."""
     if isinstance(chunks, Chunk):
         raise InvalidTypeError("add() takes a list of chunks")
     latest: dict[str, tuple[Chunk, list[float]]] = {}
@@ -202,6 +240,8 @@ def checked_batch(chunks: Sequence[Chunk], dimension: int | None) -> Batch:
         vector = check_chunk(chunk, dimension)
         dimension = dimension or len(vector)
         latest[chunk.id] = (chunk, vector)
+    if not latest or dimension is None:
+        return None
     items = list(latest.values())
     keys = [namespace_key(chunk.metadata) for chunk, _ in items]
     return Batch([chunk for chunk, _ in items], [vector for _, vector in items], keys, dimension)

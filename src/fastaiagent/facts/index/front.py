@@ -13,9 +13,10 @@ touches its storage:
   the spans of time) for a checked unit query, through :func:`ranked_hits`;
 - ``score_keywords``: BM25 of the checked query terms (see
   :mod:`fastaiagent.facts.index.keywords`);
-- ``read_chunks``, ``read_ids``, ``read_namespaces``, ``count_rows``,
-  ``delete_rows``, ``delete_namespace_rows``, ``read_cache`` and ``write_cache``:
-  rows by id or namespace, in bulk.
+- ``read_chunks``, ``read_ids``, ``count_rows``, ``read_cache`` and
+  ``write_cache``, with :class:`~fastaiagent.kb.protocols.NamespacedSearch`'s
+  ``read_namespaces``, ``delete_ids`` and ``delete_namespace_rows``: rows by id
+  or namespace, in bulk.
 """
 
 from __future__ import annotations
@@ -33,14 +34,7 @@ from fastaiagent.facts.index.matrix import (
     unit_vector,
 )
 from fastaiagent.facts.vectors import RecordedSearch, Spans
-from fastaiagent.kb.protocols import (
-    Chunk,
-    NamespacedSearch,
-    SearchHit,
-    check_vector,
-    id_list,
-    wanted_keys,
-)
+from fastaiagent.kb.protocols import Chunk, NamespacedSearch, SearchHit, check_vector, id_list
 
 
 def ranked_hits(
@@ -85,11 +79,6 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
     def __init__(self, cache_bytes: int, *, keep_newest: bool = False) -> None:
         self.copies = NamespaceCopies(cache_bytes, keep_newest=keep_newest)
 
-    @property
-    def dimension(self) -> int | None:
-        """The vector size (None until fixed)."""
-        raise NotImplementedError
-
     # -- the copies of namespaces ---------------------------------------------
 
     def current(self, key: str, context: Any = None) -> MatrixView | None:
@@ -107,32 +96,20 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
 
     # -- search --------------------------------------------------------------
 
-    def search_namespaces(
-        self, vector: Sequence[float], top_k: int, keys: list[str] | None
-    ) -> list[SearchHit]:
-        """See :meth:`NamespacedSearch.search_namespaces`: exact cosine, ranked in
-        this process's copies of the namespaces."""
-        query = self.unit_query(vector)
-        return [] if query is None else self.rank_namespaces(query, top_k, keys)
+    def search_checked(self, query: list[float], top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """Exact cosine, ranked in this process's copies of the namespaces."""
+        return self.rank_namespaces(unit_vector(query), top_k, keys)
 
     def search_spans(
         self, vector: Sequence[float], top_k: int, keys: list[str], spans: Spans
     ) -> list[SearchHit]:
         """See :meth:`RecordedSearch.search_spans`: the rows of the spans, ranked in
         this process's copies of the namespaces."""
-        query = self.unit_query(vector)
-        return [] if query is None else self.rank_spans(query, top_k, keys, spans)
-
-    def unit_query(self, vector: Sequence[float]) -> Any:
-        """The query checked against the dimension, as a float32 unit vector; None
-        while the index has no dimension (it holds nothing)."""
-        dimension = self.dimension
-        if dimension is None:
-            return None
-        return unit_vector(check_vector(vector, dimension, "query vector"))
+        query = self.query_vector(vector)
+        return [] if query is None else self.rank_spans(unit_vector(query), top_k, keys, spans)
 
     def rank_namespaces(self, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
-        """The backend's search: ``search_namespaces`` with a unit ``query``."""
+        """The backend's search: :meth:`search_checked` with a unit ``query`` (float32)."""
         raise NotImplementedError
 
     def rank_spans(self, query: Any, top_k: int, keys: list[str], spans: Spans) -> list[SearchHit]:
@@ -170,14 +147,6 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         """The backend's ``ids``."""
         raise NotImplementedError
 
-    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
-        """Every chunk of a namespace (``None``: of every namespace), without vectors."""
-        return self.read_namespaces(wanted_keys(namespace, include_untagged))
-
-    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
-        """The backend's ``chunks`` of namespace ``keys`` (None: all)."""
-        raise NotImplementedError
-
     def count(self, namespace: str | None = None) -> int:
         """How many chunks the index (or one namespace) holds."""
         return self.count_rows(None if namespace is None else check_text("namespace", namespace))
@@ -186,26 +155,12 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         """The backend's ``count``."""
         raise NotImplementedError
 
-    def delete(self, ids: Sequence[str]) -> int:
-        """Delete chunks by id (vectors and keyword postings); returns how many were there."""
-        wanted = id_list(ids, "delete")
-        return self.delete_rows(wanted) if wanted else 0
-
-    def delete_rows(self, ids: list[str]) -> int:
-        """The backend's ``delete`` of these (distinct) ids."""
-        raise NotImplementedError
-
     def delete_namespace(self, namespace: str) -> int:
-        """Delete every chunk, keyword posting and cached embedding of ``namespace``;
-        returns how many chunks there were."""
-        check_text("namespace", namespace)
-        count = self.delete_namespace_rows(namespace)
+        """Delete every chunk, keyword posting and cached embedding of ``namespace``
+        (and this process's copy); returns how many chunks there were."""
+        count = super().delete_namespace(namespace)
         self.copies.drop(namespace)
         return count
-
-    def delete_namespace_rows(self, namespace: str) -> int:
-        """The backend's ``delete_namespace``."""
-        raise NotImplementedError
 
     # -- the embedding cache ---------------------------------------------------
 

@@ -257,7 +257,7 @@ class PostgresVectorIndex(MatrixIndex):
         """Insert or replace ``chunks`` by id, in one transaction (last one wins for a
         repeated id); a chunk moved to another namespace leaves the old one."""
         batch = checked_batch(chunks, self._dimension)
-        if batch.dimension is None:
+        if batch is None:
             return
         dimension = batch.dimension
         matrix = unit_rows(batch.vectors)
@@ -301,7 +301,7 @@ class PostgresVectorIndex(MatrixIndex):
                 gens[key] = int(conn.execute(self._q["bump"], (key,)).fetchone()[0])
         return gens
 
-    def delete_rows(self, ids: list[str]) -> int:
+    def delete_ids(self, ids: list[str]) -> int:
         """Delete chunks by id, with their keyword postings and the cached embeddings
         of their texts; returns how many were there."""
         wanted = [check_text("chunk id", i) for i in ids]

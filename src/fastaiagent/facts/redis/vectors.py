@@ -298,9 +298,9 @@ class RedisVectorIndex(MatrixIndex):
     def add(self, chunks: Sequence[Chunk]) -> None:
         """Insert or replace ``chunks`` (and their postings) in one script call."""
         batch = checked_batch(chunks, self.dimension)
-        dimension = batch.dimension
-        if dimension is None:
+        if batch is None:
             return
+        dimension = batch.dimension
         args: list[Any] = []
         for chunk, key, vector in zip(batch.chunks, batch.keys, batch.vectors, strict=True):
             terms, tfs = _terms(keyword_text(chunk))
@@ -311,7 +311,7 @@ class RedisVectorIndex(MatrixIndex):
             raise self._sizes.refused(dimension, self._dimension)
         self._dimension = dimension
 
-    def delete_rows(self, ids: list[str]) -> int:
+    def delete_ids(self, ids: list[str]) -> int:
         """Delete chunks (vector, text, postings) by id; returns how many were there."""
         return int(self._call(lambda: self._delete(args=[self.prefix, "", *ids])))
 

@@ -59,12 +59,8 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     """
 
     def __init__(
-        self,
-        store: SQLiteFactStore,
-        *,
-        table: str = DEFAULT_TABLE,
-        dimension: int | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        self, store: SQLiteFactStore, *, table: str = DEFAULT_TABLE,
+        dimension: int | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         SQLiteTable.__init__(self, store, table, vectors_schema(table))
         self._sizes = Dimension(dimension, "another table")
@@ -138,13 +134,13 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     def add(self, chunks: Sequence[Chunk]) -> None:
         """Insert or replace ``chunks`` by id (vectors, keyword postings: one transaction)."""
         batch = checked_batch(chunks, self.dimension)
-        if not batch.chunks:
+        if batch is None:
             return
         rows = self._rows(batch)
         self._conn()
         t = self.table
         with self.store._write() as conn:
-            self._fix_dimension(conn, batch.dimension or 0)
+            self._fix_dimension(conn, batch.dimension)
             generation = self._next_generation(conn)
             removed = self._remove(conn, [row[0] for row in rows])
             insert = (
@@ -212,7 +208,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
                 conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
 
-    def delete_rows(self, ids: list[str]) -> int:
+    def delete_ids(self, ids: list[str]) -> int:
         """Delete chunks by id (vectors and keyword postings); returns how many were there."""
         self._conn()
         with self.store._write() as conn:

@@ -16,18 +16,7 @@ from typing import Any
 from fastaiagent._optional import require
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidValueError
-from fastaiagent.kb.protocols import (
-    Chunk,
-    DimensionMismatchError,
-    NamespacedSearch,
-    SearchHit,
-    check_chunk,
-    check_dimension,
-    check_vector,
-    id_list,
-    namespace_key,
-    wanted_keys,
-)
+from fastaiagent.kb.protocols import Chunk, Dimension, NamespacedSearch, SearchHit, checked_batch
 
 NS_FIELD = "_ns"
 META_FIELD = "_meta"
@@ -44,12 +33,8 @@ class ChromaVectorStore(NamespacedSearch):
     """
 
     def __init__(
-        self,
-        collection_name: str | None = None,
-        dimension: int | None = None,
-        *,
-        path: str | None = None,
-        client: Any = None,
+        self, collection_name: str | None = None, dimension: int | None = None, *,
+        path: str | None = None, client: Any = None,
     ) -> None:
         if path is not None and client is not None:
             raise InvalidValueError("pass path= or client=, not both")
@@ -57,7 +42,7 @@ class ChromaVectorStore(NamespacedSearch):
             check_text("collection_name", collection_name)
         if path is not None:
             check_text("path", path)
-        self._dimension = check_dimension(dimension)
+        self._sizes = Dimension(dimension, "another collection")
         chromadb = require("chromadb", "chroma")
         if client is None:
             client = chromadb.PersistentClient(path=path) if path else chromadb.EphemeralClient()
@@ -70,13 +55,8 @@ class ChromaVectorStore(NamespacedSearch):
             collection_name, metadata={"hnsw:space": "cosine"}
         )
         stored = (self._collection.metadata or {}).get(_DIMENSION_FIELD)
-        if stored is not None:
-            if self._dimension is not None and self._dimension != stored:
-                raise DimensionMismatchError(
-                    f"Chroma collection {collection_name!r} has dimension {stored}, but "
-                    f"dimension={self._dimension} was asked for"
-                )
-            self._dimension = int(stored)
+        where = f"Chroma collection {collection_name!r}"
+        self._dimension = self._sizes.agreed(None if stored is None else int(stored), where)
 
     def __repr__(self) -> str:
         return f"ChromaVectorStore(collection_name={self.collection_name!r}, dimension={self._dimension})"
@@ -104,38 +84,26 @@ class ChromaVectorStore(NamespacedSearch):
         return Chunk(id=chunk_id, text=text or "", metadata=json.loads(raw) if raw else {})
 
     def add(self, chunks: Sequence[Chunk]) -> None:
-        items = list({c.id: c for c in chunks}.values()) if chunks else []
-        if not items:
-            return
         with self._lock:
-            dimension = self._dimension
-            vectors = []
-            for chunk in items:
-                vector = check_chunk(chunk, dimension)
-                dimension = dimension or len(vector)
-                vectors.append(vector)
-            assert dimension is not None
+            batch = checked_batch(chunks, self._dimension)
+            if batch is None:
+                return
             self._collection.upsert(
-                ids=[c.id for c in items],
-                embeddings=vectors,
-                documents=[c.text for c in items],
+                ids=[c.id for c in batch.chunks],
+                embeddings=batch.vectors,
+                documents=[c.text for c in batch.chunks],
                 metadatas=[
-                    {NS_FIELD: namespace_key(c.metadata), META_FIELD: json.dumps(c.metadata)}
-                    for c in items
+                    {NS_FIELD: key, META_FIELD: json.dumps(c.metadata)}
+                    for c, key in zip(batch.chunks, batch.keys, strict=True)
                 ],
             )
             if self._dimension is None:
-                self._remember_dimension(dimension)
-                self._dimension = dimension
+                self._remember_dimension(batch.dimension)
+                self._dimension = batch.dimension
 
-    def search_namespaces(
-        self, vector: Sequence[float], top_k: int, keys: list[str] | None
-    ) -> list[SearchHit]:
-        """See :meth:`NamespacedSearch.search_namespaces`: one query with a ``where`` filter."""
+    def search_checked(self, query: list[float], top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """One query with a ``where`` filter."""
         with self._lock:
-            if self._dimension is None:
-                return []
-            query = check_vector(vector, self._dimension, "query vector")
             available = self._collection.count() if keys is None else self._count_keys(keys)
             if available == 0:
                 return []
@@ -171,8 +139,7 @@ class ChromaVectorStore(NamespacedSearch):
         }
         return [found[i] for i in wanted if i in found]
 
-    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
-        keys = wanted_keys(namespace, include_untagged)
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         with self._lock:
             result = self._collection.get(
                 where=self._where(keys), include=["documents", "metadatas"]
@@ -184,18 +151,16 @@ class ChromaVectorStore(NamespacedSearch):
             )
         ]
 
-    def delete(self, ids: Sequence[str]) -> int:
-        unique = id_list(ids, "delete")
+    def delete_ids(self, ids: list[str]) -> int:
         with self._lock:
-            existing = self._collection.get(ids=unique, include=[])["ids"] if unique else []
+            existing = self._collection.get(ids=ids, include=[])["ids"]
             if existing:
                 self._collection.delete(ids=existing)
             return len(existing)
 
-    def delete_namespace(self, namespace: str) -> int:
-        keys = wanted_keys(namespace, False)
+    def delete_namespace_rows(self, namespace: str) -> int:
         with self._lock:
-            existing = self._collection.get(where=self._where(keys), include=[])["ids"]
+            existing = self._collection.get(where=self._where([namespace]), include=[])["ids"]
             if existing:
                 self._collection.delete(ids=existing)
             return len(existing)
@@ -204,4 +169,4 @@ class ChromaVectorStore(NamespacedSearch):
         with self._lock:
             if namespace is None:
                 return int(self._collection.count())
-            return self._count_keys(wanted_keys(namespace, False) or [])
+            return self._count_keys([check_text("namespace", namespace)])

@@ -19,12 +19,8 @@ from fastaiagent.kb.protocols import (
     Chunk,
     NamespacedSearch,
     SearchHit,
-    check_chunk,
     check_dimension,
-    check_vector,
-    id_list,
-    namespace_key,
-    wanted_keys,
+    checked_batch,
 )
 
 INDEX_TYPES = ("flat", "hnsw")
@@ -157,25 +153,17 @@ class FaissVectorStore(NamespacedSearch):
         return matrix
 
     def add(self, chunks: Sequence[Chunk]) -> None:
-        """Insert or replace chunks by id."""
-        items = list(chunks)
-        if not items:
-            return
+        """Insert or replace chunks by id (the last write wins for a repeated id)."""
         with self._lock:
-            dimension = self._dimension
-            vectors = []
-            for chunk in items:
-                vector = check_chunk(chunk, dimension)
-                dimension = dimension or len(vector)
-                vectors.append(vector)
-            self._dimension = dimension
-            # Last write wins for a repeated id within one batch.
-            latest: dict[str, int] = {chunk.id: n for n, chunk in enumerate(items)}
-            self._remove_ids(list(latest))
+            batch = checked_batch(chunks, self._dimension)
+            if batch is None:
+                return
+            dimension = self._dimension = batch.dimension
+            items, vectors = batch.chunks, batch.vectors
+            self._remove_ids([chunk.id for chunk in items])
             grouped: dict[str, list[int]] = {}
-            for _chunk_id, n in latest.items():
-                grouped.setdefault(namespace_key(items[n].metadata), []).append(n)
-            assert dimension is not None
+            for n, key in enumerate(batch.keys):
+                grouped.setdefault(key, []).append(n)
             for key, positions in grouped.items():
                 sub = self._subs.get(key)
                 if sub is None:
@@ -192,14 +180,10 @@ class FaissVectorStore(NamespacedSearch):
                 for int_id, chunk in zip(int_ids, stored, strict=False):
                     self._where[chunk.id] = (key, int_id)
 
-    def search_namespaces(
-        self, vector: Sequence[float], top_k: int, keys: list[str] | None
-    ) -> list[SearchHit]:
-        """See :meth:`NamespacedSearch.search_namespaces`: each key's own sub-index."""
+    def search_checked(self, query: list[float], top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """Each key's own sub-index."""
+        unit = self._matrix([query])
         with self._lock:
-            if self._dimension is None:
-                return []
-            query = self._matrix([check_vector(vector, self._dimension, "query vector")])
             subs = [
                 self._subs[k]
                 for k in (keys if keys is not None else list(self._subs))
@@ -207,7 +191,7 @@ class FaissVectorStore(NamespacedSearch):
             ]
             found: list[SearchHit] = []
             for sub in subs:
-                for int_id, score in sub.search(query, top_k):
+                for int_id, score in sub.search(unit, top_k):
                     found.append(SearchHit(_copy(sub.chunks[int_id]), score))
         found.sort(key=lambda hit: hit.score, reverse=True)
         return found[:top_k]
@@ -221,8 +205,7 @@ class FaissVectorStore(NamespacedSearch):
                     out.append(_copy(self._subs[where[0]].chunks[where[1]]))
             return out
 
-    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
-        keys = wanted_keys(namespace, include_untagged)
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         with self._lock:
             subs = [
                 self._subs[k]
@@ -241,13 +224,11 @@ class FaissVectorStore(NamespacedSearch):
             self._subs[key].remove(int_ids)
         return sum(len(v) for v in by_key.values())
 
-    def delete(self, ids: Sequence[str]) -> int:
-        unique = id_list(ids, "delete")
+    def delete_ids(self, ids: list[str]) -> int:
         with self._lock:
-            return self._remove_ids(unique)
+            return self._remove_ids(ids)
 
-    def delete_namespace(self, namespace: str) -> int:
-        wanted_keys(namespace, False)  # validates
+    def delete_namespace_rows(self, namespace: str) -> int:
         with self._lock:
             sub = self._subs.pop(namespace, None)
             if sub is None:

@@ -20,15 +20,10 @@ from fastaiagent.errors import InvalidValueError
 from fastaiagent.kb.protocols import (
     UNTAGGED,
     Chunk,
-    DimensionMismatchError,
+    Dimension,
     NamespacedSearch,
     SearchHit,
-    check_chunk,
-    check_dimension,
-    check_vector,
-    id_list,
-    namespace_key,
-    wanted_keys,
+    checked_batch,
 )
 
 _ID_NAMESPACE = uuid.UUID("6f1d0c2e-4b7a-5e0f-9a51-0c3f2b8e7d14")
@@ -69,7 +64,8 @@ class QdrantVectorStore(NamespacedSearch):
         for option, value in (("path", path), ("url", url), ("api_key", api_key)):
             if value is not None:
                 check_text(option, value)
-        self._dimension = check_dimension(dimension)
+        self._sizes = Dimension(dimension, "another collection")
+        self._dimension = self._sizes.asked
         qdrant = require("qdrant_client", "qdrant")
         self._models = require("qdrant_client.models", "qdrant")
         if client is None:
@@ -99,14 +95,7 @@ class QdrantVectorStore(NamespacedSearch):
         info = self._client.get_collection(self.collection_name)
         vectors = info.config.params.vectors
         size = vectors.size if hasattr(vectors, "size") else None
-        if size is not None:
-            if self._dimension is not None and self._dimension != size:
-                raise DimensionMismatchError(
-                    f"Qdrant collection {self.collection_name!r} has dimension {size}, "
-                    f"but dimension={self._dimension} was asked for; use an embedder of the "
-                    "same size or another collection"
-                )
-            self._dimension = size
+        self._dimension = self._sizes.agreed(size, f"Qdrant collection {self.collection_name!r}")
         self._index_namespaces()  # a collection made elsewhere may lack it; creating is idempotent
         self._ready = True
 
@@ -147,37 +136,28 @@ class QdrantVectorStore(NamespacedSearch):
         )
 
     def add(self, chunks: Sequence[Chunk]) -> None:
-        items = list(chunks)
-        if not items:
-            return
         models = self._models
         with self._lock:
-            dimension = self._dimension
-            points = []
-            for chunk in items:
-                vector = check_chunk(chunk, dimension)
-                dimension = dimension or len(vector)
-                payload = {
-                    "chunk_id": chunk.id,
-                    "text": chunk.text,
-                    "metadata": dict(chunk.metadata),
-                    NS_FIELD: namespace_key(chunk.metadata),
-                }
-                points.append(
-                    models.PointStruct(id=point_id(chunk.id), vector=vector, payload=payload)
+            batch = checked_batch(chunks, self._dimension)
+            if batch is None:
+                return
+            points = [
+                models.PointStruct(
+                    id=point_id(chunk.id),
+                    vector=vector,
+                    payload={"chunk_id": chunk.id, "text": chunk.text,
+                             "metadata": dict(chunk.metadata), NS_FIELD: key},
                 )
-            assert dimension is not None
-            self._ensure_collection(dimension)
+                for chunk, vector, key in zip(batch.chunks, batch.vectors, batch.keys, strict=True)
+            ]
+            self._ensure_collection(batch.dimension)
             self._client.upsert(self.collection_name, points=points, wait=True)
 
-    def search_namespaces(
-        self, vector: Sequence[float], top_k: int, keys: list[str] | None
-    ) -> list[SearchHit]:
-        """See :meth:`NamespacedSearch.search_namespaces`: one query with a payload filter."""
+    def search_checked(self, query: list[float], top_k: int, keys: list[str] | None) -> list[SearchHit]:
+        """One query with a payload filter."""
         with self._lock:
             if not self._ready:
                 return []
-            query = check_vector(vector, self._dimension, "query vector")
             result = self._client.query_points(
                 self.collection_name,
                 query=query,
@@ -198,8 +178,7 @@ class QdrantVectorStore(NamespacedSearch):
         found = {p.payload["chunk_id"]: self._to_chunk(p.payload) for p in points if p.payload}
         return [found[i] for i in wanted if i in found]
 
-    def chunks(self, namespace: str | None, *, include_untagged: bool = False) -> list[Chunk]:
-        keys = wanted_keys(namespace, include_untagged)
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         out: list[Chunk] = []
         with self._lock:
             if not self._ready:
@@ -217,10 +196,9 @@ class QdrantVectorStore(NamespacedSearch):
                 if offset is None:
                     return out
 
-    def delete(self, ids: Sequence[str]) -> int:
-        unique = id_list(ids, "delete")
+    def delete_ids(self, ids: list[str]) -> int:
         with self._lock:
-            existing = self.get(unique)
+            existing = self.get(ids)
             if existing:
                 self._client.delete(
                     self.collection_name,
@@ -231,20 +209,19 @@ class QdrantVectorStore(NamespacedSearch):
                 )
             return len(existing)
 
-    def delete_namespace(self, namespace: str) -> int:
-        keys = wanted_keys(namespace, False)
+    def delete_namespace_rows(self, namespace: str) -> int:
         with self._lock:
             count = self.count(namespace)
             if count:
                 self._client.delete(
                     self.collection_name,
-                    points_selector=self._models.FilterSelector(filter=self._filter(keys)),
+                    points_selector=self._models.FilterSelector(filter=self._filter([namespace])),
                     wait=True,
                 )
             return count
 
     def count(self, namespace: str | None = None) -> int:
-        keys = None if namespace is None else wanted_keys(namespace, False)
+        keys = None if namespace is None else [check_text("namespace", namespace)]
         with self._lock:
             if not self._ready:
                 return 0
