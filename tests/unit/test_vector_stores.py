@@ -322,3 +322,29 @@ def test_qdrant_server_namespace_filter():
         assert store.count() == 1
     finally:
         store._client.delete_collection(name)
+
+
+def test_an_add_is_checked_once_for_every_store():
+    from fastaiagent.kb.protocols import Dimension, checked_batch
+
+    batch = checked_batch(
+        [Chunk("a", "1", [1.0, 0.0], {"namespace": "n"}), Chunk("b", "2", [0.0, 1.0]),
+         Chunk("a", "3", [0.5, 0.5], {"namespace": "m"})],
+        None,
+    )
+    assert batch is not None and batch.dimension == 2
+    assert [(c.id, c.text) for c in batch.chunks] == [("a", "3"), ("b", "2")]  # last write, first place
+    assert batch.keys == ["m", ""] and batch.vectors == [[0.5, 0.5], [0.0, 1.0]]
+    assert checked_batch([], 3) is None
+    with pytest.raises(TypeError, match="add\\(\\) takes a list of chunks"):
+        checked_batch(Chunk("a", "x", [1.0]), None)  # type: ignore[arg-type]
+    with pytest.raises(DimensionMismatchError, match="has dimension 3 but the index has dimension 2"):
+        checked_batch([Chunk("a", "x", [1.0, 0.0, 0.0])], 2)
+    sizes = Dimension(4, "another table")
+    assert sizes.agreed(None, "x") == 4 and sizes.agreed(4, "x") == 4
+    assert Dimension(None, "another table").agreed(8, "x") == 8
+    with pytest.raises(DimensionMismatchError, match=r"t has dimension 8, but dimension=4 was asked; .* another table"):
+        sizes.agreed(8, "t")
+    assert "vectors have dimension 3 but the index has dimension 4" in str(sizes.refused(3, 4))
+    with pytest.raises(ValueError, match="dimension must be >= 1"):
+        Dimension(0, "another table")

@@ -61,14 +61,14 @@ def vector_bytes(vector: Sequence[float]) -> bytes:
     """A vector as the float32 bytes the stores keep."""
     import numpy as np
 
-    return bytes(np.asarray(vector, dtype=np.float32).tobytes())
+    return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 def bytes_vector(blob: bytes) -> list[float]:
     """The inverse of :func:`vector_bytes`."""
     import numpy as np
 
-    return list(np.frombuffer(blob, dtype=np.float32).tolist())
+    return np.frombuffer(blob, dtype=np.float32).tolist()
 
 
 class MatrixIndex(NamespacedSearch, RecordedSearch):

@@ -398,7 +398,8 @@ class RedisVectorIndex(MatrixIndex):
             found = []
             for ns in self._names(keys):
                 view = self.current(unescape_part(ns), dimension)
-                found += [(s, (ns, i)) for s, i in view.top(query, top_k)] if view else []
+                if view is not None:
+                    found += [(s, (ns, i)) for s, i in view.top(query, top_k)]
             return ranked_hits(found, top_k, self._hit_chunks)
 
         return self._call(run)
@@ -418,7 +419,8 @@ class RedisVectorIndex(MatrixIndex):
                 if not wanted or len(wanted) > RECORDED_LIMIT:
                     continue
                 view = self.current(unescape_part(ns), len(query))
-                found += [(s, (ns, i)) for s, i in view.among(wanted, query)] if view else []
+                if view is not None:
+                    found += [(s, (ns, i)) for s, i in view.among(wanted, query)]
             return ranked_hits(found, top_k, self._hit_chunks)
 
         return self._call(run)
@@ -486,7 +488,9 @@ class RedisVectorIndex(MatrixIndex):
         return int(self._call(lambda: self._client.hlen(key)))
 
 
-def _change(version: int, since: int | None, changed: list[tuple[bytes, bytes | None]], dimension: int) -> Change:
+def _change(
+    version: int, since: int | None, changed: list[tuple[bytes, bytes | None]], dimension: int
+) -> Change:
     """A :class:`Change` from ``(id, vector bytes or None: removed)`` pairs (Redis keeps
     vectors as given: they are normalised here)."""
     ids = [raw_id.decode("utf-8") for raw_id, raw in changed if raw]
