@@ -209,3 +209,16 @@ def test_keyword_requests_and_postings() -> None:
         query_terms(None, 3, "n")  # type: ignore[arg-type]
     postings = [("a", 4, "dog", 2), ("b", 3, "cat", 1), ("a", 4, "cat", 1), ("c", 5, None, 0)]
     assert grouped(postings) == [("a", 4, {"dog": 2, "cat": 1}), ("b", 3, {"cat": 1}), ("c", 5, {})]
+
+
+def test_a_whole_namespace_made_for_the_copy_is_taken_over_and_a_view_of_bytes_is_copied() -> None:
+    copies = NamespaceCopies(10**6)
+    made = rows([1, 0], [0, 1])
+    copies.settle("made", Change(1, keys=["a", "b"], vectors=made))
+    held = copies.held("made")
+    assert held is not None and held.buffer is made
+    read_only = np.frombuffer(made.tobytes(), dtype=np.float32).reshape(2, 2)
+    copies.settle("bytes", Change(1, keys=["a", "b"], vectors=read_only))
+    held = copies.held("bytes")
+    assert held is not None and held.buffer.flags.writeable and len(held.buffer) > 2
+    assert held.view().vectors.tolist() == made.tolist()

@@ -257,7 +257,11 @@ class Change:
     """What a store reports of a namespace: the markers it is at and, from the
     copy at ``since`` (None: from nothing, the rows are the whole namespace), the
     rows written (``keys``, unit ``vectors``: a float32 matrix, of shape
-    ``(0, dimension)`` for an empty whole namespace) and the keys removed."""
+    ``(0, dimension)`` for an empty whole namespace) and the keys removed.
+
+    A whole namespace's ``vectors`` become the copy's buffer when they are a
+    writeable float32 matrix (one made for it, such as :func:`unit_rows` makes);
+    read-only ones (a view of the store's bytes) are copied, with room to grow."""
 
     version: int
     epoch: int = 0
@@ -338,9 +342,19 @@ class NamespaceCopies:
 
 
 def _whole(change: Change) -> NamespaceMatrix:
-    matrix = NamespaceMatrix(change.vectors.shape[1], change.version, change.epoch)
-    if len(change.keys):
-        matrix.append(change.keys, change.vectors)
+    import numpy as np
+
+    vectors = change.vectors
+    matrix = NamespaceMatrix(vectors.shape[1], change.version, change.epoch)
+    if vectors.flags.writeable and vectors.flags.c_contiguous and vectors.dtype == np.float32:
+        # A matrix made for this copy (not a view of the store's bytes) is taken over
+        # as it is: no second copy of a whole namespace.
+        matrix.buffer, matrix.alive = vectors, np.ones(len(vectors), dtype=bool)
+        matrix.keys = list(change.keys)
+        matrix.where = {key: row for row, key in enumerate(matrix.keys)}
+        matrix.n = len(vectors)
+    elif len(change.keys):
+        matrix.append(change.keys, vectors)  # copied with room for the next rows
     return matrix
 
 
