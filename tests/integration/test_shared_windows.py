@@ -96,7 +96,7 @@ def make_memory(
         from fastaiagent.facts.redis.store import RedisFactStore
 
         store = RedisFactStore(url, prefix=name)
-    return Memory(store, user_id=_user_of, agent_id=agent_id, windows="shared", window=window)
+    return Memory(store, user_id=_user_of, agent_id=agent_id, window_store="shared", window=window)
 
 
 def _user_of(context: Any) -> str:

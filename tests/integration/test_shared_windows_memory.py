@@ -1,4 +1,4 @@
-"""Memory(windows=...) as a user sees it: two Memory objects stand in for two workers.
+"""Memory(window_store=...) as a user sees it: two Memory objects stand in for two workers.
 
 Backend-parametrised tests run on the real SQLite file, Postgres and Redis
 (names unique per run; missing servers fail under CI=true).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -116,8 +117,8 @@ class CountingStore(SQLiteWindowStore):
 def test_a_cached_state_is_reused_while_the_stored_version_is_unchanged(tmp_path) -> None:
     facts = MemoryStore(tmp_path / "db.sqlite")
     store_a, store_b = CountingStore(facts), CountingStore(MemoryStore(tmp_path / "db.sqlite"))
-    a = _agent(Memory(facts, user_id=str, windows=store_a))
-    b = _agent(Memory(store_b.store, user_id=str, windows=store_b))
+    a = _agent(Memory(facts, user_id=str, window_store=store_a))
+    b = _agent(Memory(store_b.store, user_id=str, window_store=store_b))
     for turn in range(5):
         a.run(f"q{turn}", context="alice")
     assert store_a.transfers == 0  # only its own writes: never re-read
@@ -138,7 +139,7 @@ def test_the_running_summary_travels_with_the_window(tmp_path) -> None:
         return "ok"
 
     def memory(llm: CannedLLM) -> Memory:
-        return Memory(location, user_id=str, window=2, summarize=llm, windows="shared")
+        return Memory(location, user_id=str, window=2, summarize=llm, window_store="shared")
 
     a = Agent("a", llm=FunctionLLM(reply), memory=memory(summary_a))
     b = Agent("b", llm=FunctionLLM(reply), memory=memory(summary_b))
@@ -151,20 +152,44 @@ def test_the_running_summary_travels_with_the_window(tmp_path) -> None:
 
 
 def test_validation_happens_at_construction(tmp_path) -> None:
-    with pytest.raises(ValueError, match="windows="):
-        Memory(windows="memcached://x")
-    with pytest.raises(TypeError, match="windows="):
-        Memory(windows=42)
-    for bad in (0, -5):
-        with pytest.raises(ValueError, match="window_ttl_seconds must be > 0"):
-            Memory(windows="shared", window_ttl_seconds=bad)
+    with pytest.raises(ValueError, match="window_store="):
+        Memory(window_store="memcached://x")
+    with pytest.raises(TypeError, match="window_store="):
+        Memory(window_store=42)  # type: ignore[arg-type]
+    for bad in (0, -5, timedelta(0)):
+        with pytest.raises(ValueError, match="window_ttl must be > 0"):
+            Memory(window_store="shared", window_ttl=bad)
     for wrong_type in ("1h", True):
-        with pytest.raises(TypeError, match="window_ttl_seconds must be a number"):
-            Memory(windows="shared", window_ttl_seconds=wrong_type)
+        with pytest.raises(TypeError, match="window_ttl must be a timedelta or seconds"):
+            Memory(window_store="shared", window_ttl=wrong_type)  # type: ignore[arg-type]
 
-    plain = Memory(f"sqlite:///{tmp_path / 'x.db'}", windows=None)
+    plain = Memory(f"sqlite:///{tmp_path / 'x.db'}", window_store=None)
     assert plain._windows is None
-    assert Memory(f"sqlite:///{tmp_path / 'x.db'}", windows="shared")._windows is not None
+    assert Memory(f"sqlite:///{tmp_path / 'x.db'}", window_store="shared")._windows is not None
+
+
+def test_window_ttl_takes_seconds_or_a_timedelta(tmp_path) -> None:
+    location = f"sqlite:///{tmp_path / 'x.db'}"
+    assert Memory(location, window_store="shared", window_ttl=timedelta(hours=2)).config.window_ttl == 7200.0
+    assert Memory(location, window_store="shared", window_ttl=None).config.window_ttl is None
+    assert Memory(location).config.window_ttl == 7 * 24 * 3600.0
+
+
+def test_the_old_spellings_windows_and_window_ttl_seconds_still_work(tmp_path) -> None:
+    location = f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.warns(DeprecationWarning) as said:
+        memory = Memory(location, user_id=str, windows="shared", window_ttl_seconds=60)
+    assert sorted(str(w.message) for w in said) == [
+        "window_ttl_seconds= is deprecated: use window_ttl=",
+        "windows= is deprecated: use window_store=",
+    ]
+    assert said[0].filename == __file__  # the warning points at the caller's line
+    assert (memory.config.window_store, memory.config.window_ttl) == ("shared", 60.0)
+    assert memory._windows is not None
+    with pytest.raises(ValueError, match="window_ttl must be > 0"), pytest.warns(DeprecationWarning):
+        Memory(location, windows="shared", window_ttl_seconds=0)
+    with pytest.raises(ValueError, match="pass window_store= only"):
+        Memory(location, windows="shared", window_store="shared")
 
 
 class _WrappedFactStore:
@@ -182,9 +207,9 @@ class _WrappedFactStore:
 def test_shared_windows_need_a_store_that_can_hold_them(tmp_path) -> None:
     wrapped = _WrappedFactStore(MemoryStore(tmp_path / "x.db"))
     with pytest.raises(ValueError, match="cannot hold them: give it a window_store"):
-        Memory(wrapped, windows="shared")  # type: ignore[arg-type]
+        Memory(wrapped, window_store="shared")  # type: ignore[arg-type]
     # ...but a URL or a WindowStore puts the windows elsewhere.
-    assert Memory(wrapped, windows=f"sqlite:///{tmp_path / 'w.db'}")._windows is not None  # type: ignore[arg-type]
+    assert Memory(wrapped, window_store=f"sqlite:///{tmp_path / 'w.db'}")._windows is not None  # type: ignore[arg-type]
 
 
 def test_a_users_own_store_offers_shared_windows_through_the_capability(tmp_path) -> None:
@@ -193,24 +218,24 @@ def test_a_users_own_store_offers_shared_windows_through_the_capability(tmp_path
             return SQLiteWindowStore(self.inner)
 
     location = OwnStore(MemoryStore(tmp_path / "own.db"))
-    a = _agent(Memory(location, user_id=str, windows="shared"))  # type: ignore[arg-type]
-    b = _agent(Memory(location, user_id=str, windows="shared"))  # type: ignore[arg-type]
+    a = _agent(Memory(location, user_id=str, window_store="shared"))  # type: ignore[arg-type]
+    b = _agent(Memory(location, user_id=str, window_store="shared"))  # type: ignore[arg-type]
     a.run("hi", context="alice")
     assert _window(b.memory, "alice") == ["hi", "ack hi"]  # type: ignore[arg-type]
 
 
 def test_a_window_url_elsewhere_than_the_facts(tmp_path) -> None:
     windows_db = tmp_path / "windows.db"
-    a = _agent(Memory(f"sqlite:///{tmp_path / 'a.db'}", user_id=str, windows=f"sqlite:///{windows_db}"))
-    b = _agent(Memory(f"sqlite:///{tmp_path / 'b.db'}", user_id=str, windows=f"sqlite:///{windows_db}"))
+    a = _agent(Memory(f"sqlite:///{tmp_path / 'a.db'}", user_id=str, window_store=f"sqlite:///{windows_db}"))
+    b = _agent(Memory(f"sqlite:///{tmp_path / 'b.db'}", user_id=str, window_store=f"sqlite:///{windows_db}"))
     a.run("hi", context="alice")
     assert _window(b.memory, "alice") == ["hi", "ack hi"]  # type: ignore[arg-type]
 
 
 def test_a_memory_with_one_window_shares_it_too(tmp_path) -> None:
     location = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    a = _agent(Memory(location, user_id="alice", windows="shared"))
-    b = _agent(Memory(location, user_id="alice", windows="shared"))
+    a = _agent(Memory(location, user_id="alice", window_store="shared"))
+    b = _agent(Memory(location, user_id="alice", window_store="shared"))
     a.run("one")
     b.run("two")
     turn = a.memory.start_turn()  # type: ignore[union-attr]
@@ -221,7 +246,7 @@ def test_a_memory_with_one_window_shares_it_too(tmp_path) -> None:
 
 
 def test_unresolved_callers_store_nothing(tmp_path) -> None:
-    memory = Memory(f"sqlite:///{tmp_path / 'db.sqlite'}", user_id=lambda c: None, windows="shared")
+    memory = Memory(f"sqlite:///{tmp_path / 'db.sqlite'}", user_id=lambda c: None, window_store="shared")
     _agent(memory).run("who am I?")
     row = memory._windows.store._conn().execute(  # type: ignore[union-attr]
         "SELECT count(*) FROM conversation_windows"
@@ -231,8 +256,8 @@ def test_unresolved_callers_store_nothing(tmp_path) -> None:
 
 def test_async_runs_share_windows(tmp_path) -> None:
     location = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    a = _agent(Memory(location, user_id=str, windows="shared"))
-    b = _agent(Memory(location, user_id=str, windows="shared"))
+    a = _agent(Memory(location, user_id=str, window_store="shared"))
+    b = _agent(Memory(location, user_id=str, window_store="shared"))
 
     async def main() -> None:
         await a.arun("one", context="alice")
@@ -246,7 +271,7 @@ def test_async_runs_share_windows(tmp_path) -> None:
 
 def test_load_from_a_file_is_pushed_to_every_worker(tmp_path) -> None:
     location = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    a, b = Memory(location, user_id=str, windows="shared"), Memory(location, user_id=str, windows="shared")
+    a, b = Memory(location, user_id=str, window_store="shared"), Memory(location, user_id=str, window_store="shared")
     _agent(a).run("saved turn", context="alice")
     a.for_user("alice").save(tmp_path / "snap")
     a.forget(tier="user", id="alice")
@@ -256,7 +281,7 @@ def test_load_from_a_file_is_pushed_to_every_worker(tmp_path) -> None:
 
 def test_a_store_outage_degrades_to_in_process_windows(tmp_path, caplog) -> None:
     memory = Memory(
-        f"sqlite:///{tmp_path / 'db.sqlite'}", user_id=str, windows="redis://127.0.0.1:1/0"
+        f"sqlite:///{tmp_path / 'db.sqlite'}", user_id=str, window_store="redis://127.0.0.1:1/0"
     )
     agent = _agent(memory)
     with caplog.at_level(logging.WARNING, logger="fastaiagent.memory"):
@@ -270,7 +295,7 @@ def test_a_store_outage_degrades_to_in_process_windows(tmp_path, caplog) -> None
 
 def test_an_unreadable_stored_window_starts_over_instead_of_failing(tmp_path, caplog) -> None:
     location = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    memory = Memory(location, user_id=str, windows="shared")
+    memory = Memory(location, user_id=str, window_store="shared")
     agent = _agent(memory)
     for user in ("alice", "bob", "carol"):
         agent.run("before", context=user)
@@ -283,13 +308,13 @@ def test_an_unreadable_stored_window_starts_over_instead_of_failing(tmp_path, ca
         for user in corrupt:  # carol's is nested deeper than json decodes
             agent.run("after", context=user)
     for user in corrupt:
-        assert _window(Memory(location, user_id=str, windows="shared"), user) == ["after", "ack after"]
+        assert _window(Memory(location, user_id=str, window_store="shared"), user) == ["after", "ack after"]
     assert sum("unreadable" in r.getMessage() for r in caplog.records) == 3
 
 
 def test_save_writes_the_latest_stored_window(tmp_path) -> None:
     location = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    a, b = Memory(location, user_id=str, windows="shared"), Memory(location, user_id=str, windows="shared")
+    a, b = Memory(location, user_id=str, window_store="shared"), Memory(location, user_id=str, window_store="shared")
     _agent(a).run("one", context="alice")
     _agent(b).run("two", context="alice")  # a's cached copy is now behind
     a.for_user("alice").save(tmp_path / "snap")

@@ -213,6 +213,27 @@ def test_update_by_text_and_by_id_keeps_history():
         mem.update("x", old="never said", tier="user", id="alice")
 
 
+def test_update_names_the_fact_it_replaces_and_old_by_position_is_deprecated():
+    mem = Memory()
+    mem.persist("Prefers email", tier="user", id="alice")
+    with pytest.warns(DeprecationWarning, match=re.escape("use update(new, old=...)")) as said:
+        by_position = mem.update("Prefers Slack", "Prefers email", "user", "alice")
+    assert said[0].filename == __file__  # points at the caller
+    assert [f.fact for f in mem.retrieve(tier="user", id="alice")] == ["Prefers Slack"]
+    with pytest.warns(DeprecationWarning):  # old alone by position, the rest named
+        newer = mem.update("Prefers phone", by_position, tier="user", id="alice")
+    assert mem.location.get(by_position).superseded_by == newer
+    with pytest.raises(ValueError, match=re.escape("update() needs old=")):
+        mem.update("Prefers mail", tier="user", id="alice")
+    with pytest.raises(TypeError, match="old both by position and as old="):
+        mem.update("Prefers mail", "Prefers phone", old="Prefers phone", id="alice")
+    with pytest.raises(TypeError, match="at most old, tier, id"):
+        mem.update("a", "b", "user", "alice", "extra")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the spec's form warns about nothing
+        mem.update("Prefers mail", old="Prefers phone", tier="user", id="alice")
+
+
 def test_supersede_cycles_keep_exactly_one_active_fact():  # acceptance H1, H3
     mem = Memory()
     a = mem.persist("A", tier="user", id="u")

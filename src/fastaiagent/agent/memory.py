@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastaiagent import trace
 from fastaiagent._validate import optional_id
 from fastaiagent.agent.composable import ComposableMemory
+from fastaiagent.agent.deprecation import UNSET
 from fastaiagent.agent.forgetting import PEERS, attributed
 from fastaiagent.agent.memory_blocks.background import flush_lane_everywhere
+from fastaiagent.agent.memory_blocks.base import described
 from fastaiagent.agent.memory_blocks.fact_policy import FactPolicy
 from fastaiagent.agent.memory_blocks.recall_options import RecallOptions
 from fastaiagent.agent.memory_config import (
@@ -39,7 +41,7 @@ from fastaiagent.agent.memory_config import (
 )
 from fastaiagent.agent.memory_stack import MemoryStack
 from fastaiagent.agent.memory_users import Turn, UserCache, UserResolution, UserState, current_user
-from fastaiagent.agent.verbs import MemoryVerbs
+from fastaiagent.agent.verbs import FactPage, FactWrite, MemoryVerbs, by_name
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
 from fastaiagent.agent.windows.sync import shared_windows
 from fastaiagent.errors import InvalidValueError, UsageError
@@ -48,6 +50,7 @@ from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
 from fastaiagent.facts.validity import Clock
+from fastaiagent.facts.windows import WindowStore
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message
 from fastaiagent.plane.client import PlaneConnection
@@ -116,11 +119,18 @@ class Memory:
     - ``fact_policy``: ``(text, source) -> "keep" | "flag" | "drop"``, judging
       each fact ``learn=`` extracts before it is stored (default: drop text
       that reads as instructions to the assistant; see ``docs/blocks.md``).
-    - ``windows`` / ``window_ttl_seconds``: share windows across processes
-      (see ``docs/production.md``).
+    - ``window_store``: where windows are kept so that any process can serve any
+      user: ``"shared"`` (beside the facts, in the location), a URL or a
+      ``WindowStore``; None (default) keeps them in this process. ``window_ttl``:
+      how long an idle shared window lives (seconds or a ``timedelta``; default
+      a week; None: for ever). See ``docs/production.md``.
     - ``fact_ttl``: how long a fact ``learn=`` extracts holds (seconds or a
       ``timedelta``; default None: until replaced); a stated end ("until
       Friday") wins.
+
+    Renamed keywords keep working, with a DeprecationWarning: ``windows=`` is
+    ``window_store=`` and ``window_ttl_seconds=`` is ``window_ttl=`` (one word per
+    idea: ``window`` is the window's size, every ``*_ttl`` a time to live).
     - ``clock``: ``() -> datetime | UNIX seconds``, the time every read and
       write of this Memory uses (default: the system clock); tests inject one.
     - ``max_memory_tokens``: a token budget for what memory injects each turn
@@ -150,46 +160,27 @@ class Memory:
         plane_agent_id: str | None = None,
         plane: PlaneConnection | None = None,
         max_facts: int = DEFAULT_MAX_FACTS,
-        windows: Any = None,
-        window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL,
+        window_store: str | WindowStore | None = None,
+        window_ttl: float | timedelta | None = DEFAULT_WINDOW_TTL,
         learn_in_background: bool = True,
         fact_policy: FactPolicy | None = None,
         fact_ttl: float | timedelta | None = None,
         clock: Clock | None = None,
         max_memory_tokens: int | None = None,
+        windows: str | WindowStore | None = UNSET,  # deprecated: window_store=
+        window_ttl_seconds: float | None = UNSET,  # deprecated: window_ttl=
     ) -> None:
-        self.config = MemoryConfig(
-            user_id=user_id,
-            agent_id=agent_id,
-            project_id=project_id,
-            window=window,
-            learn=learn,
-            max_learned_facts=max_learned_facts,
-            summarize=summarize,
-            recall=recall,
-            dedupe=dedupe,
-            semantic=semantic,
-            embedder=embedder,
-            max_users=max_users,
-            plane_agent_id=plane_agent_id,
-            plane=plane,
-            max_facts=max_facts,
-            windows=windows,
-            window_ttl_seconds=window_ttl_seconds,
-            learn_in_background=learn_in_background,
-            fact_policy=fact_policy,
-            fact_ttl=fact_ttl.total_seconds() if isinstance(fact_ttl, timedelta) else fact_ttl,
-            clock=clock,
-            max_memory_tokens=max_memory_tokens,
-        )
-        self._build_parts(location, user_id, max_users, windows)
+        # Every keyword but location is the config's (the deprecated ones by their new name).
+        keywords = dict(locals())
+        self.config = MemoryConfig.from_keywords(keywords)
+        self._build_parts(location, self.config.user_id, max_users, self.config.window_store)
 
     def _build_parts(
         self,
         location: str | FactStore,
         user_id: str | UserResolver | None,
         max_users: int | None,
-        windows: Any,
+        window_store: str | WindowStore | None,
     ) -> None:
         """The store, stack, user cache, windows and verbs, made from the checked
         :attr:`config`; then this Memory joins its peers on the same store."""
@@ -199,9 +190,9 @@ class Memory:
         self._stack = MemoryStack(self.config, facts)
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
-        # windows=None keeps windows in process; else the user cache fronts a shared store.
+        # window_store=None keeps windows in process; else the user cache fronts a shared store.
         self._windows = shared_windows(
-            self.config, windows, self.location, location, self._new_state
+            self.config, window_store, self.location, location, self._new_state
         )
         self._verbs = MemoryVerbs(
             self.config,
@@ -217,10 +208,9 @@ class Memory:
         return True
 
     def __repr__(self) -> str:
-        return (
-            f"Memory(location={self.location!r}, agent_id={self.config.agent_id!r}, "
-            f"per_user={self.config.per_user}, window={self.config.window})"
-        )
+        config = self.config
+        return described("Memory", location=self.location, agent_id=config.agent_id,
+                         per_user=config.per_user, window=config.window)  # fmt: skip
 
     @property
     def store(self) -> FactStore:
@@ -248,16 +238,8 @@ class Memory:
         (seconds or a timedelta) is shorthand for ``valid_to`` = now + ttl. From
         ``valid_to`` on, the fact is expired: never injected, never returned by
         default. Re-persisting the text of an expired fact records it again."""
-        return self._verbs.persist(
-            text,
-            tier,
-            id,
-            confidence=confidence,
-            metadata=metadata,
-            valid_from=valid_from,
-            valid_to=valid_to,
-            ttl=ttl,
-        )
+        write = FactWrite(confidence, metadata, valid_from, valid_to, ttl)
+        return self._verbs.persist(text, tier, id, write)
 
     def retrieve(
         self,
@@ -281,23 +263,15 @@ class Memory:
         Bounded by default: ``limit=None`` returns at most 50 facts
         (:data:`fastaiagent.facts.store.DEFAULT_LIMIT`; 10 with ``query``).
         Page with ``offset``: ``offset=50`` is the next 50, and so on."""
-        return self._verbs.retrieve(
-            query,
-            tier=tier,
-            id=id,
-            limit=limit,
-            offset=offset,
-            as_of=as_of,
-            include_expired=include_expired,
-        )
+        return self._verbs.retrieve(query, tier, id, FactPage(limit, offset, as_of, include_expired))
 
     def update(
         self,
         new: str,
-        old: int | str,
+        *by_position: Any,
+        old: int | str | None = None,
         tier: str = "user",
         id: str | None = None,
-        *,
         confidence: float = 1.0,
         valid_from: datetime | float | None = None,
         valid_to: datetime | float | None = None,
@@ -306,12 +280,16 @@ class Memory:
         """Replace ``old`` (its text or id) with ``new``; the old fact stays as history
         (superseded at the new one's time: ``retrieve(as_of=)`` before it shows it).
 
-        Returns the new fact's id. Updating a fact to its own text changes nothing.
+        ``update("Prefers Slack", old="Prefers email", tier="user", id="alice")``:
+        the new text first, the fact it replaces always named. Returns the new
+        fact's id. Updating a fact to its own text changes nothing.
         ``valid_from`` / ``valid_to`` / ``ttl`` are the new version's, as in :meth:`persist`.
+        ``old``, ``tier`` and ``id`` by position (``update(new, old)``) still work,
+        with a DeprecationWarning: two texts in a row read either way round.
         """
-        return self._verbs.update(
-            new, old, tier, id, confidence=confidence, valid_from=valid_from, valid_to=valid_to, ttl=ttl
-        )
+        old, tier, id = by_name("update", by_position, old=old, tier=tier, id=id)
+        write = FactWrite(confidence, None, valid_from, valid_to, ttl)
+        return self._verbs.update(new, old, tier, id, write)
 
     def history(self, fact: int | str, tier: str = "user", id: str | None = None) -> list[Fact]:
         """Every version of a fact (its id, or the text of its active version), newest
@@ -356,7 +334,7 @@ class Memory:
         ``id="*"`` deletes every user fact of the project. See
         ``docs/how-memory-works.md``.
         """
-        return self._verbs.forget(tier, id, fact=fact, agent_only=agent_only)
+        return self._verbs.forget(tier, id, fact, agent_only)
 
     # -- background learning ---------------------------------------------------
 
@@ -434,7 +412,7 @@ class Memory:
 
     def drop_user(self, user_id: str) -> bool:
         """Drop a user's in-process state (window, summary, recall index), and with
-        ``windows=`` their stored window too, for every worker. Facts stay."""
+        ``window_store=`` their stored window too, for every worker. Facts stay."""
         stored = self._windows.drop(user_id) if self._windows is not None else False
         state = self._users.pop(user_id)
         if state is None:

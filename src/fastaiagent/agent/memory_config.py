@@ -7,16 +7,17 @@ rest of Memory can trust the values it reads here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from fastaiagent import _validate as check
+from fastaiagent.agent.deprecation import UNSET, renamed_keyword
 from fastaiagent.agent.memory_blocks.fact_policy import FactPolicy, check_policy
 from fastaiagent.agent.memory_blocks.recall_options import AUTO, RecallOptions
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.validity import Clock, check_clock
-from fastaiagent.facts.windows import check_ttl
+from fastaiagent.facts.windows import WindowStore
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.plane.client import PlaneConnection, check_connection
 
@@ -26,6 +27,9 @@ DEFAULT_MAX_LEARNED = 200
 DEFAULT_MAX_FACTS = 50
 DEFAULT_WINDOW_TTL = 7 * 24 * 3600.0  # a week idle and a shared window is gone (facts stay)
 EMBEDDER_NAMES = ("auto", "local", "openai")
+# Memory keywords renamed so that one idea has one word (docs/architecture.md),
+# old -> new. The old spelling still works, with a DeprecationWarning.
+RENAMED_KEYWORDS = {"windows": "window_store", "window_ttl_seconds": "window_ttl"}
 
 UserResolver = Callable[[Any], "str | None"]
 
@@ -53,11 +57,11 @@ class MemoryConfig:
     plane_agent_id: str | None = None
     plane: PlaneConnection | None = None  # None: the connect() default, read at each turn
     max_facts: int = DEFAULT_MAX_FACTS
-    windows: Any = None
-    window_ttl_seconds: float | None = DEFAULT_WINDOW_TTL
+    window_store: str | WindowStore | None = None  # None: windows stay in process
+    window_ttl: float | None = DEFAULT_WINDOW_TTL  # seconds (a timedelta is turned into them)
     learn_in_background: bool = True
     fact_policy: FactPolicy | None = None  # None = default_fact_policy (see fact_policy.py)
-    fact_ttl: float | None = None  # seconds a learned fact holds (None: until replaced)
+    fact_ttl: float | None = None  # seconds a learned fact holds (None: until replaced); or a timedelta
     clock: Clock | None = None  # () -> UNIX seconds or datetime; None = the system clock
     max_memory_tokens: int | None = None  # None = no budget (see memory_budget.py)
     # recall= (and dedupe=) as one RecallOptions; None when recall is off.
@@ -84,8 +88,9 @@ class MemoryConfig:
         check.boolean("dedupe", self.dedupe)
         check.boolean("learn_in_background", self.learn_in_background)
         check_policy(self.fact_policy)
-        check_ttl(self.window_ttl_seconds)
-        _check_time(self.fact_ttl, self.clock)
+        for name in ("window_ttl", "fact_ttl"):  # seconds or a timedelta, kept as seconds
+            object.__setattr__(self, name, check.duration(name, getattr(self, name), allow_none=True))
+        check_clock(self.clock)
         _check_embedder(self.embedder)
         _check_llm("learn", self.learn)
         _check_llm("summarize", self.summarize)
@@ -95,6 +100,18 @@ class MemoryConfig:
             raise InvalidValueError(
                 "learn= stores facts per user: set user_id= (a string or a resolver)"
             )
+
+    @classmethod
+    def from_keywords(cls, keywords: dict[str, Any]) -> MemoryConfig:
+        """The config of ``Memory(**keywords)``. A keyword passed by its deprecated
+        spelling (:data:`RENAMED_KEYWORDS`; :data:`~fastaiagent.agent.deprecation.UNSET`
+        when not passed) still works, with a DeprecationWarning."""
+        for old, new in RENAMED_KEYWORDS.items():
+            value = keywords.get(old, UNSET)
+            if value is not UNSET:
+                default = cls.__dataclass_fields__[new].default
+                keywords[new] = renamed_keyword(old, value, new, keywords[new], default, stacklevel=5)
+        return cls(**{name: keywords[name] for name in KEYWORDS})
 
     @property
     def per_user(self) -> bool:
@@ -107,17 +124,14 @@ class MemoryConfig:
         return self.user_id if isinstance(self.user_id, str) else None
 
 
-def _check_time(fact_ttl: Any, clock: Any) -> None:
-    """``fact_ttl`` is seconds (the Memory turns a timedelta into them); ``clock`` a callable."""
-    check.duration("fact_ttl", fact_ttl, allow_none=True)
-    check_clock(clock)
-
-
 def _check_llm(name: str, value: Any) -> None:
     if value is not None and not isinstance(value, BaseLLM):
         raise InvalidTypeError(
             f"{name}= needs an LLM (LLMClient or BaseLLM), got {type(value).__name__}"
         )
+
+
+KEYWORDS = tuple(f.name for f in fields(MemoryConfig) if f.init)
 
 
 def _recall_options(recall: Any, dedupe: bool) -> RecallOptions | None:

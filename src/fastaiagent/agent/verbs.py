@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastaiagent import trace
 from fastaiagent._validate import boolean, duration, fraction, integer, moment
+from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.forgetting import delete_agent_facts
 from fastaiagent.agent.memory_config import MemoryConfig
 from fastaiagent.agent.memory_stack import MemoryStack
@@ -31,6 +34,51 @@ from fastaiagent.facts.validity import read_clock
 
 TIERS = ("global", "user", "session")
 DEFAULT_SEARCH_LIMIT = 10
+
+
+@dataclass(frozen=True)
+class FactWrite:
+    """What a write says beside the fact's text: ``confidence`` (0 to 1),
+    ``metadata``, and when it holds (``valid_from`` / ``valid_to``, or ``ttl``
+    from now: a datetime, naive read as UTC, or UNIX seconds; a ``ttl`` in
+    seconds or a timedelta). Checked by the verb that writes it."""
+
+    confidence: float = 1.0
+    metadata: dict[str, Any] | None = None
+    valid_from: datetime | float | None = None
+    valid_to: datetime | float | None = None
+    ttl: timedelta | float | None = None
+
+
+@dataclass(frozen=True)
+class FactPage:
+    """Which facts a read returns: ``limit`` / ``offset`` (a page; ``limit=None``
+    is the default bound), ``as_of`` (what was held then) and ``include_expired``."""
+
+    limit: int | None = None
+    offset: int = 0
+    as_of: datetime | float | None = None
+    include_expired: bool = False
+
+
+def by_name(
+    verb: str, by_position: tuple[Any, ...], *, old: Any, tier: str, id: str | None
+) -> tuple[int | str, str, str | None]:
+    """``old``, ``tier`` and ``id`` of ``verb(new, ...)``, named, or by position
+    (deprecated: ``update("A", "B")`` reads either way round)."""
+    if by_position:
+        if len(by_position) > 3:
+            raise InvalidTypeError(f"{verb}() takes the new text and at most old, tier, id")
+        named = {"old": old is not None, "tier": tier != "user", "id": id is not None}
+        for name, _ in zip(("old", "tier", "id"), by_position, strict=False):
+            if named[name]:
+                raise InvalidTypeError(f"{verb}() got {name} both by position and as {name}=")
+        warn_renamed(f"{verb}(new, old) with old by position", f"{verb}(new, old=...)", stacklevel=4)
+        named_values: list[Any] = [old, tier, id]
+        old, tier, id = [*by_position, *named_values[len(by_position) :]]
+    if old is None:
+        raise InvalidValueError(f"{verb}() needs old= (the text or id of the fact it replaces)")
+    return old, tier, id
 
 
 class MemoryVerbs:
@@ -108,23 +156,12 @@ class MemoryVerbs:
         self._warn_global_without_agent(verb, tier, scope_id)
         return scope, scope_id or ""
 
-    def persist(
-        self,
-        text: str,
-        tier: str = "user",
-        id: str | None = None,
-        *,
-        confidence: float = 1.0,
-        metadata: dict[str, Any] | None = None,
-        valid_from: Any = None,
-        valid_to: Any = None,
-        ttl: Any = None,
-    ) -> int:
+    def persist(self, text: str, tier: str, id: str | None, write: FactWrite) -> int:
         """:meth:`Memory.persist <fastaiagent.agent.memory.Memory.persist>`."""
         scope, scope_id = self._write_scope_id("persist", tier, id)
-        fraction("confidence", confidence)
+        fraction("confidence", write.confidence)
         now = self.now()
-        start, end = self.validity(valid_from, valid_to, ttl, now)
+        start, end = self.validity(write.valid_from, write.valid_to, write.ttl, now)
         with trace.span(
             "memory.persist", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
@@ -134,8 +171,8 @@ class MemoryVerbs:
                     scope=scope,
                     scope_id=scope_id,
                     project_id=self.config.project_id,
-                    confidence=confidence,
-                    metadata=dict(metadata or {}),
+                    confidence=write.confidence,
+                    metadata=dict(write.metadata or {}),
                     created_at=now,
                     valid_from=start,
                     valid_to=end,
@@ -144,23 +181,14 @@ class MemoryVerbs:
             trace.annotate({"memory.fact_id": fact_id})
         return fact_id
 
-    def retrieve(
-        self,
-        query: str | None = None,
-        *,
-        tier: str = "user",
-        id: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        as_of: Any = None,
-        include_expired: bool = False,
-    ) -> list[Fact]:
+    def retrieve(self, query: str | None, tier: str, id: str | None, page: FactPage) -> list[Fact]:
         """:meth:`Memory.retrieve <fastaiagent.agent.memory.Memory.retrieve>`."""
+        limit, offset, include_expired = page.limit, page.offset, page.include_expired
         scope, scope_id = self._subject("retrieve", tier, id)
         if limit is not None:
             integer("limit", limit, minimum=0)
         integer("offset", offset, minimum=0)
-        at = moment("as_of", as_of, allow_none=True)
+        at = moment("as_of", page.as_of, allow_none=True)
         boolean("include_expired", include_expired)
         if at is not None and (query is not None or include_expired):
             raise InvalidValueError(
@@ -222,22 +250,11 @@ class MemoryVerbs:
             "active fact or its id (retrieve() lists them)"
         )
 
-    def update(
-        self,
-        new: str,
-        old: int | str,
-        tier: str = "user",
-        id: str | None = None,
-        *,
-        confidence: float = 1.0,
-        valid_from: Any = None,
-        valid_to: Any = None,
-        ttl: Any = None,
-    ) -> int:
+    def update(self, new: str, old: int | str, tier: str, id: str | None, write: FactWrite) -> int:
         """:meth:`Memory.update <fastaiagent.agent.memory.Memory.update>`."""
         scope, scope_id = self._write_scope_id("update", tier, id)
         now = self.now()
-        start, end = self.validity(valid_from, valid_to, ttl, now)
+        start, end = self.validity(write.valid_from, write.valid_to, write.ttl, now)
         with trace.span(
             "memory.update", {"memory.tier": tier, "memory.scope": scope, "memory.scope_id": scope_id}
         ):
@@ -247,7 +264,7 @@ class MemoryVerbs:
                 scope=scope,
                 scope_id=scope_id,
                 project_id=self.config.project_id,
-                confidence=confidence,
+                confidence=write.confidence,
                 created_at=now,
                 valid_from=start,
                 valid_to=end,
@@ -289,14 +306,7 @@ class MemoryVerbs:
             trace.annotate({"memory.fact_id": fact_id, "memory.expired": done})
         return done
 
-    def forget(
-        self,
-        tier: str = "user",
-        id: str | None = None,
-        *,
-        fact: str | None = None,
-        agent_only: bool = False,
-    ) -> int:
+    def forget(self, tier: str, id: str | None, fact: str | None, agent_only: bool) -> int:
         """:meth:`Memory.forget <fastaiagent.agent.memory.Memory.forget>`."""
         scope, scope_id = self._subject("forget", tier, id)
         if not scope_id:

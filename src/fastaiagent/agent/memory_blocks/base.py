@@ -22,6 +22,11 @@ SNIPPET_CHARS = 200
 MAX_SNIPPETS = 10
 
 
+def described(kind: str, **fields: Any) -> str:
+    """``kind(name=value!r, ...)``: the repr of a memory part, its settings in order."""
+    return f"{kind}({', '.join(f'{name}={value!r}' for name, value in fields.items())})"
+
+
 def check_llm(block: str, llm: object) -> BaseLLM:
     """``llm`` if it can ``complete()``: the model a block calls (extraction, summaries)."""
     if llm is None or not callable(getattr(llm, "complete", None)):

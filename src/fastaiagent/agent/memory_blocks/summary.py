@@ -12,7 +12,7 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent._validate import integer, text
 from fastaiagent.agent.memory_blocks import framing
-from fastaiagent.agent.memory_blocks.base import MemoryBlock, check_llm
+from fastaiagent.agent.memory_blocks.base import MemoryBlock, check_llm, described
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
@@ -101,10 +101,8 @@ class SummaryBlock(MemoryBlock):
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return (
-            f"SummaryBlock(keep_last={self.keep_last}, summarize_every={self.summarize_every}, "
-            f"max_chars={self.max_chars})"
-        )
+        return described("SummaryBlock", keep_last=self.keep_last,
+                         summarize_every=self.summarize_every, max_chars=self.max_chars)  # fmt: skip
 
     # -- the prompt ------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from fastaiagent._beside import beside
 from fastaiagent._validate import boolean, number, text
 from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.memory_blocks import framing
-from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext
+from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext, described
 from fastaiagent.agent.memory_blocks.recall_options import (
     DEFAULT_DATE_BOOST,
     DEFAULT_FOLLOW_TURNS,
@@ -301,10 +301,8 @@ class VectorBlock(MemoryBlock):
             self._check_dimension(embedder)  # a known mismatch is a configuration error
 
     def __repr__(self) -> str:
-        return (
-            f"VectorBlock(store={self.store!r}, namespace={self.namespace!r}, "
-            f"top_k={self.top_k}, retrieval={self.retrieval!r})"
-        )
+        return described("VectorBlock", store=self.store, namespace=self.namespace,
+                         top_k=self.top_k, retrieval=self.retrieval)  # fmt: skip
 
     # -- the embedder, resolved lazily --------------------------------------
 

@@ -1,8 +1,8 @@
 """Shared conversation windows: any worker can serve any user's next turn.
 
-``Memory(..., windows="shared")`` keeps each user's window, summary and block
+``Memory(..., window_store="shared")`` keeps each user's window, summary and block
 state in the fact store's database (SQLite file, Postgres or Redis);
-``windows="redis://..."`` (or a ``postgres://`` / ``sqlite:///`` URL, or a
+``window_store="redis://..."`` (or a ``postgres://`` / ``sqlite:///`` URL, or a
 :class:`WindowStore`) puts them elsewhere. See ``docs/production.md``.
 """
 
@@ -39,34 +39,34 @@ def window_store_for(fact_store: Any) -> WindowStore:
             return windows
     kind = type(fact_store).__name__
     raise InvalidValueError(
-        f'windows="shared" keeps windows in the fact store, but {kind} cannot hold them: '
+        f'window_store="shared" keeps windows in the fact store, but {kind} cannot hold them: '
         "give it a window_store() method (see docs/backends.md, capabilities), use "
-        'location="sqlite"/"postgres://..."/"redis://...", or pass windows="redis://..." '
+        'location="sqlite"/"postgres://..."/"redis://...", or pass window_store="redis://..." '
         "(or a WindowStore instance)"
     )
 
 
-def make_window_store(windows: Any, fact_store: FactStore, location: Any) -> WindowStore | None:
-    """Turn ``Memory(windows=...)`` into a WindowStore (None: in-process windows).
+def make_window_store(window_store: Any, fact_store: FactStore, location: Any) -> WindowStore | None:
+    """Turn ``Memory(window_store=...)`` into a WindowStore (None: in-process windows).
 
     A URL equal to the string ``location`` reuses the fact store's connections.
     """
-    if windows is None:
+    if window_store is None:
         return None
-    if windows == SHARED:
+    if window_store == SHARED:
         return window_store_for(fact_store)
-    if isinstance(windows, str):
-        if not windows.startswith((*POSTGRES_SCHEMES, *REDIS_SCHEMES, "sqlite:///")):
+    if isinstance(window_store, str):
+        if not window_store.startswith((*POSTGRES_SCHEMES, *REDIS_SCHEMES, "sqlite:///")):
             raise InvalidValueError(
-                f'windows={windows!r} is not supported: use None, "shared", '
+                f'window_store={window_store!r} is not supported: use None, "shared", '
                 '"redis://...", "postgres://...", "sqlite:///path.db" or a WindowStore'
             )
-        same = isinstance(location, str) and windows == location
-        return window_store_for(fact_store if same else make_fact_store(windows))
-    if isinstance(windows, WindowStore):
-        return windows
+        same = isinstance(location, str) and window_store == location
+        return window_store_for(fact_store if same else make_fact_store(window_store))
+    if isinstance(window_store, WindowStore):
+        return window_store
     raise InvalidTypeError(
-        f'windows= must be None, "shared", a URL or a WindowStore, got {type(windows).__name__}'
+        f'window_store= must be None, "shared", a URL or a WindowStore, got {type(window_store).__name__}'
     )
 
 

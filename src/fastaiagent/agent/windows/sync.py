@@ -239,6 +239,6 @@ def shared_windows(
         store,
         agent_id=config.agent_id,
         project_id=config.project_id,
-        ttl_seconds=check_ttl(config.window_ttl_seconds),
+        ttl_seconds=check_ttl(config.window_ttl),
         rebuild=rebuild,
     )
