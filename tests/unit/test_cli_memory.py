@@ -85,3 +85,15 @@ def test_prune_removes_only_what_ended_long_enough_ago(cli, store: MemoryStore) 
     ]
     bad = cli("memory", "prune", "--older-than", "soon", "-l", _location(store))
     assert bad.exit_code == 2 and "use a number and a unit" in bad.output
+
+
+def test_project_id_is_the_flag_everywhere_and_project_still_works(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    store.add(Fact("Tenant B prefers tea", scope="user", scope_id="alice", project_id="b"))
+    for flag in ("--project-id", "--project"):
+        out = cli("memory", "search", "", "-l", _location(store), flag, "b")
+        assert out.exit_code == 0, out.output
+        assert "Tenant B prefers tea" in out.output and "oat" not in out.output.lower()
+    for command in (["memory", "search"], ["memory", "forget"], ["memory", "prune"], ["learn"],
+                    ["mcp"], ["plane", "serve"]):  # fmt: skip
+        help_text = cli(*command, "--help").output
+        assert "--project-id" in help_text, command

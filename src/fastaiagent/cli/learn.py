@@ -9,6 +9,7 @@ import typer
 from fastaiagent._format import format_time
 from fastaiagent._validate import positive_int
 from fastaiagent.cli.failures import checking_options
+from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES
 
@@ -18,7 +19,6 @@ learn_app = typer.Typer(
     no_args_is_help=False,
 )
 
-LOCATION_HELP = "Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
 
 
 @learn_app.callback()
@@ -33,7 +33,7 @@ def mine(
     scope_id: str | None = typer.Option(
         None, "--scope-id", help="Subject id; default for agent scope: each run's agent name."
     ),
-    project: str = typer.Option("", "--project", help="Project partition."),
+    project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
     allow_personal: bool = typer.Option(
         False, "--allow-personal", help="Allow user/project scope (personal data)."
     ),
@@ -116,7 +116,7 @@ def _parse_filter(value: str | None) -> tuple[str | None, str | None]:
 def list_facts(
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
     scope: str | None = typer.Option(None, help="Filter: agent, user:alice, project:acme ..."),
-    project: str | None = typer.Option(None, "--project", help="Filter by project partition."),
+    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Filter by project partition."),
     show_superseded: bool = typer.Option(False, "--show-superseded", help="Include replaced facts."),
     limit: int = typer.Option(20, help="At most this many facts (after filtering)."),
 ) -> None:

@@ -17,6 +17,7 @@ from fastaiagent._validate import one_of, optional_id
 from fastaiagent._validate import port as port_option
 from fastaiagent.agent.memory import Memory
 from fastaiagent.cli.failures import checking_options
+from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.ui.server import is_loopback
 
@@ -61,12 +62,7 @@ def check_connection_options(transport: str, host: str, tokens: Any, user_id: st
 
 
 # The command's options, named once here so the command itself stays short.
-_LOCATION = typer.Option(
-        "sqlite",
-        "--location",
-        "-l",
-        help="Fact store: sqlite, sqlite:///path, postgres://..., redis://...",
-    )
+_LOCATION = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP)
 _TRANSPORT = typer.Option(
         "stdio", help="stdio (desktop/IDE hosts) or http (streamable HTTP)."
     )
@@ -77,9 +73,7 @@ _PORT = typer.Option(DEFAULT_PORT, help="HTTP: port to listen on (0 picks a free
 _AGENT_ID = typer.Option(
         None, "--agent-id", help="The global tier's id (off without it)."
     )
-_PROJECT_ID = typer.Option(
-        "", "--project-id", help="Tenant partition applied to every tier."
-    )
+_PROJECT_ID = typer.Option("", *PROJECT_FLAGS, help="Tenant partition applied to every tier.")
 _USER_ID = typer.Option(
         None,
         "--user-id",

@@ -18,6 +18,7 @@ import typer
 from fastaiagent._format import format_time
 from fastaiagent._validate import moment, positive_int
 from fastaiagent.cli.failures import checking_options
+from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
@@ -26,7 +27,6 @@ memory_app = typer.Typer(
     no_args_is_help=True,
 )
 
-LOCATION_HELP = "Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
 SUBJECT_HELP = "scope:id, e.g. user:alice; user:* is every user"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -74,7 +74,7 @@ def search(
     text: str = typer.Argument("", help="Text the facts contain (case-insensitive); empty: all."),
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
     subject: str | None = typer.Option(None, "--subject", "-s", help=SUBJECT_HELP),
-    project: str | None = typer.Option(None, "--project", help="Only this project partition."),
+    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project partition."),
     expired: bool = typer.Option(False, "--expired", help="Include facts whose validity ended."),
     limit: int = typer.Option(20, help="At most this many facts."),
 ) -> None:
@@ -133,7 +133,7 @@ def forget(
     fact_id: int = typer.Argument(..., help="Id of the fact to delete."),
     subject: str = typer.Option(..., "--subject", "-s", help=SUBJECT_HELP),
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    project: str = typer.Option("", "--project", help="Project partition."),
+    project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
 ) -> None:
     """Hard-delete one fact of SUBJECT (exit 1 when it is not that subject's)."""
     with checking_options():
@@ -152,7 +152,7 @@ def expire(
     subject: str = typer.Option(..., "--subject", "-s", help=SUBJECT_HELP),
     at: str | None = typer.Option(None, "--at", help="When it ends (ISO 8601, UTC if no zone); default now."),
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    project: str = typer.Option("", "--project", help="Project partition."),
+    project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
 ) -> None:
     """End one active fact of SUBJECT now (or --at): it stays, as history."""
     with checking_options():
@@ -177,7 +177,7 @@ def _iso(text: str) -> datetime:
 def prune(
     older_than: str = typer.Option(..., "--older-than", help="e.g. 30d: expired or superseded this long ago."),
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    project: str | None = typer.Option(None, "--project", help="Only this project (default: all)."),
+    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all)."),
     batch: int = typer.Option(500, help="Facts one step deletes at most."),
     max_facts: int | None = typer.Option(None, "--max", help="Stop after this many (default: all)."),
 ) -> None:
