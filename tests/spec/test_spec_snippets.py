@@ -16,7 +16,8 @@ import types
 from typing import Any
 
 import pytest
-from tests.unit.fake_llm_server import FakeLLMServer, Recorded, Say
+
+from unit.fake_llm_server import FakeLLMServer, Recorded, Say  # tests/ is on sys.path
 
 
 def _model(request: Recorded) -> Say:
