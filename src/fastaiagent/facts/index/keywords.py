@@ -2,7 +2,9 @@
 
 The SQLite and Postgres vector indexes let their full-text index pick candidate
 documents, the Redis one reads the query terms' postings; all three score them
-here (:func:`bm25_top`, the one BM25 of the stored indexes) with the namespace's
+here (:func:`gain` and :func:`length_norm` are the one BM25 of the stored
+indexes; :func:`bm25_top` reads candidates document by document,
+:func:`bm25_postings_top` term by term) with the namespace's
 document count, token total and per-term document counts, so a user's ranking
 never depends on what other users said. The formula is
 :class:`~fastaiagent.kb.bm25.BM25Index`'s (Okapi BM25, k1 1.2, b 0.75), so durable
@@ -44,6 +46,19 @@ def grouped(postings: Iterable[tuple[str, int, str | None, int]]) -> list[Row]:
     return [(chunk_id, length, counts) for chunk_id, (length, counts) in rows.items()]
 
 
+def gain(docs: int, df: int) -> float:
+    """The weight of a query term held by ``df`` of a namespace's ``docs`` documents:
+    its idf times (k1 + 1)."""
+    return (K1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+
+
+def length_norm(docs: int, tokens: int) -> tuple[float, float]:
+    """``(base, slope)``: a term's count ``tf`` in a document of ``length`` tokens
+    scores ``gain * tf / (tf + base + slope * length)``, for ``docs`` documents of
+    ``tokens`` tokens in all."""
+    return K1 * (1.0 - B), K1 * B / ((tokens / docs) or 1.0)
+
+
 def bm25_top(
     frequency: Mapping[str, int],
     rows: Sequence[Row],
@@ -57,22 +72,38 @@ def bm25_top(
     of ``tokens`` tokens in all."""
     if docs <= 0:
         return []
-    slope = K1 * B / ((tokens / docs) or 1.0)
-    gains = {
-        term: (K1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-        for term, df in frequency.items()
-        if df
-    }
+    base, slope = length_norm(docs, tokens)
+    gains = {term: gain(docs, df) for term, df in frequency.items() if df}
     scores = []
     for chunk_id, length, counts in rows:
-        norm = K1 * (1.0 - B) + slope * length
+        norm = base + slope * length
         score = 0.0
-        for term, gain in gains.items():
+        for term, weight in gains.items():
             tf = counts.get(term, 0)
             if tf:
-                score += gain * tf / (tf + norm)
+                score += weight * tf / (tf + norm)
         scores.append((chunk_id, score))
     return heapq.nlargest(top_k, scores, key=lambda item: item[1])
 
 
-__all__ = ["K1", "B", "bm25_top", "grouped", "query_terms"]
+def bm25_postings_top(
+    postings: Sequence[Sequence[tuple[str, int, int]]], docs: int, tokens: int, top_k: int
+) -> list[tuple[str, float]]:
+    """:func:`bm25_top` read term by term: ``postings`` holds, per query term, the
+    ``(id, tf, document length)`` of the documents holding it (Redis keeps its
+    postings so)."""
+    if docs <= 0:
+        return []
+    base, slope = length_norm(docs, tokens)
+    scores: dict[str, float] = {}
+    for holding in postings:
+        if not holding:
+            continue
+        weight = gain(docs, len(holding))
+        for chunk_id, tf, length in holding:
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight * tf / (tf + base + slope * length)
+    best = heapq.nlargest(top_k, scores, key=scores.__getitem__)
+    return [(chunk_id, scores[chunk_id]) for chunk_id in best]
+
+
+__all__ = ["K1", "B", "bm25_postings_top", "bm25_top", "gain", "grouped", "length_norm", "query_terms"]

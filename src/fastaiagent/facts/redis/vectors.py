@@ -26,9 +26,9 @@ The keyword side reads only the query terms' postings and scores them BM25
 
 The Lua scripts keep a chunk's postings and the statistics BM25 reads (``tot``,
 the document count ``HLEN d:<ns>``) in step with the chunk; they never score.
-Scoring is Python's, :func:`~fastaiagent.facts.index.keywords.bm25_top`, the one
-BM25 of the three stored indexes: in Lua it would be a second copy of the
-formula, run while the script blocks the server. The namespace matrices, their
+Scoring is Python's, :func:`~fastaiagent.facts.index.keywords.bm25_postings_top`
+(the one BM25 of the three stored indexes, read term by term): in Lua it would be
+a second copy of the formula, run while the script blocks the server. The namespace matrices, their
 catch-up and the checks of every request are the shared core's
 (:mod:`fastaiagent.facts.index`).
 """
@@ -44,7 +44,7 @@ from fastaiagent._optional import require
 from fastaiagent._validate import positive_int
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
 from fastaiagent.facts.index.front import MatrixIndex, ranked_hits, vector_bytes
-from fastaiagent.facts.index.keywords import bm25_top, grouped
+from fastaiagent.facts.index.keywords import bm25_postings_top
 from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.redis.client import unavailable
 from fastaiagent.facts.redis.layout import escape_part, unescape_part
@@ -452,14 +452,12 @@ class RedisVectorIndex(MatrixIndex):
             return list(pipe.execute())
 
         n_docs, total, *postings = self._call(run)
-        frequency = {term: len(docs) for term, docs in zip(terms, postings, strict=True)}
-        rows = grouped(
-            (chunk_id, int(length), term, int(tf))
-            for term, docs in zip(terms, postings, strict=True)
-            for chunk_id, posting in docs.items()
-            for tf, length in [posting.split(" ")]
-        )
-        return bm25_top(frequency, rows, int(n_docs), int(total or 0), top_k)
+        holding = [
+            [(chunk_id, int(tf), int(length)) for chunk_id, posting in docs.items()
+             for tf, length in [posting.split(" ")]]
+            for docs in postings
+        ]
+        return bm25_postings_top(holding, int(n_docs), int(total or 0), top_k)
 
     def read_ids(self, namespace: str) -> set[str]:
         key = self._k("d:", escape_part(namespace))
