@@ -318,13 +318,14 @@ class NamespaceCopies:
         at least as new is kept as it is (a thread that refreshed meanwhile)."""
         with self.lock:
             current = self.cache.get(key)
-            same = current is not None and current.epoch == change.epoch
-            if same and current is not None and current.version >= change.version:
+            if current is not None and current.epoch != change.epoch:
+                current = None  # of another epoch: neither kept nor brought up to date
+            if current is not None and current.version >= change.version:
                 self.cache.touch(key)
                 return current.view()
             if change.since is None:
                 matrix = _whole(change)
-            elif same and current is not None and current.version >= change.since:
+            elif current is not None and current.version >= change.since:
                 matrix = _applied(current, change)
             else:
                 return None
