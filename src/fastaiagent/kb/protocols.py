@@ -104,10 +104,10 @@ class NamespacedSearch:
     ``delete_namespace`` and ``chunks`` check the request and hand the backend only
     what it must do itself.
 
-    A store derives from it and implements :meth:`search_namespaces` (the public
-    extension point for a store of your own) or :meth:`search_checked`, :meth:`delete_ids`,
-    :meth:`delete_namespace_rows` and :meth:`read_namespaces` (or overrides the
-    verbs it does differently), and its ``dimension``.
+    A store derives from it and implements its ``dimension``,
+    :meth:`search_namespaces` (the public extension point for a store of your own)
+    or :meth:`search_checked`, :meth:`delete_ids`, :meth:`delete_namespace_rows`
+    and :meth:`read_namespaces` (or overrides the verbs it does differently).
     """
 
     @property
@@ -151,7 +151,7 @@ class NamespacedSearch:
         return self.delete_ids(wanted) if wanted else 0
 
     def delete_ids(self, ids: list[str]) -> int:
-        """The backend's part of :meth:`delete`: these (distinct, not none) ids."""
+        """The backend's part of :meth:`delete`: these ids (distinct, at least one)."""
         raise NotImplementedError
 
     def delete_namespace(self, namespace: str) -> int:
