@@ -259,9 +259,10 @@ class Change:
     rows written (``keys``, unit ``vectors``: a float32 matrix, of shape
     ``(0, dimension)`` for an empty whole namespace) and the keys removed.
 
-    A whole namespace's ``vectors`` become the copy's buffer when they are a
-    writeable float32 matrix (one made for it, such as :func:`unit_rows` makes);
-    read-only ones (a view of the store's bytes) are copied, with room to grow."""
+    A whole namespace's ``vectors`` (and ``keys``, a list) become the copy's own
+    when they are a writeable float32 matrix (one made for it, such as
+    :func:`unit_rows` makes); read-only ones (a view of the store's bytes) are
+    copied, with room to grow."""
 
     version: int
     epoch: int = 0
@@ -351,7 +352,7 @@ def _whole(change: Change) -> NamespaceMatrix:
         # A matrix made for this copy (not a view of the store's bytes) is taken over
         # as it is: no second copy of a whole namespace.
         matrix.buffer, matrix.alive = vectors, np.ones(len(vectors), dtype=bool)
-        matrix.keys = list(change.keys)
+        matrix.keys = change.keys if isinstance(change.keys, list) else list(change.keys)
         matrix.where = {key: row for row, key in enumerate(matrix.keys)}
         matrix.n = len(vectors)
     elif len(change.keys):

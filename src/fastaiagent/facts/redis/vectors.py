@@ -379,8 +379,7 @@ class RedisVectorIndex(MatrixIndex):
             reply = self._eval_bytes(self._delta, [self.prefix, ns, held.version, DELTA_LIMIT])
             version = int(reply[0])
             if len(reply) == 4:
-                changed = list(zip(reply[2], reply[3], strict=True))
-                return _change(version, held.version, changed, dimension)
+                return _delta(version, held.version, reply[2], reply[3], dimension)
             if version == held.version:
                 return Change(version, since=version)
         # Version first: a write landing in between is replayed by the next delta.
@@ -388,7 +387,9 @@ class RedisVectorIndex(MatrixIndex):
         pipe.hget(self._k("m:", ns), "ver")
         pipe.execute_command("HGETALL", self._k("v:", ns), **_NEVER_DECODE)
         version, pairs = pipe.execute()
-        return _change(int(version or 0), None, list(pairs.items()), dimension)
+        ids = [raw_id.decode("utf-8") for raw_id in pairs]
+        matrix = np.frombuffer(b"".join(pairs.values()), dtype=np.float32)
+        return Change(int(version or 0), keys=ids, vectors=unit_rows(matrix.reshape(len(ids), dimension)))
 
     def rank_namespaces(self, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
         """Exact search in this process's copies, caught up in one round trip each."""
@@ -486,16 +487,14 @@ class RedisVectorIndex(MatrixIndex):
         return int(self._call(lambda: self._client.hlen(key)))
 
 
-def _change(
-    version: int, since: int | None, changed: list[tuple[bytes, bytes | None]], dimension: int
-) -> Change:
-    """A :class:`Change` from ``(id, vector bytes or None: removed)`` pairs (Redis keeps
-    vectors as given: they are normalised here)."""
-    ids = [raw_id.decode("utf-8") for raw_id, raw in changed if raw]
-    removed = [raw_id.decode("utf-8") for raw_id, raw in changed if not raw]
-    blob = b"".join(raw for _, raw in changed if raw)
-    vectors = unit_rows(np.frombuffer(blob, dtype=np.float32).reshape(len(ids), dimension))
-    return Change(version, since=since, keys=ids, vectors=vectors, removed=removed)
+def _delta(version: int, since: int, ids: list[bytes], raws: list[bytes | None], dimension: int) -> Change:
+    """The :class:`Change` of the delta script's reply: ids with their vector bytes,
+    or none (removed). Redis keeps vectors as given: they are normalised here."""
+    written = [(raw_id.decode("utf-8"), raw) for raw_id, raw in zip(ids, raws, strict=True) if raw]
+    removed = [raw_id.decode("utf-8") for raw_id, raw in zip(ids, raws, strict=True) if not raw]
+    matrix = np.frombuffer(b"".join(raw for _, raw in written), dtype=np.float32)
+    vectors = unit_rows(matrix.reshape(len(written), dimension))
+    return Change(version, since=since, keys=[i for i, _ in written], vectors=vectors, removed=removed)
 
 
 __all__ = ["DELTA_LIMIT", "VECTORS_LAYOUT", "RedisVectorIndex"]
