@@ -324,7 +324,9 @@ def _facts_for_two_users(mem: Memory) -> None:
     mem.persist("Alice's card ends 4242", tier="user", id="alice")
 
 
-@pytest.mark.parametrize("junk", ["*", "   ", True, ["alice"], 1.5])
+@pytest.mark.parametrize(
+    "junk", ["*", "   ", True, ["alice"], 1.5, "u" * 10_000, "a\x00b", "lone \ud800 surrogate"]
+)
 def test_a_resolver_returning_a_non_id_is_refused_on_every_path(tmp_path, caplog, junk):
     seen: list[str] = []
     llm = FunctionLLM(lambda messages: seen.append(prompt_text(messages)) or "ok")
@@ -349,6 +351,7 @@ def test_a_resolver_returning_a_non_id_is_refused_on_every_path(tmp_path, caplog
     refused = [r.getMessage() for r in caplog.records if "not a user id" in r.getMessage()]
     assert len(refused) == 1  # once per resolver
     assert "resolver returned" in refused[0]
+    assert len(refused[0]) < 1_000  # a 10,000-character id is not logged whole
 
 
 def test_a_numeric_resolved_id_is_its_text(tmp_path):

@@ -19,7 +19,7 @@ from fastaiagent import trace
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks.background import current_user
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
-from fastaiagent.facts.scoping import WILDCARD, check_message_size
+from fastaiagent.facts.scoping import check_message_size, id_problem
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -72,8 +72,12 @@ class UserResolution:
             return None
         if isinstance(resolved, (int, uuid.UUID)) and not isinstance(resolved, bool):
             resolved = str(resolved)  # numeric and UUID ids are ids; their text is the key
-        if isinstance(resolved, str) and resolved.strip() and resolved != WILDCARD:
-            return resolved
+        if isinstance(resolved, str) and resolved.strip():
+            problem = id_problem(resolved)
+            if problem is None:
+                return resolved
+            self._refuse(resolved, problem)
+            return None
         self._refuse(resolved)
         return None
 
@@ -85,16 +89,18 @@ class UserResolution:
         self._warned.add(key)
         return True
 
-    def _refuse(self, resolved: Any) -> None:
+    def _refuse(self, resolved: Any, problem: str | None = None) -> None:
         # A resolved id is an id, never a selector: "*" would read every user's
-        # facts into the prompt, a blank one would file a window under no one.
+        # facts into the prompt, a blank one would file a window under no one,
+        # and an id a verb refuses (NUL, too long) would be kept nowhere.
         if not self._once("refused"):
             return
         logger.warning(
-            "user_id resolver returned %s; that is not a user id, so the run gets no "
+            "user_id resolver returned %s%s; that is not a user id, so the run gets no "
             "conversation memory (global facts only). Return a non-blank str other than "
-            '"*" (None or "" for an unknown caller). This warning is shown once per resolver.',
-            _describe(resolved),
+            '"*" (None or "" for an unknown caller), as persist(id=...) takes. This warning '
+            "is shown once per resolver.",
+            _describe(resolved)[:80], f" (it {problem})" if problem else "",
         )
 
     def _warn(self, exc: Exception, context: Any) -> None:

@@ -72,6 +72,30 @@ def expect(value: object, kind: type[_K], what: str) -> _K:
     return value
 
 
+def _text_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "cannot contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not valid Unicode text: {exc.reason}"
+    return None
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be written as an id (NUL, a lone surrogate, over
+    :data:`MAX_ID_CHARS`, the ``"*"`` wildcard), or None when it can. The one
+    rule for ids given to a verb and ids a ``user_id`` resolver returns."""
+    problem = _text_problem(value)
+    if problem is not None:
+        return problem
+    if len(value) > MAX_ID_CHARS:
+        return f"is {len(value)} characters; the limit is {MAX_ID_CHARS}"
+    if value == WILDCARD:
+        return 'is "*": "*" is a read/delete wildcard and cannot be written as an id'
+    return None
+
+
 def validate_for_write(fact: Fact) -> Fact:
     """Check a fact before it is stored; returns it with ``created_at`` stamped."""
     expect(fact, Fact, "expected a Fact")
@@ -83,22 +107,13 @@ def validate_for_write(fact: Fact) -> Fact:
         raise InvalidValueError("fact text is empty")
     if len(text) > MAX_FACT_CHARS:
         raise _too_big("fact text", f"{len(text):,} characters", "MAX_FACT_CHARS")
-    for name, value in (
-        ("fact", text),
-        ("scope_id", fact.scope_id),
-        ("project_id", fact.project_id),
-    ):
-        if "\x00" in value:
-            raise InvalidValueError(f"{name} cannot contain NUL characters")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidValueError(f"{name} is not valid Unicode text: {exc.reason}") from None
+    problem = _text_problem(text)
+    if problem is not None:
+        raise InvalidValueError(f"fact {problem}")
     for name, value in (("scope_id", fact.scope_id), ("project_id", fact.project_id)):
-        if len(value) > MAX_ID_CHARS:
-            raise InvalidValueError(f"{name} is {len(value)} characters; the limit is {MAX_ID_CHARS}")
-    if fact.scope_id == WILDCARD or fact.project_id == WILDCARD:
-        raise InvalidValueError('"*" is a read/delete wildcard and cannot be written as an id')
+        problem = id_problem(value)
+        if problem is not None:
+            raise InvalidValueError(f"{name} {problem}")
     if fact.scope in ("user", "project") and not fact.scope_id:
         raise InvalidValueError(f"a {fact.scope}-scope fact needs a non-empty scope_id")
     fraction("confidence", fact.confidence)
