@@ -216,19 +216,31 @@ def test_a_hit_brings_the_reply_that_completes_it():
     assert "Biscuit, a beagle with brown patches" not in reply_recall(neighbour_weight=0.0)
 
 
-def test_the_next_message_after_a_restart_still_completes_the_last_one():
+def test_two_workers_loading_one_state_never_share_a_message_id():
+    # Both would take the "next" id the state carries: one message would overwrite
+    # the other. The link from the last message to the next is the price (#31).
     store = FaissVectorStore(dimension=64)
     embedder = WordHashEmbedder()
     first = VectorBlock(store, embedder=embedder, min_content_chars=1, context_turns=0)
     first.on_message(UserMessage("which pet did we choose at the shelter, the pet with spots?"))
     state = first.dump_state()
-    second = VectorBlock(store, embedder=embedder, min_content_chars=1, context_turns=0)
-    second.load_state(state)
-    second.on_message(AssistantMessage("Biscuit, a beagle with brown patches"))
-    second.flush()
-    chunks = {c.text: c for c in store.chunks("default")}
-    question = chunks["which pet did we choose at the shelter, the pet with spots?"]
-    assert question.metadata["next"] == chunks["Biscuit, a beagle with brown patches"].id
+    workers = [VectorBlock(store, embedder=embedder, min_content_chars=1, context_turns=0) for _ in range(2)]
+    for n, worker in enumerate(workers):
+        worker.load_state(state)
+        worker.on_message(AssistantMessage(f"Biscuit, a beagle with brown patches ({n})"))
+        worker.flush()
+    texts = sorted(c.text for c in store.chunks("default"))
+    assert len(texts) == 3 and texts[0].startswith("Biscuit") and texts[1].startswith("Biscuit")
+
+
+def test_a_replayed_message_is_stored_once():
+    store = FaissVectorStore(dimension=64)
+    worker = VectorBlock(store, embedder=WordHashEmbedder(), min_content_chars=1, context_turns=0)
+    said = UserMessage("my locker code is 4471")
+    for _ in range(3):  # a turn re-applied after lost compare-and-set writes
+        worker.on_message(said)
+        worker.flush()
+    assert [c.text for c in store.chunks("default")] == ["my locker code is 4471"]
 
 
 def test_speakers_survive_a_restart_through_the_state():

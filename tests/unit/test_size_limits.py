@@ -108,3 +108,23 @@ def test_in_process_windows_have_no_message_limit(store: SQLiteFactStore) -> Non
     memory = Memory(location=store, user_id="alice")
     agent = Agent(name="limits", llm=echo_llm(), memory=memory)
     assert agent.run("m" * 100_000).output.endswith("m")
+
+
+def test_a_huge_message_is_recalled_by_its_start_not_stored_whole(monkeypatch):
+    from _vector_fakes import WordHashEmbedder
+
+    from fastaiagent.agent.memory_blocks.vector import VectorBlock
+    from fastaiagent.kb.backends.faiss import FaissVectorStore
+    from fastaiagent.llm.message import UserMessage
+
+    store = FaissVectorStore(dimension=64)
+    block = VectorBlock(store, embedder=WordHashEmbedder(), min_content_chars=1)
+    block.on_message(UserMessage("start " + "x" * 2_000_000))
+    block.flush()
+    (chunk,) = store.chunks("default")
+    assert len(chunk.text) == scoping.MAX_RECALL_CHARS and chunk.text.startswith("start ")
+    assert chunk.metadata["chars"] == 2_000_006
+    monkeypatch.setattr(scoping, "MAX_RECALL_CHARS", 100)  # a setting, read at each message
+    block.on_message(UserMessage("again " + "y" * 1_000))
+    block.flush()
+    assert sorted(len(c.text) for c in store.chunks("default")) == [100, 16_384]

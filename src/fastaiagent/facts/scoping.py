@@ -35,6 +35,9 @@ MAX_METADATA_BYTES = 16_384
 """Largest ``metadata`` of a fact, as JSON (it comes back with every read of the fact)."""
 MAX_MESSAGE_CHARS = 65_536
 """Longest message a shared window stores (the window is written on every turn)."""
+MAX_RECALL_CHARS = 16_384
+"""Longest text one recalled message stores; a longer message is recalled by its
+start (embedders read a few hundred tokens; the rest would only fill the store)."""
 MAX_ID_CHARS = 512  # ids are keys in every backend's indexes; keep them bounded
 _K = TypeVar("_K")
 

@@ -28,7 +28,7 @@ from fastaiagent import trace
 from fastaiagent._beside import beside
 from fastaiagent._validate import boolean, number, text
 from fastaiagent.agent.deprecation import warn_renamed
-from fastaiagent.agent.memory_blocks import framing
+from fastaiagent.agent.memory_blocks import framing, message_ids
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext, described
 from fastaiagent.agent.memory_blocks.recall_options import (
     DEFAULT_DATE_BOOST,
@@ -41,6 +41,7 @@ from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_following import QUESTION_DROP
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
+from fastaiagent.facts import scoping
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
 from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
@@ -363,6 +364,9 @@ class VectorBlock(MemoryBlock):
         }
         if message.name:
             metadata["speaker"] = message.name
+        if len(content) > scoping.MAX_RECALL_CHARS:  # read now: a setting, like MAX_FACT_CHARS
+            metadata["chars"] = len(content)
+            content = content[: scoping.MAX_RECALL_CHARS]
         return Chunk(id=str(uuid.uuid4()), text=content, metadata=metadata)
 
     def _make_chunk(self, message: Message) -> Chunk | None:
@@ -392,10 +396,7 @@ class VectorBlock(MemoryBlock):
             if self.context_turns and self._recent:
                 chunk.metadata.setdefault("context", " ".join(self._recent))
             self._recent.append(chunk.text)
-            # Chain the messages: each chunk knows the id its successor will get,
-            # so a hit can lend its score to the reply after it.
-            chunk.id, self._next_id = self._next_id, str(uuid.uuid4())
-            chunk.metadata["next"] = self._next_id
+            self._assign_ids(message, chunk)
             self._pending.append(chunk)
             self._learn_speakers([chunk])
             # A reply ends a turn: embed the turn's messages together then, so
@@ -404,6 +405,18 @@ class VectorBlock(MemoryBlock):
         trace.annotate({"memory.action": "embedded", "memory.detail": 1})
         if due:
             self.flush()
+
+    def _assign_ids(self, message: Message, chunk: Chunk) -> None:
+        """Chain the messages: each chunk knows the id its successor will get, so a
+        hit can lend its score to the reply after it. A replayed message keeps
+        the ids it was given (see :mod:`.message_ids`)."""
+        known = message_ids.issued(self.namespace, message)
+        if known is not None:
+            chunk.id, chunk.metadata["next"] = known
+            return
+        chunk.id, self._next_id = self._next_id, str(uuid.uuid4())
+        chunk.metadata["next"] = self._next_id
+        message_ids.remember(self.namespace, message, chunk.id, self._next_id)
 
     def embedding_text(self, chunk: Chunk) -> str:
         """The text whose vector represents ``chunk``: the extension point for what is
@@ -678,8 +691,8 @@ class VectorBlock(MemoryBlock):
                 self._recent.clear()
                 self._recent.extend(recent)
                 self._speakers.update(speakers[: max(0, MAX_SPEAKERS - len(self._speakers))])
-                if isinstance(data.get("next"), str) and data["next"]:
-                    self._next_id = data["next"]
+                # The stored "next" is not taken over: every worker loading this
+                # state would give it to its next message (see .message_ids).
 
     def isolated_copy(self) -> MemoryBlock:
         raise MemoryIsolationError(
