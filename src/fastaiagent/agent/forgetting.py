@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.scoping import WILDCARD, check_fact_text, normalize_text
 from fastaiagent.facts.store import FactStore
 
 AGENT_KEY = "agent_id"
@@ -103,6 +103,33 @@ def delete_agent_facts(store: FactStore, user_id: str, project_id: str, agent_id
     return deleted
 
 
+def same_text_ids(store: FactStore, scope: str, scope_id: str, project_id: str, text: str) -> list[int]:
+    """The ids of a subject's facts (history and expired ones too) whose text is
+    ``text`` once normalised: what ``forget(fact=text)`` deletes, read before it
+    does, so their vectors can go too."""
+    key = check_fact_text(text)
+    found: list[int] = []
+    offset = 0
+    while True:
+        page = store.browse(
+            scope=scope, scope_id=scope_id, project_id=project_id, include_superseded=True,
+            include_expired=True, text=key, limit=PAGE, offset=offset,
+        )  # fmt: skip
+        found += [f.id for f in page if f.id is not None and normalize_text(f.fact) == key]
+        if len(page) < PAGE:
+            return found
+        offset += PAGE
+
+
+def drop_stored_windows(store: Any, project_id: str, user_id: str) -> int:
+    """Delete a user's stored windows (summaries and block state in them) of every
+    agent of the project, when the store keeps windows; returns how many."""
+    make = getattr(store, "window_store", None)
+    if not callable(make):
+        return 0
+    return int(make().delete_user(project_id, user_id))
+
+
 class Peers:
     """Memory instances of this process grouped by location and project (weakly held).
 
@@ -134,4 +161,7 @@ class Peers:
 PEERS = Peers()
 
 
-__all__ = ["AGENT_KEY", "PEERS", "AttributedFacts", "Peers", "attributed", "delete_agent_facts"]
+__all__ = [
+    "AGENT_KEY", "PEERS", "AttributedFacts", "Peers", "attributed", "delete_agent_facts",
+    "drop_stored_windows", "same_text_ids",
+]  # fmt: skip

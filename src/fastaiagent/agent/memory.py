@@ -25,7 +25,7 @@ from fastaiagent import trace
 from fastaiagent._validate import optional_id
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.deprecation import UNSET
-from fastaiagent.agent.forgetting import PEERS, attributed
+from fastaiagent.agent.forgetting import PEERS, attributed, drop_stored_windows
 from fastaiagent.agent.memory_blocks.background import flush_lane_everywhere
 from fastaiagent.agent.memory_blocks.base import described
 from fastaiagent.agent.memory_blocks.fact_policy import FactPolicy
@@ -424,7 +424,7 @@ class Memory:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
         return True
 
-    def _drop_local(self, user_id: str) -> None:
+    def _drop_local(self, user_id: str, everywhere: bool) -> None:
         """Drop a user's in-process state and recall entries (not the stored window)."""
         state = self._users.pop(user_id)
         for block in state.own_blocks if state is not None else []:
@@ -432,7 +432,7 @@ class Memory:
                 block.clear()
             except Exception as exc:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
-        self._stack.purge_recall(user_id)
+        self._stack.purge_recall(user_id, everywhere)
 
     def _forget_user_state(self, user_id: str, everywhere: bool) -> None:
         """After a user's facts are gone: their windows and caches (``everywhere``:
@@ -445,8 +445,10 @@ class Memory:
                 self._windows.drop_everywhere(user_id)
             else:
                 self._windows.drop(user_id)
+        if everywhere:  # the location's windows too, whatever this Memory's window_store=
+            drop_stored_windows(self.location, self.config.project_id, user_id)
         for memory in PEERS.of(self._peer_key) if everywhere else [self]:
-            memory._drop_local(user_id)
+            memory._drop_local(user_id, everywhere)
         if everywhere:
             trace.forget_user(user_id)
 

@@ -204,13 +204,18 @@ class MemoryStack:
             return None
         return self.vector_index() if options.store == AUTO else options.store
 
-    def purge_recall(self, user_id: str) -> None:
-        """Delete a user's recall entries from a shared or durable recall store."""
-        store = self.shared_recall_store()
-        purge = getattr(store, "delete_namespace", None)
-        if callable(purge):
-            stop_background_job(store, self.recall_namespace(user_id))  # it must not write back
-            purge(self.recall_namespace(user_id))
+    def purge_recall(self, user_id: str, everywhere: bool = True) -> int:
+        """Delete a user's recall entries from this Memory's shared recall store and
+        (``everywhere``) the fact store's durable index, whatever this Memory's
+        ``recall=``; returns how many there were."""
+        namespace, count = self.recall_namespace(user_id), 0
+        stores = self.recall_stores() if everywhere else [self.shared_recall_store()]
+        for store in stores:
+            purge = getattr(store, "delete_namespace", None)
+            if callable(purge):
+                stop_background_job(store, namespace)  # it must not write back
+                count += int(purge(namespace) or 0)
+        return count
 
     def semantic_index(self) -> Any:
         """The semantic fact index (``semantic=``), made on first use."""
@@ -225,6 +230,30 @@ class MemoryStack:
                     vectors = self.vector_index() or AUTO
                 self._semantic_index = SemanticFactIndex(self.store, vectors, self.embedder())
             return self._semantic_index
+
+    def fact_indexes(self) -> list[Any]:
+        """Every semantic index that may hold this store's fact vectors, for a forget:
+        the one this Memory built, and one over the store's own durable vectors
+        (another process's ``semantic="auto"`` wrote there), made without an
+        embedder since deleting needs none."""
+        from fastaiagent.facts.semantic import SemanticFactIndex
+
+        built = self.semantic_index_if_built
+        found = [built] if built is not None else []
+        durable = self.vector_index()
+        if durable is not None and (built is None or built.vectors_if_made is not durable):
+            found.append(SemanticFactIndex(self.store, durable))
+        custom = self.config.semantic
+        if built is None and custom not in (None, AUTO):
+            found.append(SemanticFactIndex(self.store, custom))
+        return found
+
+    def recall_stores(self) -> list[Any]:
+        """Every store that may hold this project's recall entries: the configured
+        shared one and the fact store's durable index (``recall="auto"`` anywhere)."""
+        found = [self.shared_recall_store(), self.vector_index()]
+        unique = {id(s): s for s in found if s is not None}
+        return list(unique.values())
 
     @property
     def semantic_index_if_built(self) -> Any:

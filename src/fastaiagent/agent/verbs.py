@@ -17,7 +17,7 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent._validate import boolean, duration, fraction, integer, moment
 from fastaiagent.agent.deprecation import warn_renamed
-from fastaiagent.agent.forgetting import delete_agent_facts
+from fastaiagent.agent.forgetting import delete_agent_facts, same_text_ids
 from fastaiagent.agent.memory_config import MemoryConfig
 from fastaiagent.agent.memory_stack import MemoryStack
 from fastaiagent.errors import (
@@ -324,21 +324,33 @@ class MemoryVerbs:
         if scope != "user":  # a forgotten user's id is not written back into the traces
             attributes["memory.scope_id"] = scope_id
         with trace.span("memory.forget", attributes):
-            index = self.stack.semantic_index_if_built
-            if by_agent:
-                agent = self.config.agent_id or ""
-                ids = delete_agent_facts(self.store, scope_id, self.config.project_id, agent)
-                count = len(ids)
-                if index is not None and ids:
-                    index.remove(ids)
-            else:
-                count = self.store.delete(scope, scope_id, self.config.project_id, fact=fact)
-                if index is not None:
-                    index.forget(scope, scope_id, self.config.project_id)
+            count = self._forget_facts(scope, scope_id, fact, by_agent)
             if scope == "user" and fact is None:
                 self._forget_user_state(scope_id, not by_agent)
             trace.annotate({"memory.count": count, "memory.agent_only": by_agent})
         return count
+
+    def _forget_facts(self, scope: str, scope_id: str, fact: str | None, by_agent: bool) -> int:
+        """Delete the facts and their vectors in every index that may hold them
+        (whatever this Memory's ``semantic=``); returns how many facts."""
+        project = self.config.project_id
+        indexes = self.stack.fact_indexes()
+        if by_agent:
+            ids = delete_agent_facts(self.store, scope_id, project, self.config.agent_id or "")
+        elif fact is not None:
+            ids = same_text_ids(self.store, scope, scope_id, project, fact)
+            count = self.store.delete(scope, scope_id, project, fact=fact)
+            for index in indexes if ids else []:
+                index.remove(ids)
+            return count
+        else:
+            count = self.store.delete(scope, scope_id, project)
+            for index in indexes:
+                index.forget(scope, scope_id, project)
+            return count
+        for index in indexes if ids else []:
+            index.remove(ids)
+        return len(ids)
 
     def _by_agent(self, scope: str, scope_id: str, fact: str | None, agent_only: bool) -> bool:
         """True when a forget deletes only what this agent wrote: ``agent_only``, or

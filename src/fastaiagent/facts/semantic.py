@@ -158,6 +158,11 @@ class SemanticFactIndex:
             )
         return self._vectors
 
+    @property
+    def vectors_if_made(self) -> VectorStore | None:
+        """The vector store when one was given or made (never makes one)."""
+        return self._vectors
+
     def vector_id(self, fact_id: int) -> str:
         """The stable vector id of a fact of this store."""
         if self.durable:  # same database as the facts: the fact id is unique already
@@ -280,8 +285,8 @@ class SemanticFactIndex:
                 self._drop(state, hit)
         # Vectors written by another process for subjects this one never touched.
         leftovers = [self.vector_id(i) for i in ids]
-        if self._vectors is not None and leftovers:
-            removed += self.vectors.delete(leftovers)
+        if self._vectors is not None and leftovers:  # a delete needs no embedder
+            removed += self._vectors.delete(leftovers)
         return removed
 
     def forget(self, scope: str, scope_id: str, project_id: str = "") -> int:
@@ -295,9 +300,12 @@ class SemanticFactIndex:
                 namespaces = [ns for ns in self._subjects if ns.startswith(prefix)]
             for namespace in namespaces:
                 self._subjects.pop(namespace, None)
+        vectors = self._vectors
+        if vectors is None:  # the in-process index was never made: nothing of theirs in it
+            return 0
         for namespace in namespaces:
-            stop_background_job(self.vectors, namespace)  # it must not write back
-        return sum(self.vectors.delete_namespace(namespace) for namespace in namespaces)
+            stop_background_job(vectors, namespace)  # it must not write back
+        return sum(vectors.delete_namespace(namespace) for namespace in namespaces)
 
     # -- search ------------------------------------------------------------------
 
