@@ -12,6 +12,10 @@ SOURCE_MANUAL = "manual"  # written directly (Memory.persist, store.add)
 # learned during a run: Memory(learn=), FactExtractionBlock(persist=True)
 SOURCE_CONVERSATION = "learned"
 SOURCE_TRACES = "learn"  # mined from past traces by `fastaiagent learn`
+# Each source in words, for people (the Memory page, the CLI), as the model is
+# told it: what a run learned from the user is "user said"; what `fastaiagent
+# learn` mined from past traces is "learned"; a direct write is "manual".
+SOURCE_WORDS = {SOURCE_MANUAL: "manual", SOURCE_CONVERSATION: "user said", SOURCE_TRACES: "learned"}
 
 
 @dataclass
@@ -72,6 +76,13 @@ class Fact:
         if self.source_trace_id:
             return self.source_trace_id
         return self.source or SOURCE_MANUAL
+
+    @property
+    def source_words(self) -> str:
+        """Where the fact came from, in words: ``user said``, ``learned`` or
+        ``manual`` (see :data:`SOURCE_WORDS`), else the source's own name. The
+        run it came from, if any, is :attr:`source_trace_id`."""
+        return SOURCE_WORDS.get(self.source or SOURCE_MANUAL, self.source)
 
     def stamped(self) -> Fact:
         """A copy with ``created_at`` set to now when it was left unset."""
