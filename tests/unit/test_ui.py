@@ -124,7 +124,9 @@ def test_show_superseded_includes_replaced_rows_muted_with_a_marker(store, tmp_p
     html = client.get("/memory?superseded=1").text
     row = next(r for r in _rows(html) if f'id="fact-{ids["old"]}"' in r)
     assert 'class="fact superseded"' in row
-    assert f'superseded → <a href="#fact-{ids["new"]}">#{ids["new"]}</a>' in row
+    # to the fact's own timeline, which is there even when the newer version is not
+    link = f'/memory/facts/{ids["old"]}#version-{ids["new"]}'
+    assert f'superseded → <a href="{link}">#{ids["new"]}</a>' in row
     new_row = next(r for r in _rows(html) if f'id="fact-{ids["new"]}"' in r)
     assert "superseded" not in new_row
 

@@ -12,8 +12,9 @@ import hashlib
 import hmac
 import logging
 import secrets
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -39,7 +40,10 @@ SECURITY_HEADERS = {
         "base-uri 'none'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Same-origin requests carry the page's origin (no-referrer would make a
+    # browser send "Origin: null" with the UI's own forms, and those are refused);
+    # no other site is ever sent a referrer.
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
 # What each numeric query parameter accepts, for the 400 page.
@@ -47,6 +51,7 @@ PARAMETER_RULES = {
     "page": f"a whole number from 1 to {views.MAX_PAGE_NUMBER}",
     "per_page": f"a whole number from 1 to {views.MAX_PAGE_SIZE}",
 }
+MAX_NOTICES = 64  # what forms did, kept until shown once; the oldest go first
 
 
 def cookie_value(token: str) -> str:
@@ -76,6 +81,23 @@ class _Site:
     templates: Any
     redaction: RedactionPolicy | None
     csrf: str = ""  # the value every form that changes memory must send back
+    notices: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def notify(self, message: str) -> str:
+        """Keep ``message`` (what a form did) for the page the form redirects to;
+        returns its key, for ``?notice=``. A link cannot make up a notice."""
+        key = secrets.token_urlsafe(12)
+        with self.lock:
+            self.notices[key] = message
+            while len(self.notices) > MAX_NOTICES:
+                self.notices.pop(next(iter(self.notices)))
+        return key
+
+    def notice(self, key: str) -> str:
+        """The message kept under ``key``, once ("" for an unknown or shown key)."""
+        with self.lock:
+            return self.notices.pop(key, "")
 
     def policy(self, masked: bool) -> RedactionPolicy | None:
         """"Mask secrets": the app's policy, else the installed one, else the built-in patterns."""
@@ -151,6 +173,10 @@ def create_app(
     app.state.fact_store = site.store
     app.state.trace_store = site.traces
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    from fastaiagent.ui.form_guard import FormGuard
+
+    # Added first, so it runs inside the guard: Host and token are checked before it.
+    app.add_middleware(FormGuard, refuse=lambda status, message: site.error(status, message))
     _add_guard(app, token, None if token else frozenset(allowed_hosts or LOOPBACK_HOSTS))
     _add_error_pages(app, site)
     _add_health(app)
@@ -275,6 +301,7 @@ def _add_memory_page(app: Any, site: _Site) -> None:
         per_page: int = views.PAGE_SIZE,
         q: str = Query("", max_length=500),
         expired: str | None = None,
+        notice: str = Query("", max_length=64),
     ) -> Any:
         show, masked, with_expired = (views.switch_on(v) for v in (superseded, mask, expired))
         try:
@@ -298,6 +325,8 @@ def _add_memory_page(app: Any, site: _Site) -> None:
             data=data,
             link=_memory_link(scope, show, masked, q.strip(), with_expired),
             location=_describe(site.store),
+            csrf=site.csrf,
+            notice=site.notice(notice) if notice else "",
         )
 
 

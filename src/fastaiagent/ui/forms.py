@@ -1,7 +1,10 @@
-"""The Memory page's review forms: a fact's timeline, expire and delete.
+"""The Memory page's review forms: a fact's timeline, expire and delete a fact,
+forget a user.
 
 Imported by :func:`fastaiagent.ui.app.create_app` once the ``ui`` extra is
-checked; the route functions' ``Request`` annotations resolve here.
+checked; the route functions' ``Request`` annotations resolve here. Every post
+has passed :class:`~fastaiagent.ui.form_guard.FormGuard` (its origin, its size)
+before a route reads its form.
 """
 
 from __future__ import annotations
@@ -12,18 +15,57 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import RedirectResponse
+from starlette.responses import RedirectResponse, Response
 
 from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.timeline import versions
+from fastaiagent.trace.store import TraceStore
 from fastaiagent.ui import views
+
+EXPIRED_FORM = "This form has expired or did not come from this UI: reload the page."
+
+
+async def read_form(request: Request, site: Any) -> dict[str, str] | Response:
+    """The posted form (the first value of each field), or the 403 page when it
+    does not carry this UI's CSRF value."""
+    body = (await request.body()).decode("utf-8", "replace")
+    form = {key: values[0] for key, values in parse_qs(body, keep_blank_values=True).items()}
+    sent = form.get("csrf", "")
+    if not hmac.compare_digest(sent.encode(), site.csrf.encode()):
+        return site.error(403, EXPIRED_FORM)
+    return form
+
+
+def forget_user(store: FactStore, traces: TraceStore, user_id: str, project_id: str) -> int:
+    """Forget ``user_id`` everywhere, as ``Memory(store).forget(tier="user")`` does
+    (facts, windows, summaries, recall, traces), and erase their runs from the
+    UI's own trace store too (it may not be the default one). Returns the facts deleted."""
+    from fastaiagent.agent.memory import Memory
+
+    count = Memory(store, project_id=project_id).forget(tier="user", id=user_id)
+    traces.erase_user(user_id)
+    return count
+
+
+def forgot_message(user_id: str, project_id: str, count: int) -> str:
+    where = f" in project {project_id}" if project_id else ""
+    facts = f"{count} fact{'' if count == 1 else 's'}"
+    return (
+        f"Forgot user {user_id}{where}: {facts} deleted, with their stored windows, "
+        "summaries, recall entries and runs."
+    )
 
 
 def add_fact_pages(app: Any, site: Any) -> None:
-    """A fact's timeline, and the two forms that change memory: expire and delete.
+    """A fact's timeline, and the forms that change memory: expire and delete a fact,
+    forget a user.
 
-    Both need what every page needs (the token, or a loopback ``Host``) and the
-    page's CSRF value; each acts on the fact's own subject only."""
+    Each needs what every page needs (the token, or a loopback ``Host``) and the
+    page's CSRF value; a fact's form acts on the fact's own subject only."""
+
     @app.get("/memory/facts/{fact_id}")
     def fact_page(fact_id: int, mask: str | None = None) -> Any:
         try:
@@ -35,32 +77,62 @@ def add_fact_pages(app: Any, site: Any) -> None:
             return site.error(404, f"No fact #{fact_id}.", "memory")
         return site.page("fact.html", active="memory", history=history, csrf=site.csrf)
 
-    async def act(request: Request, fact_id: int, change: Callable[[Fact], object], then: str) -> Any:
-        """Apply ``change`` to the fact a valid form names, then go to ``then``; else an
-        error page (403 without the CSRF value, 404 for no such fact)."""
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
-        sent = (form.get("csrf") or [""])[0]
-        if not hmac.compare_digest(sent.encode(), site.csrf.encode()):
-            return site.error(403, "This form has expired or did not come from this UI: reload the page.")
+    async def act(request: Request, fact_id: int, change: Callable[[Fact], str]) -> Any:
+        """Apply ``change`` to the fact a valid form names and go where it says; else
+        an error page (403 without the CSRF value, 404 for no such fact)."""
+        form = await read_form(request, site)
+        if isinstance(form, Response):
+            return form
         fact = site.store.get(fact_id)
         if fact is None:
             return site.error(404, f"No fact #{fact_id}.", "memory")
         try:
-            change(fact)
+            then = change(fact)
         except Exception as exc:
             return site.failed("fact store", exc, "memory")
         return RedirectResponse(then, status_code=303)
 
     @app.post("/memory/facts/{fact_id}/expire")
     async def expire(request: Request, fact_id: int) -> Any:
-        def change(fact: Fact) -> None:
+        def change(fact: Fact) -> str:
             site.store.expire(fact.scope, fact.scope_id, fact.project_id, fact_id, time.time())
+            return f"/memory/facts/{fact_id}"
 
-        return await act(request, fact_id, change, f"/memory/facts/{fact_id}")
+        return await act(request, fact_id, change)
 
     @app.post("/memory/facts/{fact_id}/delete")
     async def delete(request: Request, fact_id: int) -> Any:
-        def change(fact: Fact) -> None:
+        def change(fact: Fact) -> str:
+            # The newest version left of the same fact keeps its timeline in view.
+            left = [f.id for f in versions(site.store, fact_id) if f.id != fact_id]
             site.store.delete(fact.scope, fact.scope_id, fact.project_id, fact_id=fact_id)
+            return f"/memory/facts/{left[0]}" if left else "/memory"
 
-        return await act(request, fact_id, change, "/memory")
+        return await act(request, fact_id, change)
+
+    add_forget_user(app, site)
+
+
+def add_forget_user(app: Any, site: Any) -> None:
+    """``POST /memory/users/{user_id}/forget``: the CSRF value, ``confirm`` holding the
+    user id as typed by the person, and ``project_id``; then back to /memory, saying
+    how many facts were deleted."""
+
+    @app.post("/memory/users/{user_id:path}/forget")
+    async def forget(request: Request, user_id: str) -> Any:
+        form = await read_form(request, site)
+        if isinstance(form, Response):
+            return form
+        if not user_id or user_id == views.EVERY:
+            return site.error(400, "Name one user to forget: the UI does not forget every user at once.")
+        if form.get("confirm", "") != user_id:
+            return site.error(
+                400, f"Nothing was forgotten: type the user id {user_id!r} exactly to confirm."
+            )
+        project = form.get("project_id", "")
+        try:
+            count = await run_in_threadpool(forget_user, site.store, site.traces, user_id, project)
+        except Exception as exc:
+            return site.failed("fact store", exc, "memory")
+        notice = site.notify(forgot_message(user_id, project, count))
+        return RedirectResponse(f"/memory?notice={notice}", status_code=303)

@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote
 from fastaiagent._format import format_time
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidValueError
-from fastaiagent.facts.fact import SCOPES, SOURCE_MANUAL, Fact
+from fastaiagent.facts.fact import SCOPES, Fact
 from fastaiagent.facts.store import FactStore, SubjectCount
 from fastaiagent.facts.timeline import versions
 from fastaiagent.trace.redaction import RedactionPolicy
@@ -48,6 +48,11 @@ class Subject:
         key = f"{self.scope}:{quote(self.scope_id, safe='')}"
         return f"{key}@{quote(self.project_id, safe='')}" if self.project_id else key
 
+    @property
+    def quoted_id(self) -> str:
+        """``scope_id`` %-escaped as one URL path segment (a ``/`` in it too)."""
+        return quote(self.scope_id, safe="")
+
 
 def parse_subject(key: str) -> Subject:
     """The inverse of :attr:`Subject.key`; ValueError for a malformed or unknown scope.
@@ -76,13 +81,16 @@ class FactRow:
     fact: str
     subject: str
     source_trace_id: str | None
-    source: str
+    source: str  # in words: user said, learned, manual (Fact.source_words)
     confidence: str
     created: str
     superseded_by: int | None
     valid: str = ""  # "from .. to" when the fact has a validity
     expired: bool = False
     superseded: str = ""  # when it was replaced
+    # Where "superseded by" leads on the fact page: "#version-N" in the same
+    # timeline, "/memory/facts/N" beyond it, "" when that version was deleted.
+    successor_link: str = ""
 
 
 @dataclass
@@ -95,6 +103,8 @@ class FactHistory:
     head_id: int
     head_active: bool
     head_expired: bool
+    user_key: str = ""  # a user's fact: the Memory page filter of that user (it can forget them)
+
 
 @dataclass
 class MemoryPage:
@@ -110,6 +120,13 @@ class MemoryPage:
     has_next: bool
     text: str = ""
     show_expired: bool = False
+    # The user the filter names (scope user:<id>, not user:*): the page offers to forget them.
+    user: Subject | None = None
+    user_label: str = ""  # its id as shown (masked when secrets are)
+
+
+def _masked(text: str, policy: RedactionPolicy | None) -> str:
+    return policy.redact(text) if policy is not None else text
 
 
 def _validity(fact: Fact) -> str:
@@ -129,7 +146,7 @@ def _row(fact: Fact, policy: RedactionPolicy | None, now: float | None = None) -
         fact=text,
         subject=f"{fact.scope}:{scope_id}",
         source_trace_id=fact.source_trace_id,
-        source=fact.source or SOURCE_MANUAL,
+        source=fact.source_words,
         confidence=f"{fact.confidence:.2f}",
         created=format_time(fact.created_at),
         superseded_by=fact.superseded_by,
@@ -198,6 +215,7 @@ def memory_page(
         include_expired=show_expired,
         text=text or None,
     )
+    one_user = chosen is not None and chosen.scope == "user" and bool(chosen.scope_id) and not every
     return MemoryPage(
         rows=[_row(f, mask_with) for f in facts[:per_page]],
         subjects=_subject_options(counts, mask_with),
@@ -211,6 +229,8 @@ def memory_page(
         has_next=len(facts) > per_page,
         text=text,
         show_expired=show_expired,
+        user=chosen if one_user else None,
+        user_label=_masked(chosen.scope_id, mask_with) if chosen is not None and one_user else "",
     )
 
 
@@ -224,6 +244,7 @@ def fact_history(
     now = time.time()
     head = chain[0]
     rows = [_row(f, mask_with, now) for f in chain]
+    _link_successors(store, rows)
     return FactHistory(
         subject=rows[0].subject,
         project_id=head.project_id,
@@ -231,7 +252,23 @@ def fact_history(
         head_id=int(head.id or 0),
         head_active=head.active,
         head_expired=head.expired(now),
+        user_key=Subject("user", head.scope_id, head.project_id).key if head.scope == "user" else "",
     )
+
+
+def _link_successors(store: FactStore, rows: list[FactRow]) -> None:
+    """Set each row's :attr:`FactRow.successor_link`: a version of the same timeline
+    by its anchor, another that still exists by its page, a deleted one not at all
+    (deleting the newest version leaves the one it replaced pointing at it)."""
+    shown = {row.id for row in rows}
+    for row in rows:
+        successor = row.superseded_by
+        if successor is None:
+            continue
+        if successor in shown:
+            row.successor_link = f"#version-{successor}"
+        elif store.get(successor) is not None:
+            row.successor_link = f"/memory/facts/{successor}"
 
 
 # -- traces ----------------------------------------------------------------------
