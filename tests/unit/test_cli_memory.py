@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fastaiagent.cli import _register, app
+from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_TRACES
 from fastaiagent.learn import Fact, MemoryStore
 
 
@@ -97,3 +98,62 @@ def test_project_id_is_the_flag_everywhere_and_project_still_works(cli, store: M
                     ["mcp"], ["plane", "serve"]):  # fmt: skip
         help_text = cli(*command, "--help").output
         assert "--project-id" in help_text, command
+
+
+def test_forget_user_with_yes_forgets_everything_of_theirs_and_no_one_elses(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    old = store.find_active("user", "alice", "", "Prefers oat milk")
+    assert old is not None and old.id is not None
+    store.update(Fact("Prefers soy milk", scope="user", scope_id="alice"), old.id)  # history too
+    tenant = store.add(Fact("Tenant B prefers tea", scope="user", scope_id="alice", project_id="b"))
+    out = cli("memory", "forget", "--user", "alice", "--yes", "-l", _location(store))
+    assert out.exit_code == 0, out.output
+    assert "forgot user 'alice': 3 fact(s) deleted" in out.output  # two versions and the expired promo
+    assert store.browse(scope="user", scope_id="alice", project_id="", include_superseded=True,
+                        include_expired=True) == []  # fmt: skip
+    assert store.list_active("user", "bob") != [] and store.get(tenant) is not None
+    in_b = cli("memory", "forget", "--user", "alice", "-y", "--project-id", "b", "-l", _location(store))
+    assert in_b.exit_code == 0 and "in project 'b': 1 fact(s) deleted" in in_b.output
+    assert store.get(tenant) is None and store.list_active("user", "bob") != []
+
+
+def test_forget_user_without_yes_asks_and_refuses_without_a_terminal(cli, store: MemoryStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import fastaiagent.cli.memory as memory_cli
+
+    refused = cli("memory", "forget", "--user", "alice", "-l", _location(store))
+    assert refused.exit_code == 2 and "pass --yes" in refused.output
+    assert store.list_active("user", "alice") != []
+    monkeypatch.setattr(memory_cli, "stdin_is_terminal", lambda: True)
+    runner = CliRunner()
+    declined = runner.invoke(app, ["memory", "forget", "--user", "alice", "-l", _location(store)], input="n\n")
+    assert declined.exit_code == 1 and "Forget everything of user 'alice'" in declined.output
+    assert "nothing forgotten" in declined.output and store.list_active("user", "alice") != []
+    agreed = runner.invoke(app, ["memory", "forget", "--user", "alice", "-l", _location(store)], input="y\n")
+    assert agreed.exit_code == 0 and "2 fact(s) deleted" in agreed.output
+    assert store.list_active("user", "alice") == [] and store.list_active("user", "bob") != []
+
+
+def test_forget_takes_a_fact_or_a_user_not_both(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    for args in (["1", "--user", "alice"], ["--subject", "user:bob", "--user", "alice"], [],
+                 ["1"], ["--user", "*"], ["--user", " "]):  # fmt: skip
+        out = cli("memory", "forget", *args, "--yes", "-l", _location(store))
+        assert out.exit_code == 2, (args, out.output)
+    assert len(store.browse(include_expired=True)) == 3  # nothing was deleted
+    assert "--user" in cli("memory", "forget", "--help").output
+
+
+def test_search_and_show_name_the_source_in_words(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+    said = store.add(Fact("Has a beagle", scope="user", scope_id="carol", source=SOURCE_CONVERSATION,
+                          source_trace_id="ab" * 16))  # fmt: skip
+    store.add(Fact("Likes short answers", scope="user", scope_id="carol", source=SOURCE_TRACES))
+    out = cli("memory", "search", "", "--subject", "user:carol", "-l", _location(store))
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert "trace" in lines[0]
+    beagle = next(line for line in lines if "Has a beagle" in line)
+    assert "user said" in beagle and "ab" * 16 in beagle
+    assert "learned" in next(line for line in lines if "Likes short answers" in line)
+    assert "manual" in cli("memory", "search", "", "--subject", "user:bob", "-l", _location(store)).output
+    shown = cli("memory", "show", str(said), "-l", _location(store))
+    assert f"source user said (trace {'ab' * 16})" in shown.output
+    listed = cli("learn", "list", "--scope", "user:carol", "-l", _location(store))
+    assert "user said (trace abababab)" in listed.output and "learned" in listed.output

@@ -140,7 +140,8 @@ def list_facts(
     table = Table("id", "fact", "scope", "source", "confidence", "created", box=None)
     for fact in facts:
         text = fact.fact + (f"  (superseded → #{fact.superseded_by})" if fact.superseded_by else "")
-        source = f"{fact.source} {fact.source_trace_id[:8]}" if fact.source_trace_id else fact.source
+        trace = fact.source_trace_id
+        source = f"{fact.source_words} (trace {trace[:8]})" if trace else fact.source_words
         table.add_row(
             str(fact.id), text, fact.subject, source, f"{fact.confidence:.2f}", format_time(fact.created_at)
         )

@@ -1,14 +1,16 @@
 """``fastaiagent memory``: review facts from the shell: search, show a fact's history,
-forget or expire a fact, and prune what expired or was superseded long ago.
+forget or expire a fact, forget a user, and prune what expired or was superseded long ago.
 
 A subject is ``scope:id`` (``user:alice``); ``user:*`` means every user, as in
 the API. Writes (forget, expire) name the subject, so a fact id of another
-subject changes nothing.
+subject changes nothing. ``forget --user ID`` forgets everything of one user
+(``Memory.forget(tier="user", id=ID)``), after a confirmation or ``--yes``.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import time
 from datetime import datetime
 from typing import Any
@@ -17,7 +19,7 @@ import typer
 
 from fastaiagent._format import format_time
 from fastaiagent._validate import moment, positive_int
-from fastaiagent.cli.failures import checking_options
+from fastaiagent.cli.failures import OptionsError, checking_options
 from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
@@ -93,13 +95,13 @@ def search(
     if not facts:
         typer.echo("no facts")
         return
-    table = Table("id", "fact", "subject", "source", "recorded", "valid", box=None)
+    table = Table("id", "fact", "subject", "source", "recorded", "valid", "trace", box=None)
     now = time.time()
     for fact in facts:
         mark = "  (expired)" if fact.expired(now) else ""
         table.add_row(
-            str(fact.id), fact.fact + mark, fact.subject, fact.source_label,
-            format_time(fact.created_at), _validity(fact),
+            str(fact.id), fact.fact + mark, fact.subject, fact.source_words,
+            format_time(fact.created_at), _validity(fact), fact.source_trace_id or "",
         )  # fmt: skip
     Console(width=200).print(table)
 
@@ -123,19 +125,37 @@ def show(
         valid = _validity(fact)
         typer.echo(
             f"#{fact.id}  {fact.fact}\n    recorded {format_time(fact.created_at)}{ended}"
-            f"{'; valid ' + valid if valid else ''}; source {fact.source_label}, "
+            f"{'; valid ' + valid if valid else ''}; source {_source(fact)}, "
             f"confidence {fact.confidence:.2f}"
         )
 
 
+def _source(fact: Fact) -> str:
+    """The source in words, with the run it came from: ``user said (trace 0af3...)``."""
+    words = fact.source_words
+    return f"{words} (trace {fact.source_trace_id})" if fact.source_trace_id else words
+
+
 @memory_app.command("forget")
 def forget(
-    fact_id: int = typer.Argument(..., help="Id of the fact to delete."),
-    subject: str = typer.Option(..., "--subject", "-s", help=SUBJECT_HELP),
+    fact_id: int | None = typer.Argument(None, help="Id of the fact to delete (with --subject)."),
+    subject: str | None = typer.Option(None, "--subject", "-s", help=SUBJECT_HELP),
+    user: str | None = typer.Option(
+        None, "--user", help="Forget everything of this user instead: facts, windows, recall, runs."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --user: do not ask for confirmation."),
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
     project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
 ) -> None:
-    """Hard-delete one fact of SUBJECT (exit 1 when it is not that subject's)."""
+    """Hard-delete one fact of SUBJECT (exit 1 when it is not that subject's), or with
+    --user ID everything of that user, after a confirmation (--yes skips it)."""
+    if user is not None:
+        if fact_id is not None or subject is not None:
+            raise OptionsError("--user forgets a whole user: give it without a fact id or --subject")
+        forget_user(user, yes=yes, location=location, project=project)
+        return
+    if fact_id is None or subject is None:
+        raise OptionsError(f"give a fact id and --subject ({SUBJECT_HELP}), or --user ID")
     with checking_options():
         scope, scope_id = parse_subject(subject, required=True)
         store = _store(location)
@@ -144,6 +164,37 @@ def forget(
         typer.echo(f"error: {subject} has no fact #{fact_id}", err=True)
         raise typer.Exit(code=1)
     typer.echo(f"forgot #{fact_id}")
+
+
+def stdin_is_terminal() -> bool:
+    """Whether a person can answer a question on stdin."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def forget_user(user_id: str, *, yes: bool, location: str, project: str) -> None:
+    """``forget --user``: ``Memory(location, project_id=project).forget(tier="user",
+    id=user_id)`` once the person confirmed (or ``yes``); prints the facts deleted."""
+    from fastaiagent.agent.memory import Memory
+
+    where = f" in project {project!r}" if project else ""
+    with checking_options():
+        if not user_id.strip() or user_id == "*":
+            raise InvalidValueError("--user needs one user id (every user is not forgotten from the shell)")
+        if not yes and not stdin_is_terminal():
+            raise InvalidValueError(
+                f"forgetting user {user_id!r} cannot be undone and there is no terminal to "
+                "confirm it on: pass --yes to forget without asking"
+            )
+        memory = Memory(location, project_id=project)
+    question = (
+        f"Forget everything of user {user_id!r}{where} in {location}: every fact with its "
+        "history, their stored windows and summaries, recall entries and runs?"
+    )
+    if not yes and not typer.confirm(question, default=False):
+        typer.echo("nothing forgotten")
+        raise typer.Exit(code=1)
+    count = memory.forget(tier="user", id=user_id)
+    typer.echo(f"forgot user {user_id!r}{where}: {count} fact(s) deleted")
 
 
 @memory_app.command("expire")
