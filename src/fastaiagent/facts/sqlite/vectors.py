@@ -38,6 +38,8 @@ from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked
 DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
+DROP_STEP = 500  # rows a namespace delete removes per write transaction (~10 ms each)
+MERGE_PAGES = 64  # FTS5 pages one merge step writes, so a writer waits a few ms at most
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
@@ -222,16 +224,64 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         return sum(len(rids) for rids in removed.values())
 
     def delete_namespace_rows(self, namespace: str) -> int:
-        """Delete every chunk, keyword posting and cached embedding of ``namespace``."""
+        """Delete every chunk, keyword posting and cached embedding of ``namespace``
+        in steps of :data:`DROP_STEP` rows, each its own short write transaction
+        (a 100k-message user held the write lock for 20 s in one), then merge the
+        keyword index so the chunks' tokens leave the file too (see :meth:`scrub`)."""
         self._conn()
-        t = self.table
-        with self.store._write() as conn:
-            conn.execute(f"DELETE FROM {t}_vec WHERE namespace = ?", (namespace,))  # in bulk
-            count = conn.execute(f"DELETE FROM {t} WHERE namespace = ?", (namespace,)).rowcount
-            conn.execute(f"DELETE FROM {t}_cache WHERE namespace = ?", (namespace,))
+        t, count = self.table, 0
+        with self.store._write() as conn:  # first: every process's copy is out of date
             conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
+        while True:
+            with self.store._write() as conn:
+                conn.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed
+                last = conn.execute(
+                    f"SELECT max(rid) FROM (SELECT rid FROM {t} WHERE namespace = ? "
+                    "ORDER BY rid LIMIT ?)", (namespace, DROP_STEP),
+                ).fetchone()[0]  # fmt: skip
+                if last is None:
+                    break
+                conn.execute(f"DELETE FROM {t}_vec WHERE namespace = ? AND rid <= ?", (namespace, last))
+                count += conn.execute(
+                    f"DELETE FROM {t} WHERE namespace = ? AND rid <= ?", (namespace, last)
+                ).rowcount
+        self._drop_keyed(f"{t}_cache", "identity, text_key", namespace)
+        with self.store._write() as conn:
             conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
+        if count:
+            self.scrub()
         return int(count)
+
+    def _drop_keyed(self, table: str, key: str, namespace: str) -> None:
+        """Delete a namespace's rows of a WITHOUT ROWID side table, a step at a time."""
+        while True:
+            with self.store._write() as conn:
+                conn.execute("PRAGMA secure_delete = ON")
+                gone = conn.execute(
+                    f"DELETE FROM {table} WHERE namespace = ? AND ({key}) IN "
+                    f"(SELECT {key} FROM {table} WHERE namespace = ? LIMIT ?)",
+                    (namespace, namespace, DROP_STEP),
+                ).rowcount
+            if gone < DROP_STEP:
+                return
+
+    def scrub(self) -> None:
+        """Make deleted chunks unrecoverable from the file: FTS5 keeps a deleted row's
+        tokens in its segments until they are merged, so merge them all, a bounded
+        step per write transaction, with freed pages zeroed; then checkpoint the
+        WAL (it holds old copies of the pages) and truncate it."""
+        fts = f"{self.table}_fts"
+        while True:
+            with self.store._write() as conn:
+                conn.execute("PRAGMA secure_delete = ON")
+                before = conn.total_changes
+                # A negative page count merges every segment, as 'optimize' does, in steps.
+                conn.execute(f"INSERT INTO {fts} ({fts}, rank) VALUES ('merge', ?)", (-MERGE_PAGES,))
+                if conn.total_changes - before < 2:  # FTS5: no merge work was left
+                    break
+        # Old page copies live in the WAL until a checkpoint; TRUNCATE empties it
+        # (it does nothing while another connection still reads those pages).
+        self.store._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- the in-memory copies of namespaces ---------------------------------
 

@@ -1,0 +1,132 @@
+"""Forget means gone: a plain Memory in another process removes every copy of a
+user's words (facts, fact vectors, recalled messages, keyword postings, cached
+embeddings, windows, summaries, traces) from the real SQLite file, Postgres and
+Redis, and leaves the other user's untouched.
+
+Process A (tests/backends/_forget_writer.py) writes with recall=, semantic=,
+windows="shared" and summarize=; process B is this test's ``Memory(location)``
+built with nothing but the location.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from fastaiagent import Memory
+
+WRITER = Path(__file__).with_name("_forget_writer.py")
+TURNS = 50
+
+pytestmark = pytest.mark.subprocess
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ]
+)
+def location(request: Any, own_location: Any) -> str:
+    return str(own_location(request.param))
+
+
+def write(location: str, user: str, marker: str, turns: int = TURNS) -> None:
+    done = subprocess.run(
+        [sys.executable, str(WRITER), location, user, marker, str(turns)],
+        capture_output=True, text=True, timeout=300, cwd=WRITER.parent, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def holders(location: str, needle: str) -> list[str]:
+    """Every table, file or key of the location (and the local trace store) that
+    still holds ``needle``: in a row, a file page, a key name or a value."""
+    found = _in_file(Path(os.environ["FASTAIAGENT_LOCAL_DB"]).with_name("traces.db"), needle)
+    if location.startswith("sqlite"):
+        return found + _in_file(Path(urlsplit(location).path[1:]), needle)
+    if location.startswith("postgres"):
+        return found + _in_postgres(location, needle)
+    return found + _in_redis(location, needle)
+
+
+def _in_file(path: Path, needle: str) -> list[str]:
+    out = []
+    for part in (path, Path(f"{path}-wal"), Path(f"{path}-journal")):
+        if part.exists() and needle.encode() in part.read_bytes():
+            out.append(part.name)
+    return out
+
+
+def _in_postgres(location: str, needle: str) -> list[str]:
+    import psycopg
+    from psycopg import sql
+
+    table = parse_qs(urlsplit(location).query)["table"][0]
+    url = location.split("?")[0]
+    out = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, %s)",
+            (table,),
+        ).fetchall()
+        for (name,) in names:
+            query = sql.SQL("SELECT count(*) FROM {} t WHERE t::text LIKE %s").format(sql.Identifier(name))
+            row = conn.execute(query, (f"%{needle}%",)).fetchone()
+            if row and row[0]:
+                out.append(f"{name}: {row[0]} rows")
+    return out
+
+
+def _in_redis(location: str, needle: str) -> list[str]:
+    import redis
+
+    prefix = parse_qs(urlsplit(location).query)["prefix"][0]
+    client = redis.Redis.from_url(location.split("?")[0])
+    raw = needle.encode()
+    out = []
+    try:
+        for key in client.scan_iter(match=prefix + "*", count=1000):
+            kind = client.type(key).decode()
+            if kind == "string":
+                values = [client.get(key) or b""]
+            elif kind == "hash":
+                values = [k + b"=" + v for k, v in client.hgetall(key).items()]
+            elif kind in ("set",):
+                values = list(client.smembers(key))
+            elif kind == "zset":
+                values = list(client.zrange(key, 0, -1))
+            elif kind == "list":
+                values = list(client.lrange(key, 0, -1))
+            else:
+                values = [repr(client.xrange(key)).encode()] if kind == "stream" else []
+            if raw in key or any(raw in v for v in values):
+                out.append(key.decode(errors="replace"))
+    finally:
+        client.close()
+    return out
+
+
+def test_a_plain_memory_in_another_process_forgets_every_copy(location: str) -> None:
+    carol, dave = f"carol{uuid.uuid4().hex[:6]}", f"dave{uuid.uuid4().hex[:6]}"
+    gone, kept = f"quokka{uuid.uuid4().hex[:8]}", f"wombat{uuid.uuid4().hex[:8]}"
+    write(location, carol, gone)
+    write(location, dave, kept, turns=5)
+    assert holders(location, gone), "the writer left nothing to forget: the test proves nothing"
+
+    mem = Memory(location)  # nothing configured but the location
+    assert mem.forget(tier="user", id=carol) >= 1
+
+    assert holders(location, gone) == []
+    assert holders(location, carol) == []  # not even the id, in a key, a row or a file
+    assert holders(location, kept), "the other user's memory must stay"
+    survivor = Memory(location, user_id=dave)
+    assert [f.fact for f in survivor.retrieve(tier="user")] == [f"{dave} secret is {kept}fact"]
