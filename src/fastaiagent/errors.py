@@ -52,7 +52,26 @@ class PolicyError(FastAIAgentError, PermissionError):
 
 
 class StoreUnavailableError(FastAIAgentError, ConnectionError):
-    """The fact or window store could not be reached, or the connection was lost."""
+    """The fact or window store could not be reached or could not take the call now:
+    refused, unreachable or timed out, the wrong protocol at the address, a lost
+    connection, a full disk, a lock held too long. The message names the file or
+    URL (password masked) and the fix; the driver's error is the ``__cause__``."""
+
+
+class StoreConfigError(StoreUnavailableError):
+    """The store cannot be used as configured: the location or the credentials are
+    wrong (a Redis DB index out of range, rejected credentials, a missing database
+    or role, no permission on the file or table). The message names the location
+    and what to change. A :class:`StoreUnavailableError` too, so code that runs on
+    without memory through an outage does so here as well."""
+
+
+class StoreCorruptError(FastAIAgentError, RuntimeError):
+    """The store's data is damaged: a SQLite file that is not a database or whose
+    pages are malformed, a table dropped or changed outside fastaiagent, Redis keys
+    of the wrong type in the store's namespace, a Postgres page that fails its
+    checks. The message names the file or URL and how to recover (a backup, or
+    moving the file aside); the driver's error is the ``__cause__``."""
 
 
 class ConflictError(FastAIAgentError, RuntimeError):
@@ -79,6 +98,8 @@ __all__ = [
     "NotFoundError",
     "PolicyError",
     "SchemaVersionError",
+    "StoreConfigError",
+    "StoreCorruptError",
     "StoreUnavailableError",
     "UnsupportedTierError",
     "UsageError",

@@ -66,3 +66,21 @@ def test_errors_are_also_the_builtins_callers_expect():
     assert issubclass(errors.PolicyError, PermissionError)
     assert issubclass(errors.MissingExtraError, ImportError)
     assert fastaiagent.FastAIAgentError is errors.FastAIAgentError
+
+
+def test_store_failures_are_classified():
+    # A configuration the store refuses still counts as the store being unavailable,
+    # so code that runs on without memory through an outage does so here too.
+    assert issubclass(errors.StoreConfigError, errors.StoreUnavailableError)
+    assert issubclass(errors.StoreConfigError, ConnectionError)
+    # Damaged data is not an outage: waiting does not fix it.
+    assert issubclass(errors.StoreCorruptError, RuntimeError)
+    assert not issubclass(errors.StoreCorruptError, errors.StoreUnavailableError)
+    for name in ("StoreConfigError", "StoreCorruptError", "StoreUnavailableError"):
+        assert name in errors.__all__
+
+
+def test_every_error_class_is_exported():
+    defined = {name for name, c in inspect.getmembers(errors, inspect.isclass)
+               if c.__module__ == errors.__name__}  # fmt: skip
+    assert defined == set(errors.__all__)
