@@ -7,20 +7,27 @@ the local fact database (``$FASTAIAGENT_TRACE_DB`` overrides it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
 import sqlite3
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from fastaiagent._paths import default_db_path
 from fastaiagent._schema import Schema
 from fastaiagent._sqlite import ThreadConnections
-from fastaiagent.errors import InvalidValueError
+from fastaiagent.errors import (
+    FastAIAgentError,
+    InvalidValueError,
+    StoreConfigError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
 
 ENV_TRACE_DB = "FASTAIAGENT_TRACE_DB"
 TRACE_FILE = "traces.db"
@@ -220,20 +227,155 @@ def encode_record(record: SpanRecord) -> EncodedSpan:
     )
 
 
+# How SQLite reports each kind of failure: the error name's prefix (Python 3.11+
+# sets sqlite_errorname, extended codes included) or, before that, words of the message.
+_SQLITE_KINDS = (
+    ("corrupt", ("SQLITE_CORRUPT", "SQLITE_NOTADB"), ("malformed", "not a database", "corrupt")),
+    ("full", ("SQLITE_FULL",), ("is full",)),
+    ("locked", ("SQLITE_BUSY", "SQLITE_LOCKED"), ("is locked",)),
+    ("access", ("SQLITE_READONLY", "SQLITE_PERM", "SQLITE_CANTOPEN", "SQLITE_AUTH"),
+     ("readonly", "unable to open", "permission", "authoriz")),
+    ("io", ("SQLITE_IOERR",), ("disk i/o",)),
+    ("changed", (), ("no such table", "no such column", "no such index")),
+)  # fmt: skip
+
+
+def _sqlite_kind(exc: sqlite3.Error) -> str:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc).lower()
+    for kind, names, words in _SQLITE_KINDS:
+        if name and names:
+            if name.startswith(names):
+                return kind
+        elif any(word in text for word in words):
+            return kind
+    return "other"
+
+
+def sqlite_failure(exc: sqlite3.Error, path: object) -> FastAIAgentError:
+    """The library's error for a ``sqlite3`` error on the database at ``path``:
+    :class:`~fastaiagent.errors.StoreCorruptError` for a damaged file (not a
+    database, malformed pages, tables changed outside fastaiagent),
+    :class:`~fastaiagent.errors.StoreConfigError` for a file this process may not
+    open or write, :class:`~fastaiagent.errors.StoreUnavailableError` for the rest
+    (a full disk, a lock held past the timeout, an I/O error). Each message names
+    the file and the fix; raise it ``from exc``."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    where = f"the SQLite database {str(path)!r}"
+    kind = _sqlite_kind(exc)
+    if kind == "corrupt":
+        return StoreCorruptError(
+            f"{where} is damaged ({reason}): restore it from a backup, or move it aside "
+            "so a new one is created (the sqlite3 shell's .recover may save its rows)"
+        )
+    if kind == "changed":
+        return StoreCorruptError(
+            f"{where} was changed outside fastaiagent ({reason}): restore it from a "
+            "backup, or move it aside so a new one is created"
+        )
+    if kind == "access":
+        return StoreConfigError(
+            f"{where} cannot be opened or written by this process ({reason}): check that "
+            "the file and its folder exist and are writable by this user, or choose another path"
+        )
+    said = {
+        "full": "is full",
+        "locked": "stayed locked",
+        "io": "could not be read or written",
+    }.get(kind, "could not complete the call")
+    fix = {
+        "full": "free space on its disk (or raise the file's size limit) and retry; "
+        "the call wrote nothing",
+        "locked": "another connection held its lock for longer than the store's timeout; "
+        "retry, raise timeout=, or find the process that keeps it locked",
+        "io": "check the disk and retry",
+    }.get(kind, "retry, or check the file with the sqlite3 shell")
+    return StoreUnavailableError(f"{where} {said} ({reason}): {fix}")
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """End the connection's transaction, if SQLite has not ended it already (a full
+    disk rolls the transaction back itself; a second ROLLBACK would then fail and
+    hide the first error)."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):  # unusable: the original error says why
+            conn.execute("ROLLBACK")
+
+
+class _Transaction:
+    """``with store._write() as conn``: BEGIN IMMEDIATE (the lock up front), COMMIT
+    at the end, ROLLBACK on any error; a ``sqlite3`` error anywhere in it comes
+    out as the library's (:func:`sqlite_failure`)."""
+
+    __slots__ = ("_conn", "_file")
+
+    def __init__(self, file: SQLiteFile) -> None:
+        self._file = file
+
+    def __enter__(self) -> sqlite3.Connection:
+        conn = self._file._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._file._failure(exc) from exc
+        self._conn = conn
+        return conn
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        conn = self._conn
+        if kind is None:
+            try:
+                conn.execute("COMMIT")
+                return
+            except sqlite3.Error as failed:
+                _roll_back(conn)
+                raise self._file._failure(failed) from failed
+        _roll_back(conn)
+        if isinstance(exc, sqlite3.Error):
+            raise self._file._failure(exc) from exc
+
+
 class SQLiteFile:
     """A store on one SQLite file: the calls it makes on its per-thread
     connections (``self._db``, a :class:`~fastaiagent._sqlite.ThreadConnections`).
-    The trace store and the SQLite fact store derive from it."""
+    The trace store and the SQLite fact store derive from it.
+
+    No ``sqlite3`` error leaves it: opening a connection, a write transaction
+    and the reads of :meth:`_fetch` / :meth:`_stream` raise the library's
+    errors instead (:func:`sqlite_failure`), the driver's error as ``__cause__``."""
 
     _db: ThreadConnections
 
-    def _connection(self) -> sqlite3.Connection:
-        """This thread's connection."""
-        return self._db.get()
+    def _failure(self, exc: sqlite3.Error) -> FastAIAgentError:
+        """The library's error for ``exc`` on this store's file."""
+        return sqlite_failure(exc, getattr(self, "path", "?"))
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened, and the schema checked, on first use)."""
+        try:
+            return self._db.get()
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    def _write(self) -> _Transaction:
         """A write transaction that takes the database lock up front."""
-        return self._db.write()
+        return _Transaction(self)
+
+    def _fetch(self, query: str, params: Any = ()) -> list[Any]:
+        """Every row a read returns."""
+        try:
+            return self._connection().execute(query, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    def _stream(self, query: str, params: Any = ()) -> Iterator[Any]:
+        """The rows a read returns, one at a time (a large read is never held whole)."""
+        try:
+            yield from self._connection().execute(query, params)
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
 
     def close(self) -> None:
         """Close every connection; the store reopens on its next use."""
@@ -322,8 +464,7 @@ class TraceStore(SQLiteFile):
         trace_ids = sorted(self._traces_of_user(user_id))
         if not trace_ids:
             return 0
-        conn = self._connection()
-        conn.execute("PRAGMA secure_delete = ON")
+        self._fetch("PRAGMA secure_delete = ON")
         try:
             for start in range(0, len(trace_ids), 500):  # stay under SQLite's variable limit
                 chunk = trace_ids[start : start + 500]
@@ -332,8 +473,8 @@ class TraceStore(SQLiteFile):
                     for table in ("span_batches", "runs", "mined_traces"):
                         writer.execute(f"DELETE FROM {table} WHERE trace_id IN ({marks})", chunk)
         finally:
-            conn.execute("PRAGMA secure_delete = OFF")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._fetch("PRAGMA secure_delete = OFF")
+        self._fetch("PRAGMA wal_checkpoint(TRUNCATE)")
         return len(trace_ids)
 
     def _traces_of_user(self, user_id: str) -> set[str]:
@@ -342,7 +483,7 @@ class TraceStore(SQLiteFile):
         encoded = _to_json(user_id)
         needles = [f'"{key}":{encoded}'.encode() for key in _USER_KEYS]
         found: set[str] = set()
-        rows = self._connection().execute(
+        rows = self._stream(
             "SELECT trace_id, spans FROM span_batches WHERE format = ? AND ("
             + " OR ".join("instr(spans, ?) > 0" for _ in needles)
             + ")",
@@ -364,8 +505,7 @@ class TraceStore(SQLiteFile):
         """How many runs (traces with a root span) the store holds."""
         if not self._exists():
             return 0
-        row = self._connection().execute("SELECT COUNT(*) FROM runs").fetchone()
-        return int(row[0])
+        return int(self._fetch("SELECT COUNT(*) FROM runs")[0][0])
 
     def list_runs(
         self, *, limit: int = 50, offset: int = 0, name: str | None = None
@@ -375,7 +515,7 @@ class TraceStore(SQLiteFile):
             return []
         where = "WHERE name = ?" if name else ""
         params: list[Any] = [name] if name else []
-        rows = self._connection().execute(
+        rows = self._fetch(
             f"SELECT {_RUN_COLUMNS}, (SELECT COALESCE(SUM(n), 0) FROM span_batches b "
             f"WHERE b.trace_id = r.trace_id) FROM runs r {where} "
             "ORDER BY start_ns DESC LIMIT ? OFFSET ?",
@@ -398,7 +538,7 @@ class TraceStore(SQLiteFile):
         """Every stored span of one trace, in start order ([] if unknown)."""
         if not self._exists():
             return []
-        rows = self._connection().execute(
+        rows = self._stream(
             "SELECT spans FROM span_batches WHERE trace_id = ? ORDER BY id", (trace_id,)
         )
         by_id: dict[str, SpanRecord] = {}
@@ -413,12 +553,11 @@ class TraceStore(SQLiteFile):
         ids = list(trace_ids)
         if not ids or not self._exists():
             return set()
-        conn = self._connection()
         found: set[str] = set()
         for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
             chunk = ids[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
-            rows = conn.execute(
+            rows = self._fetch(
                 f"SELECT trace_id FROM mined_traces WHERE trace_id IN ({marks})", chunk
             )
             found.update(row[0] for row in rows)

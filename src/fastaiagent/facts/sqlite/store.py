@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,7 @@ from fastaiagent.facts.sql_clauses import (
 )
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
-from fastaiagent.trace.store import SQLiteFile
+from fastaiagent.trace.store import SQLiteFile, sqlite_failure
 
 # Version 1 is the layout written before versions were recorded (so it is also
 # the step that upgrades such a file: every statement is IF [NOT] EXISTS).
@@ -367,7 +370,10 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         return _row_to_fact(row) if row else None
 
     def get(self, fact_id: int) -> Fact | None:
-        return self._get(self._connection(), check_fact_id(fact_id))
+        rows = self._fetch(
+            f"SELECT {_COLUMNS} FROM learned_memory WHERE id = ?", (check_fact_id(fact_id),)
+        )
+        return _row_to_fact(rows[0]) if rows else None
 
     def read_active(
         self, selector: Selector, limit: int | None, offset: int, now: float | None, include_expired: bool
@@ -377,29 +383,35 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         count = -1 if limit is None else limit
         if selector.scope_id is not None:  # one subject: the per-turn read
             subject = (scope_id, scope, project_id)
-            if include_expired:
-                cursor = self._connection().execute(_SUBJECT_ALL, (*subject, count, offset))
-            else:
-                cursor = self._connection().execute(_SUBJECT_READ, (*subject, when, when, count, offset))
-            return _subject_facts(cursor.fetchall(), scope, scope_id, project_id)
+            try:  # inline, not _fetch: this read runs every turn
+                if include_expired:
+                    cursor = self._connection().execute(_SUBJECT_ALL, (*subject, count, offset))
+                else:
+                    cursor = self._connection().execute(
+                        _SUBJECT_READ, (*subject, when, when, count, offset)
+                    )
+                rows = cursor.fetchall()
+            except sqlite3.Error as exc:
+                raise self._failure(exc) from exc
+            return _subject_facts(rows, scope, scope_id, project_id)
         where, params = _where(selector, active_only=True)
         if not include_expired:
             where += " AND " + valid_clause("?")
             params += [when, when]
         params += [count, offset]
-        cursor = self._connection().execute(
+        rows = self._fetch(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
             "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
             params,
         )
-        return [_row_to_fact(row) for row in cursor]
+        return [_row_to_fact(row) for row in rows]
 
     def read_as_of(self, selector: Selector, when: float, limit: int | None, offset: int) -> list[Fact]:
         """What the store held for the subject at ``when``: recorded, not yet
         superseded and valid then (reads the subject's rows: an audit read)."""
         where, params = _where(selector, active_only=False)
         params += [when] * 4 + [-1 if limit is None else limit, offset]
-        rows = self._connection().execute(
+        rows = self._fetch(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} AND {as_of_clause('?')} "
             "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
             params,
@@ -408,7 +420,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
     def replaced(self, fact_id: int) -> list[Fact]:
         """The facts ``fact_id`` superseded directly (idx_learned_memory_replaced)."""
-        rows = self._connection().execute(
+        rows = self._fetch(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE superseded_by = ? "
             "ORDER BY created_at DESC, id DESC",
             (check_fact_id(fact_id),),
@@ -418,18 +430,17 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
     def find_active(self, scope: str, scope_id: str, project_id: str, text: str) -> Fact | None:
         """The subject's active fact with this normalised text (the unique active-key index)."""
         read_selector(scope, scope_id, project_id)  # checks the scope and the id types
-        cursor = self._connection().execute(
+        rows = self._fetch(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE scope = ? AND scope_id = ? "
             "AND project_id = ? AND fact_key = ? AND superseded_by IS NULL",
             (scope, scope_id, project_id, check_fact_text(text)),
         )
-        row = cursor.fetchone()
-        return _row_to_fact(row) if row else None
+        return _row_to_fact(rows[0]) if rows else None
 
     def browse_facts(self, wanted: BrowseFilter) -> list[Fact]:
         clauses, params = browse_where(wanted, mark="?")
         where = " AND ".join(clauses) or "1"
-        rows = self._connection().execute(
+        rows = self._fetch(
             f"SELECT {_COLUMNS} FROM learned_memory WHERE {where} "
             "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
             [*params, wanted.limit, wanted.offset],
@@ -438,7 +449,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
     def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:
         where = "" if include_superseded else "WHERE superseded_by IS NULL"
-        rows = self._connection().execute(
+        rows = self._fetch(
             f"SELECT scope, scope_id, project_id, COUNT(*) FROM learned_memory {where} "
             "GROUP BY scope, scope_id, project_id ORDER BY scope, scope_id, project_id"
         )
@@ -448,10 +459,41 @@ MemoryStore = SQLiteFactStore
 """The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""
 
 
+def _translated(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of a :class:`SQLiteTable`, its ``sqlite3`` errors raised as the
+    library's (:func:`~fastaiagent.trace.store.sqlite_failure`)."""
+
+    @functools.wraps(method)
+    def call(self: SQLiteTable, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise sqlite_failure(exc, self.store.path) from exc
+
+    return call
+
+
 class SQLiteTable:
     """A table of its own in a :class:`SQLiteFactStore`'s file, on the store's
-    connections (the item and window stores); ``schema`` (its migrations) is
-    brought to its version on first use."""
+    connections (the item, window and vector stores); ``schema`` (its migrations)
+    is brought to its version on first use.
+
+    No ``sqlite3`` error leaves a subclass: its public methods and properties
+    are wrapped when the class is defined, so a read on a damaged page is a
+    :class:`~fastaiagent.errors.StoreCorruptError` naming the file as the
+    store's own reads are (writes and connections are translated by the store,
+    see :class:`~fastaiagent.trace.store.SQLiteFile`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if name.startswith("_"):
+                continue
+            if inspect.isfunction(value) and not inspect.isgeneratorfunction(value):
+                setattr(cls, name, _translated(value))
+            elif isinstance(value, property) and value.fget is not None:
+                getter = _translated(value.fget)
+                setattr(cls, name, property(getter, value.fset, value.fdel, value.__doc__))
 
     def __init__(self, store: SQLiteFactStore, table: str, schema: Schema) -> None:
         if not isinstance(store, SQLiteFactStore):
@@ -475,7 +517,10 @@ class SQLiteTable:
         if not self._ready:
             with self._lock:
                 if not self._ready:
-                    migrate(conn, self._schema, str(self.store.path))
+                    try:
+                        migrate(conn, self._schema, str(self.store.path))
+                    except sqlite3.Error as exc:
+                        raise sqlite_failure(exc, self.store.path) from exc
                     self._ready = True
         return conn
 
