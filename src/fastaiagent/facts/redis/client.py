@@ -1,5 +1,6 @@
-"""Connecting to Redis: a client gated by the server's outage health, and the
-error an outage raises (:func:`unavailable`), shared by every Redis store."""
+"""Connecting to Redis: a client gated by the server's outage health, and how a
+redis-py error becomes the library's (:func:`unavailable`, :func:`redis_failure`),
+shared by every Redis store."""
 
 from __future__ import annotations
 
@@ -8,38 +9,112 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.errors import StoreUnavailableError
+from fastaiagent.errors import (
+    FastAIAgentError,
+    StoreConfigError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
 from fastaiagent.facts import outage
 
 redis_lib = require("redis", "redis")
 
+_LOCATION = "fastaiagent_location"
+"""The attribute a guarded connection sets on the errors of its connect: the
+server's URL, password masked, for messages of callers that do not pass it."""
+
 
 @contextmanager
-def unavailable(what: str) -> Iterator[None]:
-    """Raise :class:`~fastaiagent.errors.StoreUnavailableError` (a ``ConnectionError``)
-    for a Redis outage inside the block, classified by redis-py's exception type:
-    refused or lost connections, timeouts, a server still loading its data, a
-    read-only replica. Other errors (a wrong key type, a script bug) pass through.
-    ``what`` names the store in the message, e.g. ``"the fact store"``."""
-    errors = redis_lib.exceptions
+def unavailable(what: str, url: str = "") -> Iterator[None]:
+    """Raise the library's error for any redis-py error inside the block (see
+    :func:`redis_failure`); ``what`` names the store in the message, e.g.
+    ``"the fact store"``, and ``url`` its server (else the connection's, when the
+    error came from connecting)."""
     try:
         yield
-    except (errors.AuthenticationError, errors.AuthorizationError) as exc:
-        raise StoreUnavailableError(
-            f"Redis refused the credentials for {what}: check the user and password "
-            f"in the URL ({exc})"
-        ) from exc
-    except errors.BusyLoadingError as exc:
-        raise StoreUnavailableError(
-            f"Redis for {what} is still loading its data set: retry in a moment ({exc})"
-        ) from exc
-    except (errors.ReadOnlyError, errors.MasterDownError) as exc:
-        raise StoreUnavailableError(
-            f"Redis for {what} is a replica that cannot take writes: point the URL at "
-            f"the primary ({exc})"
-        ) from exc
-    except (errors.ConnectionError, errors.TimeoutError) as exc:
-        raise StoreUnavailableError(f"cannot reach Redis for {what}: {exc}") from exc
+    except redis_lib.exceptions.RedisError as exc:
+        raise redis_failure(exc, what, url) from exc
+
+
+def redis_failure(exc: Exception, what: str, url: str = "") -> FastAIAgentError:
+    """The library's error for a redis-py error, naming the server and the fix.
+
+    :class:`~fastaiagent.errors.StoreConfigError`: rejected credentials or
+    permissions, a DB index the server does not have.
+    :class:`~fastaiagent.errors.StoreCorruptError`: a key of the store holding
+    another type (another program writes under its prefix).
+    :class:`~fastaiagent.errors.StoreUnavailableError`: the rest: refused or lost
+    connections, timeouts, something other than Redis at the address, a server
+    still loading, a read-only replica, out of memory, a failed call.
+    """
+    errors = redis_lib.exceptions
+    at = outage.server_name("Redis", url) if url else getattr(exc, _LOCATION, "") or "Redis"
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    upper = reason.upper()
+    if isinstance(exc, (errors.AuthenticationError, errors.AuthorizationError)) or (
+        upper.startswith(("NOAUTH", "WRONGPASS"))
+    ):
+        return StoreConfigError(
+            f"Redis refused the credentials for {what} ({at}): check the user and password "
+            f"in the URL ({reason})"
+        )
+    if isinstance(exc, errors.NoPermissionError) or upper.startswith("NOPERM"):
+        return StoreConfigError(
+            f"the Redis user of the URL may not do what {what} needs ({at}: {reason}): "
+            "allow it the store's commands and keys in the server's ACL, or use another user"
+        )
+    if "DB INDEX" in upper:
+        return StoreConfigError(
+            f"{at} has no such database for {what} ({reason}): the number after the port "
+            "in the URL must be a DB index the server has (0 to its 'databases' setting - 1, "
+            "0-15 by default)"
+        )
+    if isinstance(exc, errors.BusyLoadingError):
+        return StoreUnavailableError(
+            f"Redis for {what} is still loading its data set ({at}): retry in a moment ({reason})"
+        )
+    if isinstance(exc, (errors.ReadOnlyError, errors.MasterDownError)):
+        return StoreUnavailableError(
+            f"Redis for {what} is a replica that cannot take writes ({at}): point the URL at "
+            f"the primary ({reason})"
+        )
+    if isinstance(exc, (errors.ConnectionError, errors.TimeoutError)):
+        return StoreUnavailableError(
+            f"cannot reach Redis for {what}: {reason} ({at}; check that the server is up "
+            "and the URL's host and port)"
+        )
+    return _answer_failure(exc, what, at, reason)
+
+
+def _answer_failure(exc: Exception, what: str, at: str, reason: str) -> FastAIAgentError:
+    """:func:`redis_failure` for a server that answered, but not as asked."""
+    errors = redis_lib.exceptions
+    if isinstance(exc, errors.InvalidResponse):
+        return StoreUnavailableError(
+            f"the server for {what} does not answer as Redis does ({at}: {reason}): check "
+            "that the URL's host and port are a Redis server's (redis:// for plain TCP, "
+            "rediss:// for TLS)"
+        )
+    if reason.upper().startswith("WRONGTYPE"):
+        return StoreCorruptError(
+            f"a key of {what} holds another type ({at}: {reason}): another program writes "
+            "under the store's prefix; give the store a prefix of its own, or delete the "
+            "stray keys"
+        )
+    if isinstance(exc, errors.OutOfMemoryError) or reason.upper().startswith("OOM"):
+        return StoreUnavailableError(
+            f"Redis for {what} is out of memory ({at}: {reason}): raise its maxmemory or "
+            "free keys, then retry"
+        )
+    if reason.upper().startswith("MISCONF"):
+        return StoreUnavailableError(
+            f"Redis for {what} refuses writes because it cannot save to disk ({at}: "
+            f"{reason}): check the server's disk and log"
+        )
+    return StoreUnavailableError(
+        f"Redis could not complete the call for {what} ({at}: {type(exc).__name__}: "
+        f"{reason}): retry, or check the server's log"
+    )
 
 
 def guarded_client(url: str, **options: Any) -> Any:
@@ -48,26 +123,30 @@ def guarded_client(url: str, **options: Any) -> Any:
     server is paused a call raises at once instead of waiting out a timeout
     (options in the URL's query, e.g. ``socket_connect_timeout``, win)."""
     pool = redis_lib.ConnectionPool.from_url(url, **options)
-    pool.connection_class = _guarded_class(
-        pool.connection_class, outage.health(outage.server_name("Redis", url))
-    )
+    name = outage.server_name("Redis", url)
+    pool.connection_class = _guarded_class(pool.connection_class, outage.health(name), name)
     client = redis_lib.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # as Redis.from_url: close() closes the pool
     return client
 
 
-def _guarded_class(base: type, health: outage.StoreHealth) -> type:
-    """``base`` (plain, TLS or unix-socket connection) whose connect is gated by ``health``."""
-    failures = (redis_lib.exceptions.ConnectionError, redis_lib.exceptions.TimeoutError)
+def _guarded_class(base: type, health: outage.StoreHealth, where: str) -> type:
+    """``base`` (plain, TLS or unix-socket connection) whose connect is gated by
+    ``health``; errors of the connect carry ``where`` (see :data:`_LOCATION`).
+    Something other than Redis at the address counts as unreachable."""
+    errors = redis_lib.exceptions
+    failures = (errors.ConnectionError, errors.TimeoutError, errors.InvalidResponse)
 
     def connect_check_health(self: Any, *args: Any, **kwargs: Any) -> None:
         if self._sock:  # connected already: nothing to wait for
             return
-        health.check(error=redis_lib.exceptions.ConnectionError)  # unavailable() words it
+        health.check(error=errors.ConnectionError)  # unavailable() words it
         try:
             base.connect_check_health(self, *args, **kwargs)  # type: ignore[attr-defined]
-        except failures as exc:
-            health.failed(" ".join(str(exc).split()))
+        except errors.RedisError as exc:
+            setattr(exc, _LOCATION, where)
+            if isinstance(exc, failures):
+                health.failed(" ".join(str(exc).split()))
             raise
         health.succeeded()
 

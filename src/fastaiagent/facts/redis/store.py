@@ -231,7 +231,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
     # -- plumbing ----------------------------------------------------------
 
     def _call(self, operation: Callable[[], _T]) -> _T:
-        with unavailable("the fact store"):
+        with unavailable("the fact store", self.url):
             self._ensure_layout()
             return operation()
 
@@ -726,7 +726,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         drop rows of facts that are no longer active; safe to repeat, and
         writes nothing when all is in place. Returns how many facts it saw.
         Refuses (SchemaVersionError) a namespace of a newer layout."""
-        with unavailable("the fact store"):
+        with unavailable("the fact store", self.url):
             self._found_layout()
             count = self._reindex()
             self._set_layout(keys=[self._k("layout")], args=[LAYOUT_VERSION])
