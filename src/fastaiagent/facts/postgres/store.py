@@ -20,8 +20,11 @@ from fastaiagent._optional import require
 from fastaiagent._validate import integer
 from fastaiagent.errors import (
     ConflictError,
+    FastAIAgentError,
     InvalidTypeError,
     InvalidValueError,
+    StoreConfigError,
+    StoreCorruptError,
     StoreUnavailableError,
 )
 from fastaiagent.facts import outage
@@ -247,12 +250,19 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         return pool
 
     def _cannot_connect(self, exc: BaseException) -> StoreUnavailableError:
-        """The error for a failed connect, naming the server's reason; pauses the server."""
+        """The error for a failed connect, naming the server's reason; pauses the server.
+        A server that answered and refused the URL's user, password or database
+        raises :class:`~fastaiagent.errors.StoreConfigError`."""
         reason = " ".join(redacted_url(str(exc)).split())
         self._health.failed(reason)
+        said = f"cannot connect to Postgres for the fact store ({redacted_url(self.url)}): {reason}"
+        if any(words in reason for words in _REFUSED_CONFIG):
+            return StoreConfigError(
+                f"{said}; check the URL's user, password and database (and the server's "
+                "pg_hba.conf for this client)"
+            )
         return StoreUnavailableError(
-            f"cannot connect to Postgres for the fact store ({redacted_url(self.url)}): "
-            f"{reason}; check that the server is up and the URL's host, port, user, "
+            f"{said}; check that the server is up and the URL's host, port, user, "
             "password and database"
         )
 
@@ -305,8 +315,9 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
     def _unavailable(self, exc: BaseException) -> BaseException:
         """The one place psycopg errors are classified: a pool timeout, a lost or
         refused connection and the server's other operational failures (shutdown,
-        a statement or lock timeout) become StoreUnavailableError, a ConnectionError;
-        anything else (errors of this library, SQL errors) is returned as it is.
+        a statement or lock timeout, a full disk) become StoreUnavailableError, a
+        ConnectionError; a failed statement is classified by
+        :func:`statement_failure`; errors of this library are returned as they are.
         A pool timeout also pauses the server for every store of the process
         (:mod:`fastaiagent.facts.outage`), as a failed connect does; a lost
         connection sets the pool aside, so the next call connects afresh."""
@@ -327,6 +338,8 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
             return StoreUnavailableError(
                 f"{what} for the fact store {where}: {type(exc).__name__}: {reason}; {fix}"
             )
+        if isinstance(exc, psycopg.Error):
+            return statement_failure(exc, where)
         return exc
 
     def _compile(self, conn: Any) -> None:
@@ -701,6 +714,51 @@ def connection_lost(exc: BaseException) -> bool:
     # No SQLSTATE: the client saw the socket fail. 08: connection exception.
     # 57P01-57P03: admin shutdown (pg_terminate_backend), crash shutdown, cannot connect now.
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+# Words of a refused connect that mean the URL, not the server, is wrong.
+_REFUSED_CONFIG = (
+    "password authentication failed",
+    "authentication failed",
+    "does not exist",  # the role or the database
+    "no pg_hba.conf entry",
+    "permission denied",
+    "password is required",
+)
+
+
+def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
+    """The library's error for a statement the server refused (``where`` names the
+    server, password masked): no permission -> StoreConfigError; a table or column
+    missing (dropped or changed outside fastaiagent) or data failing the server's
+    checks -> StoreCorruptError; the rest -> StoreUnavailableError."""
+    state = getattr(exc, "sqlstate", None) or ""
+    reason = " ".join(redacted_url(str(exc)).split()) or type(exc).__name__
+    said = f"({type(exc).__name__}: {reason})"
+    if state == "42501" or state.startswith("28"):
+        return StoreConfigError(
+            f"the Postgres user of the fact store's URL {where} may not do what the store "
+            f"needs {said}: grant it the rights on the store's tables, or use another user"
+        )
+    if state in ("42P01", "42703", "42704"):
+        return StoreCorruptError(
+            f"a table of the fact store {where} is missing or was changed outside "
+            f"fastaiagent {said}: restore it from a backup, or drop it and restart so "
+            "it is created again"
+        )
+    if state.startswith("XX"):
+        return StoreCorruptError(
+            f"the Postgres server {where} found the fact store's data damaged {said}: "
+            "restore the table from a backup (see the server's log)"
+        )
+    if state == "25006":
+        return StoreUnavailableError(
+            f"the Postgres server {where} is a read-only standby {said}: point the URL at the primary"
+        )
+    return StoreUnavailableError(
+        f"Postgres could not complete the call for the fact store {where} {said}; retry, "
+        "or check the server's log"
+    )
 
 
 def redacted_url(url: str) -> str:
