@@ -187,8 +187,10 @@ def test_http_a_second_users_token_sees_nothing_of_the_first(memory):
             fact_id = (await call(alice, "remember", text="Alice's PIN hint is her cat"))["id"]
         async with http_session(url, TOKEN_BOB) as bob:
             assert await retrieved(bob) == []
-            # A tool argument cannot switch the user: unknown arguments do not select anyone.
-            assert await retrieved(bob, user="alice", user_id="alice", id="alice") == []
+            # A tool argument cannot switch the user: an argument the tool does not take
+            # is refused, naming it, and nothing is read.
+            refused = await call_error(bob, "retrieve", user="alice", user_id="alice", id="alice")
+            assert "does not take arguments id, user, user_id" in refused and "Alice" not in refused
             # Alice's fact id is not Bob's to replace; the error does not say whose it is.
             message = await call_error(bob, "update", new="hacked", old=fact_id)
             assert "alice" not in message and "no active user fact" in message

@@ -5,7 +5,9 @@ acts for the server's ``user_id``; over streamable HTTP with tokens, each
 request acts for its bearer token's user (see :mod:`fastaiagent.mcp.auth`).
 Expected failures (bad arguments, guard rails, an unknown fact) come back as
 tool errors (``isError``) with one line that names the fix; the server keeps
-serving.
+serving. An argument a tool does not take is such an error too (the SDK would
+drop it silently), and each tool's input schema says so
+(``additionalProperties: false``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import Field
 
 from fastaiagent import _serving
@@ -127,13 +130,62 @@ class _Acting:
         return deprecated
 
 
+def unknown_arguments(tool: str, given: Any, accepted: tuple[str, ...]) -> str | None:
+    """The tool error for arguments ``tool`` does not take (None when there are none):
+    it names them and lists the ones it takes."""
+    unknown = sorted(set(given or ()) - set(accepted))
+    if not unknown:
+        return None
+    names = ", ".join(unknown)
+    takes = ", ".join(accepted) or "no arguments"
+    message = (
+        f"{tool} does not take {'argument' if len(unknown) == 1 else 'arguments'} {names} "
+        f"(it takes {takes}); nothing was done"
+    )
+    if any("user" in name.lower() for name in unknown):
+        message += (
+            ". The user a call acts for is the connection's (the server's --user-id, "
+            "or the token), never an argument"
+        )
+    return message
+
+
+class MemoryServer(MCPServer[Any]):
+    """The SDK server, refusing a call that passes an argument its tool does not take.
+
+    The SDK's argument models ignore unknown keys, so ``remember(text=...,
+    user_id="bob")`` would store the fact for the connection's user as if the
+    argument were honoured; here it is a tool error naming the argument, and
+    nothing runs.
+    """
+
+    accepted: dict[str, tuple[str, ...]]
+    """Each tool's argument names, from its input schema."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        accepted = self.accepted.get(name)
+        refused = None if accepted is None else unknown_arguments(name, arguments, accepted)
+        if refused is not None:
+            logger.info("Tool %r refused unknown arguments: %r", name, sorted(arguments))
+            raise ToolError(refused)
+        return await super().call_tool(name, arguments, context)
+
+
+def _tool(fn: Callable[..., Any], name: str, **options: Any) -> Tool:
+    """``fn`` as a tool whose input schema admits its arguments only."""
+    tool = Tool.from_function(
+        fn, name=name, description=DESCRIPTIONS[name], annotations=HINTS[name], **options
+    )
+    tool.parameters["additionalProperties"] = False
+    return tool
+
+
 def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[Any]:
     """An ``MCPServer`` with the remember / retrieve / update / forget tools over ``tools``,
-    and ``recall``, the deprecated name of retrieve."""
-    # WARNING: the SDK configures root logging when no handler is set; INFO would log every request.
-    server: MCPServer[Any] = MCPServer(
-        name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
-    )
+    and ``recall``, the deprecated name of retrieve. A call with an argument its tool
+    does not take is refused (see :class:`MemoryServer`)."""
     act = _Acting(tools.user_id)
 
     def remember(
@@ -172,16 +224,16 @@ def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[A
         return act(ctx, lambda user: tools.forget(user, tier, fact, everything))
 
     current = {tool.__name__: tool for tool in (remember, retrieve, update, forget)}
-    for tool_name, tool in current.items():
-        server.add_tool(tool, description=DESCRIPTIONS[tool_name], annotations=HINTS[tool_name])
-    for old, new in DEPRECATED_TOOLS.items():
-        server.add_tool(
-            act.alias(current[new], old),
-            name=old,
-            description=DESCRIPTIONS[old],
-            annotations=HINTS[old],
-            meta={"deprecated": True, "replaced_by": new},
-        )
+    listed = [_tool(tool, tool_name) for tool_name, tool in current.items()]
+    listed += [
+        _tool(act.alias(current[new], old), old, meta={"deprecated": True, "replaced_by": new})
+        for old, new in DEPRECATED_TOOLS.items()
+    ]
+    # WARNING: the SDK configures root logging when no handler is set; INFO would log every request.
+    server = MemoryServer(
+        name, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", tools=listed
+    )
+    server.accepted = {tool.name: tuple(tool.parameters.get("properties", ())) for tool in listed}
     return server
 
 
