@@ -117,7 +117,8 @@ def mcp(
     from fastaiagent.mcp.server import create_server
     from fastaiagent.mcp.tools import MemoryTools
 
-    # Bad options exit 2 before anything is served; a store outage or a taken port exits 1.
+    # Bad options exit 2 before anything is served; a store that cannot be read
+    # (checked once, here) or a taken port exits 1.
     with checking_options():
         one_of("--transport", transport, TRANSPORTS)
         optional_id("--user-id", user_id)
@@ -132,8 +133,10 @@ def mcp(
             embedder=embedder,
         )
         tools = MemoryTools(memory, user_id=user_id, allow_global_writes=global_writes)
-        sock = listen(host, port_number) if transport == "http" else None
     try:
+        tools.check_store()
+        with checking_options():
+            sock = listen(host, port_number) if transport == "http" else None
         _serve(create_server(tools), sock, host, tokens, user_id)
     except KeyboardInterrupt:
         pass

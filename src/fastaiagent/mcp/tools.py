@@ -16,10 +16,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fastaiagent._format import one_line
 from fastaiagent._validate import boolean, optional_id
 from fastaiagent.agent.deprecation import deprecated_alias
 from fastaiagent.agent.memory import Memory
-from fastaiagent.errors import InvalidValueError, NotFoundError, PolicyError
+from fastaiagent.errors import (
+    FastAIAgentError,
+    InvalidValueError,
+    NotFoundError,
+    PolicyError,
+    StoreUnavailableError,
+)
 from fastaiagent.facts.fact import Fact
 
 Tier = Literal["user", "global"]
@@ -96,6 +103,22 @@ class MemoryTools:
         self.memory = memory
         self.user_id = optional_id("user_id", user_id)
         self.allow_global_writes = boolean("allow_global_writes", allow_global_writes)
+
+    def check_store(self) -> None:
+        """Read the fact store once (a fact by id), so a server whose store cannot be
+        used fails when it starts instead of at every call. The store's own error
+        (a :class:`~fastaiagent.errors.FastAIAgentError` naming the file or URL)
+        is raised as it is; any other becomes
+        :class:`~fastaiagent.errors.StoreUnavailableError` naming the store."""
+        store = self.memory.location
+        try:
+            store.get(1)
+        except FastAIAgentError:
+            raise
+        except Exception as exc:  # a custom store's own failure
+            raise StoreUnavailableError(
+                f"the fact store {store!r} cannot be read: {one_line(exc)}"
+            ) from exc
 
     def _subject(self, verb: str, tier: str, user: str | None, *, write: bool) -> str:
         """The id a tier is filed under for this connection."""
