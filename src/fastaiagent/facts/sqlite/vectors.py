@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,13 +40,27 @@ DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
 DROP_STEP = 500  # rows a namespace delete removes per write transaction (~10 ms each)
-MERGE_PAGES = 64  # FTS5 pages one merge step writes, so a writer waits a few ms at most
+MERGE_PAGES = 64  # FTS5 pages a merge step asks for (a step merges whole segments: see scrub)
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
 
 def _batches(items: Sequence[Any], size: int = _MAX_PARAMS) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class Steps:
+    """Called before each step of a long job: leaves the write lock free for twice
+    as long as the last step held it, so a writer waiting in SQLite's busy
+    handler (which sleeps up to 100 ms between tries) gets in within a step or two."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+
+    def __call__(self) -> None:
+        if self._started is not None:
+            time.sleep(max(0.002, 2 * (time.perf_counter() - self._started)))
+        self._started = time.perf_counter()
 
 
 class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
@@ -229,10 +244,11 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         (a 100k-message user held the write lock for 20 s in one), then merge the
         keyword index so the chunks' tokens leave the file too (see :meth:`scrub`)."""
         self._conn()
-        t, count = self.table, 0
+        t, count, step_pause = self.table, 0, Steps()
         with self.store._write() as conn:  # first: every process's copy is out of date
             conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
         while True:
+            step_pause()
             with self.store._write() as conn:
                 conn.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed
                 last = conn.execute(
@@ -254,7 +270,9 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
 
     def _drop_keyed(self, table: str, key: str, namespace: str) -> None:
         """Delete a namespace's rows of a WITHOUT ROWID side table, a step at a time."""
+        step_pause = Steps()
         while True:
+            step_pause()
             with self.store._write() as conn:
                 conn.execute("PRAGMA secure_delete = ON")
                 gone = conn.execute(
@@ -267,11 +285,14 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
 
     def scrub(self) -> None:
         """Make deleted chunks unrecoverable from the file: FTS5 keeps a deleted row's
-        tokens in its segments until they are merged, so merge them all, a bounded
-        step per write transaction, with freed pages zeroed; then checkpoint the
-        WAL (it holds old copies of the pages) and truncate it."""
-        fts = f"{self.table}_fts"
+        tokens in its segments until they are merged, so merge them all (with
+        freed pages zeroed), a write transaction per merge step; then checkpoint
+        the WAL (it holds old copies of the pages) and truncate it. SQLite 3.40
+        has no FTS5 'secure-delete'; a merge step rewrites whole segments, so
+        this one step is the longest of a forget (~50-100 ms at 100k chunks)."""
+        fts, step_pause = f"{self.table}_fts", Steps()
         while True:
+            step_pause()
             with self.store._write() as conn:
                 conn.execute("PRAGMA secure_delete = ON")
                 before = conn.total_changes
