@@ -60,7 +60,7 @@ _NEVER_DECODE = {_client_mod.NEVER_DECODE: True}  # replies read as bytes (vecto
 
 VECTORS_LAYOUT = "2"
 DELTA_LIMIT = 2000  # changed chunks a cache catches up on; more reloads the namespace
-_DROP_BATCH = 200  # chunks one delete_namespace step removes (a few ms of Redis each)
+_DROP_BATCH = 64  # chunks one delete_namespace step removes (a few ms of Redis at ~12 terms each)
 SCAN_STEP = 1000  # vectors one HSCAN of a cold load returns (~1.5 MB at 384 dims)
 _T = TypeVar("_T")
 
@@ -332,12 +332,13 @@ class RedisVectorIndex(MatrixIndex):
         ns = escape_part(namespace)
 
         def run() -> int:
-            total, docs = 0, self._k("d:", ns)
+            total, docs, cursor = 0, self._k("d:", ns), 0
             while True:  # HSCAN, not HKEYS: no command reads the whole namespace
-                _, found = self._client.hscan(docs, 0, count=_DROP_BATCH)
-                if not found:
+                cursor, found = self._client.hscan(docs, cursor, count=_DROP_BATCH)
+                if found:  # a page may be empty before the scan ends
+                    total += int(self._delete(args=[self.prefix, "=" + ns, *found]))
+                if not cursor and not self._client.hlen(docs):
                     break
-                total += int(self._delete(args=[self.prefix, "=" + ns, *found]))
             self._clear(args=[self.prefix, ns])
             return total
 
