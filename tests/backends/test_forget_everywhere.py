@@ -115,6 +115,20 @@ def _in_redis(location: str, needle: str) -> list[str]:
     return out
 
 
+def forget_audit() -> dict[str, Any]:
+    """The attributes of the one forget audit line in the local trace store."""
+    from fastaiagent.trace.store import TraceStore
+
+    store = TraceStore(Path(os.environ["FASTAIAGENT_LOCAL_DB"]).with_name("traces.db"))
+    try:
+        runs = [r for r in store.list_runs(limit=100) if r.name == "memory.forget.audit"]
+        assert len(runs) == 1, runs
+        (span,) = store.get_trace(runs[0].trace_id)
+        return dict(span.attributes)
+    finally:
+        store.close()
+
+
 def test_a_plain_memory_in_another_process_forgets_every_copy(location: str) -> None:
     carol, dave = f"carol{uuid.uuid4().hex[:6]}", f"dave{uuid.uuid4().hex[:6]}"
     gone, kept = f"quokka{uuid.uuid4().hex[:8]}", f"wombat{uuid.uuid4().hex[:8]}"
@@ -128,5 +142,9 @@ def test_a_plain_memory_in_another_process_forgets_every_copy(location: str) -> 
     assert holders(location, gone) == []
     assert holders(location, carol) == []  # not even the id, in a key, a row or a file
     assert holders(location, kept), "the other user's memory must stay"
+    audit = forget_audit()
+    assert audit["memory.deleted.recall"] == TURNS and audit["memory.deleted.facts"] == 1
+    assert audit["memory.deleted.fact_vectors"] == 1 and audit["memory.deleted.windows"] == 1
+    assert audit["memory.subject"].startswith("sha256:") and audit["audit.by"]
     survivor = Memory(location, user_id=dave)
     assert [f.fact for f in survivor.retrieve(tier="user")] == [f"{dave} secret is {kept}fact"]

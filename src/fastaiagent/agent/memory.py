@@ -424,44 +424,45 @@ class Memory:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
         return True
 
-    def _drop_local(self, user_id: str, everywhere: bool) -> None:
-        """Drop a user's in-process state and recall entries (not the stored window)."""
+    def _drop_local(self, user_id: str, everywhere: bool) -> int:
+        """Drop a user's in-process state and recall entries (not the stored window);
+        returns how many recall entries went."""
         state = self._users.pop(user_id)
         for block in state.own_blocks if state is not None else []:
             try:
                 block.clear()
             except Exception as exc:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
-        self._stack.purge_recall(user_id, everywhere)
+        return self._stack.purge_recall(user_id, everywhere)
 
-    def _forget_user_state(self, user_id: str, everywhere: bool) -> None:
+    def _forget_user_state(self, user_id: str, everywhere: bool) -> dict[str, int]:
         """After a user's facts are gone: their windows and caches (``everywhere``:
-        every agent's stored windows, every peer Memory, the local trace store)."""
+        every agent's stored windows, every peer Memory, the local trace store);
+        returns how many rows of each kind went."""
         if user_id == WILDCARD:
-            self._forget_every_user_state()
-            return
+            return self._forget_every_user_state()
+        windows = 0
         if self._windows is not None:
-            if everywhere:
-                self._windows.drop_everywhere(user_id)
-            else:
+            windows += self._windows.drop_everywhere(user_id) if everywhere else int(
                 self._windows.drop(user_id)
+            )
         if everywhere:  # the location's windows too, whatever this Memory's window_store=
-            drop_stored_windows(self.location, self.config.project_id, user_id)
-        for memory in PEERS.of(self._peer_key) if everywhere else [self]:
-            memory._drop_local(user_id, everywhere)
-        if everywhere:
-            trace.forget_user(user_id)
+            windows += drop_stored_windows(self.location, self.config.project_id, user_id)
+        peers = PEERS.of(self._peer_key) if everywhere else [self]
+        recall = sum(memory._drop_local(user_id, everywhere) for memory in peers)
+        traces = trace.forget_user(user_id) if everywhere else 0
+        return {"windows": windows, "recall": recall, "traces": traces}
 
-    def _forget_every_user_state(self) -> None:
+    def _forget_every_user_state(self) -> dict[str, int]:
         # This agent's windows only: other agents' users were not forgotten.
-        if self._windows is not None:
-            self._windows.drop_all()
+        windows = self._windows.drop_all() if self._windows is not None else 0
         for user in self.cached_users:
             self.drop_user(user)
         if self._users.has_single():
             self.drop_user(self._users.single_user or "")
         if self._stack.shared_recall_store() is not None:
             logger.warning("forget(id='*') cannot enumerate recall namespaces of a shared store")
+        return {"windows": windows}
 
     # -- save / load -----------------------------------------------------------
 

@@ -7,6 +7,8 @@ tier is the window, not a store.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 import warnings
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from fastaiagent.facts.store import DEFAULT_LIMIT, FactStore
 from fastaiagent.facts.timeline import versions
 from fastaiagent.facts.validity import read_clock
 
+logger = logging.getLogger("fastaiagent.memory")
 TIERS = ("global", "user", "session")
 DEFAULT_SEARCH_LIMIT = 10
 
@@ -85,7 +88,8 @@ class MemoryVerbs:
     """The direct verbs over a Memory's fact store.
 
     ``forget_user_state(user_id, everywhere)`` drops a forgotten user's
-    in-process and shared window state (every agent's when ``everywhere``); ``flush(user_id)`` waits for that user's queued learning (``"*"``:
+    in-process and shared window state (every agent's when ``everywhere``) and
+    says how many rows of each kind went; ``flush(user_id)`` waits for that user's queued learning (``"*"``:
     everyone's), so it cannot write facts back.
     """
 
@@ -95,7 +99,7 @@ class MemoryVerbs:
         store: FactStore,
         stack: MemoryStack,
         *,
-        forget_user_state: Callable[[str, bool], None],
+        forget_user_state: Callable[[str, bool], dict[str, int]],
         flush: Callable[[str], Any],
     ) -> None:
         self.config = config
@@ -324,15 +328,39 @@ class MemoryVerbs:
         if scope != "user":  # a forgotten user's id is not written back into the traces
             attributes["memory.scope_id"] = scope_id
         with trace.span("memory.forget", attributes):
-            count = self._forget_facts(scope, scope_id, fact, by_agent)
+            count, vectors = self._forget_facts(scope, scope_id, fact, by_agent)
+            deleted = {"facts": count, "fact_vectors": vectors}
             if scope == "user" and fact is None:
-                self._forget_user_state(scope_id, not by_agent)
+                deleted.update(self._forget_user_state(scope_id, not by_agent))
             trace.annotate({"memory.count": count, "memory.agent_only": by_agent})
+        self._audit(tier, scope, scope_id, fact is not None, by_agent, deleted)
         return count
 
-    def _forget_facts(self, scope: str, scope_id: str, fact: str | None, by_agent: bool) -> int:
+    def _audit(
+        self, tier: str, scope: str, scope_id: str, one_fact: bool, by_agent: bool,
+        deleted: dict[str, int],
+    ) -> None:  # fmt: skip
+        """The forget's audit line in the local trace store: who, which subject (a
+        user as a digest of the id, never the id or a fact's text), how many of each."""
+        subject = scope_id if scope != "user" or scope_id == WILDCARD else "sha256:" + (
+            hashlib.sha256(scope_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        )
+        attributes: dict[str, Any] = {
+            "memory.tier": tier, "memory.subject": subject, "memory.one_fact": one_fact,
+            "memory.agent_only": by_agent, "memory.agent_id": self.config.agent_id or "",
+            "memory.project_id": self.config.project_id,
+            **{f"memory.deleted.{kind}": int(n) for kind, n in deleted.items()},
+        }  # fmt: skip
+        try:
+            trace.audit("memory.forget.audit", attributes)
+        except Exception as exc:  # the forget is done; a missing audit line must not undo it
+            logger.warning("forget: the audit line could not be written: %s", exc)
+
+    def _forget_facts(
+        self, scope: str, scope_id: str, fact: str | None, by_agent: bool
+    ) -> tuple[int, int]:
         """Delete the facts and their vectors in every index that may hold them
-        (whatever this Memory's ``semantic=``); returns how many facts."""
+        (whatever this Memory's ``semantic=``); returns how many facts and vectors."""
         project = self.config.project_id
         indexes = self.stack.fact_indexes()
         if by_agent:
@@ -340,17 +368,11 @@ class MemoryVerbs:
         elif fact is not None:
             ids = same_text_ids(self.store, scope, scope_id, project, fact)
             count = self.store.delete(scope, scope_id, project, fact=fact)
-            for index in indexes if ids else []:
-                index.remove(ids)
-            return count
+            return count, sum(index.remove(ids) for index in indexes if ids)
         else:
             count = self.store.delete(scope, scope_id, project)
-            for index in indexes:
-                index.forget(scope, scope_id, project)
-            return count
-        for index in indexes if ids else []:
-            index.remove(ids)
-        return len(ids)
+            return count, sum(index.forget(scope, scope_id, project) for index in indexes)
+        return len(ids), sum(index.remove(ids) for index in indexes if ids)
 
     def _by_agent(self, scope: str, scope_id: str, fact: str | None, agent_only: bool) -> bool:
         """True when a forget deletes only what this agent wrote: ``agent_only``, or

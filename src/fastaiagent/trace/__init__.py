@@ -132,6 +132,15 @@ def forget_user(user_id: str, store: Any = None) -> int:
     reach, as are spans still open (a run in progress).
     ``Memory.forget(tier="user", id=...)`` calls this.
     """
+    with _local_stores(store) as stores:
+        return sum(s.erase_user(user_id) for s in stores)
+
+
+@contextmanager
+def _local_stores(store: Any = None, create: bool = False) -> Iterator[list[Any]]:
+    """``store`` (a TraceStore or a path), else the store tracing writes to now and the
+    default ``traces.db`` (if it exists, or ``create``); pending spans written out
+    first. Stores opened here close after."""
     import sys
 
     from fastaiagent.trace.store import TraceStore, default_trace_db_path
@@ -148,14 +157,40 @@ def forget_user(user_id: str, store: Any = None) -> int:
     else:
         stores = [tracing.store] if tracing is not None and tracing.store is not None else []
         default = default_trace_db_path()
-        if default.exists() and all(s.path != default for s in stores):
+        if (create or default.exists()) and all(s.path != default for s in stores):
             opened = [TraceStore(default)]
             stores.extend(opened)
     try:
-        return sum(s.erase_user(user_id) for s in stores)
+        yield stores
     finally:
         for own in opened:
             own.close()
+
+
+def audit(name: str, attributes: Mapping[str, Any], store: Any = None) -> None:
+    """Record one audit line (a span of its own trace named ``name``) in the local
+    trace stores :func:`forget_user` reaches, e.g. who forgot what and how many
+    rows of each kind. ``attributes`` must hold no user text: they are kept."""
+    import getpass
+    import os
+    import secrets
+    import socket
+    import time
+
+    from fastaiagent.trace.store import SpanRecord
+
+    try:
+        who = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+    except Exception:  # no user name (a container without one): the host and pid say enough
+        who = f"{socket.gethostname()} pid {os.getpid()}"
+    now = time.time_ns()
+    record = SpanRecord(
+        secrets.token_hex(8), secrets.token_hex(16), None, name, now, now, "OK",
+        {"audit.by": who, **attributes},
+    )  # fmt: skip
+    with _local_stores(store, create=True) as stores:
+        for found in stores:
+            found.write([record])
 
 
 __all__ = [
@@ -168,6 +203,7 @@ __all__ = [
     "Tracing",
     "active",
     "annotate",
+    "audit",
     "capture",
     "current_trace_id",
     "flush",
