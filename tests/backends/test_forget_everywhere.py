@@ -129,15 +129,55 @@ def forget_audit() -> dict[str, Any]:
         store.close()
 
 
-def test_a_plain_memory_in_another_process_forgets_every_copy(location: str) -> None:
+def forget_through(door: str, location: str, user: str, tmp_path: Path) -> None:
+    """Forget ``user`` the way each door does: Python, the CLI, MCP, the Memory page."""
+    if door == "python":
+        assert Memory(location).forget(tier="user", id=user) == 1  # nothing configured but the location
+    elif door == "cli":
+        done = subprocess.run(
+            [sys.executable, "-m", "fastaiagent.cli", "memory", "forget", "--user", user, "--yes",
+             "--location", location],
+            capture_output=True, text=True, timeout=120, env=dict(os.environ),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    elif door == "mcp":
+        import anyio
+        from _mcp_client import call, cli_args, stdio_session
+
+        async def scenario() -> None:
+            async with stdio_session(cli_args("--location", location, "--user-id", user), str(tmp_path)) as session:
+                assert (await call(session, "forget", everything=True))["deleted"] == 1
+
+        anyio.run(scenario)
+    else:
+        import re
+
+        from fastapi.testclient import TestClient
+
+        from fastaiagent.ui.app import create_app
+
+        with TestClient(create_app(location), base_url="http://127.0.0.1") as client:
+            page = client.get("/memory", params={"scope": f"user:{user}"}).text
+            csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+            assert csrf is not None
+            done = client.post(
+                f"/memory/users/{user}/forget", data={"csrf": csrf.group(1), "confirm": user},
+                follow_redirects=False,
+            )  # fmt: skip
+            assert done.status_code == 303, done.text[-500:]
+
+
+@pytest.mark.parametrize("door", ["python", "cli", "mcp", "ui"])
+def test_a_plain_memory_in_another_process_forgets_every_copy(
+    location: str, door: str, tmp_path: Path
+) -> None:
     carol, dave = f"carol{uuid.uuid4().hex[:6]}", f"dave{uuid.uuid4().hex[:6]}"
     gone, kept = f"quokka{uuid.uuid4().hex[:8]}", f"wombat{uuid.uuid4().hex[:8]}"
     write(location, carol, gone)
     write(location, dave, kept, turns=5)
     assert holders(location, gone), "the writer left nothing to forget: the test proves nothing"
 
-    mem = Memory(location)  # nothing configured but the location
-    assert mem.forget(tier="user", id=carol) >= 1
+    forget_through(door, location, carol, tmp_path)
 
     assert holders(location, gone) == []
     assert holders(location, carol) == []  # not even the id, in a key, a row or a file
