@@ -142,6 +142,7 @@ def forget_through(door: str, location: str, user: str, tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-2000:]
     elif door == "mcp":
         import anyio
+
         from _mcp_client import call, cli_args, stdio_session
 
         async def scenario() -> None:
