@@ -12,6 +12,7 @@ import importlib
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -122,8 +123,13 @@ def start_pgvector_server(data_dir: Path) -> tuple[str, object]:
     if given:
         return require_postgres(given), None
     pgserver = require_module("pgserver")
+    cleanup = "stop"
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # As root, pgserver runs Postgres as its own user, which cannot enter pytest's
+        # private (0700) temp folders: a folder of /tmp instead, deleted with the server.
+        data_dir, cleanup = Path(tempfile.mkdtemp(prefix="fa-pgvector-")), "delete"
     try:
-        server = pgserver.get_server(data_dir, cleanup_mode="stop")
+        server = pgserver.get_server(data_dir, cleanup_mode=cleanup)
     except Exception as exc:
         missing(f"the pgserver Postgres (pgvector) did not start in {data_dir}: {exc}")
     return require_postgres(server.get_uri()), server

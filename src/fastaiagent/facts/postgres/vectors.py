@@ -47,6 +47,7 @@ from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 logger = logging.getLogger("fastaiagent.facts.postgres.vectors")
 
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
+DROP_STEP = 1000  # rows one step of a namespace delete removes, each its own transaction
 _NONE = -1  # an epoch no namespace has (the sequence starts at 1): read everything
 
 _DDL = (
@@ -91,8 +92,11 @@ _QUERIES = {
     "delete_rows": "DELETE FROM {v} WHERE id = ANY(%s) RETURNING namespace, text",
     "forget_texts": "DELETE FROM {e} WHERE (namespace, text_key) IN "
     "(SELECT * FROM unnest(%s::text[], %s::text[]))",
-    "delete_ns_rows": "DELETE FROM {v} WHERE namespace = %s",
-    "delete_ns_cache": "DELETE FROM {e} WHERE namespace = %s",
+    # A step of a namespace delete: at most %s rows, so no transaction holds many locks.
+    "delete_ns_rows": "DELETE FROM {v} WHERE ctid = ANY(ARRAY("
+    "SELECT ctid FROM {v} WHERE namespace = %s LIMIT %s))",
+    "delete_ns_cache": "DELETE FROM {e} WHERE ctid = ANY(ARRAY("
+    "SELECT ctid FROM {e} WHERE namespace = %s LIMIT %s))",
     "delete_ns": "DELETE FROM {n} WHERE namespace = %s",
     "cached": "SELECT text_key, vector FROM {e} WHERE namespace = %s AND identity = %s "
     "AND text_key = ANY(%s)",
@@ -320,13 +324,18 @@ class PostgresVectorIndex(MatrixIndex):
 
     def delete_namespace_rows(self, namespace: str) -> int:
         def run(conn: Any) -> int:
+            # The namespace row goes first (nothing of a forgotten user stays); a
+            # later add starts a new epoch, so no process keeps the old matrix.
             with conn.transaction():
-                # The namespace row goes too (nothing of a forgotten user stays); a
-                # later add starts a new epoch, so no process keeps the old matrix.
                 conn.execute(self._q["delete_ns"], (namespace,))
-                deleted = int(conn.execute(self._q["delete_ns_rows"], (namespace,)).rowcount)
-                conn.execute(self._q["delete_ns_cache"], (namespace,))
-                return deleted
+            deleted = 0
+            for query in ("delete_ns_rows", "delete_ns_cache"):
+                while True:  # each step its own transaction (autocommit)
+                    gone = int(conn.execute(self._q[query], (namespace, DROP_STEP)).rowcount)
+                    deleted += gone if query == "delete_ns_rows" else 0
+                    if gone < DROP_STEP:
+                        break
+            return deleted
 
         return int(self._run(run))
 
