@@ -236,3 +236,21 @@ def test_semantic_index_arguments_follow_the_one_rule(tmp_path, kwargs, error, m
 
     with pytest.raises(error, match=message):
         SemanticFactIndex(SQLiteFactStore(tmp_path / "f.db"), "auto", None, **kwargs)
+
+
+def test_forget_of_one_fact_takes_its_vector_out_of_the_location_index(tmp_path):
+    import sqlite3
+
+    from _vector_fakes import WordHashEmbedder
+
+    from fastaiagent import Memory
+
+    location = f"sqlite:///{tmp_path / 'm.db'}"
+    writer = Memory(location, user_id="ann", semantic="auto", embedder=WordHashEmbedder())
+    writer.persist("Ann likes green tea", tier="user")
+    writer.persist("Ann owns a kayak", tier="user")
+    assert writer.retrieve("green tea", tier="user")  # writes both vectors
+    assert Memory(location).forget(tier="user", id="ann", fact="ann likes  GREEN tea") == 1
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        texts = [row[0] for row in conn.execute("SELECT text FROM memory_vectors")]
+    assert texts == ["Ann owns a kayak"]

@@ -366,7 +366,8 @@ class MemoryVerbs:
         if by_agent:
             ids = delete_agent_facts(self.store, scope_id, project, self.config.agent_id or "")
         elif fact is not None:
-            ids = same_text_ids(self.store, scope, scope_id, project, fact)
+            indexes = [i for i in indexes if i.holds(scope, scope_id, project)]
+            ids = same_text_ids(self.store, scope, scope_id, project, fact) if indexes else []
             count = self.store.delete(scope, scope_id, project, fact=fact)
             return count, sum(index.remove(ids) for index in indexes if ids)
         else:

@@ -163,6 +163,15 @@ class SemanticFactIndex:
         """The vector store when one was given or made (never makes one)."""
         return self._vectors
 
+    def holds(self, scope: str, scope_id: str, project_id: str = "") -> bool:
+        """True when this index may hold vectors of the subject (a cheap check
+        before looking up which facts a forget must take out of it)."""
+        namespace = subject_namespace((scope, scope_id, project_id))
+        with self._lock:
+            if namespace in self._subjects:
+                return True
+        return self._vectors is not None and self._vectors.count(namespace) > 0
+
     def vector_id(self, fact_id: int) -> str:
         """The stable vector id of a fact of this store."""
         if self.durable:  # same database as the facts: the fact id is unique already
