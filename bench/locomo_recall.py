@@ -82,8 +82,8 @@ class TurnTaggedBlock(VectorBlock):
 
     turn: str | None = None  # the id of the turn being fed
 
-    def _make_chunk(self, message: Message) -> Chunk | None:
-        chunk = super()._make_chunk(message)
+    def make_chunk(self, message: Message) -> Chunk | None:
+        chunk = super().make_chunk(message)
         if chunk is not None:
             chunk.metadata["turn"] = self.turn
         return chunk

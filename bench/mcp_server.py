@@ -1,6 +1,6 @@
 """MCP server overhead: a tool call round trip over stdio and HTTP vs the direct verb.
 
-For ``recall`` (list the newest 10 facts of a user holding 50) and ``remember``
+For ``retrieve`` (list the newest 10 facts of a user holding 50) and ``remember``
 (a new fact each call), it times
 - direct: ``Memory.retrieve`` / ``Memory.persist`` in this process;
 - in_process: the SDK's in-memory ``Client`` on the server object (the protocol
@@ -59,8 +59,8 @@ async def time_async(fn: Callable[[int], Awaitable[Any]], count: int, warmup: in
 async def measure_session(
     session: ClientSession, count: int, warmup: int, tag: str
 ) -> dict[str, Any]:
-    async def recall(_: int) -> None:
-        result = await session.call_tool("recall", {"limit": 10})
+    async def retrieve(_: int) -> None:
+        result = await session.call_tool("retrieve", {"limit": 10})
         assert not result.is_error and len(result.structured_content["facts"]) == 10
 
     async def remember(i: int) -> None:
@@ -68,7 +68,7 @@ async def measure_session(
         assert not result.is_error
 
     return {
-        "recall": summary(await time_async(recall, count, warmup)),
+        "retrieve": summary(await time_async(retrieve, count, warmup)),
         "remember": summary(await time_async(remember, count, warmup)),
     }
 
@@ -139,7 +139,7 @@ async def over_http(url: str, count: int, warmup: int) -> dict[str, Any]:
 
 def direct(memory: Memory, user: str, count: int, warmup: int) -> dict[str, Any]:
     return {
-        "recall": summary(
+        "retrieve": summary(
             time_calls(lambda _: memory.retrieve(tier="user", id=user, limit=10), count, warmup)
         ),
         "remember": summary(
@@ -177,7 +177,7 @@ def main() -> None:
             process.terminate()
             process.wait(timeout=20)
         for transport in ("in_process", "stdio", "http"):
-            for op in ("recall", "remember"):
+            for op in ("retrieve", "remember"):
                 overhead = results[transport][op]["p50_ms"] - results["direct"][op]["p50_ms"]
                 results[transport][op]["overhead_p50_ms"] = round(overhead, 4)
     finally:
@@ -185,7 +185,7 @@ def main() -> None:
         memory.location.close()
     path = write_results("mcp_server_quick" if options.quick else "mcp_server", results)
     for case in ("direct", "in_process", "stdio", "http"):
-        for op in ("recall", "remember"):
+        for op in ("retrieve", "remember"):
             row = results[case][op]
             extra = (
                 f"  overhead p50 {row['overhead_p50_ms']:.3f} ms"

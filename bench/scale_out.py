@@ -5,8 +5,8 @@ per-turn overhead of shared windows over in-process windows.
   for users drawn at random from a common pool (no sticky sessions), with an
   instant test LLM (CannedLLM), for a fixed time. Reported: turns/s in total.
 - ``overhead``: one process, Memory(user_id=resolver) on Redis facts, window=20
-  (full windows), p50/p99 of Agent.run with ``windows=None`` vs
-  ``windows="shared"``. Two shared cases: ``shared_same_worker`` (the cached
+  (full windows), p50/p99 of Agent.run with ``window_store=None`` vs
+  ``window_store="shared"``. Two shared cases: ``shared_same_worker`` (the cached
   state is current: one version check + one compare-and-set write per turn) and
   ``shared_alternating`` (two Memory objects take turns, so every turn reloads
   the state another "worker" wrote). Target: <= 1 ms added at p50 on loopback.
@@ -41,7 +41,7 @@ def make_memory(prefix: str, windows: str | None) -> Memory:
     from fastaiagent.facts.redis.store import RedisFactStore
 
     store = RedisFactStore(REDIS_URL, prefix=prefix)
-    return Memory(store, user_id=str, window=WINDOW, windows=windows)
+    return Memory(store, user_id=str, window=WINDOW, window_store=windows)
 
 
 def make_agent(memory: Memory) -> Agent:

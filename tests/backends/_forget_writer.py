@@ -44,7 +44,7 @@ def summarize(messages: list[Message]) -> str:
 def main(location: str, user: str, marker: str, turns: int) -> None:
     mem = Memory(
         location=location, user_id=user, agent_id="support", window=4,
-        recall="auto", semantic="auto", windows="shared", embedder=WordsEmbedder(),
+        recall="auto", semantic="auto", window_store="shared", embedder=WordsEmbedder(),
         summarize=FunctionLLM(summarize), learn_in_background=False,
     )  # fmt: skip
     mem.persist(f"{user} secret is {marker}fact", tier="user")

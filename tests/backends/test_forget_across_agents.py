@@ -76,8 +76,8 @@ def agent_on(store: Any, agent_id: str | None, recorder: Recorder, **kwargs: Any
 
 def test_forget_removes_the_user_from_every_agents_shared_window(store) -> None:
     seen = Recorder()
-    a, mem_a = agent_on(store, "support", seen, windows="shared")
-    b, _ = agent_on(store, "billing", seen, windows="shared")
+    a, mem_a = agent_on(store, "support", seen, window_store="shared")
+    b, _ = agent_on(store, "billing", seen, window_store="shared")
     a.run(CARD, context=ctx("alice"))
     b.run(CARD, context=ctx("alice"))
     b.run("bob's own words", context=ctx("bob"))
@@ -112,8 +112,8 @@ def test_forget_reaches_in_process_windows_of_other_agents(store) -> None:
 
 def test_forget_star_of_one_agent_leaves_other_agents_facts_and_windows(store) -> None:
     seen = Recorder()
-    a, mem_a = agent_on(store, "support", seen, windows="shared")
-    b, mem_b = agent_on(store, "billing", seen, windows="shared")
+    a, mem_a = agent_on(store, "support", seen, window_store="shared")
+    b, mem_b = agent_on(store, "billing", seen, window_store="shared")
     for user in ("alice", "bob"):
         mem_a.persist(f"{user} told support a secret", tier="user", id=user)
         mem_b.persist(f"{user} pays by card", tier="user", id=user)
@@ -152,8 +152,8 @@ def test_forget_star_without_an_agent_id_deletes_every_user_fact(store) -> None:
 
 def test_agent_only_forget_is_scoped_to_this_agent_on_purpose(store) -> None:
     seen = Recorder()
-    a, mem_a = agent_on(store, "support", seen, windows="shared")
-    b, mem_b = agent_on(store, "billing", seen, windows="shared")
+    a, mem_a = agent_on(store, "support", seen, window_store="shared")
+    b, mem_b = agent_on(store, "billing", seen, window_store="shared")
     mem_a.persist("alice told support a secret", tier="user", id="alice")
     mem_b.persist("alice pays by card", tier="user", id="alice")
     a.run("alice talks to support", context=ctx("alice"))

@@ -4,7 +4,7 @@ embeddings, windows, summaries, traces) from the real SQLite file, Postgres and
 Redis, and leaves the other user's untouched.
 
 Process A (tests/backends/_forget_writer.py) writes with recall=, semantic=,
-windows="shared" and summarize=; process B is this test's ``Memory(location)``
+window_store="shared" and summarize=; process B is this test's ``Memory(location)``
 built with nothing but the location.
 """
 

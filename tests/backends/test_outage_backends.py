@@ -113,7 +113,7 @@ def hundred_turns(location: str) -> tuple[float, list[str], Memory]:
         location=location,
         user_id=lambda ctx: ctx.state,
         agent_id="outage",
-        windows="shared",
+        window_store="shared",
         learn=extractor(),
     )
     agent = Agent(name="outage", llm=echo_llm(), memory=memory)

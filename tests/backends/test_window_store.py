@@ -1,6 +1,6 @@
 """The WindowStore contract on the real SQLite file, Postgres and Redis.
 
-Every store is built the way ``Memory(windows="shared")`` builds it: on the
+Every store is built the way ``Memory(window_store="shared")`` builds it: on the
 fact store's own connections. Names are unique per run (tables, key prefixes).
 """
 

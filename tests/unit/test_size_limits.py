@@ -67,7 +67,7 @@ def test_update_checks_the_new_facts_sizes_too(store: SQLiteFactStore) -> None:
 
 
 def _shared(store: SQLiteFactStore, llm: FunctionLLM | None = None) -> tuple[Agent, Memory]:
-    memory = Memory(location=store, user_id="alice", agent_id="limits", windows="shared")
+    memory = Memory(location=store, user_id="alice", agent_id="limits", window_store="shared")
     return Agent(name="limits", llm=llm or echo_llm(), memory=memory), memory
 
 

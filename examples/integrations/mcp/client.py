@@ -45,14 +45,14 @@ async def main(location: str) -> None:
 
         first = await session.call_tool("remember", {"text": "Alice prefers window seats"})
         print("remembered #", first.structured_content["id"])
-        print("recall:", facts(await session.call_tool("recall", {})))
+        print("retrieve:", facts(await session.call_tool("retrieve", {})))
 
         await session.call_tool(
             "update", {"new": "Alice prefers aisle seats", "old": first.structured_content["id"]}
         )
-        print("after update:", facts(await session.call_tool("recall", {})))
+        print("after update:", facts(await session.call_tool("retrieve", {})))
 
-        refused = await session.call_tool("recall", {"tier": "session"})
+        refused = await session.call_tool("retrieve", {"tier": "session"})
         print("a bad argument is a tool error:", refused.is_error)
 
         gone = await session.call_tool("forget", {"everything": True})

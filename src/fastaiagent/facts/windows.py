@@ -120,7 +120,7 @@ class WindowStore(Protocol):
 class HoldsWindows(Protocol):
     """A store capability: the store can keep shared conversation windows.
 
-    ``Memory(windows="shared")`` calls ``window_store()`` on the Memory's fact
+    ``Memory(window_store="shared")`` calls ``window_store()`` on the Memory's fact
     store; a user's own FactStore that implements it gets shared windows too.
     """
 
