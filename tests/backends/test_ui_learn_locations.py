@@ -50,13 +50,17 @@ def _seed(store: FactStore) -> tuple[int, int]:
 
 
 def test_memory_page_over_a_server_store(store, tmp_path):
-    _old, new = _seed(store)
+    old, new = _seed(store)
     client = TestClient(create_app(store, trace_db=tmp_path / "t.db"), base_url="http://127.0.0.1")
     html = client.get("/memory").text
     assert "user:alice (1)" in html and "user:bob (1)" in html and "agent:assistant (1)" in html
     assert "Prefers Slack" in html and "Prefers email" not in html
     history = client.get("/memory?superseded=1").text
-    assert f"superseded → <a href=\"#fact-{new}\">#{new}</a>" in history
+    # A superseded fact links its own timeline, at the version that replaced it.
+    assert f"superseded → <a href=\"/memory/facts/{old}#version-{new}\">#{new}</a>" in history
+    timeline = client.get(f"/memory/facts/{old}").text
+    assert f'id="version-{new}"' in timeline and "Prefers email" in timeline
+    assert f'by <a class="successor-link" href="#version-{new}">#{new}</a>' in timeline
     only_bob = client.get("/memory?scope=user:bob").text
     assert "Has a beagle" in only_bob and "Prefers" not in only_bob
 

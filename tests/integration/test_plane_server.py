@@ -432,26 +432,39 @@ def test_semantic_ranking_with_the_offline_embedder(store):
 # -- a damaged store: health and answers say so in one line -------------------------------------
 
 
+DAMAGED = "damaged.db"
+
+
+def damaged_reason(folder: Path) -> str:
+    """The plane's one line for the damaged file in ``folder``: the store, the file, the fix."""
+    return (
+        f"the fact store failed: the SQLite database '{folder / DAMAGED}' is damaged (file is not a "
+        "database): restore it from a backup, or move it aside so a new one is created (the sqlite3 "
+        "shell's .recover may save its rows)"
+    )
+
+
 @pytest.fixture
 def damaged_plane(tmp_path):
-    path = tmp_path / "damaged.db"
+    path = tmp_path / DAMAGED
     path.write_text("this is not a database\n")
     with start_plane(f"sqlite:///{path}", KEY) as running:
         yield running
 
 
-def test_healthz_reads_the_store(served, damaged_plane):
+def test_healthz_reads_the_store(served, damaged_plane, tmp_path):
     healthy = HTTP.get(served.url + "/healthz")
     assert (healthy.status_code, healthy.json()) == (200, {"ok": True})
     broken = HTTP.get(damaged_plane.url + "/healthz")
     assert broken.status_code == 503
-    assert broken.json() == {"ok": False, "reason": "the fact store failed: file is not a database"}
+    assert broken.json() == {"ok": False, "reason": damaged_reason(tmp_path)}
 
 
-def test_a_damaged_store_answers_503_with_one_line(damaged_plane):
+def test_a_damaged_store_answers_503_with_one_line(damaged_plane, tmp_path):
     answer = get(damaged_plane)
     assert answer.status_code == 503
-    assert answer.json() == {"detail": "the fact store failed: file is not a database"}
+    assert answer.json() == {"detail": damaged_reason(tmp_path)}
+    assert "Traceback" not in answer.text
 
 
 def test_a_reader_treats_a_damaged_plane_as_an_outage(damaged_plane):

@@ -20,11 +20,23 @@ from typer.testing import CliRunner
 
 from fastaiagent.cli import _register, app
 from fastaiagent.cli.failures import DEBUG_HINT, SQLITE_HINT, STORE_HINT, explain
+from fastaiagent.errors import StoreCorruptError, StoreUnavailableError
 from fastaiagent.learn import Fact, MemoryStore
 
 EXE = str(Path(sys.executable).with_name("fastaiagent"))
 DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
-DAMAGED = f"the SQLite database cannot be used: file is not a database; {SQLITE_HINT}"
+# What the store says of a file that is not a SQLite database: the file, what is wrong, the fix.
+RESTORE = (
+    "restore it from a backup, or move it aside so a new one is created "
+    "(the sqlite3 shell's .recover may save its rows)"
+)
+
+
+def damaged_line(location: str | Path, store: str = "") -> str:
+    """The one stderr line for the damaged SQLite file at ``location`` (a path or a
+    sqlite:/// URL); ``store`` is the server's prefix, e.g. "the fact store failed: "."""
+    path = str(location).removeprefix("sqlite:///")
+    return f"error: {store}the SQLite database '{path}' is damaged (file is not a database): {RESTORE}\n"
 
 
 @pytest.fixture
@@ -65,7 +77,9 @@ def test_a_damaged_database_is_one_line_and_exit_1(cli, damaged):
     result = cli("learn", "list", "--location", damaged)
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert result.stderr == f"error: {DAMAGED}\n"
+    # One line naming the file and the one fix (no second hint appended after it).
+    assert result.stderr == damaged_line(damaged)
+    assert SQLITE_HINT not in result.stderr
 
 
 def test_a_store_that_is_down_is_one_line_naming_the_fix(cli):
@@ -74,7 +88,9 @@ def test_a_store_that_is_down_is_one_line_naming_the_fix(cli):
     lines = result.stderr.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("error: cannot reach Redis for the fact store: ")
-    assert lines[0].endswith(f"; {STORE_HINT}")
+    # The store's message names the server and the fix; the CLI adds no second one.
+    assert lines[0].endswith(f"(Redis at {DEAD_REDIS}; check that the server is up and the URL's host and port)")
+    assert STORE_HINT not in lines[0]
 
 
 @pytest.mark.subprocess
@@ -84,27 +100,34 @@ def test_postgres_down_prints_one_line_and_no_pool_retries():
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr  # the pool's per-retry warnings stay quiet
-    assert lines[0].startswith("error: cannot connect to Postgres for the fact store")
-    assert lines[0].endswith(f"; {STORE_HINT}")
+    assert lines[0].startswith("error: cannot connect to Postgres for the fact store (postgres://127.0.0.1:1/x): ")
+    # However long the driver's reason, the fix at the end is not cut off, and no second one follows.
+    assert lines[0].endswith("; check that the server is up and the URL's host, port, user, password and database")
+    assert STORE_HINT not in lines[0]
 
 
 @pytest.mark.subprocess
 def test_debug_flag_or_env_shows_the_traceback(cli, damaged):
     flagged = cli("--debug", "learn", "list", "--location", damaged)
-    assert isinstance(flagged.exception, sqlite3.DatabaseError)
+    assert isinstance(flagged.exception, StoreCorruptError)
+    assert isinstance(flagged.exception.__cause__, sqlite3.DatabaseError)  # the driver's error is kept
     assert "error:" not in flagged.stderr
     by_env = cli("learn", "list", "--location", damaged, env={"FASTAIAGENT_DEBUG": "1"})
-    assert isinstance(by_env.exception, sqlite3.DatabaseError)
+    assert isinstance(by_env.exception, StoreCorruptError)
+    assert isinstance(by_env.exception.__cause__, sqlite3.DatabaseError)
     done = run("learn", "list", "--location", damaged, env={"FASTAIAGENT_DEBUG": "1"})
     assert done.returncode == 1
-    assert "Traceback" in done.stderr or "DatabaseError" in done.stderr
+    assert "Traceback" in done.stderr
+    # Both errors: the driver's, then the library's raised from it.
+    assert "DatabaseError: file is not a database" in done.stderr
+    assert "direct cause" in done.stderr and "StoreCorruptError: the SQLite database" in done.stderr
     assert len(done.stderr.splitlines()) > 5
 
 
 @pytest.mark.subprocess
 def test_without_debug_no_traceback_reaches_the_terminal(damaged):
     done = run("learn", "list", "--location", damaged)
-    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"error: {DAMAGED}\n")
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", damaged_line(damaged))
 
 
 # -- bad options, missing things ----------------------------------------------------------
@@ -149,6 +172,38 @@ def test_a_missing_extra_names_the_package_to_install(tmp_path):
 def test_an_unexpected_error_says_how_to_see_the_traceback():
     assert explain(RuntimeError("boom\n  at line 3")) == (f"unexpected RuntimeError: boom at line 3 ({DEBUG_HINT})", 1)
     assert explain(KeyError("no fact #7")) == ("no fact #7", 1)
+
+
+def _from(error: Exception, cause: BaseException) -> Exception:
+    """``error`` as if raised ``from cause``."""
+    error.__cause__ = cause
+    return error
+
+
+def test_explain_reads_the_whole_cause_chain():
+    corrupt = _from(StoreCorruptError(f"the SQLite database '/d/m.db' is damaged (file is not a database): {RESTORE}"),
+                    sqlite3.DatabaseError("file is not a database"))
+    # A store error the UI or the plane wrapped keeps its own fix, and only that one.
+    wrapped = _from(StoreUnavailableError(f"the fact store failed: {corrupt}"), corrupt)
+    assert explain(wrapped) == (f"the fact store failed: {corrupt}", 1)
+    assert explain(corrupt) == (str(corrupt), 1)
+    # A raw SQLite error deeper down gets the SQLite hint, not the server one.
+    deep = _from(StoreUnavailableError("the trace store failed: disk I/O error"),
+                 _from(RuntimeError("disk I/O error"), sqlite3.OperationalError("disk I/O error")))
+    assert explain(deep) == (f"the trace store failed: disk I/O error; {SQLITE_HINT}", 1)
+    # An outage the library did not word from a driver's error (a paused server) gets the server hint.
+    paused = StoreUnavailableError("cannot reach Postgres for the fact store: paused after a failure")
+    assert explain(paused) == (f"{paused}; {STORE_HINT}", 1)
+
+
+def test_a_long_message_keeps_its_fix():
+    redis_errors = pytest.importorskip("redis.exceptions")
+    fix = "check that the server is up and the URL's host and port"
+    reason = "x" * 2000
+    long = _from(StoreUnavailableError(f"cannot reach Redis: {reason}; {fix}"), redis_errors.ConnectionError(reason))
+    message, code = explain(long)
+    assert code == 1 and message.startswith("cannot reach Redis: xxx") and message.endswith(f"; {fix}")
+    assert "…" in message and len(message) <= 600
 
 
 def test_every_command_fails_through_the_one_guard():
@@ -206,7 +261,9 @@ def test_a_host_this_machine_does_not_have_is_refused(cli):
 def test_a_damaged_store_stops_serving_before_it_starts(cli, damaged, command):
     result = cli(*command, "--location", damaged, "--port", "0")
     assert (result.exit_code, result.stdout) == (1, "")
-    assert result.stderr == f"error: the fact store failed: file is not a database; {SQLITE_HINT}\n"
+    # The store's own fix, not the server hint (the wrapper's direct cause is no sqlite3 error).
+    assert result.stderr == damaged_line(damaged, "the fact store failed: ")
+    assert STORE_HINT not in result.stderr and SQLITE_HINT not in result.stderr
 
 
 def test_ui_checks_the_trace_store_too(cli, tmp_path):
@@ -216,7 +273,8 @@ def test_ui_checks_the_trace_store_too(cli, tmp_path):
         "--port", "0",
     )
     assert result.exit_code == 1
-    assert result.stderr == f"error: the trace store failed: file is not a database; {SQLITE_HINT}\n"
+    assert result.stderr == damaged_line(tmp_path / "traces.db", "the trace store failed: ")
+    assert STORE_HINT not in result.stderr
 
 
 def test_plane_serve_names_the_rankings(cli):

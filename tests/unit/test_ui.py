@@ -6,6 +6,7 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import escape
 from typer.testing import CliRunner
 
 from fastaiagent import Agent, trace
@@ -321,6 +322,14 @@ def not_a_database(tmp_path):
     return path
 
 
+def _damaged(path) -> str:
+    """What the store says of ``path``, a file that is not a SQLite database: the file and the fix."""
+    return (
+        f"the SQLite database '{path}' is damaged (file is not a database): restore it from a backup, "
+        "or move it aside so a new one is created (the sqlite3 shell's .recover may save its rows)"
+    )
+
+
 def _error_message(response) -> str:
     (message,) = re.findall(r'<p class="error" id="error-message">(.*?)</p>', response.text, re.S)
     return message
@@ -373,21 +382,21 @@ def test_healthz_reads_both_stores(store, tmp_path, not_a_database):
     broken_facts = TestClient(create_app(f"sqlite:///{not_a_database}", trace_db=tmp_path / "t.db"), base_url=BASE)
     answer = broken_facts.get("/healthz")
     assert answer.status_code == 503
-    assert answer.json() == {"status": "unavailable", "reason": "the fact store failed: file is not a database"}
+    assert answer.json() == {"status": "unavailable", "reason": f"the fact store failed: {_damaged(not_a_database)}"}
     broken_traces = TestClient(create_app(store, trace_db=not_a_database), base_url=BASE)
     answer = broken_traces.get("/healthz")
     assert answer.status_code == 503
-    assert answer.json() == {"status": "unavailable", "reason": "the trace store failed: file is not a database"}
+    assert answer.json() == {"status": "unavailable", "reason": f"the trace store failed: {_damaged(not_a_database)}"}
 
 
 def test_a_damaged_store_gets_a_503_page_with_one_line(store, tmp_path, not_a_database):
     facts = TestClient(create_app(f"sqlite:///{not_a_database}", trace_db=tmp_path / "t.db"), base_url=BASE)
     page = facts.get("/memory")
     assert page.status_code == 503
-    assert _error_message(page) == "The fact store failed: file is not a database"
+    assert _error_message(page) == escape(f"The fact store failed: {_damaged(not_a_database)}")
     traces = TestClient(create_app(store, trace_db=not_a_database), base_url=BASE)
     for path in ("/traces", "/traces/" + "ab" * 16):
         response = traces.get(path)
         assert response.status_code == 503, path
-        assert _error_message(response) == "The trace store failed: file is not a database"
+        assert _error_message(response) == escape(f"The trace store failed: {_damaged(not_a_database)}")
         assert "Traceback" not in response.text

@@ -22,8 +22,13 @@ from typing import Any, TypeVar
 
 import typer
 
-from fastaiagent._format import one_line
-from fastaiagent.errors import FastAIAgentError, PolicyError
+from fastaiagent._format import MAX_REASON, one_line
+from fastaiagent.errors import (
+    FastAIAgentError,
+    PolicyError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
 
 DEBUG_ENV = "FASTAIAGENT_DEBUG"
 DEBUG_HINT = f"rerun with --debug (or {DEBUG_ENV}=1) for the traceback"
@@ -53,8 +58,9 @@ def checking_options() -> Iterator[None]:
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
-    """Errors of the database drivers that are loaded (none is imported just to check)."""
-    found: list[type[BaseException]] = []
+    """Errors of the database drivers: sqlite3's, and psycopg's and redis-py's when
+    they are loaded (neither is imported just to check)."""
+    found: list[type[BaseException]] = [sqlite3.Error]
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None:
         found.append(psycopg.Error)
@@ -64,8 +70,52 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from (``__cause__``), and so on down the chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__
+
+
+def _names_its_fix(exc: BaseException) -> bool:
+    """True for a store error of the library's driver-error classification
+    (``sqlite_failure``, ``redis_failure``, Postgres' ``statement_failure`` ...):
+    a StoreCorruptError, StoreConfigError or StoreUnavailableError raised from
+    the driver's error, whose message names the file or URL and the fix.
+
+    A pool that gave no connection in time is the exception: its message says
+    what happened, not what to do."""
+    if not isinstance(exc, (StoreCorruptError, StoreUnavailableError)):
+        return False
+    cause = exc.__cause__
+    if cause is None or not isinstance(cause, _driver_errors()):
+        return False
+    return type(cause).__name__ != "PoolTimeout"
+
+
+def _keeping_the_fix(exc: BaseException, limit: int = 2 * MAX_REASON) -> str:
+    """``exc`` as one line for a message that ends with its fix: up to ``limit``
+    characters, and a longer one cut in the middle (the driver's reason), so both
+    what failed, at the start, and what to do, at the end, are still there."""
+    text = one_line(exc, limit=sys.maxsize).rstrip(".")
+    if len(text) <= limit:
+        return text
+    half = (limit - 1) // 2
+    return f"{text[:half]}…{text[-half:]}"
+
+
 def explain(exc: Exception) -> tuple[str, int]:
-    """The one-line message (naming the fix) and the exit code for a failed command."""
+    """The one-line message (naming the fix) and the exit code for a failed command.
+
+    The whole cause chain is read, so a store error the UI or the plane server
+    wrapped ("the fact store failed: ...") is explained as the store's own: no
+    second fix after a message that already names one (the library's store
+    errors do), the SQLite hint for a SQLite failure, the server hint for an
+    outage.
+    """
     reason = one_line(exc).rstrip(".")
     if isinstance(exc, OptionsError):
         return reason, EXIT_BAD_OPTIONS
@@ -73,11 +123,15 @@ def explain(exc: Exception) -> tuple[str, int]:
         if "pip install" not in reason:
             reason += " (install the extra that provides it, e.g. pip install 'fastaiagent[all]')"
         return reason, EXIT_FAILED
+    chain = list(_causes(exc))
+    if any(_names_its_fix(error) for error in chain):
+        return _keeping_the_fix(exc), EXIT_FAILED
     if isinstance(exc, sqlite3.Error):
         return f"the SQLite database cannot be used: {reason}; {SQLITE_HINT}", EXIT_FAILED
-    if isinstance(exc.__cause__, sqlite3.Error):  # a store's error wrapping SQLite's
+    if any(isinstance(error, sqlite3.Error) for error in chain):  # wrapped SQLite errors
         return f"{reason}; {SQLITE_HINT}", EXIT_FAILED
-    if isinstance(exc, (ConnectionError, _driver_errors())):
+    drivers = _driver_errors()
+    if isinstance(exc, ConnectionError) or any(isinstance(error, drivers) for error in chain):
         return f"{reason}; {STORE_HINT}", EXIT_FAILED
     if isinstance(exc, (FastAIAgentError, ValueError, TypeError, LookupError, OSError)):
         return reason, EXIT_FAILED
