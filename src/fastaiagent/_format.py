@@ -19,7 +19,8 @@ def format_time(seconds: float) -> str:
 
 
 def one_line(error: BaseException | str, limit: int = MAX_REASON) -> str:
-    """An error as one short line: whitespace collapsed, at most ``limit`` characters.
+    """An error as one short line: whitespace collapsed, at most ``limit`` characters
+    (a longer one loses its middle, so its start and its fix both stay).
 
     ``KeyError`` keeps its message without the quotes ``str()`` adds; an error
     with no message is named by its type.
@@ -31,4 +32,8 @@ def one_line(error: BaseException | str, limit: int = MAX_REASON) -> str:
     text = " ".join(text.split())
     if not text and isinstance(error, BaseException):
         text = type(error).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    # Cut in the middle: what failed starts an error and what to do ends it.
+    half = (limit - 1) // 2
+    return f"{text[:half]}…{text[len(text) - (limit - 1 - half):]}"

@@ -100,11 +100,7 @@ def _keeping_the_fix(exc: BaseException, limit: int = 2 * MAX_REASON) -> str:
     """``exc`` as one line for a message that ends with its fix: up to ``limit``
     characters, and a longer one cut in the middle (the driver's reason), so both
     what failed, at the start, and what to do, at the end, are still there."""
-    text = one_line(exc, limit=sys.maxsize).rstrip(".")
-    if len(text) <= limit:
-        return text
-    half = (limit - 1) // 2
-    return f"{text[:half]}…{text[-half:]}"
+    return one_line(one_line(exc, limit=sys.maxsize).rstrip("."), limit)
 
 
 def explain(exc: Exception) -> tuple[str, int]:

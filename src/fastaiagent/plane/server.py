@@ -29,7 +29,7 @@ from typing import Any
 
 from fastaiagent import _serving
 from fastaiagent import _validate as check
-from fastaiagent._format import one_line
+from fastaiagent._format import MAX_REASON, one_line
 from fastaiagent._optional import require
 from fastaiagent.errors import (
     InvalidTypeError,
@@ -215,7 +215,7 @@ def check_store(store: FactStore) -> None:
     try:
         store.get(1)
     except Exception as exc:  # any failure of the store is the answer here
-        raise StoreUnavailableError(f"the fact store failed: {one_line(exc)}") from exc
+        raise StoreUnavailableError(f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
 
 
 def create_plane_app(
@@ -296,7 +296,7 @@ def _add_facts_route(
             found = store.list_active("agent", agent_id, project_id, limit=candidates)
         except Exception as exc:  # an outage or a damaged store: readers back off on 503
             logger.warning("plane: the fact store failed: %s", exc)
-            raise HTTPException(503, f"the fact store failed: {one_line(exc)}") from exc
+            raise HTTPException(503, f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
         request = FactRequest(category, max, query, score_threshold)
         served = rank_facts(found, request, ranker)
         return {"agent_id": agent_id, "facts": [s.to_dict() for s in served]}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from fastaiagent._format import one_line
+from fastaiagent._format import MAX_REASON, one_line
 from fastaiagent._optional import require
 from fastaiagent.errors import StoreUnavailableError
 from fastaiagent.facts.factory import make_fact_store
@@ -116,7 +116,7 @@ class _Site:
     def failed(self, what: str, exc: Exception, active: str) -> Any:
         """The 503 page for a store that failed (the server log keeps the details)."""
         logger.warning("%s page: the %s failed: %s", active, what, exc)
-        return self.error(503, f"The {what} failed: {one_line(exc)}", active)
+        return self.error(503, f"The {what} failed: {one_line(exc, 2 * MAX_REASON)}", active)
 
 
 def check_stores(app: Any) -> None:
@@ -128,11 +128,11 @@ def check_stores(app: Any) -> None:
     try:
         app.state.fact_store.get(1)
     except Exception as exc:  # any failure of the store is the answer here
-        raise StoreUnavailableError(f"the fact store failed: {one_line(exc)}") from exc
+        raise StoreUnavailableError(f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
     try:
         app.state.trace_store.list_runs(limit=1)
     except Exception as exc:
-        raise StoreUnavailableError(f"the trace store failed: {one_line(exc)}") from exc
+        raise StoreUnavailableError(f"the trace store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
 
 
 def create_app(
