@@ -257,35 +257,44 @@ def measure_forget(name: str, store: Any, count: int) -> dict[str, float]:
         "redis": ("_delete_some", False),
     }
     timer = StepTimer(store, step[name][0], context=step[name][1])
-    call, close = second_client(name, store)
-    stop, worst = threading.Event(), [0.0]
-
-    def probe() -> None:
-        while not stop.is_set():
-            started = time.perf_counter()
-            call()
-            worst[0] = max(worst[0], time.perf_counter() - started)
-            stop.wait(0.001)
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    started = time.perf_counter()
     try:
-        deleted = store.delete("user", "doomed")
+        deleted, elapsed, worst = while_probed(name, store, lambda: store.delete("user", "doomed"))
     finally:
-        elapsed = time.perf_counter() - started
-        stop.set()
-        thread.join(10)
         timer.remove()
-        close()
     assert deleted == count, (deleted, count)
     return {
         "facts": count,
         "forget_s": round(elapsed, 3),
         "steps": timer.calls,
         "longest_call_ms": round(timer.longest * 1000, 2),
-        "second_client_max_ms": round(worst[0] * 1000, 2),
+        "second_client_max_ms": round(worst * 1000, 2),
     }
+
+
+def while_probed(name: str, store: Any, work: Callable[[], Any]) -> tuple[Any, float, float]:
+    """``work()``'s result, its time, and the longest answer of a second client
+    (:func:`second_client`) that kept calling meanwhile."""
+    call, close = second_client(name, store)
+    stop, worst = threading.Event(), [0.0]
+
+    def probe() -> None:
+        while not stop.is_set():
+            began = time.perf_counter()
+            call()
+            worst[0] = max(worst[0], time.perf_counter() - began)
+            stop.wait(0.001)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    started = time.perf_counter()
+    try:
+        result = work()
+    finally:
+        elapsed = time.perf_counter() - started
+        stop.set()
+        thread.join(10)
+        close()
+    return result, elapsed, worst[0]
 
 
 def load_recall(store: Any, count: int, batch: int = 2_000) -> None:
@@ -310,33 +319,16 @@ def measure_recall_forget(name: str, store: Any, count: int) -> dict[str, float]
     started = time.perf_counter()
     load_recall(store, count)
     loaded = time.perf_counter() - started
-    call, close = second_client(name, store)
-    stop, worst = threading.Event(), [0.0]
-
-    def probe() -> None:
-        while not stop.is_set():
-            began = time.perf_counter()
-            call()
-            worst[0] = max(worst[0], time.perf_counter() - began)
-            stop.wait(0.001)
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    started = time.perf_counter()
-    try:
-        Memory(store).forget(tier="user", id="doomed")
-    finally:
-        elapsed = time.perf_counter() - started
-        stop.set()
-        thread.join(10)
-        close()
+    _, elapsed, worst = while_probed(
+        name, store, lambda: Memory(store).forget(tier="user", id="doomed")
+    )
     left = store.vector_store().count("user:doomed")
     assert left == 0, left
     return {
         "recalled": count,
         "load_s": round(loaded, 1),
         "forget_s": round(elapsed, 3),
-        "second_client_max_ms": round(worst[0] * 1000, 2),
+        "second_client_max_ms": round(worst * 1000, 2),
     }
 
 

@@ -9,6 +9,7 @@ so a broken service never passes silently.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -22,3 +23,16 @@ def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield url
     if server is not None:
         server.cleanup()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ]
+)
+def any_location(request: Any, own_location: Any) -> str:
+    """A location string of this test's own on each backend in turn (SQLite file,
+    Postgres table, Redis prefix), for code that takes a location."""
+    return str(own_location(request.param))

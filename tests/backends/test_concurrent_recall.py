@@ -5,7 +5,6 @@ stored twice by a re-applied turn. On the real SQLite file, Postgres and Redis."
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
 from _forget_writer import WordsEmbedder
@@ -16,17 +15,6 @@ from fastaiagent.testing import FunctionLLM
 TURNS = 6  # per worker
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("redis", marks=pytest.mark.redis),
-    ]
-)
-def location(request: Any, own_location: Any) -> str:
-    return str(own_location(request.param))
-
-
 def worker(location: str) -> Memory:
     return Memory(
         location, user_id="ann", agent_id="desk", window=6, recall="auto",
@@ -35,8 +23,8 @@ def worker(location: str) -> Memory:
 
 
 @pytest.mark.parametrize("workers", [2, 8])
-def test_every_message_of_concurrent_turns_is_recalled_once(location: str, workers: int) -> None:
-    memories = [worker(location) for _ in range(workers)]
+def test_every_message_of_concurrent_turns_is_recalled_once(any_location: str, workers: int) -> None:
+    memories = [worker(any_location) for _ in range(workers)]
     start = threading.Barrier(workers)
     said: list[str] = []
     errors: list[BaseException] = []

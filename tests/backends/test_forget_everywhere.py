@@ -28,17 +28,6 @@ TURNS = 50
 pytestmark = pytest.mark.subprocess
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("redis", marks=pytest.mark.redis),
-    ]
-)
-def location(request: Any, own_location: Any) -> str:
-    return str(own_location(request.param))
-
-
 def write(location: str, user: str, marker: str, turns: int = TURNS) -> None:
     done = subprocess.run(
         [sys.executable, str(WRITER), location, user, marker, str(turns)],
@@ -170,8 +159,9 @@ def forget_through(door: str, location: str, user: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("door", ["python", "cli", "mcp", "ui"])
 def test_a_plain_memory_in_another_process_forgets_every_copy(
-    location: str, door: str, tmp_path: Path
+    any_location: str, door: str, tmp_path: Path
 ) -> None:
+    location = any_location
     carol, dave = f"carol{uuid.uuid4().hex[:6]}", f"dave{uuid.uuid4().hex[:6]}"
     gone, kept = f"quokka{uuid.uuid4().hex[:8]}", f"wombat{uuid.uuid4().hex[:8]}"
     write(location, carol, gone)
