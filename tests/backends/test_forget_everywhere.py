@@ -11,6 +11,7 @@ built with nothing but the location.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -21,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from fastaiagent import Memory
+from fastaiagent.trace.store import TraceStore
 
 WRITER = Path(__file__).with_name("_forget_writer.py")
 TURNS = 50
@@ -39,7 +41,7 @@ def write(location: str, user: str, marker: str, turns: int = TURNS) -> None:
 def holders(location: str, needle: str) -> list[str]:
     """Every table, file or key of the location (and the local trace store) that
     still holds ``needle``: in a row, a file page, a key name or a value."""
-    found = _in_file(Path(os.environ["FASTAIAGENT_LOCAL_DB"]).with_name("traces.db"), needle)
+    found = _in_file(traces_db(), needle)
     if location.startswith("sqlite"):
         return found + _in_file(Path(urlsplit(location).path[1:]), needle)
     if location.startswith("postgres"):
@@ -104,11 +106,14 @@ def _in_redis(location: str, needle: str) -> list[str]:
     return out
 
 
+def traces_db() -> Path:
+    """The default local trace store of this test (beside its local database)."""
+    return Path(os.environ["FASTAIAGENT_LOCAL_DB"]).with_name("traces.db")
+
+
 def forget_audit() -> dict[str, Any]:
     """The attributes of the one forget audit line in the local trace store."""
-    from fastaiagent.trace.store import TraceStore
-
-    store = TraceStore(Path(os.environ["FASTAIAGENT_LOCAL_DB"]).with_name("traces.db"))
+    store = TraceStore(traces_db())
     try:
         runs = [r for r in store.list_runs(limit=100) if r.name == "memory.forget.audit"]
         assert len(runs) == 1, runs
@@ -162,6 +167,7 @@ def test_a_plain_memory_in_another_process_forgets_every_copy(
     any_location: str, door: str, tmp_path: Path
 ) -> None:
     location = any_location
+    sqlite3.connect(traces_db()).close()  # a user who keeps local traces: the audit goes there
     carol, dave = f"carol{uuid.uuid4().hex[:6]}", f"dave{uuid.uuid4().hex[:6]}"
     gone, kept = f"quokka{uuid.uuid4().hex[:8]}", f"wombat{uuid.uuid4().hex[:8]}"
     write(location, carol, gone)

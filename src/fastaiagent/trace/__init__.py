@@ -9,6 +9,7 @@ what they did). :func:`capture` records spans in memory for tests.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -137,10 +138,10 @@ def forget_user(user_id: str, store: Any = None) -> int:
 
 
 @contextmanager
-def _local_stores(store: Any = None, create: bool = False) -> Iterator[list[Any]]:
+def _local_stores(store: Any = None) -> Iterator[list[Any]]:
     """``store`` (a TraceStore or a path), else the store tracing writes to now and the
-    default ``traces.db`` (if it exists, or ``create``); pending spans written out
-    first. Stores opened here close after."""
+    default ``traces.db`` if it exists; pending spans written out first. Stores
+    opened here close after."""
     import sys
 
     from fastaiagent.trace.store import TraceStore, default_trace_db_path
@@ -157,7 +158,7 @@ def _local_stores(store: Any = None, create: bool = False) -> Iterator[list[Any]
     else:
         stores = [tracing.store] if tracing is not None and tracing.store is not None else []
         default = default_trace_db_path()
-        if (create or default.exists()) and all(s.path != default for s in stores):
+        if default.exists() and all(s.path != default for s in stores):
             opened = [TraceStore(default)]
             stores.extend(opened)
     try:
@@ -169,8 +170,10 @@ def _local_stores(store: Any = None, create: bool = False) -> Iterator[list[Any]
 
 def audit(name: str, attributes: Mapping[str, Any], store: Any = None) -> None:
     """Record one audit line (a span of its own trace named ``name``) in the local
-    trace stores :func:`forget_user` reaches, e.g. who forgot what and how many
-    rows of each kind. ``attributes`` must hold no user text: they are kept."""
+    trace stores :func:`forget_user` reaches (the store tracing writes to, the
+    default ``traces.db`` when it exists: none is created), and log it at INFO on
+    the ``fastaiagent.audit`` logger, e.g. who forgot what and how many rows of
+    each kind. ``attributes`` must hold no user text: they are kept."""
     import getpass
     import os
     import secrets
@@ -188,7 +191,10 @@ def audit(name: str, attributes: Mapping[str, Any], store: Any = None) -> None:
         secrets.token_hex(8), secrets.token_hex(16), None, name, now, now, "OK",
         {"audit.by": who, **attributes},
     )  # fmt: skip
-    with _local_stores(store, create=True) as stores:
+    logging.getLogger("fastaiagent.audit").info(
+        "%s %s", name, " ".join(f"{k}={v}" for k, v in record.attributes.items())
+    )
+    with _local_stores(store) as stores:
         for found in stores:
             found.write([record])
 
