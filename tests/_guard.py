@@ -76,7 +76,7 @@ def _redis() -> Any:
         return None
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
     try:
-        keys = sorted(client.scan_iter(match=DEFAULT_PREFIX + ":*", count=1000))
+        keys = sorted(set(client.scan_iter(match=DEFAULT_PREFIX + ":*", count=1000)))  # may repeat
         if len(keys) > MAX_DUMPED_KEYS:
             return keys
         return {key: hashlib.sha1(client.dump(key) or b"").hexdigest() for key in keys}
