@@ -89,8 +89,8 @@ class MemoryVerbs:
 
     ``forget_user_state(user_id, everywhere)`` drops a forgotten user's
     in-process and shared window state (every agent's when ``everywhere``) and
-    says how many rows of each kind went; ``flush(user_id)`` waits for that user's queued learning (``"*"``:
-    everyone's), so it cannot write facts back.
+    says how many rows of each kind went; ``flush(user_id)`` waits for that
+    user's queued learning (``"*"``: everyone's), so it cannot write facts back.
     """
 
     def __init__(
