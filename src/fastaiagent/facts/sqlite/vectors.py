@@ -301,8 +301,12 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 if conn.total_changes - before < 2:  # FTS5: no merge work was left
                     break
         # Old page copies live in the WAL until a checkpoint; TRUNCATE empties it
-        # (it does nothing while another connection still reads those pages).
-        self.store._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # (it does nothing while another connection still reads those pages). A
+        # PASSIVE one first copies the pages without holding writers back, so
+        # the TRUNCATE, which does, has little left to copy.
+        conn = self.store._connection()
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- the in-memory copies of namespaces ---------------------------------
 
