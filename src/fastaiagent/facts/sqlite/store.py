@@ -129,6 +129,21 @@ _EMPTY_METADATA = ("", "{}")
 _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
 
 
+class WriteSteps:
+    """Called before each step of a long write job (a delete in steps): leaves the
+    write lock free for twice as long as the last step held it (at least
+    :data:`_DELETE_PAUSE`). Other connections wait for the lock by polling (after
+    1, 2, 5, 10 ms ... up to 100 ms): back-to-back steps would starve them."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+
+    def __call__(self) -> None:
+        if self._started is not None:
+            time.sleep(max(_DELETE_PAUSE, 2 * (time.perf_counter() - self._started)))
+        self._started = time.perf_counter()
+
+
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     metadata = {} if row[7] in _EMPTY_METADATA or row[7] is None else json.loads(row[7])
     return Fact(
@@ -339,17 +354,14 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             f"DELETE FROM learned_memory WHERE id IN "
             f"(SELECT id FROM learned_memory WHERE {where} LIMIT ?)"
         )
-        batch, total = self.delete_batch, 0
+        batch, total, pause = self.delete_batch, 0, WriteSteps()
         while True:
-            started = time.perf_counter()
+            pause()
             with self._write() as conn:
                 deleted = conn.execute(step, [*params, batch]).rowcount
             total += deleted
             if deleted < batch:
                 return total
-            # Other connections wait for the lock by polling (after 1, 2, 5, 10 ms ...):
-            # leave it free for a while, or back-to-back steps would starve them.
-            time.sleep(max(_DELETE_PAUSE, 2 * (time.perf_counter() - started)))
 
     def prune_learned(self, scope: str, scope_id: str, project_id: str = "", *, keep: int) -> int:
         integer("keep", keep, minimum=0)

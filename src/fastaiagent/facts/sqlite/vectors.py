@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +24,7 @@ from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
 from fastaiagent.facts.index.keywords import bm25_top
 from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
-from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable
+from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable, WriteSteps
 from fastaiagent.facts.sqlite.vectors_schema import (
     RECORDED,
     fts_match,
@@ -47,20 +46,6 @@ _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
 def _batches(items: Sequence[Any], size: int = _MAX_PARAMS) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-class Steps:
-    """Called before each step of a long job: leaves the write lock free for twice
-    as long as the last step held it, so a writer waiting in SQLite's busy
-    handler (which sleeps up to 100 ms between tries) gets in within a step or two."""
-
-    def __init__(self) -> None:
-        self._started: float | None = None
-
-    def __call__(self) -> None:
-        if self._started is not None:
-            time.sleep(max(0.002, 2 * (time.perf_counter() - self._started)))
-        self._started = time.perf_counter()
 
 
 class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
@@ -244,7 +229,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         (a 100k-message user held the write lock for 20 s in one), then merge the
         keyword index so the chunks' tokens leave the file too (see :meth:`scrub`)."""
         self._conn()
-        t, count, step_pause = self.table, 0, Steps()
+        t, count, step_pause = self.table, 0, WriteSteps()
         with self.store._write() as conn:  # first: every process's copy is out of date
             conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
         while True:
@@ -270,7 +255,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
 
     def _drop_keyed(self, table: str, key: str, namespace: str) -> None:
         """Delete a namespace's rows of a WITHOUT ROWID side table, a step at a time."""
-        step_pause = Steps()
+        step_pause = WriteSteps()
         while True:
             step_pause()
             with self.store._write() as conn:
@@ -290,7 +275,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         the WAL (it holds old copies of the pages) and truncate it. SQLite 3.40
         has no FTS5 'secure-delete'; a merge step rewrites whole segments, so
         this one step is the longest of a forget (~50-100 ms at 100k chunks)."""
-        fts, step_pause = f"{self.table}_fts", Steps()
+        fts, step_pause = f"{self.table}_fts", WriteSteps()
         while True:
             step_pause()
             with self.store._write() as conn:
