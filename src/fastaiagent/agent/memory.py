@@ -424,16 +424,14 @@ class Memory:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
         return True
 
-    def _drop_local(self, user_id: str, everywhere: bool) -> int:
-        """Drop a user's in-process state and recall entries (not the stored window);
-        returns how many recall entries went."""
+    def _drop_local(self, user_id: str) -> None:
+        """Drop a user's in-process state (not the stored window nor recall entries)."""
         state = self._users.pop(user_id)
         for block in state.own_blocks if state is not None else []:
             try:
                 block.clear()
             except Exception as exc:
                 logger.warning("memory block %r failed to clear: %s", block.name, exc)
-        return self._stack.purge_recall(user_id, everywhere)
 
     def _forget_user_state(self, user_id: str, everywhere: bool) -> dict[str, int]:
         """After a user's facts are gone: their windows and caches (``everywhere``:
@@ -449,7 +447,11 @@ class Memory:
         if everywhere:  # the location's windows too, whatever this Memory's window_store=
             windows += drop_stored_windows(self.location, self.config.project_id, user_id)
         peers = PEERS.of(self._peer_key) if everywhere else [self]
-        recall = sum(memory._drop_local(user_id, everywhere) for memory in peers)
+        stores: list[Any] = []
+        for memory in peers:
+            memory._drop_local(user_id)
+            stores += memory._stack.recall_stores(everywhere)
+        recall = self._stack.purge_recall(user_id, stores)
         traces = trace.forget_user(user_id) if everywhere else 0
         return {"windows": windows, "recall": recall, "traces": traces}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastaiagent.agent.memory_blocks.background import AfterReplyBlock, BackgroundQueue
@@ -204,13 +204,11 @@ class MemoryStack:
             return None
         return self.vector_index() if options.store == AUTO else options.store
 
-    def purge_recall(self, user_id: str, everywhere: bool = True) -> int:
-        """Delete a user's recall entries from this Memory's shared recall store and
-        (``everywhere``) the fact store's durable index, whatever this Memory's
-        ``recall=``; returns how many there were."""
+    def purge_recall(self, user_id: str, stores: Iterable[Any]) -> int:
+        """Delete a user's recall entries from ``stores`` (each once: several Memory
+        peers name the same store); returns how many there were."""
         namespace, count = self.recall_namespace(user_id), 0
-        stores = self.recall_stores() if everywhere else [self.shared_recall_store()]
-        for store in stores:
+        for store in {id(store): store for store in stores}.values():
             purge = getattr(store, "delete_namespace", None)
             if callable(purge):
                 stop_background_job(store, namespace)  # it must not write back
@@ -248,12 +246,12 @@ class MemoryStack:
             found.append(SemanticFactIndex(self.store, custom))
         return found
 
-    def recall_stores(self) -> list[Any]:
-        """Every store that may hold this project's recall entries: the configured
-        shared one and the fact store's durable index (``recall="auto"`` anywhere)."""
-        found = [self.shared_recall_store(), self.vector_index()]
-        unique = {id(s): s for s in found if s is not None}
-        return list(unique.values())
+    def recall_stores(self, everywhere: bool = True) -> list[Any]:
+        """The stores that may hold this project's recall entries: the configured
+        shared one and (``everywhere``) the fact store's durable index, which
+        ``recall="auto"`` of any process writes to, whatever this Memory's ``recall=``."""
+        found = [self.shared_recall_store(), self.vector_index() if everywhere else None]
+        return [store for store in found if store is not None]
 
     @property
     def semantic_index_if_built(self) -> Any:
