@@ -3,6 +3,7 @@ version, a file written before vectors, the in-memory copies, other processes.""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from fastaiagent.errors import SchemaVersionError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.facts.vectors import HoldsVectors, text_key
+from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 
 require_module("numpy")
@@ -25,7 +27,7 @@ from fastaiagent.facts.sqlite.vectors import SQLiteVectorIndex  # noqa: E402
 from fastaiagent.facts.sqlite.vectors_schema import vectors_schema  # noqa: E402
 
 T = "memory_vectors"
-TABLES = (T, f"{T}_vec", f"{T}_cache", f"{T}_ns", f"{T}_kw")
+TABLES = (T, f"{T}_vec", f"{T}_cache", f"{T}_ns", f"{T}_kw", f"{T}_keys")
 
 
 def _chunk(cid: str, namespace: str, text: str, vector: list[float]) -> Chunk:
@@ -52,6 +54,18 @@ def _raw(path: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
         return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+def _unseal(conn: sqlite3.Connection) -> None:
+    """Back to the plain keyword tokens of version 3 (the update triggers keep FTS5 in step)."""
+    for rid, namespace, text in conn.execute(f"SELECT rid, namespace, text FROM {T}").fetchall():
+        nskey = "n" + hashlib.sha256(namespace.encode()).hexdigest()[:32]
+        conn.execute(f"UPDATE {T} SET nskey = ?, keywords = ? WHERE rid = ?", (nskey, " ".join(tokenize(text)), rid))
+    conn.execute(f"DROP TABLE {T}_keys")
+
+
+def _fts_blocks(path: Path) -> bytes:
+    return b"".join(row[0] or b"" for row in _raw(path, f"SELECT block FROM {T}_fts_data"))
 
 
 def _fts_rows(path: Path) -> int:
@@ -252,6 +266,7 @@ def test_a_version_1_vector_table_gains_keyword_statistics(path: Path) -> None:
     expected = index.keyword_search("Jane Lisbon", 5, namespace="a")
     store.close()
     conn = sqlite3.connect(path)  # back to the layout of version 1
+    _unseal(conn)
     for trigger in ("ai", "ad", "au"):
         conn.execute(f"DROP TRIGGER {T}_kw_{trigger}")
     conn.execute(f"DROP TABLE {T}_kw")
@@ -304,6 +319,7 @@ def test_a_version_2_vector_table_gains_the_time_index(path: Path) -> None:
     store.vector_store().add([_dated("a1", "a", [1.0, 0.0], 50.0), _dated("a2", "a", [0.0, 1.0], 500.0)])
     store.close()
     conn = sqlite3.connect(path)  # back to the layout of version 2
+    _unseal(conn)
     conn.execute(f"DROP INDEX idx_{T}_recorded")
     conn.execute("UPDATE fastaiagent_schema SET version = 2 WHERE component = ?", (f"vectors:{T}",))
     conn.commit()
@@ -340,3 +356,35 @@ def test_keyword_search_over_a_common_word_still_finds_the_rare_one(index: SQLit
     only_common = index.keyword_search("Ana", 5, namespace="a")
     assert len(only_common) == 5 and all(cid.startswith("m") for cid, _ in only_common)
     assert {cid for cid, _ in only_common} <= {f"m{i}" for i in range(401, 601)}
+
+
+def test_keyword_tokens_are_sealed_per_namespace(index: SQLiteVectorIndex, path: Path) -> None:
+    index.add([_chunk("a1", "a", "zanzibar holiday", [1.0, 0.0]), _chunk("b1", "b", "zanzibar holiday", [1.0, 0.0])])
+    rows = dict(_raw(path, f"SELECT namespace, keywords FROM {T}"))
+    assert "zanzibar" not in rows["a"] and rows["a"] != rows["b"]  # the same words, other tokens
+    assert b"zanzibar" not in _fts_blocks(path)
+    assert [cid for cid, _ in index.keyword_search("zanzibar", 5, namespace="a")] == ["a1"]
+    # Forgetting a namespace deletes its secret: what FTS5 still holds of it names no word.
+    index.delete_namespace("a")
+    assert _raw(path, f"SELECT namespace FROM {T}_keys") == [("b",)]
+    assert [cid for cid, _ in index.keyword_search("zanzibar", 5, namespace="b")] == ["b1"]
+    index.add([_chunk("a2", "a", "zanzibar again", [1.0, 0.0])])  # a new secret, a fresh start
+    assert [cid for cid, _ in index.keyword_search("zanzibar", 5, namespace="a")] == ["a2"]
+
+
+def test_a_version_3_vector_table_has_its_plain_tokens_sealed(path: Path) -> None:
+    store = SQLiteFactStore(path)
+    store.vector_store().add([_chunk(f"a{i}", "a", f"zanzibar trip {i}", [1.0, float(i)]) for i in range(20)])
+    expected = store.vector_store().keyword_search("zanzibar trip 3", 5, namespace="a")
+    store.close()
+    conn = sqlite3.connect(path)
+    _unseal(conn)
+    conn.execute("UPDATE fastaiagent_schema SET version = 3 WHERE component = ?", (f"vectors:{T}",))
+    conn.commit()
+    conn.close()
+    assert b"zanzibar" in _fts_blocks(path)
+    reopened = SQLiteFactStore(path)
+    assert reopened.vector_store().keyword_search("zanzibar trip 3", 5, namespace="a") == expected
+    assert b"zanzibar" not in _fts_blocks(path)  # 'optimize' rewrote the segments
+    _raw(path, f"INSERT INTO {T}_fts ({T}_fts) VALUES ('integrity-check')")
+    reopened.close()

@@ -1,8 +1,8 @@
 """Durable vectors, keyword postings and cached embeddings in the fact store's SQLite file.
 
 The tables and their migrations are in ``vectors_schema``: chunks, their
-vectors clustered by namespace, FTS5 keyword postings with per-namespace BM25
-statistics, cached embeddings, and per-namespace change generations that let a
+vectors clustered by namespace, FTS5 keyword postings (sealed per namespace:
+``sealed_keywords``) with per-namespace BM25 statistics, cached embeddings, and per-namespace change generations that let a
 process keep a namespace's matrix in memory and check it with one indexed read.
 
 Search is exact cosine over one namespace with numpy (a per-user namespace is
@@ -24,13 +24,14 @@ from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
 from fastaiagent.facts.index.keywords import bm25_top
 from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
-from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable, WriteSteps
-from fastaiagent.facts.sqlite.vectors_schema import (
-    RECORDED,
-    fts_match,
+from fastaiagent.facts.sqlite.sealed_keywords import (
+    NamespaceSecrets,
     namespace_token,
-    vectors_schema,
+    seal,
+    sealed_text,
 )
+from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable, WriteSteps
+from fastaiagent.facts.sqlite.vectors_schema import RECORDED, fts_match, vectors_schema
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked_batch
@@ -39,7 +40,6 @@ DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
 DROP_STEP = 500  # rows a namespace delete removes per write transaction (~10 ms each)
-MERGE_PAGES = 64  # FTS5 pages a merge step asks for (a step merges whole segments: see scrub)
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
@@ -61,12 +61,17 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     """
 
     def __init__(
-        self, store: SQLiteFactStore, *, table: str = DEFAULT_TABLE,
-        dimension: int | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+        self,
+        store: SQLiteFactStore,
+        *,
+        table: str = DEFAULT_TABLE,
+        dimension: int | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         SQLiteTable.__init__(self, store, table, vectors_schema(table))
         self._sizes = Dimension(dimension, "another table")
         MatrixIndex.__init__(self, integer("cache_bytes", cache_bytes, minimum=0))
+        self._secrets = NamespaceSecrets(table)
         self._np = require("numpy", "local")
         self._dimension: int | None = None
 
@@ -117,19 +122,28 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     # -- writes ------------------------------------------------------------
 
     def _rows(self, batch: Batch) -> list[tuple[Any, ...]]:
-        """Insert rows of a checked batch (its vectors L2-normalised)."""
+        """Insert rows of a checked batch (its vectors L2-normalised), with the keyword
+        tokens still a list: they are sealed inside the write (see :meth:`add`)."""
         rows = []
-        for chunk, key, vector in zip(batch.chunks, batch.keys, unit_rows(batch.vectors), strict=True):
+        for chunk, key, vector in zip(
+            batch.chunks, batch.keys, unit_rows(batch.vectors), strict=True
+        ):
             try:
                 metadata = json.dumps(chunk.metadata, ensure_ascii=False)
             except (TypeError, ValueError) as exc:
                 raise InvalidTypeError(
                     f"chunk {chunk.id!r} metadata must be JSON-serialisable: {exc}"
                 ) from exc
-            keywords = " ".join(tokenize(keyword_text(chunk)))
             rows.append(
-                (chunk.id, key, namespace_token(key), chunk.text, keywords, metadata, batch.dimension,
-                 vector.tobytes())
+                (
+                    chunk.id,
+                    key,
+                    tokenize(keyword_text(chunk)),
+                    chunk.text,
+                    metadata,
+                    batch.dimension,
+                    vector.tobytes(),
+                )
             )
         return rows
 
@@ -149,10 +163,15 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 f"INSERT INTO {t} (id, namespace, nskey, text, keywords, metadata, dimension) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING rid"
             )
+            secrets = self._secrets.for_write(conn, {row[1] for row in rows})
             vectors = []
-            for row in rows:
-                (rid,) = conn.execute(insert, row[:-1]).fetchone()
-                vectors.append((row[1], rid, row[-1]))
+            for chunk_id, key, words, text, metadata, dimension, vector in rows:
+                secret = secrets[key]
+                (rid,) = conn.execute(insert, (
+                    chunk_id, key, namespace_token(secret), text, sealed_text(secret, words),
+                    metadata, dimension,
+                )).fetchone()  # fmt: skip
+                vectors.append((key, rid, vector))
             conn.executemany(
                 f"INSERT INTO {t}_vec (namespace, rid, vector) VALUES (?, ?, ?)", vectors
             )
@@ -209,6 +228,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             ).fetchone():
                 conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
                 conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
+                self._secrets.drop(conn, namespace)
 
     def delete_ids(self, ids: list[str]) -> int:
         """Delete chunks by id (vectors and keyword postings); returns how many were there."""
@@ -226,8 +246,9 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     def delete_namespace_rows(self, namespace: str) -> int:
         """Delete every chunk, keyword posting and cached embedding of ``namespace``
         in steps of :data:`DROP_STEP` rows, each its own short write transaction
-        (a 100k-message user held the write lock for 20 s in one), then merge the
-        keyword index so the chunks' tokens leave the file too (see :meth:`scrub`)."""
+        (a 100k-message user held the write lock for 20 s in one), then its secret:
+        the sealed tokens left in FTS5 segments then name no word (see
+        ``sealed_keywords``), and :meth:`scrub` empties the WAL's old pages."""
         self._conn()
         t, count, step_pause = self.table, 0, WriteSteps()
         with self.store._write() as conn:  # first: every process's copy is out of date
@@ -242,13 +263,17 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 ).fetchone()[0]  # fmt: skip
                 if last is None:
                     break
-                conn.execute(f"DELETE FROM {t}_vec WHERE namespace = ? AND rid <= ?", (namespace, last))
+                conn.execute(
+                    f"DELETE FROM {t}_vec WHERE namespace = ? AND rid <= ?", (namespace, last)
+                )
                 count += conn.execute(
                     f"DELETE FROM {t} WHERE namespace = ? AND rid <= ?", (namespace, last)
                 ).rowcount
         self._drop_keyed(f"{t}_cache", "identity, text_key", namespace)
         with self.store._write() as conn:
+            conn.execute("PRAGMA secure_delete = ON")
             conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
+            self._secrets.drop(conn, namespace)
         if count:
             self.scrub()
         return int(count)
@@ -269,22 +294,8 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 return
 
     def scrub(self) -> None:
-        """Make deleted chunks unrecoverable from the file: FTS5 keeps a deleted row's
-        tokens in its segments until they are merged, so merge them all (with
-        freed pages zeroed), a write transaction per merge step; then checkpoint
-        the WAL (it holds old copies of the pages) and truncate it. SQLite 3.40
-        has no FTS5 'secure-delete'; a merge step rewrites whole segments, so
-        this one step is the longest of a forget (~50-100 ms at 100k chunks)."""
-        fts, step_pause = f"{self.table}_fts", WriteSteps()
-        while True:
-            step_pause()
-            with self.store._write() as conn:
-                conn.execute("PRAGMA secure_delete = ON")
-                before = conn.total_changes
-                # A negative page count merges every segment, as 'optimize' does, in steps.
-                conn.execute(f"INSERT INTO {fts} ({fts}, rank) VALUES ('merge', ?)", (-MERGE_PAGES,))
-                if conn.total_changes - before < 2:  # FTS5: no merge work was left
-                    break
+        """Make deleted rows unrecoverable from the file: their pages were zeroed
+        (``secure_delete``), but old copies live in the WAL until a checkpoint."""
         # Old page copies live in the WAL until a checkpoint; TRUNCATE empties it
         # (it does nothing while another connection still reads those pages). A
         # PASSIVE one first copies the pages without holding writers back, so
@@ -328,7 +339,9 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             new = appended.get(namespace, [])
             vectors = np.frombuffer(b"".join(b for _, b in new), dtype=np.float32)
             change = Change(
-                generation, since=before, keys=[rid for rid, _ in new],
+                generation,
+                since=before,
+                keys=[rid for rid, _ in new],
                 vectors=vectors.reshape(len(new), -1) if new else None,
                 removed=removed.get(namespace, ()),
             )
@@ -412,17 +425,21 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 out[rid] = Chunk(chunk_id, text, None, json.loads(metadata))
         return out
 
-    def score_keywords(self, terms: list[str], top_k: int, namespace: str) -> list[tuple[str, float]]:
+    def score_keywords(
+        self, terms: list[str], top_k: int, namespace: str
+    ) -> list[tuple[str, float]]:
         """FTS5 finds the namespace's documents holding a query term; they are scored
         with the namespace's own statistics (:func:`~fastaiagent.facts.index.keywords.bm25_top`)."""
         t = self.table
         conn = self._conn()
         stats = conn.execute(
-            f"SELECT docs, tokens FROM {t}_kw WHERE namespace = ?", (namespace,)
-        ).fetchone()
+            f"SELECT k.docs, k.tokens, s.secret FROM {t}_kw k JOIN {t}_keys s USING (namespace) "
+            "WHERE k.namespace = ?", (namespace,),
+        ).fetchone()  # fmt: skip
         if not stats or stats[0] <= 0:
             return []
-        nskey = namespace_token(namespace)
+        secret = stats[2]
+        nskey, terms = namespace_token(secret), list({seal(secret, term): None for term in terms})
         # Per-term document counts of the namespace, from FTS5 counts (never by
         # reading every match), many terms a statement; the candidates are scored with them.
         count = f"(SELECT count(*) FROM {t}_fts WHERE {t}_fts MATCH ?)"
@@ -494,8 +511,10 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
 
     def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         """Oldest first."""
-        where, params = ("", ()) if keys is None else (
-            f"WHERE namespace IN ({', '.join('?' * len(keys))})", tuple(keys)
+        where, params = (
+            ("", ())
+            if keys is None
+            else (f"WHERE namespace IN ({', '.join('?' * len(keys))})", tuple(keys))
         )
         rows = self._conn().execute(
             f"SELECT id, text, metadata FROM {self.table} {where} ORDER BY rid", params
@@ -507,9 +526,11 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         if namespace is None:
             row = self._conn().execute(f"SELECT COUNT(*) FROM {t}").fetchone()
         else:
-            row = self._conn().execute(
-                f"SELECT COUNT(*) FROM {t} WHERE namespace = ?", (namespace,)
-            ).fetchone()
+            row = (
+                self._conn()
+                .execute(f"SELECT COUNT(*) FROM {t} WHERE namespace = ?", (namespace,))
+                .fetchone()
+            )
         return int(row[0])
 
     # -- the embedding cache -------------------------------------------------

@@ -7,10 +7,12 @@ Tables (component ``vectors:<table>``, same file and connections as the facts):
 - ``<table>_vec``: the L2-normalised vectors as float32 bytes, clustered by
   (namespace, rid) so a namespace loads as one contiguous range;
 - ``<table>_fts``: an FTS5 index over the chunk's keyword tokens (the same
-  stop-word-free, stemmed tokens as the in-process BM25 index), external
-  content kept in step by triggers, so a chunk and its postings change in one
-  transaction. A namespace is one extra token in the row, so a keyword query
-  reads only that namespace's postings;
+  stop-word-free, stemmed tokens as the in-process BM25 index, sealed with the
+  namespace's secret: see ``sealed_keywords``), external content kept in step
+  by triggers, so a chunk and its postings change in one transaction. A
+  namespace is one extra token in the row, so a keyword query reads only that
+  namespace's postings;
+- ``<table>_keys``: per namespace, the secret its tokens are sealed with;
 - ``<table>_kw``: per namespace, its documents and tokens (BM25 statistics);
 - ``<table>_cache``: embeddings by (namespace, embedder identity, text key);
 - ``<table>_ns``: per namespace, the generation of its last change and of its
@@ -22,12 +24,12 @@ Tables (component ``vectors:<table>``, same file and connections as the facts):
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from fastaiagent._schema import Schema
+from fastaiagent.facts.sqlite.sealed_keywords import seal_existing_rows
 
 # Trigger bodies hold ';', so the step runs statement by statement (not split on ';').
 _V1 = (
@@ -123,12 +125,10 @@ def vectors_schema(table: str) -> Schema:
 
         return run
 
-    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3)])
+    def seal(conn: sqlite3.Connection) -> None:  # version 4: sealed keyword tokens
+        seal_existing_rows(conn, table)
 
-
-def namespace_token(namespace: str) -> str:
-    """The namespace as one FTS token (hex digest: no tokenizer splits it)."""
-    return "n" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
+    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3), seal])
 
 
 def fts_match(nskey: str, terms: Sequence[str]) -> str:
@@ -138,4 +138,4 @@ def fts_match(nskey: str, terms: Sequence[str]) -> str:
     return f'nskey : "{nskey}" AND keywords : ({words})'
 
 
-__all__ = ["RECORDED", "fts_match", "namespace_token", "vectors_schema"]
+__all__ = ["RECORDED", "fts_match", "vectors_schema"]
