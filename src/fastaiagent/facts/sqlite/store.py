@@ -127,28 +127,38 @@ _COLUMNS = ", ".join(FACT_COLUMNS)
 _INSERT = insert_fact("learned_memory", "?")
 _EMPTY_METADATA = ("", "{}")
 _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
+STEP_BUDGET = 0.008  # seconds a step of a long write job aims to hold the write lock
+_MIN_STEP, _MAX_STEP = 20, 2_000  # rows a step of it removes, at least and at most
 
 
 class WriteSteps:
     """Called before each step of a long write job (a delete in steps): leaves the
     write lock free for twice as long as the last step held it (at least
     :data:`_DELETE_PAUSE`). Other connections wait for the lock by polling (after
-    1, 2, 5, 10 ms ... up to 100 ms): back-to-back steps would starve them."""
+    1, 2, 5, 10 ms ... up to 100 ms): back-to-back steps would starve them.
 
-    def __init__(self) -> None:
+    ``rows`` is the size of the next step: it follows the time the last one took
+    towards :data:`STEP_BUDGET` (a row's cost varies tenfold with FTS5's merges
+    and the machine's load, so a fixed count is either slow or long).
+    """
+
+    def __init__(self, rows: int = 100) -> None:
         self._started: float | None = None
+        self.rows = rows
 
     def __call__(self) -> None:
         if self._started is not None:
-            time.sleep(max(_DELETE_PAUSE, 2 * (time.perf_counter() - self._started)))
+            took = time.perf_counter() - self._started
+            self.rows = max(
+                _MIN_STEP, min(_MAX_STEP, int(self.rows * STEP_BUDGET / max(took, 1e-4)))
+            )
+            time.sleep(max(_DELETE_PAUSE, 2 * took))
         self._started = time.perf_counter()
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     metadata = {} if row[7] in _EMPTY_METADATA or row[7] is None else json.loads(row[7])
-    return Fact(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata, *row[8:]
-    )
+    return Fact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata, *row[8:])
 
 
 # The per-turn read: one subject's active facts valid at a moment, newest first,
@@ -388,7 +398,12 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         return _row_to_fact(rows[0]) if rows else None
 
     def read_active(
-        self, selector: Selector, limit: int | None, offset: int, now: float | None, include_expired: bool
+        self,
+        selector: Selector,
+        limit: int | None,
+        offset: int,
+        now: float | None,
+        include_expired: bool,
     ) -> list[Fact]:
         scope, scope_id, project_id = selector.scope, selector.scope_id or "", selector.project_id
         when = time.time() if now is None else moment_or_now(now)
@@ -418,7 +433,9 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         )
         return [_row_to_fact(row) for row in rows]
 
-    def read_as_of(self, selector: Selector, when: float, limit: int | None, offset: int) -> list[Fact]:
+    def read_as_of(
+        self, selector: Selector, when: float, limit: int | None, offset: int
+    ) -> list[Fact]:
         """What the store held for the subject at ``when``: recorded, not yet
         superseded and valid then (reads the subject's rows: an audit read)."""
         where, params = _where(selector, active_only=False)
@@ -466,6 +483,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             "GROUP BY scope, scope_id, project_id ORDER BY scope, scope_id, project_id"
         )
         return [SubjectCount(*row) for row in rows]
+
 
 MemoryStore = SQLiteFactStore
 """The spec's name for the SQLite fact store (an alias of :class:`SQLiteFactStore`)."""

@@ -39,7 +39,7 @@ from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked
 DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
-DROP_STEP = 500  # rows a namespace delete removes per write transaction (~10 ms each)
+DROP_STEP = 500  # cached embeddings a namespace delete removes per write transaction
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
@@ -245,7 +245,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
 
     def delete_namespace_rows(self, namespace: str) -> int:
         """Delete every chunk, keyword posting and cached embedding of ``namespace``
-        in steps of :data:`DROP_STEP` rows, each its own short write transaction
+        in steps of a few ms (:class:`WriteSteps`), each its own write transaction
         (a 100k-message user held the write lock for 20 s in one), then its secret:
         the sealed tokens left in FTS5 segments then name no word (see
         ``sealed_keywords``), and :meth:`scrub` empties the WAL's old pages."""
@@ -259,7 +259,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 conn.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed
                 last = conn.execute(
                     f"SELECT max(rid) FROM (SELECT rid FROM {t} WHERE namespace = ? "
-                    "ORDER BY rid LIMIT ?)", (namespace, DROP_STEP),
+                    "ORDER BY rid LIMIT ?)", (namespace, step_pause.rows),
                 ).fetchone()[0]  # fmt: skip
                 if last is None:
                     break
