@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,6 +17,32 @@ SOURCE_TRACES = "learn"  # mined from past traces by `fastaiagent learn`
 # told it: what a run learned from the user is "user said"; what `fastaiagent
 # learn` mined from past traces is "learned"; a direct write is "manual".
 SOURCE_WORDS = {SOURCE_MANUAL: "manual", SOURCE_CONVERSATION: "user said", SOURCE_TRACES: "learned"}
+
+_FLAT = (str, int, float, bool, type(None))
+_PARSED: dict[str, dict[str, Any]] = {}  # stored metadata text -> its flat value
+_PARSED_MAX = 4096
+
+
+def metadata_from_text(text: str | None) -> dict[str, Any]:
+    """A fact's metadata from its stored JSON text, a new dict each call.
+
+    Most facts of a store share one of a few metadata texts (the writing agent's
+    id), and parsing JSON for every row of every turn's read cost more than the
+    rest of the read; so flat objects are parsed once and copied after (a copy of
+    a small dict is ~20x cheaper). Nested values are parsed each time: a shallow
+    copy would share them between facts.
+    """
+    if not text or text == "{}":
+        return {}
+    parsed = _PARSED.get(text)
+    if parsed is not None:
+        return parsed.copy()
+    value = json.loads(text)
+    if isinstance(value, dict) and all(isinstance(item, _FLAT) for item in value.values()):
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()  # rare: that many distinct texts are not a shared few
+        _PARSED[text] = value.copy()
+    return value
 
 
 @dataclass

@@ -29,7 +29,11 @@ _LABELS = {
         SOURCE_MANUAL: manual,
         "": manual,
     }
-    for scope, manual in (("user", framing.MANUAL), ("agent", framing.GLOBAL), ("project", framing.PROJECT))
+    for scope, manual in (
+        ("user", framing.MANUAL),
+        ("agent", framing.GLOBAL),
+        ("project", framing.PROJECT),
+    )
 }
 # scope -> source -> confidence -> ' (label, confidence)': format_facts runs
 # every turn, and three dict lookups per fact cost less than formatting one.
@@ -65,10 +69,11 @@ def fact_lines(facts: list[Fact], scope: str | None = None) -> list[str]:
     """One line per fact not flagged: ``- "Prefers email" (user said, 0.6)``
     (quoted and escaped). ``scope``: the one scope every fact is filed under,
     when the caller knows it (a block does); it allows the fast path."""
-    # This runs every turn for every tier: the common case (no metadata,
+    # This runs every turn for every tier: the common case (nothing flagged,
     # nothing to escape, labels seen before) is one pass and two dict lookups
-    # per fact; anything else takes the careful path below.
-    texts = [f.fact for f in facts if not f.metadata]
+    # per fact; anything else takes the careful path below. (Most facts have
+    # metadata: a Memory with an agent id stamps its writes.)
+    texts = [f.fact for f in facts if not (f.metadata and f.metadata.get(FLAGGED_KEY))]
     table = None if scope is None else _suffixes.get(scope)
     if table is not None and len(texts) == len(facts) and framing.all_plain(texts):
         try:
@@ -166,7 +171,9 @@ class PersistentFactBlock(MemoryBlock):
             self._renders += 1
         if due:
             if self.clock is None:  # the store's own "now"; the per-turn read as it was
-                facts = self.store.list_active(self.scope, self.scope_id, self.project_id, self.max_facts)
+                facts = self.store.list_active(
+                    self.scope, self.scope_id, self.project_id, self.max_facts
+                )
             else:
                 now = read_clock(self.clock)
                 facts = self.store.list_active(
@@ -190,11 +197,12 @@ class PersistentFactBlock(MemoryBlock):
         if trace.is_enabled():
             if len(lines) != len(facts):
                 facts = shown(facts)
-            trace.annotate({"memory.scope": self.scope, "memory.fact_ids": [f.id or 0 for f in facts]})
+            trace.annotate(
+                {"memory.scope": self.scope, "memory.fact_ids": [f.id or 0 for f in facts]}
+            )
         return [SystemMessage(framing.section(self.heading, lines))]
 
     def clear(self) -> None:
         with self._lock:
             self._cache = []
             self._renders = 0
-

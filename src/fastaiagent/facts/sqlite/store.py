@@ -19,7 +19,7 @@ from fastaiagent._sqlite import ThreadConnections, migrate
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.capabilities import StoreCapabilities
-from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact
+from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact, metadata_from_text
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
@@ -125,7 +125,6 @@ FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2, _V3])
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = ", ".join(FACT_COLUMNS)
 _INSERT = insert_fact("learned_memory", "?")
-_EMPTY_METADATA = ("", "{}")
 _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
 STEP_BUDGET = 0.008  # seconds a step of a long write job aims to hold the write lock
 _MIN_STEP, _MAX_STEP = 20, 2_000  # rows a step of it removes, at least and at most
@@ -157,8 +156,9 @@ class WriteSteps:
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
-    metadata = {} if row[7] in _EMPTY_METADATA or row[7] is None else json.loads(row[7])
-    return Fact(row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata, *row[8:])
+    return Fact(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata_from_text(row[7]), *row[8:]
+    )
 
 
 # The per-turn read: one subject's active facts valid at a moment, newest first,
@@ -185,7 +185,7 @@ def _subject_facts(
 ) -> list[Fact]:
     # Unpacking in the comprehension and positional Fact() are the cheapest way to
     # build 50 facts in CPython (cheaper than object.__new__ plus a __dict__ fill).
-    loads = json.loads
+    loads = metadata_from_text
     return [
         Fact(
             fact,
@@ -195,7 +195,7 @@ def _subject_facts(
             confidence,
             SOURCE_MANUAL if source is None else source,
             trace_id,
-            loads(metadata) if metadata else {},
+            loads(metadata),
             fact_id,
             created_at,
             None,
