@@ -3,6 +3,8 @@ whole leaves the default locations as it found them (tests/_guard.py)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +25,11 @@ from _env import (
 from _guard import _guard_each_test, pytest_sessionfinish, pytest_sessionstart
 
 __all__ = ["_guard_each_test", "pytest_sessionfinish", "pytest_sessionstart"]
+
+# The ONNX graph of the local embedder is exported once into a cache of the tests'
+# own (kept between runs: the export takes ~10 s), never the user's ~/.cache;
+# subprocesses the tests start inherit it.
+os.environ["FASTAIAGENT_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / f"fastaiagent-test-cache-{os.getuid()}")
 
 
 @pytest.fixture(autouse=True)

@@ -360,6 +360,16 @@ class Memory:
         queue = self._stack.queue
         return True if queue is None else bool(await queue.aflush(timeout))
 
+    def warm(self) -> None:
+        """Do now what the first turn would otherwise pay for: read the fact store
+        once (connection, schema) and, with ``recall=`` or ``semantic=``, load the
+        embedding model (2-20 s in a fresh process; an embedder without a
+        ``warm()`` method, such as a remote API, is left alone). ``fastaiagent
+        mcp`` calls it before serving; call it at an application's start.
+        The store's errors are raised; an embedder that cannot load is logged
+        (the turns that need it log it again and go on without)."""
+        self._stack.warm()
+
     # -- runs ------------------------------------------------------------------
 
     def _new_state(self, user_id: str | None) -> UserState:

@@ -168,6 +168,18 @@ class MemoryStack:
         base = f"user:{user_id}"
         return f"{self.config.project_id}:{base}" if self.config.project_id else base
 
+    def warm(self) -> None:
+        """See :meth:`fastaiagent.agent.memory.Memory.warm`."""
+        self.store.get(1)
+        if self.config.recall_options is None and self.config.semantic is None:
+            return
+        try:
+            warm = getattr(self.embedder(), "warm", None)
+            if callable(warm):
+                warm()
+        except Exception as exc:  # recall and semantic degrade per turn; the process goes on
+            logger.warning("the embedder could not be loaded ahead of the first turn: %s", exc)
+
     def embedder(self) -> Any:
         """The embedder shared by recall and semantic retrieval, made on first use."""
         with self._lock:

