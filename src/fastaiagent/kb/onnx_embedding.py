@@ -84,6 +84,9 @@ def export_graph(model_dir: str, target: Path, sentence_model: Any) -> None:
             os.unlink(temporary)
 
 
+ONE_THREAD_TEXTS = 4  # a call with this many texts or fewer runs on one thread
+
+
 class OnnxModel:
     """The exported encoder, its tokenizer and the pooling, ready to embed."""
 
@@ -91,8 +94,9 @@ class OnnxModel:
         ort = require("onnxruntime", "local")
         tokenizers = require("tokenizers", "local")
         self._np = require("numpy", "local")
-        # Batches on every core; one text (a query) on one thread of its own session:
-        # it gains little from a second one and, on a busy machine, waits for it.
+        # Batches on every core; a query (up to ONE_THREAD_TEXTS texts) on one thread of
+        # its own session: it gains little from a second one and, on a busy machine,
+        # waits for it.
         self.session = _session(ort, graph, os.cpu_count() or 1)
         self.single = _session(ort, graph, 1)
         config = json.loads((Path(model_dir) / "sentence_bert_config.json").read_text())
@@ -115,7 +119,7 @@ class OnnxModel:
 
     def _batch(self, texts: list[str]) -> Any:
         np = self._np
-        session = self.single if len(texts) == 1 else self.session
+        session = self.single if len(texts) <= ONE_THREAD_TEXTS else self.session
         encoded = self.tokenizer.encode_batch(texts)
         feeds = {
             "input_ids": np.array([e.ids for e in encoded], dtype="int64"),
@@ -158,4 +162,4 @@ def onnx_runtime_installed() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
 
 
-__all__ = ["CACHE_ENV", "OnnxModel", "cache_dir", "graph_path", "load_onnx_model", "onnx_runtime_installed"]
+__all__ = ["CACHE_ENV", "ONE_THREAD_TEXTS", "OnnxModel", "cache_dir", "graph_path", "load_onnx_model", "onnx_runtime_installed"]

@@ -494,11 +494,15 @@ class VectorBlock(MemoryBlock):
         return callable(getattr(self.store, "search_recorded", None))
 
     def _dense(
-        self, query: str, fetch: int, spans: Sequence[Span] = ()
+        self, query: str, fetch: int, spans: Sequence[Span] = (), message: str | None = None
     ) -> tuple[list[tuple[Chunk, float]], list[tuple[Chunk, float]], bool]:
         """The ``fetch`` closest chunks; the closest of those recorded in ``spans``;
-        whether the namespace is exhausted (fewer than ``fetch`` found)."""
-        vector = self._embed([query])[0]
+        whether the namespace is exhausted (fewer than ``fetch`` found).
+
+        ``message``: the user's message when it differs from ``query`` (names taken
+        out), embedded in the same call: the turn records it next, and a store
+        that caches vectors then finds it there instead of embedding it again."""
+        vector = self._embed([query] if message in (None, query) else [query, message])[0]
         pending = beside(self._recorded, vector, fetch, spans) if spans else None
         untagged = self._reads_untagged
         hits = self.store.search(vector, fetch, namespace=self.namespace, include_untagged=untagged)
@@ -556,7 +560,7 @@ class VectorBlock(MemoryBlock):
         when = date_cue(query, now) if self.date_boost else None
         spans = when.ranges(now) if when is not None and self._finds_recorded else ()
         # A name tells the embedding model little but "a person": embed the rest.
-        dense, recorded, exhausted = self._dense(without_names(query, speakers), fetch, spans)
+        dense, recorded, exhausted = self._dense(without_names(query, speakers), fetch, spans, query)
         keyword, keyword_chunks = (
             pending.result() if pending is not None else self._keyword(query, fetch)
         )

@@ -19,7 +19,13 @@ from fastaiagent._sqlite import ThreadConnections, migrate
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.capabilities import StoreCapabilities
-from fastaiagent.facts.fact import SOURCE_CONVERSATION, SOURCE_MANUAL, Fact, metadata_from_text
+from fastaiagent.facts.fact import (
+    SOURCE_CONVERSATION,
+    SOURCE_MANUAL,
+    Fact,
+    UsualMetadata,
+    metadata_from_text,
+)
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
@@ -163,25 +169,25 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
 
 # The per-turn read: one subject's active facts valid at a moment, newest first,
 # answered from idx_learned_memory_subject_live alone. Its scope, id and project are
-# known, so only the varying columns come back, and the usual values come back as NULL:
-# a NULL costs the sqlite3 module no object, a repeated 'manual' or '{}' costs a new str
-# each row.
+# known, so only the varying columns come back, and the usual values come back as NULL
+# (or 0: the store's usual metadata, ?4): a NULL or a small int costs the sqlite3
+# module no object, a repeated 'manual' or '{"agent_id": ...}' costs a new str each row.
 _SUBJECT_FIELDS = (
     "SELECT fact, confidence, NULLIF(source, 'manual'), source_trace_id, "
-    "NULLIF(metadata, '{}'), id, created_at, valid_from, valid_to "
-    "FROM learned_memory INDEXED BY idx_learned_memory_subject_live "
-    "WHERE scope_id = ? AND scope = ? AND project_id = ? AND superseded_by IS NULL "
+    "CASE metadata WHEN '{}' THEN NULL WHEN ?4 THEN 0 ELSE metadata END, id, created_at, "
+    "valid_from, valid_to FROM learned_memory INDEXED BY idx_learned_memory_subject_live "
+    "WHERE scope_id = ?1 AND scope = ?2 AND project_id = ?3 AND superseded_by IS NULL "
 )
-_NEWEST = "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+_NEWEST = "ORDER BY created_at DESC, id DESC LIMIT ?{} OFFSET ?{}"
 _SUBJECT_READ = (
-    _SUBJECT_FIELDS + "AND (valid_to IS NULL OR valid_to > ?) "
-    "AND (valid_from IS NULL OR valid_from <= ?) " + _NEWEST
+    _SUBJECT_FIELDS + "AND (valid_to IS NULL OR valid_to > ?5) "
+    "AND (valid_from IS NULL OR valid_from <= ?5) " + _NEWEST.format(6, 7)
 )
-_SUBJECT_ALL = _SUBJECT_FIELDS + _NEWEST  # include_expired=True
+_SUBJECT_ALL = _SUBJECT_FIELDS + _NEWEST.format(5, 6)  # include_expired=True
 
 
 def _subject_facts(
-    rows: list[tuple[Any, ...]], scope: str, scope_id: str, project_id: str
+    rows: list[tuple[Any, ...]], scope: str, scope_id: str, project_id: str, usual: dict[str, Any]
 ) -> list[Fact]:
     # Unpacking in the comprehension and positional Fact() are the cheapest way to
     # build 50 facts in CPython (cheaper than object.__new__ plus a __dict__ fill).
@@ -195,7 +201,7 @@ def _subject_facts(
             confidence,
             SOURCE_MANUAL if source is None else source,
             trace_id,
-            loads(metadata),
+            usual.copy() if metadata == 0 else loads(metadata),
             fact_id,
             created_at,
             None,
@@ -236,6 +242,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         self._explicit_path = Path(path).expanduser() if path is not None else None
         self._path: Path | None = None
         self._lock = threading.Lock()
+        self._usual = UsualMetadata()
         # mmap: reads straight from the OS page cache, no extra syscalls on a large table.
         self._db = ThreadConnections(
             lambda: self.path,
@@ -275,7 +282,9 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             # row. The row leaves the unique active key first (0 marks "replacing").
             expired = int(row[0])
             conn.execute("UPDATE learned_memory SET superseded_by = 0 WHERE id = ?", (expired,))
-        cursor = conn.execute(_INSERT, fact_values(fact, key, json.dumps(fact.metadata)))
+        metadata = json.dumps(fact.metadata)
+        self._usual.learn(metadata)
+        cursor = conn.execute(_INSERT, fact_values(fact, key, metadata))
         new_id = int(cursor.lastrowid or 0)
         if expired is not None:
             conn.execute(
@@ -411,16 +420,21 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         if selector.scope_id is not None:  # one subject: the per-turn read
             subject = (scope_id, scope, project_id)
             try:  # inline, not _fetch: this read runs every turn
+                usual_text, usual = self._usual.current
                 if include_expired:
-                    cursor = self._connection().execute(_SUBJECT_ALL, (*subject, count, offset))
+                    cursor = self._connection().execute(
+                        _SUBJECT_ALL, (*subject, usual_text, count, offset)
+                    )
                 else:
                     cursor = self._connection().execute(
-                        _SUBJECT_READ, (*subject, when, when, count, offset)
+                        _SUBJECT_READ, (*subject, usual_text, when, count, offset)
                     )
                 rows = cursor.fetchall()
             except sqlite3.Error as exc:
                 raise self._failure(exc) from exc
-            return _subject_facts(rows, scope, scope_id, project_id)
+            if rows and isinstance(rows[0][4], str):  # not the usual one: maybe the new usual
+                self._usual.learn(rows[0][4])
+            return _subject_facts(rows, scope, scope_id, project_id, usual)
         where, params = _where(selector, active_only=True)
         if not include_expired:
             where += " AND " + valid_clause("?")

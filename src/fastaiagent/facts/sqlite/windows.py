@@ -50,16 +50,25 @@ class SQLiteWindowStore(SQLiteTable, WindowFront):
 
     def load_window(self, key: WindowKey, known_version: str | None) -> StoredWindow | None:
         """The live stored window (see :class:`WindowStore`)."""
-        row = self._conn().execute(
-            f"SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM {self.table} "
-            "WHERE agent_id = ? AND project_id = ? AND user_id = ? "
-            "AND (expires_at IS NULL OR expires_at > ?)",
-            (known_version or "", *key, time.time()),
-        ).fetchone()
+        row = (
+            self._conn()
+            .execute(
+                f"SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM {self.table} "
+                "WHERE agent_id = ? AND project_id = ? AND user_id = ? "
+                "AND (expires_at IS NULL OR expires_at > ?)",
+                (known_version or "", *key, time.time()),
+            )
+            .fetchone()
+        )
         return StoredWindow(row[0], row[1]) if row else None
 
     def save_window(
-        self, key: WindowKey, state: str, expected_version: str | None, ttl_seconds: float | None, version: str
+        self,
+        key: WindowKey,
+        state: str,
+        expected_version: str | None,
+        ttl_seconds: float | None,
+        version: str,
     ) -> bool:
         """Compare-and-set write in one statement (see :class:`WindowStore`)."""
         now = time.time()
@@ -87,14 +96,19 @@ class SQLiteWindowStore(SQLiteTable, WindowFront):
 
     def delete_window(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
-        return self._execute_write(
-            f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ? AND user_id = ?", key
-        ) > 0
+        return (
+            self._execute_write(
+                f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ? AND user_id = ?",
+                key,
+            )
+            > 0
+        )
 
     def delete_all(self, agent_id: str, project_id: str) -> int:
         """Delete an agent and project's windows (see :class:`WindowStore`)."""
         return self._execute_write(
-            f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ?", (agent_id, project_id)
+            f"DELETE FROM {self.table} WHERE agent_id = ? AND project_id = ?",
+            (agent_id, project_id),
         )
 
     def delete_user_windows(self, project_id: str, user_id: str) -> int:
