@@ -115,6 +115,52 @@ def start_redis_server(data_dir: Path, *extra: str) -> tuple[str, subprocess.Pop
     missing(f"a private redis-server did not start on port {port}")
 
 
+def start_pgbouncer(postgres_url: str) -> tuple[str, subprocess.Popen[bytes], Path]:
+    """A PgBouncer of the caller's own in transaction pooling mode on a free port, in
+    front of the test Postgres (Debian's ``pgbouncer``): ``(url, process, folder)``.
+    The caller terminates the process and removes the folder."""
+    binary = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
+    if binary is None:
+        missing("pgbouncer is not installed (apt-get install pgbouncer)")
+    psycopg = require_module("psycopg")
+    target = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    user, database = target.get("user", "postgres"), target.get("dbname", "test")
+    # PgBouncer refuses to run as root: as root it runs as postgres, which cannot enter
+    # pytest's private temp folders, so its folder is one of /tmp it can read.
+    folder = Path(tempfile.mkdtemp(prefix="fa-pgbouncer-"))
+    folder.chmod(0o777)
+    port = free_port()
+    (folder / "users.txt").write_text(f'"{user}" ""\n')
+    (folder / "pgbouncer.ini").write_text(
+        f"[databases]\n{database} = host={target.get('host', '127.0.0.1')} "
+        f"port={target.get('port', '5432')} dbname={database}\n"
+        f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {folder}/users.txt\npool_mode = transaction\n"
+        "max_client_conn = 500\ndefault_pool_size = 8\nserver_reset_query =\n"
+        f"logfile = {folder}/pgbouncer.log\npidfile = {folder}/pgbouncer.pid\n"
+    )
+    for name in ("users.txt", "pgbouncer.ini"):
+        (folder / name).chmod(0o644)
+    command = [binary, str(folder / "pgbouncer.ini")]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command[1:1] = ["-u", "postgres"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"postgresql://{user}@127.0.0.1:{port}/{database}"
+    for _ in range(100):  # up to 10 s
+        try:
+            with psycopg.connect(url, connect_timeout=2, prepare_threshold=None) as conn:
+                conn.execute("SELECT 1")
+            return url, process, folder
+        except psycopg.Error:
+            if process.poll() is not None:
+                break
+            time.sleep(0.1)
+    process.kill()
+    log = (folder / "pgbouncer.log").read_text() if (folder / "pgbouncer.log").exists() else ""
+    shutil.rmtree(folder, ignore_errors=True)
+    missing(f"a private pgbouncer did not start on port {port}: {log[-500:]}")
+
+
 def start_pgvector_server(data_dir: Path) -> tuple[str, object]:
     """A Postgres with the pgvector extension, from the ``pgserver`` wheel, started as a
     subprocess in ``data_dir``: ``(url, server)``; ``server.cleanup()`` stops it.

@@ -8,12 +8,13 @@ so a broken service never passes silently.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from _env import start_pgvector_server
+from _env import start_pgbouncer, start_pgvector_server
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +24,17 @@ def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield url
     if server is not None:
         server.cleanup()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url(postgres_url: str) -> Iterator[str]:
+    """The test Postgres behind a PgBouncer in transaction pooling mode, started once
+    per test process; a store reaches it with ``pooler="transaction"``."""
+    url, process, folder = start_pgbouncer(postgres_url)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(

@@ -51,6 +51,19 @@ class TestPostgresConformance(FactStoreConformance):
         return PostgresFactStore("postgresql://postgres@127.0.0.1:1/test", timeout=2.0)
 
 
+@pytest.mark.postgres
+class TestPgBouncerConformance(FactStoreConformance):
+    """Postgres through PgBouncer in transaction pooling mode (``pooler="transaction"``)."""
+
+    @pytest.fixture
+    def store(self, pgbouncer_url: str, pg_table: str) -> Iterator[FactStore]:
+        from fastaiagent.facts.postgres.store import PostgresFactStore
+
+        s = PostgresFactStore(pgbouncer_url, max_pool_size=4, table=pg_table, pooler="transaction")
+        yield s
+        s.close()
+
+
 @pytest.mark.redis
 class TestRedisConformance(FactStoreConformance):
     @pytest.fixture

@@ -20,6 +20,7 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("pgvector", id="pgvector", marks=pytest.mark.postgres),
+    pytest.param("pgbouncer", id="pgbouncer", marks=pytest.mark.postgres),
     pytest.param("redis", id="redis", marks=pytest.mark.redis),
 ]
 
@@ -55,9 +56,12 @@ def _postgres(
 
     url, table = request.getfixturevalue(server), request.getfixturevalue("pg_table")
     pgvector = server == "pgvector_url"
+    pooler = "transaction" if server == "pgbouncer_url" else None
+    reach = url  # where the store connects; the cleanup goes straight to the server
+    url = request.getfixturevalue("postgres_url") if pooler else url
 
     def opener() -> Any:
-        stores.append(PostgresFactStore(url, max_pool_size=4, table=table))
+        stores.append(PostgresFactStore(reach, max_pool_size=4, table=table, pooler=pooler))
         index = stores[-1].vector_store()
         assert index.uses_pgvector is pgvector  # the extension is used exactly when present
         return index
@@ -93,7 +97,11 @@ def _pgvector(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[
     return _postgres(request, stores, cleanups, server="pgvector_url")
 
 
-OPENERS = {"sqlite": _sqlite, "postgres": _postgres, "pgvector": _pgvector, "redis": _redis}
+def _pgbouncer(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Callable[[], None]]) -> Callable[[], Any]:
+    return _postgres(request, stores, cleanups, server="pgbouncer_url")
+
+
+OPENERS = {"sqlite": _sqlite, "postgres": _postgres, "pgvector": _pgvector, "pgbouncer": _pgbouncer, "redis": _redis}
 
 
 class TestStoredVectorIndex(StoredVectorIndexConformance):

@@ -21,16 +21,19 @@ from fastaiagent.facts.windows import check_ttl
 ALICE = WindowKey("agent", "proj", "alice")
 
 
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer", "redis"])
 def windows(request, tmp_path) -> Iterator[WindowStore]:
-    """A fresh WindowStore on each backend (unique table / key prefix), cleaned up after."""
+    """A fresh WindowStore on each backend (unique table / key prefix), cleaned up after;
+    ``pgbouncer``: Postgres through a transaction-mode PgBouncer."""
     if request.param == "sqlite":
         yield window_store_for(MemoryStore(tmp_path / "w.db"))
-    elif request.param == "postgres":
+    elif request.param in ("postgres", "pgbouncer"):
         from fastaiagent.facts.postgres.store import PostgresFactStore
 
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
-        facts = PostgresFactStore(url, table=table, max_pool_size=4)
+        pooled = request.param == "pgbouncer"
+        reach = request.getfixturevalue("pgbouncer_url") if pooled else url
+        facts = PostgresFactStore(reach, table=table, max_pool_size=4, pooler="transaction" if pooled else None)
         yield window_store_for(facts)
         facts.close()
         drop_tables(url, f"{table}_windows")

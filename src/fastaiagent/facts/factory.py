@@ -53,7 +53,8 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
     object implementing FactStore.
 
     A Postgres URL may name its table (``?table=support_memory``, default
-    ``learned_memory``) and a Redis URL its key prefix (``?prefix=support``,
+    ``learned_memory``) and the pooler in between (``?pooler=transaction`` for
+    PgBouncer's transaction mode), and a Redis URL its key prefix (``?prefix=support``,
     default ``fastaiagent``), so several applications (or test runs) share one
     server without sharing memory, from any door that takes a location string.
 
@@ -73,10 +74,11 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
 
             return SQLiteFactStore(sqlite_url_path(location))
         if location.startswith(POSTGRES_SCHEMES):
-            from fastaiagent.facts.postgres.store import PostgresFactStore
+            from fastaiagent.facts.postgres.store import DEFAULT_TABLE, PostgresFactStore
 
             url, table = split_location_option(location, "table")
-            return PostgresFactStore(url) if table is None else PostgresFactStore(url, table=table)
+            url, pooler = split_location_option(url, "pooler")
+            return PostgresFactStore(url, table=table or DEFAULT_TABLE, pooler=pooler)
         if location.startswith(REDIS_SCHEMES):
             from fastaiagent.facts.redis.store import RedisFactStore
 

@@ -11,6 +11,16 @@ interrupted migration simply runs again.
 
 This module needs no driver import: it runs on a psycopg connection it is given
 (in autocommit mode, as the stores' pools open them).
+
+Behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``) a
+session lives only as long as a transaction: a session advisory lock taken by
+one statement may be released by the next on another server connection, and
+``CONCURRENTLY`` cannot run inside a transaction. So a store opened with
+``pooler="transaction"`` runs its schema work inside one transaction, and the
+helpers here see that (:func:`in_transaction`): the lock becomes a transaction
+lock and index builds are plain ``CREATE INDEX`` (they block writers to that
+table while they build: run an upgrade of a large table once over a direct
+connection to build concurrently).
 """
 
 from __future__ import annotations
@@ -22,7 +32,17 @@ from typing import Any
 
 from fastaiagent._schema import VERSION_TABLE, Schema, check_not_newer, sql_statements
 
-__all__ = ["VERSION_TABLE", "Schema", "advisory_lock", "migrate_postgres", "recorded_version"]
+__all__ = [
+    "VERSION_TABLE",
+    "Schema",
+    "advisory_lock",
+    "in_transaction",
+    "migrate_postgres",
+    "recorded_version",
+    "run_ddl",
+]
+
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open on the connection
 
 _CREATE_VERSION_TABLE = (
     f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} "
@@ -69,6 +89,10 @@ def advisory_lock(conn: Any, table: str) -> Iterator[None]:
     end, which would deadlock the two.
     """
     key = f"fastaiagent:{table}"
+    if in_transaction(conn):  # behind a transaction pooler: the lock ends with the transaction
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+        yield
+        return
     delay = 0.005
     while not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]:
         time.sleep(delay)  # another worker is migrating; it usually takes milliseconds
@@ -77,6 +101,20 @@ def advisory_lock(conn: Any, table: str) -> Iterator[None]:
         yield
     finally:
         conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
+
+def in_transaction(conn: Any) -> bool:
+    """Whether ``conn`` has a transaction open (schema work behind a transaction pooler)."""
+    return bool(conn.info.transaction_status != _IDLE)
+
+
+def run_ddl(conn: Any, statement: Any) -> None:
+    """Run ``statement``; inside a transaction without ``CONCURRENTLY``, which cannot
+    run in one (see the module doc)."""
+    if in_transaction(conn):
+        text = statement if isinstance(statement, str) else statement.as_string(conn)
+        statement = text.replace(" CONCURRENTLY", "")
+    conn.execute(statement)
 
 
 def migrate_postgres(conn: Any, schema: Schema, table: str, where: str) -> bool:

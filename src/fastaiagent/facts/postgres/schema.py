@@ -9,10 +9,17 @@ be large and busy, so its indexes are built ``CONCURRENTLY``: writers go on.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.facts.schema import Schema, advisory_lock, migrate_postgres
+from fastaiagent.facts.schema import (
+    Schema,
+    advisory_lock,
+    in_transaction,
+    migrate_postgres,
+    run_ddl,
+)
 from fastaiagent.facts.scoping import normalize_text
 
 psycopg = require("psycopg", "postgres")
@@ -139,15 +146,16 @@ class FactTable:
 
     def _build_concurrently(self, conn: Any, kind: str, name: str) -> None:
         drop = sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name))
-        conn.execute(drop)  # an invalid leftover of an interrupted build
+        run_ddl(conn, drop)  # an invalid leftover of an interrupted build
         try:
-            conn.execute(self._index_ddl(kind, name, concurrently=True))
+            with conn.transaction() if in_transaction(conn) else nullcontext():  # a savepoint
+                run_ddl(conn, self._index_ddl(kind, name, concurrently=True))
         except psycopg.errors.UniqueViolation:
             # An older writer added a duplicate while the index built: fold, retry once.
-            conn.execute(drop)
+            run_ddl(conn, drop)
             with conn.transaction():
                 self._upgrade_table(conn)
-            conn.execute(self._index_ddl(kind, name, concurrently=True))
+            run_ddl(conn, self._index_ddl(kind, name, concurrently=True))
 
     def _upgrade_table(self, conn: Any) -> None:
         """Prepare a table written by an older SDK for the unique active-key index:

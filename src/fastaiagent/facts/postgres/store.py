@@ -12,12 +12,12 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
 from typing import Any, TypeVar
 
 from fastaiagent._optional import require
-from fastaiagent._validate import integer
+from fastaiagent._validate import integer, one_of
 from fastaiagent.errors import (
     ConflictError,
     FastAIAgentError,
@@ -70,6 +70,7 @@ _SUBJECT_SELECT = (
 _NEWEST = "ORDER BY created_at DESC, id DESC LIMIT %s"
 _ALWAYS = float("inf")  # a valid_from bound every fact meets (include_expired reads)
 DEFAULT_CONNECT_TIMEOUT = 5
+POOLERS = ("transaction", "session")  # what sits between the store and Postgres (None: nothing)
 """Seconds to open a connection when neither the URL nor the store sets one."""
 _PAUSED = "cannot reach Postgres for the fact store: "
 _T = TypeVar("_T")
@@ -145,6 +146,12 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
     connection; it defaults to the URL's ``connect_timeout`` parameter, else
     :data:`DEFAULT_CONNECT_TIMEOUT`. ``timeout`` bounds waiting for a free
     pooled connection while the pool is busy.
+
+    ``pooler="transaction"`` (or ``?pooler=transaction`` in a location URL) is
+    for a URL that reaches Postgres through a transaction-mode pooler such as
+    PgBouncer: no server-side prepared statements, and schema work in one
+    transaction (see :mod:`fastaiagent.facts.schema`). ``"session"`` (a
+    session-mode pooler) and None (a direct connection) change nothing.
     """
 
     backend = "postgres"
@@ -162,6 +169,7 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         *,
         timeout: float = 30.0,
         connect_timeout: int | None = None,
+        pooler: str | None = None,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidValueError("url must be a non-empty postgres:// or postgresql:// URL")
@@ -184,6 +192,9 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         self.max_pool_size = max_pool_size
         self.timeout = timeout
         self._connect_kwargs, self.connect_timeout = _connect_kwargs(url, connect_timeout)
+        self.pooler = None if pooler is None else one_of("pooler", pooler, POOLERS)
+        if self.pooler == "transaction":  # a statement prepared on one server connection
+            self._connect_kwargs["prepare_threshold"] = None  # is unknown on the next
         self._health = outage.health(f"Postgres at {redacted_url(url)}")
         self._lock = threading.Lock()
         self._holder = _PoolHolder()
@@ -229,7 +240,8 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         try:
             with conn:
                 if not self._schema_ready:
-                    self._table.ensure(conn)
+                    with self.schema_work(conn):
+                        self._table.ensure(conn)
                     self._schema_ready = True
                 self._compile(conn)
         except BaseException as exc:
@@ -274,6 +286,11 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
             return
         holder.pool = None
         threading.Thread(target=pool.close, name="fastaiagent-pool-close", daemon=True).start()
+
+    def schema_work(self, conn: Any) -> AbstractContextManager[Any]:
+        """Where schema work on ``conn`` runs: in one transaction behind a transaction
+        pooler (see :mod:`fastaiagent.facts.schema`), else as it goes."""
+        return conn.transaction() if self.pooler == "transaction" else nullcontext()
 
     def close(self) -> None:
         """Release every connection; the store reopens on its next use."""
@@ -676,7 +693,8 @@ class PostgresTable:
         def run(conn: Any) -> _T:
             if not self._ready:
                 where = f"the database at {redacted_url(self.store.url)}"
-                migrate_postgres(conn, self._schema, self.table, where)
+                with self.store.schema_work(conn):
+                    migrate_postgres(conn, self._schema, self.table, where)
                 self._ready = True
             return operation(conn)
 
@@ -750,6 +768,12 @@ def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
         return StoreCorruptError(
             f"the Postgres server {where} found the fact store's data damaged {said}: "
             "restore the table from a backup (see the server's log)"
+        )
+    if state in ("42P05", "26000"):  # a prepared statement taken, or unknown, on this connection
+        return StoreConfigError(
+            f"the fact store's connections to {where} do not keep their session {said}: "
+            "behind a transaction-mode pooler such as PgBouncer, pass pooler='transaction' "
+            "(or ?pooler=transaction in the location URL)"
         )
     if state == "25006":
         return StoreUnavailableError(

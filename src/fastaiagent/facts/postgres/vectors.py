@@ -40,7 +40,7 @@ from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
 from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.postgres import keywords, pgvector
 from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
-from fastaiagent.facts.schema import Schema, migrate_postgres
+from fastaiagent.facts.schema import Schema, migrate_postgres, run_ddl
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, text_key
 from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 
@@ -219,9 +219,10 @@ class PostgresVectorIndex(MatrixIndex):
         def run(conn: Any) -> Any:
             if not self._ready:
                 where = f"the database at {redacted_url(self.store.url)}"
-                migrate_postgres(conn, self._schema, self.table, where)
-                self._pgvector = pgvector.enable(conn, self.table, self._asked_pgvector, where)
-                self._load_dimension(conn)
+                with self.store.schema_work(conn):
+                    migrate_postgres(conn, self._schema, self.table, where)
+                    self._pgvector = pgvector.enable(conn, self.table, self._asked_pgvector, where)
+                    self._load_dimension(conn)
                 self._ready = True
             return operation(conn)
 
@@ -497,7 +498,7 @@ def _run_ddl(conn: Any, ddl: list[Any], transaction: bool = True) -> None:
     table's advisory lock, see facts/schema.py)."""
     if not transaction:  # CREATE INDEX CONCURRENTLY cannot run inside one
         for statement in ddl:
-            conn.execute(statement)
+            run_ddl(conn, statement)  # plain, inside a pooler's transaction
         return
     with conn.transaction():
         for statement in ddl:
