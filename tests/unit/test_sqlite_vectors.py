@@ -388,3 +388,18 @@ def test_a_version_3_vector_table_has_its_plain_tokens_sealed(path: Path) -> Non
     assert b"zanzibar" not in _fts_blocks(path)  # 'optimize' rewrote the segments
     _raw(path, f"INSERT INTO {T}_fts ({T}_fts) VALUES ('integrity-check')")
     reopened.close()
+
+
+def test_the_version_4_upgrade_tokenizes_older_rows_again(path: Path) -> None:
+    store = SQLiteFactStore(path)
+    store.vector_store().add([_chunk("a1", "a", "伴娘请了我大学室友林晓雨", [1.0, 0.0])])
+    store.close()
+    conn = sqlite3.connect(path)
+    _unseal(conn)  # as version 3 wrote it, with the clause as one token (the old tokenizer)
+    conn.execute(f"UPDATE {T} SET keywords = '伴娘请了我大学室友林晓雨'")
+    conn.execute("UPDATE fastaiagent_schema SET version = 3 WHERE component = ?", (f"vectors:{T}",))
+    conn.commit()
+    conn.close()
+    reopened = SQLiteFactStore(path)
+    assert [cid for cid, _ in reopened.vector_store().keyword_search("伴娘是谁", 5, namespace="a")] == ["a1"]
+    reopened.close()

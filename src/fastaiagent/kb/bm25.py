@@ -43,9 +43,33 @@ def stem(word: str) -> str:
     return word
 
 
+# Han, kana and Hangul: scripts written without spaces between words (Korean has
+# them between phrases), where a "word" match is a whole clause.
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+
+
 def tokenize(text: str) -> list[str]:
-    """Lower-cased, stop-word-free, lightly stemmed word tokens."""
-    return [stem(w) for w in _WORD.findall(text.casefold()) if w not in STOPWORDS]
+    """Lower-cased, stop-word-free, lightly stemmed word tokens; text in Chinese,
+    Japanese or Korean script as overlapping character pairs (a lone character
+    alone), so "伴娘是谁" and "伴娘请了我室友" share "伴娘" (stop words and stemming
+    are English only: see docs/semantic.md)."""
+    folded = text.casefold()
+    if not _CJK.search(folded):  # the common case: one pass
+        return [stem(w) for w in _WORD.findall(folded) if w not in STOPWORDS]
+    tokens: list[str] = []
+    for word in _WORD.findall(folded):
+        last = 0
+        for run in _CJK.finditer(word):
+            tokens += _words(word[last : run.start()])
+            chars = run.group()
+            tokens += [chars] if len(chars) == 1 else [chars[i : i + 2] for i in range(len(chars) - 1)]
+            last = run.end()
+        tokens += _words(word[last:])
+    return tokens
+
+
+def _words(part: str) -> list[str]:
+    return [stem(part)] if part and part not in STOPWORDS else []
 
 
 class BM25Index:

@@ -15,9 +15,14 @@ word anyone can compute, and FTS5's automerge drops them in its own time.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
+
+from fastaiagent.facts.vectors import keyword_text
+from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.kb.protocols import Chunk
 
 SECRET_BYTES = 16
 _TOKEN_BYTES = 6  # 48 bits: a collision within one namespace's vocabulary is ~1e-5 likely
@@ -71,26 +76,30 @@ def create_secrets(table: str) -> str:
 
 
 def seal_existing_rows(conn: sqlite3.Connection, table: str) -> None:
-    """Migration: give every namespace a secret and rewrite its rows' plain tokens
-    sealed (the update triggers keep FTS5 and the statistics in step), then
-    'optimize' once so no segment keeps the plain tokens (freed pages zeroed)."""
+    """Migration: give every namespace a secret and rewrite its rows' tokens sealed,
+    made again from each row's text (so older rows get today's tokenizer too, e.g.
+    Chinese as character pairs); the update triggers keep FTS5 and the statistics
+    in step. Then 'optimize' once so no segment keeps the plain tokens (freed
+    pages zeroed)."""
     conn.execute("PRAGMA secure_delete = ON")
     conn.execute(create_secrets(table))
     namespaces = [row[0] for row in conn.execute(f"SELECT DISTINCT namespace FROM {table}")]
     secrets = NamespaceSecrets(table).for_write(conn, namespaces)
     for namespace, secret in secrets.items():
-        rows: Sequence[tuple[int, str]] = conn.execute(
-            f"SELECT rid, keywords FROM {table} WHERE namespace = ?", (namespace,)
+        rows: Sequence[tuple[int, str, str]] = conn.execute(
+            f"SELECT rid, text, metadata FROM {table} WHERE namespace = ?", (namespace,)
         ).fetchall()
         conn.executemany(
             f"UPDATE {table} SET nskey = ?, keywords = ? WHERE rid = ?",
-            [
-                (namespace_token(secret), sealed_text(secret, words.split()), rid)
-                for rid, words in rows
-            ],
-        )
+            [(namespace_token(secret), sealed_text(secret, _words(rid, text, metadata)), rid)
+             for rid, text, metadata in rows],
+        )  # fmt: skip
     if namespaces:
         conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('optimize')")
+
+
+def _words(rid: int, text: str, metadata: str) -> list[str]:
+    return tokenize(keyword_text(Chunk(str(rid), text, None, json.loads(metadata or "{}"))))
 
 
 __all__ = [

@@ -1,0 +1,236 @@
+"""Everyday recall: VectorBlock on ordinary conversations, with and without its ranking cues.
+
+LoCoMo (bench/locomo_recall.py) is two friends chatting; this bench asks what
+recall does on the conversations an assistant meets every day, one data file
+per kind in ``bench/data/everyday/<kind>.json`` (written for this bench):
+
+- ``support``: a customer states short facts, the assistant answers at length;
+- ``coding``: a developer's stack, errors, versions and decisions;
+- ``group``: a group chat whose members are named Will, Grace, Mark, Bill,
+  Rose and June, asked questions that start with those words as words
+  ("Will the ...", "Grace period ...") as well as about the members;
+- ``personal``: a personal assistant over months, facts that change, questions
+  that name a time ("in March", "last month": read at the file's ``now``);
+- ``german`` and ``cjk`` (Chinese): a conversation and its questions in that language;
+- ``dates_in_text``: messages that talk about dates and numbers ("the 2024
+  release", "2048-bit keys") said at other times.
+
+A data file is::
+
+    {"kind": "support", "now": "2025-03-14T12:00:00Z",    # when questions are asked (UTC)
+     "conversations": [{"id": "support-dana",
+        "turns": [{"id": "t1", "speaker": "Dana", "role": "user" | "assistant",
+                   "at": "2025-03-03T01:10:00Z", "text": "..."}, ...],
+        "questions": [{"q": "What is my order number?", "answers": ["t3"]}, ...]}]}
+
+A question's ``answers`` are the turns where its fact is stated (mostly the user's
+own words); an assistant reply that only reacts to it does not count.
+
+Each conversation goes through its own VectorBlock (in-process FAISS store,
+the offline embedder): a user turn is ``UserMessage(text, name=speaker)``, an
+assistant turn ``AssistantMessage(text)`` (no name, as an agent's replies
+have), said at the turn's ``at``; the block's clock reads the file's ``now``.
+Each question is then recalled (``top_k`` 5, one chunk per turn) and scored:
+hit@k, the share of questions with an answer turn among the first k turns
+recalled (k = 1, 3, 5), and R@5, the mean share of a question's answer turns
+in the first 5.
+
+Two configurations: ``default`` (VectorBlock's defaults) and ``cues_off``,
+every ranking step of ``vector_ranking`` that an option switches off, off:
+``participant_boost``, ``date_boost``, ``follow_turns``, ``question_drop``,
+``neighbour_weight`` at 0 and ``surroundings`` False (its signals, message
+length among them, have no switch of their own). What stays is the fused dense
++ BM25 ranking, each message indexed with the previous one's keywords
+(``context_turns=1``, indexing rather than ranking); the participants' names
+are still taken out of the embedded query (``without_names`` has no switch).
+
+    python bench/everyday_recall.py [--kinds support,coding,...] [--configs default,cues_off]
+                                    [--json] [--misses]
+
+The table goes to stdout, every question's recalled turns to
+bench/results/everyday_recall.json; ``--json`` ends with one JSON summary line,
+``--misses`` lists the questions each configuration misses at 5.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the local model is read from the cache
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from locomo_recall import CachingEmbedder, TurnTaggedBlock, recall_store, turns_in
+
+from fastaiagent.kb.embedding import get_embedder
+from fastaiagent.llm.message import AssistantMessage, Message, UserMessage
+
+DATA = Path(__file__).parent / "data" / "everyday"
+OUT = Path(__file__).parent / "results" / "everyday_recall.json"
+KINDS = ("support", "coding", "group", "personal", "german", "cjk", "dates_in_text")
+TOP_K = 5
+COLUMNS = ("hit@1", "hit@3", "hit@5", "R@5")
+CUES_OFF: dict[str, Any] = {
+    "participant_boost": 0.0,
+    "date_boost": 0.0,
+    "follow_turns": 0,
+    "question_drop": 0.0,
+    "surroundings": False,
+    "neighbour_weight": 0.0,
+}
+CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF}
+
+
+@dataclass
+class Tally:
+    """Each question's rank of its first answer turn (None: not in the top 5), its
+    R@5, and the questions missed at 5."""
+
+    ranks: list[int | None] = field(default_factory=list)
+    recalls: list[float] = field(default_factory=list)
+    misses: list[str] = field(default_factory=list)
+
+    def add(self, got: list[str], answers: list[str], question: str) -> None:
+        wanted = set(answers)
+        rank = next((i + 1 for i, turn in enumerate(got[:TOP_K]) if turn in wanted), None)
+        self.ranks.append(rank)
+        self.recalls.append(len(wanted & set(got[:TOP_K])) / len(wanted))
+        if rank is None:
+            self.misses.append(question)
+
+    def merge(self, other: Tally) -> None:
+        self.ranks += other.ranks
+        self.recalls += other.recalls
+        self.misses += other.misses
+
+    def row(self) -> dict[str, Any]:
+        n = len(self.ranks)
+
+        def share(values: list[float]) -> float:
+            return round(sum(values) / n, 3) if n else 0.0
+
+        hits = {f"hit@{k}": share([r is not None and r <= k for r in self.ranks]) for k in (1, 3, 5)}
+        return {"n": n, **hits, "R@5": share(self.recalls)}
+
+
+def epoch(moment: str) -> float:
+    """An ISO datetime (``Z`` or an offset) as UNIX seconds."""
+    return datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp()
+
+
+def message_of(turn: dict[str, Any]) -> Message:
+    if turn["role"] == "assistant":
+        return AssistantMessage(turn["text"])
+    return UserMessage(turn["text"], name=turn["speaker"])
+
+
+def fed_block(
+    conversation: dict[str, Any], now: float, embedder: Any, options: dict[str, Any]
+) -> TurnTaggedBlock:
+    """A fresh block (own store and namespace) holding every turn of ``conversation``."""
+    block = TurnTaggedBlock(
+        recall_store(None, embedder),
+        namespace=f"everyday:{conversation['id']}",
+        embedder=embedder,
+        top_k=TOP_K,
+        clock=lambda: now,
+        **options,
+    )
+    for turn in conversation["turns"]:
+        block.turn = turn["id"]
+        block.on_message(message_of(turn), at=epoch(turn["at"]))
+    block.flush()
+    return block
+
+
+def run_kind(
+    data: dict[str, Any], embedder: Any, options: dict[str, Any]
+) -> tuple[Tally, list[dict[str, Any]]]:
+    """The kind's tally under ``options``, and each question's recalled turns."""
+    tally, asked = Tally(), []
+    now = epoch(data["now"])
+    for conversation in data["conversations"]:
+        block = fed_block(conversation, now, embedder, options)
+        for question in conversation["questions"]:
+            got = turns_in(block.recall(question["q"]))[:TOP_K]
+            tally.add(got, question["answers"], f"{conversation['id']}: {question['q']}")
+            asked.append({**question, "conversation": conversation["id"], "got": got})
+    return tally, asked
+
+
+def load(kind: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / f"{kind}.json").read_text(encoding="utf-8"))
+    return data
+
+
+def print_table(rows: dict[str, dict[str, dict[str, Any]]]) -> None:
+    print(f"{'kind':<14} {'config':<9} {'n':>4} " + " ".join(f"{c:>6}" for c in COLUMNS))
+    for kind, by_config in rows.items():
+        for config, row in by_config.items():
+            values = " ".join(f"{row[c]:>6.3f}" for c in COLUMNS)
+            print(f"{kind:<14} {config:<9} {row['n']:>4} {values}")
+
+
+def print_misses(tallies: dict[str, dict[str, Tally]]) -> None:
+    kinds = [kind for kind in tallies if kind != "all"]
+    for config in tallies["all"]:
+        print(f"\nmissed at 5 ({config}):")
+        for kind in kinds:
+            for question in tallies[kind][config].misses:
+                print(f"  [{kind}] {question}")
+
+
+def evaluate(
+    kinds: list[str], configs: list[str], embedder: CachingEmbedder
+) -> tuple[dict[str, dict[str, Tally]], dict[str, Any]]:
+    """Per kind and configuration, the tally and every question's recalled turns."""
+    tallies: dict[str, dict[str, Tally]] = {}
+    questions: dict[str, Any] = {}
+    for kind in kinds:
+        data = load(kind)
+        tallies[kind], questions[kind] = {}, {}
+        for config in configs:
+            tallies[kind][config], questions[kind][config] = run_kind(data, embedder, CONFIGS[config])
+    tallies["all"] = {config: Tally() for config in configs}
+    for kind in kinds:
+        for config in configs:
+            tallies["all"][config].merge(tallies[kind][config])
+    return tallies, questions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
+    parser.add_argument("--misses", action="store_true", help="list the questions missed at 5")
+    args = parser.parse_args(argv)
+    kinds, configs = args.kinds.split(","), args.configs.split(",")
+    unknown = [k for k in kinds if k not in KINDS] + [c for c in configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown kind or config: {', '.join(unknown)}")
+    started = time.perf_counter()
+    tallies, questions = evaluate(kinds, configs, CachingEmbedder(get_embedder("auto")))
+    rows = {kind: {c: t.row() for c, t in by_config.items()} for kind, by_config in tallies.items()}
+    print_table(rows)
+    print(f"({time.perf_counter() - started:.1f} s)")
+    if args.misses:
+        print_misses(tallies)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"results": rows, "questions": questions}, indent=1, ensure_ascii=False))
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
