@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -359,6 +360,36 @@ class Memory:
         """Async :meth:`flush`; waits without holding the event loop."""
         queue = self._stack.queue
         return True if queue is None else bool(await queue.aflush(timeout))
+
+    def add_history(
+        self,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        at: Sequence[float | datetime] | None = None,
+    ) -> int:
+        """Add a past conversation to a user's recall without running the agent
+        (importing a chat history): one embedding batch per ``batch_size``
+        messages instead of one ``agent.run`` per turn. ``at``: when each message
+        was said (epoch seconds or aware datetimes; default now), so questions
+        naming a time find them. Nothing is learned and the window is left as it
+        is; importing the same messages again adds nothing. ``user_id`` names the
+        user (needed with a resolver). Needs ``recall=``. Returns how many
+        messages recall stored."""
+        from fastaiagent.agent.memory_blocks.vector import VectorBlock
+
+        if self.config.recall_options is None:
+            raise UsageError("add_history() adds to recall: build the Memory with recall=...")
+        checked = None if user_id is None else optional_id("user_id", user_id)
+        if self.config.per_user and checked is None:
+            raise InvalidValueError("add_history() needs the user's id: add_history(messages, user_id=...)")
+        if not self.config.per_user and checked not in (None, self.config.user_id):
+            raise InvalidValueError(
+                f"this Memory keeps one user's memory ({self.config.user_id!r}), not {checked!r}"
+            )
+        state = self._users.get(checked)
+        blocks = [block for block in state.own_blocks if isinstance(block, VectorBlock)]
+        return sum(block.add_history(messages, at=at) for block in blocks)
 
     def warm(self) -> None:
         """Do now what the first turn would otherwise pay for: read the fact store

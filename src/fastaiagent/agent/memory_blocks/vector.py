@@ -22,6 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from fastaiagent import trace
@@ -39,6 +40,7 @@ from fastaiagent.agent.memory_blocks.recall_options import (
 )
 from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_following import QUESTION_DROP
+from fastaiagent.agent.memory_blocks.vector_history import embed_and_store, past_chunks, said_times
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts import scoping
@@ -435,29 +437,48 @@ class VectorBlock(MemoryBlock):
             if not pending:
                 return 0
             try:
-                text_of = (
-                    self._embedding_text if _EMBEDDING_TEXT in self._old_hooks else self.embedding_text
-                )
-                vectors = self._embed([text_of(c) for c in pending])
-                if len(vectors) != len(pending):
-                    raise InvalidValueError(
-                        f"embedder returned {len(vectors)} vectors for {len(pending)} texts: "
-                        "an Embedder must return one vector per text"
-                    )
-                identity = identity_of(self.embedder) if holds_cache(self.store) else None
-                for chunk, vector in zip(pending, vectors, strict=True):
-                    chunk.vector = list(vector)
-                    if identity is not None:  # which model made it, for a later model change
-                        chunk.metadata[EMBEDDER_KEY] = identity
-                self.store.add(pending)
+                self._store_batch(pending)
             except BaseException:
                 # Kept for the next attempt, but bounded: a dead embedder must not grow memory.
                 self._pending = (pending + self._pending)[-_MAX_PENDING:]
                 raise
-            if self._keywords is not None:
-                for chunk in pending:
-                    self._index_keywords(chunk)
             return len(pending)
+
+    def store_batch(self, chunks: list[Chunk]) -> None:
+        """Embed ``chunks`` (their :meth:`embedding_text`) and store them in one batch."""
+        with self._lock:
+            self._store_batch(chunks)
+
+    def _store_batch(self, chunks: list[Chunk]) -> None:
+        text_of = self._embedding_text if _EMBEDDING_TEXT in self._old_hooks else self.embedding_text
+        vectors = self._embed([text_of(c) for c in chunks])
+        if len(vectors) != len(chunks):
+            raise InvalidValueError(
+                f"embedder returned {len(vectors)} vectors for {len(chunks)} texts: "
+                "an Embedder must return one vector per text"
+            )
+        identity = identity_of(self.embedder) if holds_cache(self.store) else None
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            chunk.vector = list(vector)
+            if identity is not None:  # which model made it, for a later model change
+                chunk.metadata[EMBEDDER_KEY] = identity
+        self.store.add(chunks)
+        if self._keywords is not None:
+            for chunk in chunks:
+                self._index_keywords(chunk)
+
+    def add_history(
+        self, messages: Sequence[Message], *, at: Sequence[float | datetime] | None = None
+    ) -> int:
+        """Add a past conversation to recall without running the agent (importing a
+        chat history): each kept message (``roles``, ``min_content_chars``) is
+        stored as if said at ``at[i]`` (epoch seconds or aware datetimes; default
+        now), indexed with the messages before it, ``batch_size`` at a time.
+        Importing the same messages again stores nothing new (ids derive from
+        the content: :mod:`.vector_history`). Returns how many were stored."""
+        now = time.time() if self.clock is None else read_clock(self.clock)
+        times = said_times(len(messages), at, now)
+        return embed_and_store(self, past_chunks(self, messages, times))
 
     # -- reading -----------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""A past conversation as recall chunks, without running the agent (a chat import).
+
+Each kept message becomes the chunk :meth:`VectorBlock.make_chunk` makes, said at
+its own time, indexed with the messages before it (``context_turns``), chained
+to its successor (``metadata["next"]``) as live turns are. Its id is derived
+from the namespace, its position-independent content (role, time, text) and
+how many equal messages came before it, so importing the same history twice
+writes the same chunks again (an upsert), never a second copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import Counter, deque
+from collections.abc import Sequence
+from datetime import datetime
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.kb.protocols import Chunk
+from fastaiagent.llm.message import Message
+
+if TYPE_CHECKING:
+    from fastaiagent.agent.memory_blocks.vector import VectorBlock
+
+
+def said_times(count: int, at: Sequence[float | datetime] | None, now: float) -> list[float]:
+    """Epoch seconds for ``count`` messages: ``at`` checked (numbers or aware datetimes,
+    one per message), or ``now`` for all when None."""
+    if at is None:
+        return [now] * count
+    if isinstance(at, str | bytes) or len(at) != count:
+        raise InvalidValueError(f"at= needs one time per message ({count}), got {at!r:.80}")
+    times = []
+    for value in at:
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise InvalidValueError(f"at= datetimes need a time zone, got {value!r}")
+            times.append(value.timestamp())
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            times.append(float(value))
+        else:
+            raise InvalidTypeError(f"at= holds epoch seconds or datetimes, got {value!r:.80}")
+    return times
+
+
+def past_chunks(block: VectorBlock, messages: Sequence[Message], times: Sequence[float]) -> list[Chunk]:
+    """The chunks of ``messages`` said at ``times`` (see the module), oldest first."""
+    for message in messages:
+        if not isinstance(message, Message):
+            raise InvalidTypeError(f"add_history takes Message objects, got {type(message).__name__}")
+    recent: deque[str] = deque(maxlen=block.context_turns or 1)
+    seen: Counter[str] = Counter()
+    chunks: list[Chunk] = []
+    for message, said in zip(messages, times, strict=True):
+        chunk = block.make_chunk(message)
+        if chunk is None:
+            continue
+        chunk.metadata["created_at"] = said
+        if block.context_turns and recent:
+            chunk.metadata.setdefault("context", " ".join(recent))
+        recent.append(chunk.text)
+        content = f"{block.namespace}\x00{message.role}\x00{said!r}\x00{chunk.text}"
+        seen[content] += 1
+        chunk.id = "h-" + hashlib.sha256(f"{content}\x00{seen[content]}".encode()).hexdigest()[:32]
+        chunks.append(chunk)
+    for before, after in pairwise(chunks):
+        before.metadata["next"] = after.id
+    if chunks:
+        chunks[-1].metadata["next"] = str(uuid.uuid4())  # no successor: a link to nothing
+    return chunks
+
+
+def embed_and_store(block: Any, chunks: list[Chunk]) -> int:
+    """Embed and store ``chunks`` through ``block``'s own batch path, a batch at a time."""
+    for first in range(0, len(chunks), block.batch_size):
+        block.store_batch(chunks[first : first + block.batch_size])
+    return len(chunks)
+
+
+__all__ = ["embed_and_store", "past_chunks", "said_times"]
