@@ -346,3 +346,14 @@ def test_a_lone_surrogate_is_stored_replaced_and_later_messages_are_recalled(tmp
     assert found[0] == "we went hiking in the hills"
     assert "broken \ufffd text" in {c.text for c in store.vector_store().chunks("default")}
     store.close()
+
+
+def test_a_name_that_opens_a_sentence_is_a_word_there() -> None:
+    names = {"Will", "Mark", "Grace", "Bill", "Ana"}
+    assert named_participant("Will the refund arrive before Friday?", names) is None
+    assert named_participant("Grace period for the loan?", names) is None
+    assert named_participant("Bill split: how is everyone paying Will back?", names) == "Will"
+    assert named_participant("Mark the ticket as done. What did Mark say?", names) == "Mark"
+    assert named_participant("Ana's sister moved where?", names) == "Ana"  # an owner opens it
+    assert without_names("Will the refund arrive?", names) == "Will the refund arrive?"
+    assert without_names("Which games is Bill bringing?", names) == "Which games is bringing?"

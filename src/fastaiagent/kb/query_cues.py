@@ -50,8 +50,24 @@ def _name_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"\b{re.escape(name)}(?:'s)?\b")
 
 
+_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)[\"'(\[]*$")
+
+
+def _name_matches(name: str, query: str) -> list[re.Match[str]]:
+    """Where ``query`` uses ``name`` as a name. A word opening a sentence is
+    capitalised by its place, so there it is a name only as an owner ("Ana's
+    sister ..."): "Will the refund arrive?", "Mark the ticket", "Grace period"
+    name nobody, even in a chat with a Will, a Mark and a Grace."""
+    return [
+        match
+        for match in _name_pattern(name).finditer(query)
+        if match.end() - match.start() > len(name) or not _SENTENCE_START.search(query[: match.start()])
+    ]
+
+
 def named_participant(query: str, names: Iterable[str]) -> str | None:
-    """The participant ``query`` is about (whole word, case as written), else None.
+    """The participant ``query`` is about (whole word, case as written, used as a
+    name: not a word that opens a sentence, see :func:`_name_matches`), else None.
 
     A query naming one participant is about that one. Naming several, it is
     about the first it names as a subject: not as an owner ("Caroline's
@@ -62,7 +78,7 @@ def named_participant(query: str, names: Iterable[str]) -> str | None:
         (match.start(), match.end(), name)
         for name in set(names)
         if name
-        for match in _name_pattern(name).finditer(query)
+        for match in _name_matches(name, query)
     )
     if len({name for _, _, name in found}) <= 1:
         return found[0][2] if found else None
@@ -83,8 +99,8 @@ def without_names(query: str, names: Iterable[str]) -> str:
     itself when nothing would be left."""
     stripped = query
     for name in sorted(set(names), key=len, reverse=True):
-        if name:
-            stripped = _name_pattern(name).sub(" ", stripped)
+        for match in reversed(_name_matches(name, stripped) if name else []):
+            stripped = stripped[: match.start()] + " " + stripped[match.end() :]
     stripped = _SPACES.sub(" ", stripped).strip()
     return stripped if stripped.strip(" ?.!,'") else query
 
