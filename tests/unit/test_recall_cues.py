@@ -357,3 +357,19 @@ def test_a_name_that_opens_a_sentence_is_a_word_there() -> None:
     assert named_participant("Ana's sister moved where?", names) == "Ana"  # an owner opens it
     assert without_names("Will the refund arrive?", names) == "Will the refund arrive?"
     assert without_names("Which games is Bill bringing?", names) == "Which games is bringing?"
+
+
+def test_a_month_or_year_is_a_time_only_where_the_query_says_when() -> None:
+    now = datetime(2026, 6, 1, tzinfo=timezone.utc).timestamp()
+    for content in ("What changed in the 2024 release?", "Do we use 2048-bit keys?",
+                    "What caused the March incident?", "June weekend plans: which dates?"):  # fmt: skip
+        assert date_cue(content, now) is None, content
+    for when, months, years in (
+        ("What did she start in December 2023?", {12}, {2023}),
+        ("What did I say in May?", {5}, set()),
+        ("Which state did she visit in summer 2021?", set(), {2021}),
+        ("Where was the photo shared on December 1,2023 taken?", {12}, {2023}),
+        ("What happened May 2023?", {5}, {2023}),
+    ):
+        cue = date_cue(when, now)
+        assert cue is not None and (set(cue.months), set(cue.years)) == (months, years), when

@@ -38,8 +38,22 @@ MONTHS = (
     "November",
     "December",
 )
-_MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b")  # capitalised: "may" is a verb
-_YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
+# A month or a year is a time the query points to only where it says when: after a
+# word of time ("in May", "since 2019", "early March") or beside another part of a
+# date ("May 2023", "2023 in May" is rare). As a name of a thing it is content: "the
+# 2024 release", "2048-bit keys", "the March incident", "June weekend plans".
+_WHEN = (
+    r"(?:\b(?:in|on|during|since|before|after|between|until|till|by|from|of|around|through|"
+    r"throughout|early|late|mid|last|next|this|that)\s+(?:(?:early|late|mid)[\s-]+)?)"
+)
+_MONTH_NAME = r"(" + "|".join(MONTHS) + r")"  # capitalised: "may" is a verb
+_MONTH = re.compile(
+    rf"(?:{_WHEN}{_MONTH_NAME}\b|\b{_MONTH_NAME}(?=\s+\d{{1,2}}\b|,?\s+(?:19|20)\d\d\b))"
+)
+_YEAR_AFTER = (  # what a year beside it completes: a month (and day), a season
+    rf"\b(?:{'|'.join(MONTHS)})(?:\s+\d{{1,2}})?,?\s*|\b(?:spring|summer|autumn|fall|winter)\s+"
+)
+_YEAR = re.compile(rf"(?:{_WHEN}|{_YEAR_AFTER})((?:19|20)\d\d)\b(?![-\w])")
 _SPACES = re.compile(r"\s+")
 _PAIRED = re.compile(r"\s*(?:,|and|or|&|, and|, or)\s*", re.IGNORECASE)  # "Jon and Gina"
 # A month named without a year ("in May") is looked for in this many years up to now.
@@ -168,7 +182,9 @@ def date_cue(query: str, now: float | None = None) -> DateCue | None:
     when it has none."""
     # A named day ("on 8 May 2023") is its own cue: its month and year are not another.
     reading = read_times(query, time.time() if now is None else now)
-    months = frozenset(MONTHS.index(m) + 1 for m in _MONTH.findall(reading.rest))
+    months = frozenset(
+        MONTHS.index(a or b) + 1 for a, b in _MONTH.findall(reading.rest)
+    )
     years = frozenset(int(y) for y in _YEAR.findall(reading.rest))
     if not (months or years or reading.spans or reading.yearly):
         return None
