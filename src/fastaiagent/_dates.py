@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 
 DAY = timedelta(days=1)
 MONTHS = (
@@ -36,9 +36,9 @@ def month_number(name: str) -> int:
     return next(i for i, m in enumerate(MONTHS, start=1) if m.startswith(name[:3].lower()))
 
 
-def month_start(year: int, month: int) -> datetime:
-    """00:00 UTC on the first of ``month`` of ``year``."""
-    return datetime(year, month, 1, tzinfo=timezone.utc)
+def month_start(year: int, month: int, tz: tzinfo = timezone.utc) -> datetime:
+    """00:00 on the first of ``month`` of ``year``, in ``tz`` (default UTC)."""
+    return datetime(year, month, 1, tzinfo=tz)
 
 
 def month_length(first: datetime) -> timedelta:

@@ -373,3 +373,41 @@ def test_a_month_or_year_is_a_time_only_where_the_query_says_when() -> None:
     ):
         cue = date_cue(when, now)
         assert cue is not None and (set(cue.months), set(cue.years)) == (months, years), when
+
+
+def test_dates_in_a_query_are_read_in_the_memorys_time_zone() -> None:
+    from zoneinfo import ZoneInfo
+
+    from fastaiagent.agent.memory_blocks.recall_options import RecallOptions
+
+    la = ZoneInfo("America/Los_Angeles")
+    now = datetime(2024, 3, 2, 1, 0, tzinfo=la).timestamp()  # 09:00 UTC on March 2
+    said = datetime(2024, 3, 1, 20, 0, tzinfo=la).timestamp()  # March 1 in LA, March 2 in UTC
+    assert date_cue("what did I say yesterday?", now, la).matches(said)  # type: ignore[union-attr]
+    assert not date_cue("what did I say yesterday?", now).matches(said)  # type: ignore[union-attr]
+    month_end = datetime(2024, 3, 31, 20, 0, tzinfo=la).timestamp()  # April 1 in UTC
+    assert date_cue("what did I say in March?", now, la).matches(month_end)  # type: ignore[union-attr]
+    assert not date_cue("what did I say in March?", now).matches(month_end)  # type: ignore[union-attr]
+    block = VectorBlock(FaissVectorStore(dimension=64), embedder=WordHashEmbedder(),
+                        options=RecallOptions(tz="America/Los_Angeles"))  # fmt: skip
+    assert block.options.tz == la
+    with pytest.raises(InvalidValueError, match="not a time zone this machine knows"):
+        RecallOptions(tz="Nowhere/City")
+    with pytest.raises(InvalidTypeError, match="tz must be a time zone name"):
+        RecallOptions(tz=5)  # type: ignore[arg-type]
+
+
+def test_a_clock_with_a_time_zone_sets_whose_yesterday_it_is() -> None:
+    from zoneinfo import ZoneInfo
+
+    la = ZoneInfo("America/Los_Angeles")
+    now = datetime(2024, 3, 2, 9, 0, tzinfo=timezone.utc)  # 01:00 on March 2 in Los Angeles
+    said = {
+        "I bought a red bike!": datetime(2024, 3, 2, 4, 0, tzinfo=timezone.utc),  # March 1 in LA only
+        "I bought a red bike": datetime(2024, 3, 1, 3, 0, tzinfo=timezone.utc),  # March 1 in UTC only
+    }
+    for zone, expected in ((la, "I bought a red bike!"), (timezone.utc, "I bought a red bike")):
+        memory = block(clock=lambda zone=zone: now.astimezone(zone), follow_turns=0, surroundings=False)
+        for text, at in said.items():
+            memory.on_message(UserMessage(text), at=at.timestamp())
+        assert texts(memory.recall("what did I buy yesterday?"))[0] == expected, zone

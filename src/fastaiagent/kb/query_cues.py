@@ -19,7 +19,7 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 
 from fastaiagent._dates import DAY, month_length, month_start
 from fastaiagent.kb.query_dates import Span, read_times, span
@@ -128,14 +128,15 @@ class DateCue:
     years: frozenset[int]
     spans: tuple[Span, ...] = ()
     yearly: tuple[tuple[int, int, int], ...] = ()  # (month, first day, last day), any year
+    tz: tzinfo = timezone.utc  # whose days and months these are
 
     def matches(self, timestamp: float) -> bool:
-        """Whether a message recorded at ``timestamp`` (epoch seconds, read in UTC)
+        """Whether a message recorded at ``timestamp`` (epoch seconds, read in ``tz``)
         falls in one of the spans, or in a named month of a named year (an unnamed
         part matches any)."""
         if any(start <= timestamp < end for start, end in self.spans):
             return True
-        moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+        moment = datetime.fromtimestamp(timestamp, tz=self.tz)
         if any(m == moment.month and a <= moment.day <= b for m, a, b in self.yearly):
             return True
         if not self.months and not self.years:
@@ -148,18 +149,18 @@ class DateCue:
         """The times the cue covers as spans ``(start, end)``, in time order, for a
         store to list the messages recorded then: its spans, each named month of each
         named year; a month named without a year, or a week of a month, is taken in
-        each of the :data:`YEARS_BACK` years up to ``now``'s (UTC)."""
+        each of the :data:`YEARS_BACK` years up to ``now``'s (in ``tz``)."""
         spans = list(self.spans)
-        this_year = datetime.fromtimestamp(now, tz=timezone.utc).year
+        this_year = datetime.fromtimestamp(now, tz=self.tz).year
         every_year = range(this_year - YEARS_BACK, this_year + 1)
         if self.months or self.years:
             for year in sorted(self.years) or every_year:
                 for month in sorted(self.months) or range(1, 13):
-                    first = month_start(year, month)
+                    first = month_start(year, month, self.tz)
                     spans.append(span(first, first + month_length(first)))
         for month, first_day, last_day in self.yearly:  # any year, as :meth:`matches` reads it
             for year in every_year:
-                first = month_start(year, month)
+                first = month_start(year, month, self.tz)
                 last = min(first + timedelta(days=last_day - 1), first + month_length(first) - DAY)
                 spans.append(span(first + timedelta(days=first_day - 1), last + DAY))
         return _merged(spans)
@@ -176,19 +177,19 @@ def _merged(spans: list[Span]) -> tuple[Span, ...]:
     return tuple(out)
 
 
-def date_cue(query: str, now: float | None = None) -> DateCue | None:
+def date_cue(query: str, now: float | None = None, tz: tzinfo = timezone.utc) -> DateCue | None:
     """The month names, years and time phrases in ``query`` (phrases like
-    "yesterday" read at ``now``, UNIX seconds; default the current time), or None
-    when it has none."""
+    "yesterday" read at ``now``, UNIX seconds; default the current time; days and
+    months those of ``tz``, default UTC), or None when it has none."""
     # A named day ("on 8 May 2023") is its own cue: its month and year are not another.
-    reading = read_times(query, time.time() if now is None else now)
+    reading = read_times(query, time.time() if now is None else now, tz)
     months = frozenset(
         MONTHS.index(a or b) + 1 for a, b in _MONTH.findall(reading.rest)
     )
     years = frozenset(int(y) for y in _YEAR.findall(reading.rest))
     if not (months or years or reading.spans or reading.yearly):
         return None
-    return DateCue(months, years, reading.spans, reading.yearly)
+    return DateCue(months, years, reading.spans, reading.yearly, tz)
 
 
 __all__ = ["MONTHS", "DateCue", "date_cue", "named_participant", "without_names"]

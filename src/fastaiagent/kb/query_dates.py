@@ -1,7 +1,8 @@
 """When a recall query points in time: "two weeks before 11 August 2023", "yesterday".
 
 :func:`time_spans` reads the phrases below against ``now`` (when the query is
-asked, UNIX seconds) and returns the spans of time (UTC) in which the messages
+asked, UNIX seconds) and returns the spans of time (days of a time zone, UTC
+unless one is given) in which the messages
 the query is about were probably said. The spans are generous on purpose: a
 message about an event is often said days later ("we adopted her two weeks ago").
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 
 from fastaiagent._dates import (
     DAY,
@@ -92,7 +93,7 @@ class TimeReading:
     """The query without the phrases read: its month names and years are still a cue."""
 
 
-def _day_spans(query: str, taken: list[tuple[int, int]]) -> list[Span]:
+def _day_spans(query: str, taken: list[tuple[int, int]], tz: tzinfo) -> list[Span]:
     """Spans of days with a year, and of offsets counted from them."""
     spans: list[Span] = []
     for pattern in _DAY_DATES:
@@ -100,7 +101,7 @@ def _day_spans(query: str, taken: list[tuple[int, int]]) -> list[Span]:
             try:
                 day = datetime(
                     int(match["year"]), month_number(match["month"]), int(match["day"]),
-                    tzinfo=timezone.utc,
+                    tzinfo=tz,
                 )  # fmt: skip
             except ValueError:  # "31 February 2023": no such day, no cue
                 continue
@@ -120,7 +121,7 @@ def _day_spans(query: str, taken: list[tuple[int, int]]) -> list[Span]:
 
 
 def _weeks_of_months(
-    query: str, taken: list[tuple[int, int]]
+    query: str, taken: list[tuple[int, int]], tz: tzinfo
 ) -> tuple[list[Span], list[tuple[int, int, int]]]:
     """"The second week of November [2023]": that week and the one after."""
     spans: list[Span] = []
@@ -132,7 +133,7 @@ def _weeks_of_months(
         if match["year"] is None:
             yearly.append((month, first, min(31, first + 13)))
             continue
-        start = month_start(int(match["year"]), month)
+        start = month_start(int(match["year"]), month, tz)
         if nth == "last":
             start += month_length(start) - WEEK
         else:
@@ -143,11 +144,11 @@ def _weeks_of_months(
 
 def _calendar(what: str, now: datetime) -> Span:
     """The span of a named day or period relative to ``now``."""
-    today, what = midnight(now), " ".join(what.lower().split())
+    today, what, tz = midnight(now), " ".join(what.lower().split()), now.tzinfo or timezone.utc
     monday = today - today.weekday() * DAY
-    first = month_start(today.year, today.month)
-    previous = month_start(today.year - (today.month == 1), (today.month - 2) % 12 + 1)
-    year = month_start(today.year, 1)
+    first = month_start(today.year, today.month, tz)
+    previous = month_start(today.year - (today.month == 1), (today.month - 2) % 12 + 1, tz)
+    year = month_start(today.year, 1, tz)
     spans = {
         "yesterday": (today - DAY, today),
         "last week": (monday - WEEK, monday),
@@ -171,17 +172,18 @@ def _relative(query: str, now: datetime) -> list[Span]:
         spans.append(span(now - length - slack, now - length + slack))
     for match in _LAST_MONTH_NAME.finditer(query):
         month = month_number(match[1])
-        start = month_start(now.year - (month >= now.month), month)
+        start = month_start(now.year - (month >= now.month), month, now.tzinfo or timezone.utc)
         spans.append(span(start, start + month_length(start)))
     return spans
 
 
-def read_times(query: str, now: float) -> TimeReading:
-    """The times ``query`` points to, phrases like "yesterday" read at ``now`` (UNIX seconds)."""
+def read_times(query: str, now: float, tz: tzinfo = timezone.utc) -> TimeReading:
+    """The times ``query`` points to, phrases like "yesterday" read at ``now`` (UNIX
+    seconds); days and months are those of the time zone ``tz`` (default UTC)."""
     taken: list[tuple[int, int]] = []
-    spans = _day_spans(query, taken)
-    weeks, yearly = _weeks_of_months(query, taken)
-    spans += weeks + _relative(query, datetime.fromtimestamp(now, tz=timezone.utc))
+    spans = _day_spans(query, taken, tz)
+    weeks, yearly = _weeks_of_months(query, taken, tz)
+    spans += weeks + _relative(query, datetime.fromtimestamp(now, tz=tz))
     return TimeReading(tuple(spans), tuple(yearly), _without(query, taken))
 
 
@@ -196,9 +198,9 @@ def _without(query: str, taken: list[tuple[int, int]]) -> str:
     return "".join(pieces)
 
 
-def time_spans(query: str, now: float) -> list[Span]:
-    """The spans of time ``query`` points to, read at ``now`` (UNIX seconds); [] for none."""
-    return list(read_times(query, now).spans)
+def time_spans(query: str, now: float, tz: tzinfo = timezone.utc) -> list[Span]:
+    """The spans of time ``query`` points to, read at ``now`` (UNIX seconds) in ``tz``; [] for none."""
+    return list(read_times(query, now, tz).spans)
 
 
 __all__ = ["Span", "TimeReading", "read_times", "span", "time_spans"]

@@ -19,13 +19,15 @@ what each option does and how it was measured.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastaiagent._validate import boolean, fraction, integer, number
 from fastaiagent.agent.memory_blocks.base import check_roles
 from fastaiagent.agent.memory_blocks.scoring import ScoringWeights
 from fastaiagent.agent.memory_blocks.vector_following import MAX_FOLLOW_TURNS, QUESTION_DROP
-from fastaiagent.errors import InvalidTypeError
+from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode
 
 if TYPE_CHECKING:
@@ -63,7 +65,10 @@ class RecallOptions:
     - how they are ranked: ``recency_weight`` / ``importance_weight`` /
       ``recency_half_life_seconds`` (Memory scoring), ``participant_boost``,
       ``date_boost``, ``follow_turns``, ``question_drop``, ``surroundings`` and
-      ``neighbour_weight`` (the steps of ``vector_ranking``).
+      ``neighbour_weight`` (the steps of ``vector_ranking``); ``tz``: the time zone
+      whose days and months a query's dates name ("yesterday", "in May"): an
+      IANA name or a tzinfo; None: the clock's, when it returns an aware
+      datetime, else UTC.
     - ``dedupe``: drop what an earlier block already injected
       (``VectorBlock(dedupe_against_upstream=)``).
     """
@@ -86,6 +91,7 @@ class RecallOptions:
     surroundings: bool = True
     neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT
     dedupe: bool = False
+    tz: str | tzinfo | None = None
 
     def __post_init__(self) -> None:
         if not _is_store(self.store) and self.store != AUTO:
@@ -99,6 +105,7 @@ class RecallOptions:
         boolean("surroundings", self.surroundings)
         boolean("dedupe", self.dedupe)
         self._set("roles", check_roles(self.roles))
+        self._set("tz", _zone(self.tz))
         self._set("dense_weight", fraction("dense_weight", self.dense_weight))
         self._set("neighbour_weight", fraction("neighbour_weight", self.neighbour_weight))
         for name in ("participant_boost", "date_boost", "question_drop"):
@@ -114,6 +121,18 @@ class RecallOptions:
         return ScoringWeights(
             self.recency_weight, self.importance_weight, self.recency_half_life_seconds
         )
+
+
+def _zone(value: object) -> tzinfo | None:
+    """``tz=``: None, a tzinfo, or an IANA name ("Europe/Lisbon")."""
+    if value is None or isinstance(value, tzinfo):
+        return value
+    if not isinstance(value, str):
+        raise InvalidTypeError(f'tz must be a time zone name ("Europe/Lisbon") or a tzinfo, got {value!r}')
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidValueError(f"tz={value!r} is not a time zone this machine knows: {exc}") from exc
 
 
 OPTION_NAMES = frozenset(f.name for f in fields(RecallOptions))

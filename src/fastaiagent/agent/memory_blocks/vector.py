@@ -22,7 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from fastaiagent import trace
@@ -272,6 +272,7 @@ class VectorBlock(MemoryBlock):
         self.question_drop = options.question_drop
         self.surroundings = options.surroundings
         self.neighbour_weight = options.neighbour_weight
+        self.tz = options.tz
 
     @property
     def options(self) -> RecallOptions:
@@ -287,7 +288,7 @@ class VectorBlock(MemoryBlock):
             participant_boost=self.participant_boost, date_boost=self.date_boost,
             follow_turns=self.follow_turns, question_drop=self.question_drop,
             surroundings=self.surroundings, neighbour_weight=self.neighbour_weight,
-            dedupe=self.dedupe_against_upstream,
+            dedupe=self.dedupe_against_upstream, tz=self.tz,
         )  # fmt: skip
 
     def _set_embedder(self, embedder: Any) -> None:
@@ -578,7 +579,7 @@ class VectorBlock(MemoryBlock):
             speakers = set(self._speakers)
         # A store's keyword side waits on the database: it runs beside the dense side.
         pending = beside(self._keyword, query, fetch) if self._store_keywords else None
-        when = date_cue(query, now) if self.date_boost else None
+        when = date_cue(query, now, self._zone()) if self.date_boost else None
         spans = when.ranges(now) if when is not None and self._finds_recorded else ()
         # A name tells the embedding model little but "a person": embed the rest.
         dense, recorded, exhausted = self._dense(without_names(query, speakers), fetch, spans, query)
@@ -595,6 +596,16 @@ class VectorBlock(MemoryBlock):
         searched = Searched(dense, recorded, keyword, by_id)
         ranked = rank_hybrid(self, searched, speaker=speaker, when=when, fetch=self.store.get)
         return ranked, exhausted
+
+    def _zone(self) -> tzinfo:
+        """Whose days and months a query's dates name: ``tz=``, else the clock's (an
+        aware datetime's zone), else UTC."""
+        if self.tz is not None:
+            return self.tz  # type: ignore[return-value]  # checked: a tzinfo
+        moment = self.clock() if self.clock is not None else None
+        if isinstance(moment, datetime) and moment.tzinfo is not None:
+            return moment.tzinfo
+        return timezone.utc
 
     def _learn_speakers(self, chunks: Iterable[Chunk]) -> set[str]:
         """Remember the speakers of ``chunks`` (a restarted block learns them from
