@@ -11,7 +11,6 @@ writes the same chunks again (an upsert), never a second copy.
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections import Counter, deque
 from collections.abc import Sequence
 from datetime import datetime
@@ -68,8 +67,8 @@ def past_chunks(block: VectorBlock, messages: Sequence[Message], times: Sequence
         chunks.append(chunk)
     for before, after in pairwise(chunks):
         before.metadata["next"] = after.id
-    if chunks:
-        chunks[-1].metadata["next"] = str(uuid.uuid4())  # no successor: a link to nothing
+    if chunks:  # no successor: a link to nothing, the same on every import
+        chunks[-1].metadata["next"] = "h-" + hashlib.sha256(f"{chunks[-1].id}\x00next".encode()).hexdigest()[:32]
     return chunks
 
 
