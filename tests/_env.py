@@ -144,7 +144,8 @@ def start_pgbouncer(postgres_url: str) -> tuple[str, subprocess.Popen[bytes], Pa
     command = [binary, str(folder / "pgbouncer.ini")]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command[1:1] = ["-u", "postgres"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Its log goes to the file only: a pipe nobody reads fills up and blocks it.
+    process = subprocess.Popen([*command[:-1], "-q", command[-1]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"postgresql://{user}@127.0.0.1:{port}/{database}"
     for _ in range(100):  # up to 10 s
         try:
