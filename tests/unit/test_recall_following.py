@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from _vector_fakes import WordHashEmbedder, word_block
 
+from fastaiagent.agent.memory_blocks.recall_weights import FOLLOW_DROPS
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.agent.memory_blocks.vector_following import (
-    FOLLOW_DROPS,
     asks,
     draw_following,
     lower_questions,

@@ -25,24 +25,22 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fastaiagent._validate import boolean, fraction, integer, number
 from fastaiagent.agent.memory_blocks.base import check_roles
+from fastaiagent.agent.memory_blocks.recall_weights import (
+    DEFAULT_DATE_BOOST,
+    DEFAULT_FOLLOW_TURNS,
+    DEFAULT_NEIGHBOUR_WEIGHT,
+    DEFAULT_PARTICIPANT_BOOST,
+    MAX_FOLLOW_TURNS,
+    QUESTION_DROP,
+)
 from fastaiagent.agent.memory_blocks.scoring import ScoringWeights
-from fastaiagent.agent.memory_blocks.vector_following import MAX_FOLLOW_TURNS, QUESTION_DROP
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, check_mode  # the weights: recall_weights
 
 if TYPE_CHECKING:
     from fastaiagent.kb.protocols import VectorStore
 
 AUTO: Literal["auto"] = "auto"
-# Boosts of the fused (z-score) ranking, chosen on LoCoMo conversations 0-2 and
-# confirmed on 3-4 (docs/semantic.md): the speaker a query names, the month/year it names.
-DEFAULT_PARTICIPANT_BOOST = 1.5
-# Share of a keyword hit's score lent to the next message: off by default. With 4
-# candidates per item it measured 0.9 / 1.0 points worse on the tuned half (it pays,
-# +1.2 / +0.2, with 8 candidates, which cost 0.9 ms more per recall at 10k).
-DEFAULT_NEIGHBOUR_WEIGHT = 0.0
-DEFAULT_DATE_BOOST = 1.0
-DEFAULT_FOLLOW_TURNS = 2  # messages after each best hit ranked below it (vector_following)
 
 
 def _is_store(value: object) -> bool:

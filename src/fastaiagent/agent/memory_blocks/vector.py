@@ -38,8 +38,8 @@ from fastaiagent.agent.memory_blocks.recall_options import (
     DEFAULT_PARTICIPANT_BOOST,
     RecallOptions,
 )
+from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP
 from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
-from fastaiagent.agent.memory_blocks.vector_following import QUESTION_DROP
 from fastaiagent.agent.memory_blocks.vector_history import embed_and_store, past_chunks, said_times
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError

@@ -10,7 +10,7 @@ often candidates too. So each candidate gains a weighted sum of signals
 - ``neighbour``: the best score of the message before or after it, when that
   message is a candidate too (the lowest candidate's score when none is);
 - ``conversation``: the best score of another candidate said within
-  :data:`~fastaiagent.agent.memory_blocks.vector_following.SAME_CONVERSATION_SECONDS`
+  :data:`~fastaiagent.agent.memory_blocks.recall_weights.SAME_CONVERSATION_SECONDS`
   of it (the lowest candidate's score when none was);
 - ``by_meaning`` / ``by_time``: found by the dense search / among the
   messages of the time the query names;
@@ -37,26 +37,14 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
-from fastaiagent.agent.memory_blocks.vector_following import (
+from fastaiagent.agent.memory_blocks.recall_weights import (
     SAME_CONVERSATION_SECONDS,
-    asks,
-    said_together,
+    SIGNALS,
+    Signals,
 )
+from fastaiagent.agent.memory_blocks.vector_following import asks, said_together
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.protocols import Chunk
-
-
-class Signals(NamedTuple):
-    """A candidate's signals, or the weight of each (in standard deviations of
-    the fused score per unit of the signal)."""
-
-    length: float
-    neighbour: float
-    conversation: float
-    by_meaning: float
-    by_time: float
-    speaker: float
-    asks: float
 
 
 class Found(NamedTuple):
@@ -68,15 +56,6 @@ class Found(NamedTuple):
     speaker: str | None
 
 
-SIGNALS = Signals(
-    length=0.0,  # fitted 0.49 on LoCoMo; off: long replies crowded out short statements
-    neighbour=0.30,
-    conversation=0.14,
-    by_meaning=0.42,
-    by_time=0.40,
-    speaker=1.39,
-    asks=-0.24,
-)
 
 
 def add_context(

@@ -27,17 +27,14 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from fastaiagent.agent.memory_blocks.recall_weights import (
+    FOLLOW_DROPS,
+    FOLLOWED_HITS,
+    SAME_CONVERSATION_SECONDS,
+)
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 
-FOLLOWED_HITS = 3  # the hits whose following messages are drawn in
-MAX_FOLLOW_TURNS = 3  # each turn is one store read
-# How far below its hit the n-th message after it ranks (index n - 1).
-FOLLOW_DROPS = (2.0, 2.5, 3.0)
-# A message said over an hour after the hit belongs to a later conversation.
-SAME_CONVERSATION_SECONDS = 3600.0
-QUESTION_DROP = 0.5  # how far a message that asks ranks below its own score
-ANSWER_DROP = 0.75  # how far the reply to a hit that asks ranks below that hit
 QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ASCII, full-width (CJK) and Arabic
 _CLOSERS = "\"')\u201d\u2019\u00bb"  # a quote or bracket may close the question
 

@@ -15,7 +15,8 @@ The steps, in order, each measured on LoCoMo (docs/semantic.md):
 6. with ``surroundings``, each candidate gains what the turns around it say
    (:mod:`~fastaiagent.agent.memory_blocks.vector_context`).
 
-The searches themselves (which store, which query text) stay with the block.
+The searches themselves (which store, which query text) stay with the block;
+the weights of every step are in :mod:`.recall_weights`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from fastaiagent.agent.memory_blocks.recall_weights import ANSWER_DROP
 from fastaiagent.agent.memory_blocks.vector_context import Found, add_context
 from fastaiagent.agent.memory_blocks.vector_following import (
-    ANSWER_DROP,
     Fetch,
     draw_following,
     lower_questions,
