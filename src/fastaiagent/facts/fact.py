@@ -38,11 +38,16 @@ def metadata_from_text(text: str | None) -> dict[str, Any]:
     if parsed is not None:
         return parsed.copy()
     value = json.loads(text)
-    if isinstance(value, dict) and all(isinstance(item, _FLAT) for item in value.values()):
+    if _flat(value):
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()  # rare: that many distinct texts are not a shared few
         _PARSED[text] = value.copy()
     return value
+
+
+def _flat(value: object) -> bool:
+    """A JSON object whose values are all scalars: a shallow copy shares nothing."""
+    return isinstance(value, dict) and all(isinstance(item, _FLAT) for item in value.values())
 
 
 class UsualMetadata:
@@ -61,7 +66,7 @@ class UsualMetadata:
         if not text or text == "{}" or text == self.current[0]:
             return
         value = metadata_from_text(text)
-        if value and text in _PARSED:  # flat: parsed once, copied per fact
+        if value and _flat(value):  # copied per fact: nothing nested to share
             self.current = (text, value)
 
 
