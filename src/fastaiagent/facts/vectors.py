@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from fastaiagent._validate import text as check_text
+from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore, check_top_k, wanted_keys
 
 # A span holding more of a namespace's chunks than this is too broad to rank on its own
@@ -51,6 +52,11 @@ def keyword_text(chunk: Chunk) -> str:
     the in-process BM25 index has always indexed with it)."""
     context = chunk.metadata.get("context")
     return f"{chunk.text} {context}" if isinstance(context, str) and context else chunk.text
+
+
+def keyword_tokens(chunk: Chunk) -> list[str]:
+    """The keyword tokens a chunk is indexed under (:func:`keyword_text`, tokenized)."""
+    return tokenize(keyword_text(chunk))
 
 
 def recorded_at(chunk: Chunk) -> float | None:
@@ -155,5 +161,6 @@ __all__ = [
     "StoredVectorIndex",
     "embedder_identity",
     "keyword_text",
+    "keyword_tokens",
     "text_key",
 ]

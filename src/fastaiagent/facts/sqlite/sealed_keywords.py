@@ -20,8 +20,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from fastaiagent.facts.vectors import keyword_text
-from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.facts.vectors import keyword_tokens
 from fastaiagent.kb.protocols import Chunk
 
 SECRET_BYTES = 16
@@ -99,7 +98,7 @@ def seal_existing_rows(conn: sqlite3.Connection, table: str) -> None:
 
 
 def _words(rid: int, text: str, metadata: str) -> list[str]:
-    return tokenize(keyword_text(Chunk(str(rid), text, None, json.loads(metadata or "{}"))))
+    return keyword_tokens(Chunk(str(rid), text, None, json.loads(metadata or "{}")))
 
 
 __all__ = [

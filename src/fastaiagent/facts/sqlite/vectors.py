@@ -2,8 +2,9 @@
 
 The tables and their migrations are in ``vectors_schema``: chunks, their
 vectors clustered by namespace, FTS5 keyword postings (sealed per namespace:
-``sealed_keywords``) with per-namespace BM25 statistics, cached embeddings, and per-namespace change generations that let a
-process keep a namespace's matrix in memory and check it with one indexed read.
+``sealed_keywords``) with per-namespace BM25 statistics, cached embeddings, and
+per-namespace change generations that let a process keep a namespace's matrix
+in memory and check it with one indexed read.
 
 Search is exact cosine over one namespace with numpy (a per-user namespace is
 small; see docs/semantic.md for where an ANN index takes over), in the namespace
@@ -32,14 +33,12 @@ from fastaiagent.facts.sqlite.sealed_keywords import (
 )
 from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable, WriteSteps
 from fastaiagent.facts.sqlite.vectors_schema import RECORDED, fts_match, vectors_schema
-from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text
-from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_tokens
 from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked_batch
 
 DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
-DROP_STEP = 500  # cached embeddings a namespace delete removes per write transaction
 KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
@@ -138,7 +137,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 (
                     chunk.id,
                     key,
-                    tokenize(keyword_text(chunk)),
+                    keyword_tokens(chunk),
                     chunk.text,
                     metadata,
                     batch.dimension,
@@ -288,18 +287,17 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 gone = conn.execute(
                     f"DELETE FROM {table} WHERE namespace = ? AND ({key}) IN "
                     f"(SELECT {key} FROM {table} WHERE namespace = ? LIMIT ?)",
-                    (namespace, namespace, DROP_STEP),
+                    (namespace, namespace, step_pause.rows),
                 ).rowcount
-            if gone < DROP_STEP:
+            if gone < step_pause.rows:
                 return
 
     def scrub(self) -> None:
         """Make deleted rows unrecoverable from the file: their pages were zeroed
         (``secure_delete``), but old copies live in the WAL until a checkpoint."""
-        # Old page copies live in the WAL until a checkpoint; TRUNCATE empties it
-        # (it does nothing while another connection still reads those pages). A
-        # PASSIVE one first copies the pages without holding writers back, so
-        # the TRUNCATE, which does, has little left to copy.
+        # TRUNCATE empties the WAL (it does nothing while another connection still
+        # reads those pages). A PASSIVE checkpoint first copies the pages without
+        # holding writers back, so the TRUNCATE, which does, has little left to copy.
         conn = self.store._connection()
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
