@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from fastaiagent import trace
 from fastaiagent._validate import optional_id
@@ -50,6 +50,7 @@ from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.transfer.records import Counts
 from fastaiagent.facts.validity import Clock
 from fastaiagent.facts.windows import WindowStore
 from fastaiagent.llm.base import BaseLLM
@@ -390,6 +391,30 @@ class Memory:
         state = self._users.get(checked)
         blocks = [block for block in state.own_blocks if isinstance(block, VectorBlock)]
         return sum(block.add_history(messages, at=at) for block in blocks)
+
+    def export_user(self, user_id: str, out: str | os.PathLike[str] | IO[str]) -> Counts:
+        """Write everything this location keeps of one user in this Memory's project to
+        ``out`` (a path or text stream), as ``fastaiagent memory export --user`` does:
+        their facts with history and validity, recalled messages with their vectors,
+        every agent's stored window of them (summaries in it) and the items in a
+        namespace naming them. A user's "download my data"; :meth:`import_user`
+        reads it back, here or in another location. Returns the counts written."""
+        from fastaiagent.facts.transfer import export_memory
+
+        checked = optional_id("user_id", user_id)
+        if checked is None:
+            raise InvalidValueError('export_user() needs the user\'s id, e.g. mem.export_user("alice", path)')
+        return export_memory(self.location, out, user_id=checked, project_id=self.config.project_id)
+
+    def import_user(self, source: str | os.PathLike[str] | IO[str]) -> Counts:
+        """Add a file written by :meth:`export_user` (or ``fastaiagent memory export``)
+        to this location; what it already holds is kept, so a repeat adds nothing.
+        Recalled messages keep their vectors: nothing is embedded again. Facts and
+        recall are read from the store, so the next turn sees them; a user's
+        window held in this process stays as it is (the stored one is imported)."""
+        from fastaiagent.facts.transfer import import_memory
+
+        return import_memory(self.location, source)
 
     def warm(self) -> None:
         """Do now what the first turn would otherwise pay for: read the fact store

@@ -25,7 +25,7 @@ from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
 memory_app = typer.Typer(
-    help="Review durable facts: search, show a fact's history, forget, expire, prune.",
+    help="Review durable facts (search, history, forget, expire, prune); export, import, copy.",
     no_args_is_help=True,
 )
 
@@ -250,4 +250,7 @@ def prune(
 
 def register(app: typer.Typer) -> None:
     """Add the ``memory`` sub-app to the ``fastaiagent`` CLI."""
+    from fastaiagent.cli import memory_transfer
+
+    memory_transfer.register(memory_app)
     app.add_typer(memory_app, name="memory")

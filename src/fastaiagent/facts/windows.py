@@ -117,6 +117,16 @@ class WindowStore(Protocol):
 
 
 @runtime_checkable
+class ListsWindows(Protocol):
+    """A window store that can name its windows (the shipped ones can): what an
+    export of a location, or of one user, reads."""
+
+    def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
+        """The keys of the live windows (None: any project / user), sorted."""
+        ...
+
+
+@runtime_checkable
 class HoldsWindows(Protocol):
     """A store capability: the store can keep shared conversation windows.
 

@@ -21,7 +21,7 @@ touches its storage:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fastaiagent._validate import text as check_text
@@ -137,6 +137,31 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
 
     def read_chunks(self, ids: list[str]) -> Mapping[str, Chunk]:
         """The backend's ``get``: the chunks of these (distinct) ids that exist, by id."""
+        raise NotImplementedError
+
+    def vector_pages(self, namespace: str, page: int = 500) -> Iterator[list[Chunk]]:
+        """Every chunk of ``namespace`` with its (unit) vector, ``page`` at a time, in
+        the order the store keeps them: what an export reads, in constant memory.
+        A chunk added while the pages are read may be left out."""
+        name, after = check_text("namespace", namespace), None
+        while True:
+            chunks, after = self.read_vector_page(name, after, page)
+            if chunks:
+                yield chunks
+            if after is None:
+                return
+
+    def read_vector_page(self, namespace: str, after: Any, limit: int) -> tuple[list[Chunk], Any]:
+        """The backend's :meth:`vector_pages`: up to ``limit`` chunks with vectors after
+        the cursor ``after`` (None: from the start), and the next cursor (None: done)."""
+        raise NotImplementedError
+
+    def namespace_names(self) -> list[str]:
+        """Every namespace that holds a chunk, sorted."""
+        return sorted(self.read_namespace_names())
+
+    def read_namespace_names(self) -> Iterable[str]:
+        """The backend's :meth:`namespace_names`."""
         raise NotImplementedError
 
     def ids(self, namespace: str) -> set[str]:

@@ -101,12 +101,13 @@ class MatrixCache(Generic[M]):
 
 def unit_rows(vectors: Any) -> Any:
     """``vectors`` (rows) as a float32 matrix of unit rows; a zero row stays zero
-    (it scores 0 against anything)."""
+    (it scores 0 against anything). A row already of unit length (to float32's
+    precision) is kept bit for bit, so vectors copied between stores stay the same."""
     import numpy as np
 
     matrix = np.array(vectors, dtype=np.float32, ndmin=2)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    matrix /= np.where(norms > 0, norms, 1.0)
+    matrix /= np.where((norms > 0) & (np.abs(norms - 1.0) > 1e-6), norms, 1.0)
     return matrix
 
 

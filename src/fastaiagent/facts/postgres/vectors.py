@@ -36,7 +36,7 @@ from fastaiagent._optional import require
 from fastaiagent._validate import boolean, integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
+from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits
 from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.postgres import keywords, pgvector
 from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
@@ -460,6 +460,21 @@ class PostgresVectorIndex(MatrixIndex):
     def read_chunks(self, ids: list[str]) -> dict[str, Chunk]:
         rows = self._run(lambda conn: conn.execute(self._q["rows"], (ids,)).fetchall())
         return {row[0]: Chunk(row[0], row[1], None, dict(row[2])) for row in rows}
+
+    def read_vector_page(self, namespace: str, after: Any, limit: int) -> tuple[list[Chunk], Any]:
+        """Keyset pages by (gen, id), along the namespace's index."""
+        query = sql.SQL(
+            "SELECT gen, id, text, metadata, vector FROM {} WHERE namespace = %s "
+            "AND (gen, id) > (%s, %s) ORDER BY gen, id LIMIT %s"
+        ).format(sql.Identifier(self.table))
+        gen, last = after or (-1, "")
+        rows = self._run(lambda conn: conn.execute(query, (namespace, gen, last, limit)).fetchall())
+        chunks = [Chunk(row[1], row[2], bytes_vector(row[4]), dict(row[3])) for row in rows]
+        return chunks, ((rows[-1][0], rows[-1][1]) if len(rows) == limit else None)
+
+    def read_namespace_names(self) -> list[str]:
+        query = sql.SQL("SELECT DISTINCT namespace FROM {}").format(sql.Identifier(self.table))
+        return [row[0] for row in self._run(lambda conn: conn.execute(query).fetchall())]
 
     def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         """By id."""

@@ -107,6 +107,19 @@ class PostgresWindowStore(PostgresTable, WindowFront):
             )
         return bool(count == 1)
 
+    def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
+        """The keys of the live windows (of one project, of one user), sorted."""
+        where, params = "(expires_at IS NULL OR expires_at > now())", []
+        for column, value in (("project_id", project_id), ("user_id", user_id)):
+            if value is not None:
+                where, params = f"{where} AND {column} = %s", [*params, value]
+        query = sql.SQL(
+            "SELECT agent_id, project_id, user_id FROM {} WHERE " + where
+            + " ORDER BY agent_id, project_id, user_id"
+        ).format(sql.Identifier(self.table))
+        rows = self._run(lambda conn: conn.execute(query, params).fetchall())
+        return [WindowKey(*row) for row in rows]
+
     def delete_window(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
         return bool(self._execute("delete", tuple(key)))

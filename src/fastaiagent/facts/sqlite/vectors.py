@@ -22,7 +22,7 @@ from typing import Any
 from fastaiagent._optional import require
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
-from fastaiagent.facts.index.front import MatrixIndex, ranked_hits
+from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits
 from fastaiagent.facts.index.keywords import bm25_top
 from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
 from fastaiagent.facts.sqlite.sealed_keywords import (
@@ -495,6 +495,22 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             f"SELECT id FROM {self.table} WHERE namespace = ?", (namespace,)
         )
         return {row[0] for row in rows}
+
+    def read_vector_page(self, namespace: str, after: Any, limit: int) -> tuple[list[Chunk], Any]:
+        """Keyset pages by ``rid`` (the namespace's index order)."""
+        t = self.table
+        rows = self._conn().execute(
+            f"SELECT c.rid, c.id, c.text, c.metadata, v.vector FROM {t} c "
+            f"JOIN {t}_vec v ON v.namespace = c.namespace AND v.rid = c.rid "
+            "WHERE c.namespace = ? AND c.rid > ? ORDER BY c.rid LIMIT ?",
+            (namespace, after or 0, limit),
+        ).fetchall()
+        chunks = [Chunk(i, text, bytes_vector(vec), json.loads(meta)) for _, i, text, meta, vec in rows]
+        return chunks, (rows[-1][0] if len(rows) == limit else None)
+
+    def read_namespace_names(self) -> list[str]:
+        query = f"SELECT namespace FROM {self.table}_kw WHERE docs > 0"
+        return [row[0] for row in self._conn().execute(query)]
 
     def read_chunks(self, ids: list[str]) -> dict[str, Chunk]:
         found: dict[str, Chunk] = {}

@@ -94,6 +94,19 @@ class SQLiteWindowStore(SQLiteTable, WindowFront):
             )
         return count == 1
 
+    def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
+        """The keys of the live windows (of one project, of one user), sorted."""
+        where, params = "(expires_at IS NULL OR expires_at > ?)", [time.time()]
+        for column, value in (("project_id", project_id), ("user_id", user_id)):
+            if value is not None:
+                where, params = f"{where} AND {column} = ?", [*params, value]
+        rows = self._conn().execute(
+            f"SELECT agent_id, project_id, user_id FROM {self.table} WHERE {where} "
+            "ORDER BY agent_id, project_id, user_id",
+            params,
+        )
+        return [WindowKey(*row) for row in rows]
+
     def delete_window(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
         return (

@@ -1,0 +1,137 @@
+"""``fastaiagent memory export / import / copy``: move memory between locations.
+
+The file is the versioned JSONL of :mod:`fastaiagent.facts.transfer`; an
+import adds only what the target lacks, so it can be repeated. A progress bar
+goes to stderr when it is a terminal (``--progress`` / ``--no-progress``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from fastaiagent.cli.failures import checking_options
+from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
+from fastaiagent.errors import InvalidValueError
+from fastaiagent.facts.transfer import Counts
+
+USER_HELP = "Only this user's memory (their facts, recalled messages, windows, items)."
+PROGRESS_HELP = "Show a progress bar on stderr (default: when stderr is a terminal)."
+
+
+class ProgressBar:
+    """``[#####-----]  48%  12,000 of 25,000 · 3,100/s`` redrawn on stderr."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int, shown: bool) -> None:
+        self.total, self.shown, self.start = max(total, 1), shown, time.monotonic()
+
+    def __call__(self, counts: Counts) -> None:
+        if not self.shown:
+            return
+        seen = counts.seen
+        share = min(seen / self.total, 1.0)
+        filled = int(share * self.WIDTH)
+        rate = seen / max(time.monotonic() - self.start, 1e-6)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        sys.stderr.write(f"\r[{bar}] {share:4.0%}  {seen:,} of ~{self.total:,} · {rate:,.0f}/s ")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+def _shown(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else progress
+
+
+def _summary(verb: str, counts: Counts) -> str:
+    parts = [f"{counts.facts} fact(s)", f"{counts.recall} recalled message(s)",
+             f"{counts.windows} window(s)", f"{counts.items} item(s)"]  # fmt: skip
+    text = f"{verb} " + ", ".join(parts)
+    if counts.kept:
+        text += f"; {counts.kept} already there, kept"
+    for why, n in sorted(counts.skipped.items()):
+        text += f"; skipped {n} {why}"
+    return text
+
+
+def _user(user_id: str | None) -> str | None:
+    if user_id is not None and (not user_id.strip() or user_id == "*"):
+        raise InvalidValueError("--user needs one user id (leave it out for everyone)")
+    return user_id
+
+
+def export_command(
+    out: Path = typer.Option(..., "--out", "-o", help="The JSONL file to write."),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    user_id: str | None = typer.Option(None, "--user", help=USER_HELP),
+    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all)."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP),
+) -> None:
+    """Write a location's memory (or one user's) to a JSONL file."""
+    from fastaiagent.facts.transfer import count_records, export_memory
+
+    with checking_options():
+        user = _user(user_id)
+        total = count_records(location, user_id=user, project_id=project) if _shown(progress) else 0
+    bar = ProgressBar(total, _shown(progress))
+    counts = export_memory(location, out, user_id=user, project_id=project, progress=bar)
+    bar.done()
+    typer.echo(_summary(f"exported to {out}:", counts))
+
+
+def import_command(
+    source: Path = typer.Argument(..., help="A file written by `fastaiagent memory export`."),
+    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP),
+) -> None:
+    """Add a file's memory to a location; what it already holds is kept."""
+    from fastaiagent.facts.transfer import import_memory
+
+    with checking_options():
+        if not source.is_file():
+            raise InvalidValueError(f"{source}: no such file")
+        total = _lines(source) - 2 if _shown(progress) else 0
+    bar = ProgressBar(total, _shown(progress))
+    counts = import_memory(location, source, progress=bar)
+    bar.done()
+    typer.echo(_summary(f"imported into {location}:", counts))
+
+
+def copy_command(
+    source: str = typer.Option(..., "--from", help="The location to read. " + LOCATION_HELP),
+    target: str = typer.Option(..., "--to", help="The location to add to."),
+    user_id: str | None = typer.Option(None, "--user", help=USER_HELP),
+    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all)."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP),
+) -> None:
+    """Copy a location's memory (or one user's) into another, without a file."""
+    from fastaiagent.facts.transfer import copy_memory, count_records
+
+    with checking_options():
+        user = _user(user_id)
+        if source == target:
+            raise InvalidValueError("--from and --to name the same location")
+        total = count_records(source, user_id=user, project_id=project) if _shown(progress) else 0
+    bar = ProgressBar(total, _shown(progress))
+    counts = copy_memory(source, target, user_id=user, project_id=project, progress=bar)
+    bar.done()
+    typer.echo(_summary(f"copied into {target}:", counts))
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as stream:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b""))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``export``, ``import`` and ``copy`` to the ``memory`` sub-app."""
+    app.command("export")(export_command)
+    app.command("import")(import_command)
+    app.command("copy")(copy_command)
