@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from fastaiagent._optional import require
 from fastaiagent._validate import positive_int
 from fastaiagent.errors import InvalidTypeError, SchemaVersionError
-from fastaiagent.facts.index.front import MatrixIndex, ranked_hits, vector_bytes
+from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits, vector_bytes
 from fastaiagent.facts.index.keywords import bm25_postings_top
 from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.redis.client import unavailable
@@ -499,7 +499,42 @@ class RedisVectorIndex(MatrixIndex):
 
         return self._call(run)
 
-    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
+    def read_vector_page(self, namespace: str, after: Any, limit: int) -> tuple[list[Chunk], Any]:
+        """Pages in id order: the first call collects the ids with HSCAN (bounded
+        steps), the cursor is (ids, position); each page is two HMGETs."""
+        ns = escape_part(namespace)
+
+        def run() -> tuple[list[Chunk], Any]:
+            ids, start = after or (sorted(self._scan_ids(self._k("d:", ns))), 0)
+            wanted = ids[start : start + limit]
+            if not wanted:
+                return [], None
+            docs = self._client.hmget(self._k("d:", ns), wanted)
+            blobs = self._client.execute_command("HMGET", self._k("v:", ns), *wanted, **_NEVER_DECODE)
+            chunks = [
+                Chunk(i, text, bytes_vector(blob), metadata)
+                for i, doc, blob in zip(wanted, docs, blobs, strict=True)
+                if doc is not None and blob is not None
+                for text, metadata in [json.loads(doc)]
+            ]
+            end = start + len(wanted)
+            return chunks, ((ids, end) if end < len(ids) else None)
+
+        return self._call(run)
+
+    def _scan_ids(self, key: str) -> list[str]:
+        found: list[str] = []
+        cursor = 0
+        while True:
+            cursor, part = self._client.hscan(key, cursor, count=SCAN_STEP)  # NOVALUES: Redis 7.4+
+            found += part
+            if not int(cursor):
+                return list(set(found))  # HSCAN may return an id twice
+
+    def read_namespace_names(self) -> list[str]:
+        return [unescape_part(ns) for ns in self._call(lambda: self._client.smembers(self._k("ns")))]
+
+
         def run() -> list[Chunk]:
             pipe = self._client.pipeline(transaction=False)
             for ns in self._names(keys):
