@@ -534,7 +534,7 @@ class RedisVectorIndex(MatrixIndex):
     def read_namespace_names(self) -> list[str]:
         return [unescape_part(ns) for ns in self._call(lambda: self._client.smembers(self._k("ns")))]
 
-
+    def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         def run() -> list[Chunk]:
             pipe = self._client.pipeline(transaction=False)
             for ns in self._names(keys):

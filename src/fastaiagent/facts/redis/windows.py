@@ -15,7 +15,7 @@ from typing import Any
 from fastaiagent._validate import text
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.redis.client import unavailable
-from fastaiagent.facts.redis.layout import unescape_part, escape_part, glob_escape
+from fastaiagent.facts.redis.layout import escape_part, glob_escape, unescape_part
 from fastaiagent.facts.redis.store import RedisFactStore
 from fastaiagent.facts.windows import StoredWindow, WindowFront, WindowKey
 
@@ -89,17 +89,17 @@ class RedisWindowStore(WindowFront):
     def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
         """The keys of the live windows (of one project, of one user), sorted; found
         with SCAN, in bounded steps."""
-        head = glob_escape(self._key(WindowKey("", "", ""))[: -len("::")])
+        head = f"{self.prefix}:win:"
         tail = ":".join(glob_escape(escape_part(p)) if p is not None else "*" for p in (project_id, user_id))
         found = []
         with unavailable("the window store"):
-            for name in self._client.scan_iter(match=f"{head}*:{tail}", count=1000):
-                parts = name[len(self.prefix) + len(":win:") :].split(":")
+            for name in self._client.scan_iter(match=f"{glob_escape(head)}*:{tail}", count=1000):
+                parts = name[len(head) :].split(":")
                 if len(parts) == 3:
                     found.append(WindowKey(*(unescape_part(p) for p in parts)))
         return sorted(found)
 
-
+    def delete_window(self, key: WindowKey) -> bool:
         """Delete one window (see :class:`WindowStore`)."""
         with unavailable("the window store"):
             return bool(self._client.delete(self._key(key)))
