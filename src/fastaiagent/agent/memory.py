@@ -401,9 +401,9 @@ class Memory:
         reads it back, here or in another location. Returns the counts written."""
         from fastaiagent.facts.transfer import export_memory
 
+        if not isinstance(user_id, str) or not user_id.strip() or user_id == WILDCARD:
+            raise InvalidValueError('export_user() needs one user\'s id, e.g. mem.export_user("alice", path)')
         checked = optional_id("user_id", user_id)
-        if checked is None:
-            raise InvalidValueError('export_user() needs the user\'s id, e.g. mem.export_user("alice", path)')
         return export_memory(self.location, out, user_id=checked, project_id=self.config.project_id)
 
     def import_user(self, source: str | os.PathLike[str] | IO[str]) -> Counts:

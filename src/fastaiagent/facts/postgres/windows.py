@@ -109,7 +109,7 @@ class PostgresWindowStore(PostgresTable, WindowFront):
 
     def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
         """The keys of the live windows (of one project, of one user), sorted."""
-        where, params = "(expires_at IS NULL OR expires_at > now())", []
+        where, params = "(expires_at IS NULL OR expires_at > now())", list[Any]()
         for column, value in (("project_id", project_id), ("user_id", user_id)):
             if value is not None:
                 where, params = f"{where} AND {column} = %s", [*params, value]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fastaiagent._schema import Schema
 from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable
@@ -96,7 +97,7 @@ class SQLiteWindowStore(SQLiteTable, WindowFront):
 
     def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
         """The keys of the live windows (of one project, of one user), sorted."""
-        where, params = "(expires_at IS NULL OR expires_at > ?)", [time.time()]
+        where, params = "(expires_at IS NULL OR expires_at > ?)", list[Any]([time.time()])
         for column, value in (("project_id", project_id), ("user_id", user_id)):
             if value is not None:
                 where, params = f"{where} AND {column} = ?", [*params, value]

@@ -1,0 +1,171 @@
+"""The memory file and its doors: damaged and newer files, a subject bigger than a
+page, the CLI's export / import / copy, and Memory.export_user / import_user."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _vector_fakes import WordHashEmbedder
+from typer.testing import CliRunner
+
+from _memory_sample import fill, lines
+from fastaiagent.agent import Agent, Memory, RunContext
+from fastaiagent.errors import InvalidValueError, SchemaVersionError
+from fastaiagent.facts import Fact
+from fastaiagent.facts.factory import make_fact_store
+from fastaiagent.facts.transfer import export_memory, import_memory, reading
+from fastaiagent.kb.protocols import DimensionMismatchError
+from fastaiagent.llm import AssistantMessage, UserMessage
+from fastaiagent.testing import CannedLLM
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> tuple[str, Path]:
+    location = f"sqlite:///{tmp_path / 'source.db'}"
+    store = make_fact_store(location)
+    fill(store)
+    store.close()
+    path = tmp_path / "all.jsonl"
+    export_memory(location, path)
+    return location, path
+
+
+def _target(tmp_path: Path, name: str = "target") -> Any:
+    return make_fact_store(f"sqlite:///{tmp_path / name}.db")
+
+
+def test_a_cut_off_file_imports_what_came_before_and_says_so(sample: tuple[str, Path], tmp_path: Path) -> None:
+    _, path = sample
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(path.read_text().splitlines()[:5]) + "\n")
+    target = _target(tmp_path)
+    with pytest.raises(InvalidValueError, match="no end line after line 5: the export was cut off"):
+        import_memory(target, cut)
+    held = {(s.scope, s.scope_id): s.count for s in target.subjects(include_superseded=True)}
+    assert held == {("agent", ""): 1, ("user", "ann"): 3}  # lines 2-5: the rule, tea, coffee, tea
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "is empty"),
+        ('{"kind": "fact"}\n', "not a fastaiagent memory export"),
+        ("not json\n", "line 1: not JSON"),
+        ('{"kind": "fastaiagent-memory", "version": 1}\n{"kind": "robot"}\n', "line 2: unknown kind 'robot'"),
+        ('{"kind": "fastaiagent-memory", "version": 1}\n{"kind": "fact", "id": 1}\n', "line 2: a fact without"),
+    ],
+)
+def test_a_damaged_file_is_refused_with_its_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(InvalidValueError, match=message):
+        import_memory(_target(tmp_path), path)
+
+
+def test_a_newer_format_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "new.jsonl"
+    path.write_text('{"kind": "fastaiagent-memory", "version": 99}\n{"kind": "end"}\n')
+    target = _target(tmp_path)
+    with pytest.raises(SchemaVersionError, match=r"format version 99.*pip install -U fastaiagent"):
+        import_memory(target, path)
+    assert target.subjects() == []
+
+
+def test_vectors_of_another_size_are_refused_before_anything_is_written(
+    sample: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, path = sample
+    target = _target(tmp_path)
+    Memory(target, recall="auto", embedder=WordHashEmbedder(dimension=8)).add_history(
+        [UserMessage("hello there")]
+    )
+    with pytest.raises(DimensionMismatchError, match="16-dimensional vectors, but the target index holds 8"):
+        import_memory(target, path)
+    assert target.subjects() == []
+
+
+def test_a_subject_longer_than_a_page_keeps_its_order_and_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reading, "PAGE", 7)
+    source = _target(tmp_path, "big")
+    previous = source.add(Fact("v0", scope="user", scope_id="ann", created_at=1.0))
+    for n in range(1, 30):  # 30 versions, each replacing the one before; "v0" comes back twice
+        text = "v0" if n % 10 == 0 else f"v{n}"
+        previous = source.update(Fact(text, scope="user", scope_id="ann", created_at=1.0 + n), previous)
+    buffer = io.StringIO()
+    export_memory(source, buffer)
+    times = [json.loads(line)["created_at"] for line in buffer.getvalue().splitlines()[1:-1]]
+    assert times == sorted(times) and len(times) == 30
+    target = _target(tmp_path)
+    import_memory(target, io.StringIO(buffer.getvalue()))
+    (active,) = target.list_active("user", "ann")
+    assert (active.fact, active.created_at) == ("v29", 30.0)
+    chain = [active]
+    while replaced := target.replaced(chain[-1].id):
+        chain += replaced
+    assert [f.fact for f in chain][:3] == ["v29", "v28", "v27"] and len(chain) == 30
+
+
+def test_the_cli_exports_imports_and_copies(sample: tuple[str, Path], tmp_path: Path) -> None:
+    from fastaiagent.cli import app
+    from fastaiagent.cli.memory import register
+
+    register(app)
+    runner = CliRunner()
+    location, _ = sample
+    out = tmp_path / "ann.jsonl"
+    done = runner.invoke(app, ["memory", "export", "-l", location, "--user", "ann", "--project-id", "", "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "4 fact(s), 5 recalled message(s), 2 window(s), 1 item(s)" in done.output
+    target = f"sqlite:///{tmp_path / 'cli.db'}"
+    done = runner.invoke(app, ["memory", "import", str(out), "-l", target, "--progress"])
+    assert done.exit_code == 0 and "imported into" in done.output
+    assert "[##############################] 100%" in done.stderr
+    again = runner.invoke(app, ["memory", "import", str(out), "-l", target])
+    assert "0 fact(s)" in again.output and "12 already there, kept" in again.output
+    copied = runner.invoke(app, ["memory", "copy", "--from", location, "--to", f"sqlite:///{tmp_path / 'c.db'}"])
+    assert copied.exit_code == 0 and "7 fact(s), 10 recalled message(s)" in copied.output
+    assert runner.invoke(app, ["memory", "export", "-l", location, "--user", "*", "-o", str(out)]).exit_code != 0
+    missing = runner.invoke(app, ["memory", "import", str(tmp_path / "nope.jsonl"), "-l", target])
+    assert missing.exit_code != 0 and "nope.jsonl: no such file" in str(missing.exception)
+
+
+def test_a_user_downloads_their_data_and_it_is_recalled_elsewhere_without_embedding(tmp_path: Path) -> None:
+    embedder = WordHashEmbedder()
+    home = Memory(f"sqlite:///{tmp_path / 'home.db'}", user_id=lambda ctx: ctx.state["user"],
+                  recall="auto", embedder=embedder)  # fmt: skip
+    home.add_history([UserMessage("My dog Biscuit is a beagle"), AssistantMessage("Beagles are lovely, curious dogs")], user_id="ann")
+    home.add_history([UserMessage("I live in Oslo")], user_id="bob")
+    home.persist("prefers short answers", tier="user", id="ann")
+    path = tmp_path / "ann.jsonl"
+    assert home.export_user("ann", path).recall == 2
+    assert "Oslo" not in path.read_text()
+
+    fresh_embedder = WordHashEmbedder()
+    away = Memory(f"sqlite:///{tmp_path / 'away.db'}", user_id=lambda ctx: ctx.state["user"],
+                  recall="auto", embedder=fresh_embedder)  # fmt: skip
+    assert away.import_user(path).facts == 1
+    llm = CannedLLM("ok")
+    Agent(name="a", llm=llm, memory=away).run("what is my dog called?", context=RunContext(state={"user": "ann"}))
+    prompt = " ".join(str(m.content) for m in llm.calls[0])
+    assert "Biscuit" in prompt and "prefers short answers" in prompt
+    embedded = [text for call in fresh_embedder.calls for text in call]
+    assert "My dog Biscuit is a beagle" not in embedded  # the stored vector was used
+    with pytest.raises(InvalidValueError, match="needs one user's id"):
+        away.export_user("", path)
+
+
+def test_an_export_to_a_stream_round_trips(sample: tuple[str, Path], tmp_path: Path) -> None:
+    location, path = sample
+    stream = io.StringIO()
+    export_memory(location, stream)
+    stream.seek(0)
+    import_memory(_target(tmp_path), stream)
+    again = tmp_path / "again.jsonl"
+    export_memory(_target(tmp_path), again)
+    assert lines(again) == lines(path)
