@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, cast, runtime_checkable
 
+from fastaiagent._validate import integer
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
     check_fact_text,
-    check_limit,
     delete_selector,
     page_selector,
 )
@@ -173,7 +173,7 @@ class FactStore(Protocol):
         """Facts across subjects for UIs and CLIs, newest first (filters before limit);
         expired ones (at ``now``) only with ``include_expired``; ``text`` keeps facts
         containing it (case-insensitive)."""
-        check_limit(limit)
+        integer("limit", limit, minimum=0)  # a page of a browse has a size (no None)
         valid_at = None if include_expired else moment_or_now(now)
         wanted = BrowseFilter(
             scope, scope_id, project_id, include_superseded, valid_at, text, limit, max(0, int(offset))

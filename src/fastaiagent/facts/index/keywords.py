@@ -83,7 +83,7 @@ def bm25_top(
             if tf:
                 score += weight * tf / (tf + norm)
         scores.append((chunk_id, score))
-    return heapq.nlargest(top_k, scores, key=lambda item: item[1])
+    return heapq.nsmallest(top_k, scores, key=_best_first)
 
 
 def bm25_postings_top(
@@ -102,8 +102,13 @@ def bm25_postings_top(
         weight = gain(docs, len(holding))
         for chunk_id, tf, length in holding:
             scores[chunk_id] = scores.get(chunk_id, 0.0) + weight * tf / (tf + base + slope * length)
-    best = heapq.nlargest(top_k, scores, key=scores.__getitem__)
-    return [(chunk_id, scores[chunk_id]) for chunk_id in best]
+    return heapq.nsmallest(top_k, scores.items(), key=_best_first)
+
+
+def _best_first(item: tuple[str, float]) -> tuple[float, str]:
+    """Higher score first; equal scores (to 1e-9: the sums' order differs between
+    stores) by id, so every store returns the same documents in the same order."""
+    return -round(item[1], 9), item[0]
 
 
 __all__ = ["K1", "B", "bm25_postings_top", "bm25_top", "gain", "grouped", "length_norm", "query_terms"]
