@@ -5,7 +5,8 @@ The source holds ``--facts`` facts (over ``--fact-users`` users, one in ten a
 replaced version, so history travels too) and ``--messages`` recalled messages
 (over ``--recall-users`` users, 384-dimensional vectors of a seeded
 random-direction-per-word embedder). Each copy runs in a process of its own (the CLI's path), timed with
-its peak RSS. Then, per target:
+its peak anonymous memory (heap; the SQLite file is memory-mapped, so the
+process's RSS also counts the file pages it read). Then, per target:
 
 - nothing lost: facts per subject (history included) and messages per
   namespace equal the source's, and a random sample of 500 facts and 500
@@ -32,6 +33,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -129,14 +131,33 @@ def timed(*command: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def anon_mb() -> float:
+    """This process's anonymous resident memory (heap, not the SQLite file's mmap)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def child(mode: str, source: str, target: str) -> None:
     from fastaiagent.facts.transfer import copy_memory, export_memory
 
+    peak, done = [anon_mb()], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak.append(max(peak[-1], anon_mb()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     start = time.perf_counter()
     counts = copy_memory(source, target) if mode == "copy" else export_memory(source, target)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": round(seconds, 1), "peak_rss_mb": round(peak), **counts.as_dict(),
+    done.set()
+    sampler.join()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": round(seconds, 1), "peak_anon_mb": round(max(peak)),
+                      "peak_rss_mb_with_mmap": round(rss), **counts.as_dict(),
                       "kept": counts.kept, "skipped": counts.skipped}))  # fmt: skip
 
 

@@ -169,3 +169,14 @@ def test_an_export_to_a_stream_round_trips(sample: tuple[str, Path], tmp_path: P
     again = tmp_path / "again.jsonl"
     export_memory(_target(tmp_path), again)
     assert lines(again) == lines(path)
+
+
+def test_a_text_the_target_holds_under_another_time_is_kept_not_counted(
+    sample: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, path = sample
+    target = _target(tmp_path)
+    mine = target.add(Fact("is vegan", scope="user", scope_id="bob", created_at=5.0))
+    counts = import_memory(target, path)
+    assert (counts.facts, counts.kept) == (6, 1)
+    assert [f.id for f in target.list_active("user", "bob")] == [mine]

@@ -50,6 +50,7 @@ class Importer:
         self._check_dimension(header.dimension)
         self._subject: Subject | None = None
         self._held: dict[Fingerprint, tuple[int, int | None]] = {}  # target id, superseded by
+        self._held_ids: set[int] = set()  # the subject's ids in the target
         self._ids: dict[int, int] = {}  # the file's fact id -> the target's
         self._waiting: dict[int, list[tuple[int, float | None]]] = {}
         self._chunks: dict[str, list[Chunk]] = {}
@@ -96,7 +97,11 @@ class Importer:
             fresh = replace(fact, id=None, superseded_by=None, superseded_at=None)
             target, superseded_by = self.store.add(fresh), None
             self._held[fingerprint] = (target, None)
-            self.counts.add("fact")
+            if target in self._held_ids:  # the target's active fact of that text, kept
+                self.counts.kept += 1
+            else:
+                self._held_ids.add(target)
+                self.counts.add("fact")
         self._ids[fact.id] = target
         if fact.superseded_by is not None:
             newer = self._ids.get(fact.superseded_by)
@@ -117,7 +122,7 @@ class Importer:
 
     def _open_subject(self, subject: Subject) -> None:
         self._close_subject()
-        self._subject, self._ids, self._held = subject, {}, {}
+        self._subject, self._ids, self._held, self._held_ids = subject, {}, {}, set()
         scope, scope_id, project_id = subject
         offset = 0
         while True:
@@ -127,6 +132,7 @@ class Importer:
             )  # fmt: skip
             for fact in page:
                 assert fact.id is not None
+                self._held_ids.add(fact.id)
                 self._held[(normalize_text(fact.fact), float(fact.created_at))] = (
                     fact.id, fact.superseded_by,
                 )  # fmt: skip
