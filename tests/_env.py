@@ -264,3 +264,121 @@ def drop_prefix(url: str, prefix: str) -> None:
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
     client.close()
+
+
+class RedisCluster:
+    """A Redis Cluster of the caller's own (see :func:`start_redis_cluster`): its
+    nodes' ports and processes; :meth:`kill` ends one node, :meth:`stop` them all."""
+
+    def __init__(self, ports: list[int], processes: list[subprocess.Popen[bytes]]) -> None:
+        self.ports, self.processes = ports, processes
+
+    @property
+    def url(self) -> str:
+        """A cluster location (``?cluster=true``) through the first node."""
+        return f"redis://127.0.0.1:{self.ports[0]}/0?cluster=true"
+
+    def kill(self, port: int) -> None:
+        """kill -9 the node on ``port`` (no shutdown, no save)."""
+        process = self.processes[self.ports.index(port)]
+        process.kill()
+        process.wait()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def start_redis_cluster(data_dir: Path, primaries: int = 3) -> RedisCluster:
+    """A Redis Cluster of ``primaries`` primaries with one replica each, every node a
+    ``redis-server --cluster-enabled yes`` of the caller's own on a free port in its
+    own folder of ``data_dir`` (no persistence), joined by ``redis-cli --cluster
+    create``; returned once every node reports ``cluster_state:ok``. The caller stops it."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        missing("redis-server / redis-cli are not installed (apt-get install redis-server)")
+    redis = require_module("redis")
+    ports, processes = _cluster_ports(2 * primaries), []
+    cluster = RedisCluster(ports, processes)
+    for port in ports:
+        folder = data_dir / str(port)
+        folder.mkdir()
+        processes.append(subprocess.Popen(
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(folder), "--cluster-enabled", "yes",
+             "--cluster-config-file", str(folder / "nodes.conf"), "--cluster-node-timeout", "2000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))  # fmt: skip
+    try:
+        for port in ports:
+            _wait_ping(redis, port)
+        created = subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+             "--cluster-replicas", "1", "--cluster-yes"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if created.returncode != 0:
+            raise RuntimeError(created.stdout[-800:] + created.stderr[-800:])
+        wait_cluster_ok(ports)
+    except Exception as exc:
+        cluster.stop()
+        missing(f"a private Redis Cluster did not start on ports {ports}: {exc}")
+    return cluster
+
+
+def _cluster_ports(count: int) -> list[int]:
+    """Free ports whose cluster bus ports (port + 10000) are free too."""
+    import socket
+
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port + 10000 > 65535 or port in ports or port + 10000 in ports:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
+def _wait_ping(redis: ModuleType, port: int) -> None:
+    client = redis.Redis(port=port, socket_connect_timeout=1)
+    try:
+        for _ in range(200):  # up to 10 s
+            try:
+                client.ping()
+                return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"node {port} does not answer")
+    finally:
+        client.close()
+
+
+def wait_cluster_ok(ports: list[int], timeout: float = 30.0) -> None:
+    """Until every node of ``ports`` that answers reports ``cluster_state:ok`` with
+    all 16384 slots served (a node that does not answer is skipped: a killed one)."""
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for port in ports:
+            client = redis.Redis(port=port, socket_connect_timeout=1, decode_responses=True)
+            try:
+                info = client.cluster("info")
+                states.append(info.get("cluster_state") == "ok" and int(info.get("cluster_slots_ok", 0)) == 16384)
+            except redis.exceptions.ConnectionError:
+                pass
+            finally:
+                client.close()
+        if states and all(states):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster is not ok after {timeout} s")
+        time.sleep(0.1)

@@ -30,9 +30,10 @@ def unavailable(what: str, url: str = "") -> Iterator[None]:
     :func:`redis_failure`); ``what`` names the store in the message, e.g.
     ``"the fact store"``, and ``url`` its server (else the connection's, when the
     error came from connecting)."""
+    errors = redis_lib.exceptions
     try:
         yield
-    except redis_lib.exceptions.RedisError as exc:
+    except (errors.RedisError, errors.RedisClusterException) as exc:
         raise redis_failure(exc, what, url) from exc
 
 
@@ -51,6 +52,10 @@ def redis_failure(exc: Exception, what: str, url: str = "") -> FastAIAgentError:
     at = outage.server_name("Redis", url) if url else getattr(exc, _LOCATION, "") or "Redis"
     reason = " ".join(str(exc).split()) or type(exc).__name__
     upper = reason.upper()
+    if isinstance(exc, errors.RedisClusterException) or upper.startswith(
+        ("MOVED", "ASK ", "CROSSSLOT", "CLUSTERDOWN")
+    ) or "NON LOCAL KEY" in upper:
+        return _cluster_failure(exc, what, at, reason)
     if isinstance(exc, (errors.AuthenticationError, errors.AuthorizationError)) or (
         upper.startswith(("NOAUTH", "WRONGPASS"))
     ):
@@ -84,6 +89,30 @@ def redis_failure(exc: Exception, what: str, url: str = "") -> FastAIAgentError:
             "and the URL's host and port)"
         )
     return _answer_failure(exc, what, at, reason)
+
+
+def _cluster_failure(exc: Exception, what: str, at: str, reason: str) -> FastAIAgentError:
+    """:func:`redis_failure` for what only a Redis Cluster (or a cluster URL) says."""
+    upper = reason.upper()
+    if upper.startswith(("MOVED", "ASK ")) or "NON LOCAL KEY" in upper:
+        return StoreConfigError(
+            f"{at} is a Redis Cluster node, and {what} was opened as a single server "
+            f"({reason}): add ?cluster=true to the URL"
+        )
+    if "CLUSTER MODE IS NOT ENABLED" in upper:
+        return StoreConfigError(
+            f"{at} is not a Redis Cluster node, but the URL of {what} asks for one "
+            f"({reason}): drop ?cluster=true from the URL"
+        )
+    if upper.startswith("CROSSSLOT"):
+        return StoreCorruptError(
+            f"a call of {what} spanned several hash slots ({at}: {reason}): a bug of "
+            "fastaiagent's cluster layout; please report it"
+        )
+    return StoreUnavailableError(
+        f"the Redis Cluster of {what} cannot serve the call ({at}: {reason}): retry once "
+        "its slots are covered (a failover may be running)"
+    )
 
 
 def _answer_failure(exc: Exception, what: str, at: str, reason: str) -> FastAIAgentError:
@@ -130,16 +159,25 @@ def guarded_client(url: str, **options: Any) -> Any:
     return client
 
 
-def _guarded_class(base: type, health: outage.StoreHealth, where: str) -> type:
+def guarded_cluster_class(base: type) -> type:
+    """``base`` gated per node: each cluster node has its own health (named by its
+    address), so one node that is down (a failover) pauses only its calls."""
+    return _guarded_class(base, None, "")
+
+
+def _guarded_class(base: type, shared: outage.StoreHealth | None, name: str) -> type:
     """``base`` (plain, TLS or unix-socket connection) whose connect is gated by
-    ``health``; errors of the connect carry ``where`` (see :data:`_LOCATION`).
-    Something other than Redis at the address counts as unreachable."""
+    ``shared`` (None: the health of the connection's own host and port); errors of
+    the connect carry the server's name (see :data:`_LOCATION`). Something other
+    than Redis at the address counts as unreachable."""
     errors = redis_lib.exceptions
     failures = (errors.ConnectionError, errors.TimeoutError, errors.InvalidResponse)
 
     def connect_check_health(self: Any, *args: Any, **kwargs: Any) -> None:
         if self._sock:  # connected already: nothing to wait for
             return
+        where = name or outage.server_name("Redis", f"redis://{self.host}:{self.port}")
+        health = shared or outage.health(where)
         health.check(error=errors.ConnectionError)  # unavailable() words it
         try:
             base.connect_check_health(self, *args, **kwargs)  # type: ignore[attr-defined]

@@ -40,14 +40,17 @@ ROW_LEN = len(ROW_FIELDS)
 ID_WIDTH = 20  # digits of a sorted-set member; the Lua scripts hard-code it too
 
 
-def escape_part(part: str) -> str:
-    """Escape one key part: ``%`` and ``:`` are percent-encoded, nothing else changes."""
-    return part.replace("%", "%25").replace(":", "%3A")
+def escape_part(part: str, *, braces: bool = False) -> str:
+    """Escape one key part: ``%`` and ``:`` are percent-encoded, nothing else changes.
+    ``braces`` (the cluster layout): ``{`` and ``}`` too, so no id can end or start
+    a hash tag (a single server's keys keep them, as they always did)."""
+    escaped = part.replace("%", "%25").replace(":", "%3A")
+    return escaped.replace("{", "%7B").replace("}", "%7D") if braces else escaped
 
 
 def unescape_part(part: str) -> str:
-    """The inverse of :func:`escape_part`."""
-    return part.replace("%3A", ":").replace("%25", "%")
+    """The inverse of :func:`escape_part` (either form)."""
+    return part.replace("%3A", ":").replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
 
 
 def glob_escape(pattern: str) -> str:

@@ -18,19 +18,44 @@ from __future__ import annotations
 # Helpers shared by the write scripts (prepended to each).
 LIBRARY = """
 local P = ARGV[1]
+local C = false  -- the cluster layout (see CLUSTER_MARK): every key of a subject in its slot
+local DROPPED, EMPTIED = {}, 0  -- cluster: what the store tidies in the namespace's slot
 local function pad(id) return string.rep('0', 20 - #id) .. id end
-local function esc(s) return (string.gsub(string.gsub(s, '%%', '%%25'), ':', '%%3A')) end
-local function fact_key(id) return P .. ':fact:' .. id end
+local function esc(s)
+  s = string.gsub(string.gsub(s, '%%', '%%25'), ':', '%%3A')
+  if C then s = string.gsub(string.gsub(s, '{', '%%7B'), '}', '%%7D') end
+  return s
+end
+-- A subject's keys. Cluster: named with its hash tag, and the indexes that are
+-- global on one server (expiry, retired) are the subject's own; the scope and
+-- all indexes and the subjects set are not kept (the store reads subjects).
 local function subject(project, scope, sid)
   local s = project .. ':' .. scope .. ':' .. sid
-  return {member = s, active = P .. ':active:' .. s, rows = P .. ':rows:' .. s,
-          hist = P .. ':hist:' .. s, key = P .. ':key:' .. s .. ':',
-          old = P .. ':old:' .. s .. ':', exp = P .. ':exp:' .. s,
-          scope = P .. ':scope:' .. project .. ':' .. scope}
+  local t = s
+  if C then t = '{' .. s .. '}' end
+  local keys = {member = s, active = P .. ':active:' .. t, rows = P .. ':rows:' .. t,
+                hist = P .. ':hist:' .. t, key = P .. ':key:' .. t .. ':',
+                old = P .. ':old:' .. t .. ':', exp = P .. ':exp:' .. t}
+  if C then
+    keys.fact, keys.prev = P .. ':fact:' .. t .. ':', P .. ':prev:' .. t .. ':'
+    keys.expiry, keys.retired = P .. ':expiry:' .. t, P .. ':retired:' .. t
+  else
+    keys.fact, keys.prev = P .. ':fact:', P .. ':prev:'
+    keys.expiry, keys.retired = P .. ':expiry', P .. ':retired'
+    keys.scope, keys.all = P .. ':scope:' .. project .. ':' .. scope, P .. ':all'
+  end
+  return keys
 end
-local function active_id(content_key)
+-- One server: a fact's hash is P:fact:<id> whatever its subject.
+local function fact_key(id, s)
+  if s then return s.fact .. id end
+  return P .. ':fact:' .. id
+end
+local function zadd(key, score, m) if key then redis.call('ZADD', key, score, m) end end
+local function zrem(key, m) if key then redis.call('ZREM', key, m) end end
+local function active_id(s, content_key)
   local id = redis.call('GET', content_key)
-  if id and redis.call('HGET', fact_key(id), 'superseded_by') == '' then return id end
+  if id and redis.call('HGET', fact_key(id, s), 'superseded_by') == '' then return id end
   return false
 end
 -- A subject's rows carry one marker member (score +inf, so it is read first) while
@@ -44,40 +69,43 @@ local function mark(s)
   if #top > 0 then redis.call('ZADD', s.rows, '+inf', '~' .. top[2]) end
 end
 -- A new active fact; ARGV from `at`: score, row head, row tail, digest, valid_to
--- ('' for none), then the hash's field/value pairs. The row gets its id here,
--- where it is known. A fact with an end is read from the subject's `exp` set
--- (by valid_to) instead of its rows, so expired facts are never read.
+-- ('' for none), then the hash's field/value pairs (cluster: then the id, which the
+-- store took from the namespace's counter). The row gets its id here, where it is
+-- known. A fact with an end is read from the subject's `exp` set (by valid_to)
+-- instead of its rows, so expired facts are never read.
 local function create(s, at)
-  local id = string.format('%d', redis.call('INCR', P .. ':seq'))
+  local id, last = nil, #ARGV
+  if C then id, last = ARGV[#ARGV], #ARGV - 1
+  else id = string.format('%d', redis.call('INCR', P .. ':seq')) end
   local m, score, ends = pad(id), ARGV[at], ARGV[at + 4]
   local row = ARGV[at + 1] .. ',' .. id .. ',' .. ARGV[at + 2]
-  redis.call('HSET', fact_key(id), 'row', row, unpack(ARGV, at + 5))
+  redis.call('HSET', fact_key(id, s), 'row', row, unpack(ARGV, at + 5, last))
   redis.call('SET', s.key .. ARGV[at + 3], id)
   redis.call('ZADD', s.active, score, m)
   if ends ~= '' then
     redis.call('ZADD', s.exp, ends, m .. row)
-    redis.call('ZADD', P .. ':expiry', ends, m)
+    redis.call('ZADD', s.expiry, ends, m)
     mark(s)
   else
     redis.call('ZADD', s.rows, score, m .. row)
   end
-  redis.call('ZADD', s.scope, score, m)
-  redis.call('ZADD', P .. ':all', score, m)
+  zadd(s.scope, score, m)
+  zadd(s.all, score, m)
   redis.call('SADD', s.hist, id)
-  redis.call('SADD', P .. ':subjects', s.member)
+  if not C then redis.call('SADD', P .. ':subjects', s.member) end
   return id
 end
 -- Supersedes one fact at `when`; its text's set of superseded ids gets it (delete
 -- by text), its replacement's `prev` set too (history), `retired` its time (pruning).
 local function retire(s, id, by, row, digest, when)
   local m = pad(id)
-  redis.call('HSET', fact_key(id), 'superseded_by', by, 'superseded_at', when)
+  redis.call('HSET', fact_key(id, s), 'superseded_by', by, 'superseded_at', when)
   if digest then redis.call('SADD', s.old .. digest, id) end
   redis.call('ZREM', s.active, m)
-  redis.call('ZREM', s.scope, m)
-  redis.call('ZREM', P .. ':expiry', m)
-  redis.call('ZADD', P .. ':retired', when, m)
-  redis.call('SADD', P .. ':prev:' .. by, id)
+  zrem(s.scope, m)
+  redis.call('ZREM', s.expiry, m)
+  redis.call('ZADD', s.retired, when, m)
+  redis.call('SADD', s.prev .. by, id)
   if row then
     redis.call('ZREM', s.rows, m .. row)
     if redis.call('ZREM', s.exp, m .. row) == 1 then mark(s) end
@@ -87,21 +115,21 @@ local function retire(s, id, by, row, digest, when)
   end
 end
 -- Hard-deletes one fact and every index entry of it; the subject comes from
--- the hash (or `s` for an id whose hash is already gone). Returns 1 if the
--- fact existed, and its subject.
+-- the hash (or `s` for an id whose hash is already gone; in a cluster `s` is
+-- always given). Returns 1 if the fact existed, and its subject.
 local function drop(id, s)
-  local h = redis.call('HMGET', fact_key(id), 'scope', 'scope_id', 'project_id', 'row', 'digest',
-                       'superseded_by')
+  local h = redis.call('HMGET', fact_key(id, s), 'scope', 'scope_id', 'project_id', 'row',
+                       'digest', 'superseded_by')
   if h[1] then s = subject(esc(h[3]), esc(h[1]), esc(h[2])) end
   local m = pad(id)
-  redis.call('DEL', fact_key(id))
+  redis.call('DEL', fact_key(id, s))
   redis.call('ZREM', s.active, m)
-  redis.call('ZREM', s.scope, m)
-  redis.call('ZREM', P .. ':all', m)
-  redis.call('ZREM', P .. ':expiry', m)
-  redis.call('ZREM', P .. ':retired', m)
-  redis.call('DEL', P .. ':prev:' .. id)
-  if (h[6] or '') ~= '' then redis.call('SREM', P .. ':prev:' .. h[6], id) end
+  zrem(s.scope, m)
+  zrem(s.all, m)
+  redis.call('ZREM', s.expiry, m)
+  redis.call('ZREM', s.retired, m)
+  redis.call('DEL', s.prev .. id)
+  if (h[6] or '') ~= '' then redis.call('SREM', s.prev .. h[6], id) end
   redis.call('SREM', s.hist, id)
   if h[4] then
     redis.call('ZREM', s.rows, m .. h[4])
@@ -109,17 +137,39 @@ local function drop(id, s)
   end
   if h[5] and redis.call('GET', s.key .. h[5]) == id then redis.call('DEL', s.key .. h[5]) end
   if h[5] and (h[6] or '') ~= '' then redis.call('SREM', s.old .. h[5], id) end
-  if h[1] then return 1, s end
+  if h[1] then
+    DROPPED[#DROPPED + 1] = id
+    return 1, s
+  end
   return 0, s
 end
 -- A subject with no facts left leaves no keys behind.
 local function finish(s)
   if redis.call('SCARD', s.hist) == 0 then
-    redis.call('SREM', P .. ':subjects', s.member)
+    if C then EMPTIED = 1 else redis.call('SREM', P .. ':subjects', s.member) end
     redis.call('DEL', s.active, s.rows, s.exp)
   end
 end
+local function main()
 """
+
+# Closes a write script: its body is LIBRARY's ``main``. In a cluster the reply
+# is {reply, ids dropped, 1 if the subject emptied}: the namespace's slot holds
+# what maps ids to subjects, which the store tidies in a second call.
+_TAIL = """
+end
+local reply = main()
+if C then return {reply, DROPPED, EMPTIED} end
+return reply
+"""
+
+CLUSTER_MARK = "local C = false"
+"""The line :func:`for_cluster` turns on."""
+
+
+def for_cluster(script: str) -> str:
+    """A write script in its cluster form (subject keys with their hash tag)."""
+    return script.replace(CLUSTER_MARK, "local C = true", 1)
 
 # ARGV: prefix, project, scope, scope_id, score, row head, row tail, digest,
 # valid_to, fields... The same normalised text in the same subject returns the
@@ -129,26 +179,29 @@ ADD = (
     LIBRARY
     + """
 local s = subject(ARGV[2], ARGV[3], ARGV[4])
-local id = active_id(s.key .. ARGV[8])
+local id = active_id(s, s.key .. ARGV[8])
 if not id then return create(s, 5) end
-local h = redis.call('HMGET', fact_key(id), 'valid_to', 'row')
+local h = redis.call('HMGET', fact_key(id, s), 'valid_to', 'row')
 if (h[1] or '') == '' or tonumber(h[1]) > tonumber(ARGV[5]) then return id end
 local new = create(s, 5)
 retire(s, id, new, h[2], ARGV[8], ARGV[5])
 return new
 """
+    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, old id, score, row head, row tail,
-# digest, valid_to, fields... The old fact is superseded at the new one's score. Adds the new fact (or reuses the active one with its text)
-# and supersedes the old one, in one step; a refusal writes nothing.
+# digest, valid_to, fields... The old fact is superseded at the new one's score.
+# Adds the new fact (or reuses the active one with its text) and supersedes the
+# old one, in one step; a refusal writes nothing. In a cluster an old id of
+# another subject is not found here ('missing'): the store tells the two apart.
 UPDATE = (
     LIBRARY
     + """
 local s, old = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
-local h = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
+local h = redis.call('HMGET', fact_key(old, s), 'scope', 'scope_id', 'project_id',
                      'superseded_by', 'row', 'digest')
-local existing = active_id(s.key .. ARGV[9])
+local existing = active_id(s, s.key .. ARGV[9])
 if existing == old then return old end
 if not h[1] then return {'missing', old} end
 if esc(h[3]) ~= ARGV[2] or h[1] ~= ARGV[3] or esc(h[2]) ~= ARGV[4] then
@@ -160,17 +213,21 @@ local new = existing or create(s, 6)
 if by ~= new then retire(s, old, new, h[5], h[6], ARGV[6]) end
 return new
 """
+    + _TAIL
 )
 
-# ARGV: prefix, old id, new id, when. The rules of scoping.check_supersede, checked
-# where they cannot change underneath.
+# ARGV: prefix, old id, new id, when (cluster: then the subject's parts, which
+# the store read from the namespace's id map). The rules of
+# scoping.check_supersede, checked where they cannot change underneath.
 SUPERSEDE = (
     LIBRARY
     + """
-local old, new = ARGV[2], ARGV[3]
-local o = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
+local old, new, S = ARGV[2], ARGV[3], nil
+if C then S = subject(ARGV[5], ARGV[6], ARGV[7]) end
+local o = redis.call('HMGET', fact_key(old, S), 'scope', 'scope_id', 'project_id',
                      'superseded_by', 'row', 'digest')
-local n = redis.call('HMGET', fact_key(new), 'scope', 'scope_id', 'project_id', 'superseded_by')
+local n = redis.call('HMGET', fact_key(new, S), 'scope', 'scope_id', 'project_id',
+                     'superseded_by')
 if not o[1] then return {'missing', old} end
 if not n[1] then return {'missing', new} end
 if o[1] ~= n[1] or o[2] ~= n[2] or o[3] ~= n[3] then
@@ -183,6 +240,7 @@ if by ~= '' then return {'taken', old, by} end
 retire(subject(esc(o[3]), esc(o[1]), esc(o[2])), old, new, o[5], o[6], ARGV[4])
 return 'ok'
 """
+    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, id, normalised text ('' = any).
@@ -192,11 +250,14 @@ DELETE_ID = (
     + """
 local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
 if redis.call('SISMEMBER', s.hist, id) == 0 then return 0 end
-if ARGV[6] ~= '' and redis.call('HGET', fact_key(id), 'fact_key') ~= ARGV[6] then return 0 end
+if ARGV[6] ~= '' and redis.call('HGET', fact_key(id, s), 'fact_key') ~= ARGV[6] then
+  return 0
+end
 local n = drop(id, s)
 finish(s)
 return n
 """
+    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, normalised text, digest, count. One
@@ -211,13 +272,13 @@ local s, text, digest = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5], ARGV[6]
 local n = 0
 local id = redis.call('GET', s.key .. digest)
 if id then
-  local h = redis.call('HMGET', fact_key(id), 'fact_key', 'superseded_by')
+  local h = redis.call('HMGET', fact_key(id, s), 'fact_key', 'superseded_by')
   if h[1] == text and (h[2] or '') == '' then n = n + drop(id, s) end
 end
 local ids = redis.call('SPOP', s.old .. digest, ARGV[7])
 local others = {}
 for _, old in ipairs(ids) do
-  local key = redis.call('HGET', fact_key(old), 'fact_key')
+  local key = redis.call('HGET', fact_key(old, s), 'fact_key')
   if key == text then n = n + drop(old, s)
   elseif key then others[#others + 1] = old end  -- another text of the same digest
 end
@@ -225,6 +286,7 @@ if #others > 0 then redis.call('SADD', s.old .. digest, unpack(others)) end
 finish(s)
 return {n, #ids - #others}
 """
+    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, count. One bounded step of deleting
@@ -240,23 +302,26 @@ for _, id in ipairs(ids) do n = n + drop(id, s) end
 finish(s)
 return {n, #ids}
 """
+    + _TAIL
 )
 
-# KEYS[1]: an active index (a subject's, or a scope's for "*"). ARGV: prefix,
-# keep, budget, the learned source. Deletes up to `budget` run-learned active
-# facts beyond the newest `keep` (newest first: created_at, then id); returns
-# how many - call again while that equals the budget.
+# KEYS[1]: an active index (a subject's, or a scope's for "*" on one server).
+# ARGV: prefix, keep, budget, the learned source (cluster: then the subject's
+# parts). Deletes up to `budget` run-learned active facts beyond the newest
+# `keep` (newest first: created_at, then id); returns how many - call again
+# while that equals the budget.
 PRUNE_LEARNED = (
     LIBRARY
     + """
-local keep, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
+local keep, budget, S = tonumber(ARGV[2]), tonumber(ARGV[3]), nil
+if C then S = subject(ARGV[5], ARGV[6], ARGV[7]) end
 local seen, doomed, start = 0, {}, 0
 while #doomed < budget do
   local members = redis.call('ZREVRANGE', KEYS[1], start, start + 499)
   if #members == 0 then break end
   for _, m in ipairs(members) do
     local id = string.format('%d', tonumber(m))
-    local h = redis.call('HMGET', fact_key(id), 'source', 'superseded_by')
+    local h = redis.call('HMGET', fact_key(id, S), 'source', 'superseded_by')
     if h[1] == ARGV[4] and h[2] == '' then
       seen = seen + 1
       if seen > keep then
@@ -269,12 +334,13 @@ while #doomed < budget do
 end
 local touched = {}
 for _, id in ipairs(doomed) do
-  local _, s = drop(id, nil)
+  local _, s = drop(id, S)
   touched[s.member] = s
 end
 for _, s in pairs(touched) do finish(s) end
 return #doomed
 """
+    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, id, score, normalised text, digest,
@@ -286,7 +352,7 @@ INDEX = (
     LIBRARY
     + """
 local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
-local key = fact_key(id)
+local key = fact_key(id, s)
 local h = redis.call('HMGET', key, 'fact', 'fact_key', 'superseded_by', 'row', 'doc', 'digest',
                      'valid_to', 'superseded_at')
 if not h[1] then return 0 end
@@ -297,15 +363,15 @@ if not h[4] then redis.call('HSET', key, 'row', row) end
 if h[5] then redis.call('HDEL', key, 'doc') end
 if h[6] ~= ARGV[8] then redis.call('HSET', key, 'digest', ARGV[8]) end
 local m, score = pad(id), ARGV[6]
-redis.call('ZADD', P .. ':all', score, m)
+zadd(s.all, score, m)
 redis.call('SADD', s.hist, id)
-redis.call('SADD', P .. ':subjects', s.member)
+if not C then redis.call('SADD', P .. ':subjects', s.member) end
 if (h[3] or '') == '' then
   redis.call('ZADD', s.active, score, m)
-  redis.call('ZADD', s.scope, score, m)
+  zadd(s.scope, score, m)
   if (h[7] or '') ~= '' then
     redis.call('ZADD', s.exp, h[7], m .. row)
-    redis.call('ZADD', P .. ':expiry', h[7], m)
+    redis.call('ZADD', s.expiry, h[7], m)
     mark(s)
   else
     redis.call('ZADD', s.rows, score, m .. row)
@@ -313,21 +379,22 @@ if (h[3] or '') == '' then
   redis.call('SET', s.key .. ARGV[8], id, 'NX')
 else
   redis.call('ZREM', s.active, m)
-  redis.call('ZREM', s.scope, m)
+  zrem(s.scope, m)
   redis.call('ZREM', s.rows, m .. row)
   redis.call('ZREM', s.exp, m .. row)
   redis.call('SADD', s.old .. ARGV[8], id)
   -- layout 6: when it was superseded (an older layout's: its replacement's time)
   local at = h[8]
   if not at or at == '' then
-    at = redis.call('HGET', fact_key(h[3]), 'created_at') or score
+    at = redis.call('HGET', fact_key(h[3], s), 'created_at') or score
     redis.call('HSET', key, 'superseded_at', at)
   end
-  redis.call('ZADD', P .. ':retired', at, m)
-  redis.call('SADD', P .. ':prev:' .. h[3], id)
+  redis.call('ZADD', s.retired, at, m)
+  redis.call('SADD', s.prev .. h[3], id)
 end
 return 1
 """
+    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, id, valid_to, the fact's new row. Ends
@@ -338,43 +405,50 @@ EXPIRE = (
     + """
 local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
 if redis.call('SISMEMBER', s.hist, id) == 0 then return 0 end
-local h = redis.call('HMGET', fact_key(id), 'superseded_by', 'row')
+local h = redis.call('HMGET', fact_key(id, s), 'superseded_by', 'row')
 if (h[1] or '') ~= '' then return 0 end
 local m = pad(id)
 if h[2] then
   redis.call('ZREM', s.rows, m .. h[2])
   redis.call('ZREM', s.exp, m .. h[2])
 end
-redis.call('HSET', fact_key(id), 'valid_to', ARGV[6], 'row', ARGV[7])
+redis.call('HSET', fact_key(id, s), 'valid_to', ARGV[6], 'row', ARGV[7])
 redis.call('ZADD', s.exp, ARGV[6], m .. ARGV[7])
-redis.call('ZADD', P .. ':expiry', ARGV[6], m)
+redis.call('ZADD', s.expiry, ARGV[6], m)
 mark(s)
 return 1
 """
+    + _TAIL
 )
 
 # ARGV: prefix, cutoff, budget, '1' to keep to one project (else '0'), that
-# project. Deletes up to `budget` facts that expired (`expiry`, by valid_to) or
-# were superseded (`retired`, by superseded_at) at or before the cutoff; returns
-# how many - call again while that equals the budget.
+# project (cluster: then the subject's parts: its own expiry and retired sets).
+# Deletes up to `budget` facts that expired (`expiry`, by valid_to) or were
+# superseded (`retired`, by superseded_at) at or before the cutoff; returns how
+# many - call again while that equals the budget.
 PRUNE_HISTORY = (
     LIBRARY
     + """
-local budget, n, touched = tonumber(ARGV[3]), 0, {}
-for _, index in ipairs({P .. ':expiry', P .. ':retired'}) do
+local budget, n, touched, S = tonumber(ARGV[3]), 0, {}, nil
+local indexes = {P .. ':expiry', P .. ':retired'}
+if C then
+  S = subject(ARGV[6], ARGV[7], ARGV[8])
+  indexes = {S.expiry, S.retired}
+end
+for _, index in ipairs(indexes) do
   local skipped = 0
   while n < budget do
     local members = redis.call('ZRANGEBYSCORE', index, '-inf', ARGV[2], 'LIMIT', skipped, 200)
     if #members == 0 then break end
     for _, m in ipairs(members) do
       local id = string.format('%d', tonumber(m))
-      local project = redis.call('HGET', fact_key(id), 'project_id')
+      local project = redis.call('HGET', fact_key(id, S), 'project_id')
       if not project then
         redis.call('ZREM', index, m)  -- a stale entry
       elseif ARGV[4] == '1' and project ~= ARGV[5] then
         skipped = skipped + 1
       else
-        local _, s = drop(id, nil)
+        local _, s = drop(id, S)
         touched[s.member] = s
         n = n + 1
         if n >= budget then break end
@@ -385,6 +459,7 @@ end
 for _, s in pairs(touched) do finish(s) end
 return n
 """
+    + _TAIL
 )
 
 # KEYS: a subject's rows and exp sets. ARGV: the last rank of rows to read, the

@@ -54,7 +54,7 @@ import dataclasses
 import json
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Any, TypeVar
 
@@ -62,8 +62,15 @@ from fastaiagent._validate import integer, text
 from fastaiagent.errors import FactNotFoundError, InvalidValueError
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.factory import split_location_option
 from fastaiagent.facts.redis import lua
 from fastaiagent.facts.redis.client import guarded_client, unavailable
+from fastaiagent.facts.redis.cluster import (
+    ClusterNamespace,
+    cluster_client,
+    is_cluster,
+    wait_replicas_option,
+)
 from fastaiagent.facts.redis.layout import (
     ROW_LEN,
     escape_part,
@@ -79,6 +86,8 @@ from fastaiagent.facts.redis.layout import (
     text_digest,
     unescape_part,
 )
+from fastaiagent.facts.redis.spread import SpreadOps
+from fastaiagent.facts.redis.spread import subject_parts as _parts
 from fastaiagent.facts.scoping import (
     Selector,
     check_fact_id,
@@ -91,9 +100,10 @@ from fastaiagent.facts.scoping import (
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 
-__all__ = ["LAYOUT_VERSION", "RedisFactStore"]
+__all__ = ["CLUSTER_LAYOUT", "LAYOUT_VERSION", "RedisFactStore"]
 
 LAYOUT_VERSION = "6"  # see the module docstring for what each layout added
+CLUSTER_LAYOUT = "7"  # a cluster's (hash tags); an older SDK refuses it as newer
 _SUBJECT_PAGE = 200  # subjects one SSCAN step of a "*" delete reads
 _T = TypeVar("_T")
 
@@ -130,16 +140,18 @@ def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
     )
 
 
-class RedisFactStore(StoreFront, StoreCapabilities):
+class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
     """Facts in Redis under ``prefix`` (escaped; default ``fastaiagent``).
 
     The first use of a namespace written by an older SDK is upgraded once (see
     :meth:`reindex`; call it again if an old writer keeps writing). A namespace
     written by a newer SDK raises :class:`~fastaiagent.errors.SchemaVersionError`;
     an unreachable server :class:`~fastaiagent.errors.StoreUnavailableError`.
-    ``client`` lets you pass your own ``redis.Redis`` (it must be created with
-    ``decode_responses=True``); otherwise one is built from ``url``. Redis
-    Cluster is not supported (scripts touch keys of many hash slots).
+    ``client`` lets you pass your own ``redis.Redis`` or
+    ``redis.cluster.RedisCluster`` (created with ``decode_responses=True``);
+    otherwise one is built from ``url``. A URL with ``?cluster=true`` opens a
+    Redis Cluster (see :mod:`fastaiagent.facts.redis.cluster`); there
+    ``?wait_replicas=N`` (default 1) is how many replicas acknowledge each write.
     """
 
     backend = "redis"
@@ -163,22 +175,40 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         text("prefix", prefix)
         if client is not None and not client.get_encoder().decode_responses:
             raise InvalidValueError("pass a redis.Redis created with decode_responses=True")
+        url, flag = split_location_option(url, "cluster")
+        url, replicas = split_location_option(url, "wait_replicas")
+        if flag not in (None, "true", "false"):
+            raise InvalidValueError(f"cluster= takes true or false, got {flag!r}")
+        cluster = is_cluster(client) if client is not None else flag == "true"
         self.url = url
-        self.prefix = escape_part(prefix)
+        self.prefix = escape_part(prefix, braces=cluster)
         # Names the connections in CLIENT LIST, so operators can tell them apart.
         self.client_name = "fastaiagent-" + "".join(
             c if c.isalnum() or c in "-_." else "_" for c in prefix
         )
-        self._client = client or guarded_client(
-            url,
-            client_name=self.client_name,
-            decode_responses=True,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=min(socket_timeout, 5.0),
-        )
+        options = {
+            "client_name": self.client_name,
+            "decode_responses": True,
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": min(socket_timeout, 5.0),
+        }
+        if client is None and cluster:
+            with unavailable("the fact store", url):  # it reads the slots' map now
+                client = cluster_client(url, **options)
+        self._client = client or guarded_client(url, **options)
+        self._spread: ClusterNamespace | None = None
+        if cluster:
+            waits = wait_replicas_option(replicas, True)
+            self._spread = ClusterNamespace(self._client, self.prefix, waits, "the fact store")
+        else:
+            wait_replicas_option(replicas, False)
         # register_script: EVALSHA, and on NOSCRIPT (a restarted or flushed
         # server) the script is loaded again and the call repeated.
-        script = self._client.register_script
+        register = self._client.register_script
+
+        def script(body: str) -> Any:
+            return register(lua.for_cluster(body) if cluster else body)
+
         self._read_newest = script(lua.READ_NEWEST)
         self._prune_rows = script(lua.PRUNE_ROWS)
         self._raise_seq = script(lua.RAISE_SEQ)
@@ -192,6 +222,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         self._index, self._set_layout = script(lua.INDEX), script(lua.SET_LAYOUT)
         self._expire, self._prune_history = script(lua.EXPIRE), script(lua.PRUNE_HISTORY)
         self._subject_read = script(lua.SUBJECT_READ)
+        self._layout = CLUSTER_LAYOUT if cluster else LAYOUT_VERSION
         self._layout_checked = False
         self._layout_lock = threading.Lock()
 
@@ -209,18 +240,41 @@ class RedisFactStore(StoreFront, StoreCapabilities):
     def _k(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
 
-    def _fact_key(self, fact_id: int | str) -> str:
-        return self._k("fact", str(fact_id))
+    @property
+    def cluster(self) -> bool:
+        """True when the store runs on a Redis Cluster (the cluster layout)."""
+        return self._spread is not None
+
+    def _fact_key(self, fact_id: int | str, parts: tuple[str, str, str] | None = None) -> str:
+        """A fact's hash; in a cluster it is in its subject's slot (``parts``)."""
+        if self._spread is None:
+            return self._k("fact", str(fact_id))
+        assert parts is not None
+        return self._k("fact", self._tag(parts), str(fact_id))
+
+    def _tag(self, parts: tuple[str, str, str]) -> str:
+        """A subject's part of its keys: ``project:scope:scope_id``, a hash tag in a cluster."""
+        joined = ":".join(parts)
+        return joined if self._spread is None else "{" + joined + "}"
+
+    def _sk(self, kind: str, parts: tuple[str, str, str], *rest: str) -> str:
+        """A subject's key of ``kind`` (active, rows, hist, exp, key, old)."""
+        return self._k(kind, self._tag(parts), *rest)
 
     def _subject(self, scope: str, scope_id: str, project_id: str) -> tuple[str, str, str]:
         """A subject's escaped key parts, in key order: project, scope, scope_id."""
-        return escape_part(project_id), escape_part(scope), escape_part(scope_id)
+        braces = self._spread is not None
+        return (
+            escape_part(project_id, braces=braces),
+            escape_part(scope, braces=braces),
+            escape_part(scope_id, braces=braces),
+        )
 
     def _active_key(self, scope: str, scope_id: str, project_id: str) -> str:
-        return self._k("active", *self._subject(scope, scope_id, project_id))
+        return self._sk("active", self._subject(scope, scope_id, project_id))
 
     def _hist_key(self, scope: str, scope_id: str, project_id: str) -> str:
-        return self._k("hist", *self._subject(scope, scope_id, project_id))
+        return self._sk("hist", self._subject(scope, scope_id, project_id))
 
     def _scope_key(self, scope: str, project_id: str) -> str:
         return self._k("scope", escape_part(project_id), escape_part(scope))
@@ -238,7 +292,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
     def _found_layout(self) -> int:
         """The namespace's recorded layout (0: none); newer than this code -> error."""
         what = f"the Redis namespace {self.prefix!r}"
-        return recorded_layout(self._client, self._k("layout"), LAYOUT_VERSION, what)
+        return recorded_layout(self._client, self._k("layout"), self._layout, what)
 
     def _ensure_layout(self) -> None:
         if self._layout_checked:
@@ -246,9 +300,9 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         with self._layout_lock:
             if self._layout_checked:
                 return
-            if self._found_layout() < int(LAYOUT_VERSION):
+            if self._found_layout() < int(self._layout):
                 self._reindex()
-                self._set_layout(keys=[self._k("layout")], args=[LAYOUT_VERSION])
+                self._set_layout(keys=[self._k("layout")], args=[self._layout])
             self._layout_checked = True
 
     def close(self) -> None:
@@ -295,6 +349,8 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         key they share (a sorted set gets all its members in one ZADD): the bulk
         load of benchmarks and tests, tens of times fewer commands than a fact at
         a time. :meth:`add` is the safe way to write a fact."""
+        if self._spread is not None:
+            raise NotImplementedError("bulk loads write a single server's layout")
         zsets: dict[str, dict[str, float]] = defaultdict(dict)
         sets: dict[str, list[int | str]] = defaultdict(list)
         for fact_id, fact, key in facts:
@@ -320,17 +376,59 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         for name, members in sets.items():
             pipe.sadd(name, *members)
 
-    def _read_fact(self, pipe: Any, fact_id: int) -> Fact | None:
-        raw = pipe.hgetall(self._fact_key(fact_id))
+    def _read_fact(self, pipe: Any, fact_id: int, parts: tuple[str, str, str] | None = None) -> Fact | None:
+        """One fact; in a cluster its subject's ``parts`` (else looked up by id)."""
+        if self._spread is not None and parts is None:
+            parts = self._where(fact_id)
+            if parts is None:
+                return None
+        raw = pipe.hgetall(self._fact_key(fact_id, parts))
         return parse_fact(fact_id, raw) if raw else None
 
-    def _load_facts(self, ids: list[int]) -> list[Fact]:
-        """These facts (missing ones left out), in one round trip."""
+    def _where(self, fact_id: int) -> tuple[str, str, str] | None:
+        """Cluster: the subject (escaped parts) of a fact id, from the namespace's map."""
+        assert self._spread is not None
+        member = self._spread.subject_of([fact_id])[0]
+        return None if member is None else _parts(member)
+
+    def _load_facts(self, ids: list[int], parts: tuple[str, str, str] | None = None) -> list[Fact]:
+        """These facts (missing ones left out), in one round trip; in a cluster all
+        of the subject ``parts``."""
+        return self._load_pairs([(i, parts) for i in ids])
+
+    def _load_pairs(self, pairs: Sequence[tuple[int, tuple[str, str, str] | None]]) -> list[Fact]:
+        """The facts of these (id, subject parts) pairs, missing ones left out, in
+        one round trip (a cluster's pipeline: one per node)."""
         reader = self._client.pipeline(transaction=False)
-        for fact_id in ids:
-            reader.hgetall(self._fact_key(fact_id))
+        for fact_id, parts in pairs:
+            reader.hgetall(self._fact_key(fact_id, parts))
         raws = reader.execute()
-        return [parse_fact(i, raw) for i, raw in zip(ids, raws, strict=False) if raw]
+        return [parse_fact(i, raw) for (i, _), raw in zip(pairs, raws, strict=False) if raw]
+
+    def _write(self, script: Any, parts: tuple[str, str, str], args: list[Any], index: str = "") -> Any:
+        """One write script on the subject ``parts``: as is on one server; in a
+        cluster routed to the subject's slot (KEYS[1]: ``index``, else its history
+        set), acknowledged by replicas, then its dropped ids unmapped."""
+        if self._spread is None:
+            return script(keys=[index] if index else [], args=args)
+        hist = self._sk("hist", parts)
+        reply, dropped, emptied = self._spread.script(script, index or hist, args)
+        if dropped or int(emptied):
+            self._spread.unregister(list(dropped), ":".join(parts) if int(emptied) else None, hist)
+        return reply
+
+    def _create(self, script: Any, parts: tuple[str, str, str], args: list[Any]) -> Any:
+        """Add or update: one script call; in a cluster under an id of the
+        namespace's counter, mapped to its subject once written."""
+        if self._spread is None:
+            return script(args=args)
+        fact_id = self._spread.next_id()
+        reply = self._write(script, parts, [*args, fact_id])
+        if reply == str(fact_id):
+            self._spread.register(fact_id, ":".join(parts))
+        else:
+            self._spread.give_back(fact_id)
+        return reply
 
     def add(self, fact: Fact) -> int:
         """Store ``fact`` and return its id; the same normalised text in the same
@@ -338,7 +436,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         fact = validate_for_write(fact)
         subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
         args = [self.prefix, *subject, *self._create_args(fact)]
-        return int(self._call(lambda: self._add(args=args)))
+        return int(self._call(lambda: self._create(self._add, subject, args)))
 
     def supersede(self, old_id: int, new_id: int, *, at: float | None = None) -> None:
         """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
@@ -346,9 +444,27 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         if old_id == new_id:
             raise InvalidValueError(f"fact #{old_id} cannot supersede itself")
         when = repr(moment_or_now(at))
-        reply = self._call(lambda: self._supersede(args=[self.prefix, old_id, new_id, when]))
+        if self._spread is None:
+            reply = self._call(lambda: self._supersede(args=[self.prefix, old_id, new_id, when]))
+        else:
+            reply = self._call(lambda: self._cluster_supersede(old_id, new_id, when))
         if isinstance(reply, list):
             raise _refusal(reply)
+
+    def _cluster_supersede(self, old_id: int, new_id: int, when: str) -> Any:
+        """Supersede in a cluster: both ids' subjects from the map, then one script
+        call in that subject's slot (facts of two subjects: the usual refusal)."""
+        assert self._spread is not None
+        old, new = (None if m is None else _parts(m) for m in self._spread.subject_of([old_id, new_id]))
+        if old is None or new is None:
+            return ["missing", old_id if old is None else new_id]
+        if old != new:
+            o, n = self._read_fact(self._client, old_id, old), self._read_fact(self._client, new_id, new)
+            if o is None or n is None:
+                return ["missing", old_id if o is None else new_id]
+            return ["subject", old_id, f"{o.scope}:{o.scope_id}", o.project_id,
+                    new_id, f"{n.scope}:{n.scope_id}", n.project_id]  # fmt: skip
+        return self._write(self._supersede, old, [self.prefix, old_id, new_id, when, *old])
 
     def update(self, new: Fact, old_id: int) -> int:
         """Add ``new`` and supersede ``old_id`` with it, in one atomic step; a
@@ -357,29 +473,38 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         old_id = check_fact_id(old_id)
         subject = self._subject(new.scope, new.scope_id, new.project_id)
         args = [self.prefix, *subject, old_id, *self._create_args(new)]
-        reply = self._call(lambda: self._update(args=args))
+        reply = self._call(lambda: self._create(self._update, subject, args))
+        if isinstance(reply, list) and reply[0] == "missing" and self._spread is not None:
+            reply = self._call(lambda: self._elsewhere(old_id) or reply)
         if isinstance(reply, list):
             raise _refusal(reply, new)
         return int(reply)
 
+    def _elsewhere(self, fact_id: int) -> list[Any] | None:
+        """Cluster: the refusal for an old fact of another subject than the new one's
+        (the update script only sees its own slot), None when there is no such fact."""
+        fact = self._read_fact(self._client, fact_id)
+        if fact is None:
+            return None
+        return ["subject", fact_id, f"{fact.scope}:{fact.scope_id}", fact.project_id]
+
     def _delete_by_id(self, selector: Selector, fact_id: int, key: str | None) -> int:
         """Delete one fact when it is in the selected subjects (and has text ``key``)."""
         if selector.scope_id is None:  # a fact's subject never changes: read it first
-            scope, scope_id, project = self._client.hmget(
-                self._fact_key(fact_id), "scope", "scope_id", "project_id"
-            )
-            if scope != selector.scope or project != selector.project_id:
+            fact = self._read_fact(self._client, fact_id)
+            if fact is None or fact.scope != selector.scope or fact.project_id != selector.project_id:
                 return 0
-            subject = self._subject(scope, scope_id, project)
+            subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
         else:
             subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
-        return int(self._delete_id(args=[self.prefix, *subject, fact_id, key or ""]))
+        return int(self._write(self._delete_id, subject, [self.prefix, *subject, fact_id, key or ""]))
 
     def _delete_subject(self, parts: tuple[str, str, str]) -> int:
         """Delete one subject (escaped parts) in atomic steps of ``delete_batch`` facts."""
         count = 0
         while True:
-            deleted, taken = self._delete_some(args=[self.prefix, *parts, self.delete_batch])
+            args = [self.prefix, *parts, self.delete_batch]
+            deleted, taken = self._write(self._delete_some, parts, args)
             count += int(deleted)
             if int(taken) < self.delete_batch:
                 return count
@@ -390,6 +515,14 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         at most about ``delete_batch`` facts (Redis runs a pipeline's calls back to
         back); a subject with more of that text goes on step by step."""
         digest, batch, total = text_digest(key), self.delete_batch, 0
+        if self._spread is not None:  # a slot at a time
+            for parts in subjects:
+                more = True
+                while more:
+                    args = [self.prefix, *parts, key, digest, batch]
+                    deleted, taken = self._write(self._delete_text, parts, args)
+                    total, more = total + int(deleted), int(taken) >= batch
+            return total
         chunk = max(1, batch // 4)
         for start in range(0, len(subjects), chunk):
             group = subjects[start : start + chunk]
@@ -414,9 +547,11 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         runs a pipeline's calls back to back); larger ones go step by step."""
         if key is not None:
             return self._delete_text_in(subjects, key)
+        if self._spread is not None:  # a slot at a time
+            return sum(self._delete_subject(parts) for parts in subjects)
         sizer = self._client.pipeline(transaction=False)
         for parts in subjects:
-            sizer.scard(self._k("hist", *parts))
+            sizer.scard(self._sk("hist", parts))
         sizes = sizer.execute()
         total, batch = 0, self.delete_batch
         pending: list[tuple[str, str, str]] = []
@@ -448,14 +583,10 @@ class RedisFactStore(StoreFront, StoreCapabilities):
     def _delete_every(self, selector: Selector, key: str | None) -> int:
         """Every subject of a scope and project, found ``_SUBJECT_PAGE`` at a time
         with SSCAN (never one command over every subject)."""
-        head = f"{escape_part(selector.project_id)}:{escape_part(selector.scope)}:"
-        members = self._client.sscan_iter(
-            self._k("subjects"), match=glob_escape(head) + "*", count=_SUBJECT_PAGE
-        )
+        members = self._scope_members(selector)
         total = 0
         while page := [m for _, m in zip(range(_SUBJECT_PAGE), members, strict=False)]:
-            subjects = [(p[0], p[1], p[2]) for p in (m.split(":") for m in page)]
-            total += self._delete_subjects(subjects, key)
+            total += self._delete_subjects([_parts(m) for m in page], key)
         return total
 
     def delete_rows(self, selector: Selector, key: str | None, wanted_id: int | None) -> int:
@@ -483,15 +614,21 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         keep = integer("keep", keep, minimum=0)
         selector = delete_selector(scope, scope_id, project_id)
         if selector.scope_id is None:
-            index = self._scope_key(selector.scope, selector.project_id)
+            if self._spread is not None:
+                return self._call(lambda: self._spread_prune_learned(selector, keep))
+            index, parts = self._scope_key(selector.scope, selector.project_id), None
         else:
-            index = self._active_key(selector.scope, selector.scope_id, selector.project_id)
+            parts = self._subject(selector.scope, selector.scope_id, selector.project_id)
+            index = self._sk("active", parts)
 
         def run() -> int:
             total = 0
             while True:
                 args = [self.prefix, keep, self.delete_batch, SOURCE_CONVERSATION]
-                deleted = int(self._prune(keys=[index], args=args))
+                if parts is None:
+                    deleted = int(self._prune(keys=[index], args=args))
+                else:
+                    deleted = int(self._write(self._prune, parts, [*args, *parts], index))
                 total += deleted
                 if deleted < self.delete_batch:
                     return total
@@ -535,7 +672,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         (no marker, or the marker's latest end has passed); otherwise one script
         call adds its rows that end after ``now`` (by score, so no expired row is
         read). One JSON parse either way."""
-        rows_key = self._k("rows", *subject)
+        rows_key = self._sk("rows", subject)
         if offset == 0 and now is not None:
             entries = self._client.zrevrange(rows_key, 0, -1 if limit is None else limit)
             if not entries or entries[0][0] != "~":
@@ -545,7 +682,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
                 return row_facts(entries[1 : None if limit is None else limit + 1], now)
         stop = -1 if limit is None else offset + limit
         lowest = "-inf" if now is None else f"({now!r}"
-        keys = [rows_key, self._k("exp", *subject)]
+        keys = [rows_key, self._sk("exp", subject)]
         open_rows, ending = self._subject_read(keys=keys, args=[stop, lowest])
         open_rows = [entry for entry in open_rows if entry[0] != "~"]
         facts = parse_rows(open_rows)
@@ -561,6 +698,8 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         """Active facts of a subject valid at ``now``, newest first; ``"*"`` reads
         every subject."""
         when = None if include_expired else moment_or_now(now)
+        if selector.scope_id is None and self._spread is not None:
+            return self._call(lambda: self._spread_newest(selector, limit, offset, when))
         if selector.scope_id is None:
             index = self._scope_key(selector.scope, selector.project_id)
             return self._call(lambda: self._newest(index, limit, offset, when))
@@ -572,12 +711,12 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         subject's history set (every subject of the scope for ``"*"``)."""
 
         def run() -> list[Fact]:
-            ids: set[str] = set()
+            pairs = []
             for parts in self._selected_subjects(selector):
-                ids |= self._client.smembers(self._k("hist", *parts))
+                ids = self._client.smembers(self._sk("hist", parts))
+                pairs += [(int(i), parts) for i in ids]
             facts = sorted(
-                (f for f in self._load_facts(sorted(map(int, ids))) if _held_at(f, when)),
-                key=_newest_first,
+                (f for f in self._load_pairs(pairs) if _held_at(f, when)), key=_newest_first
             )
             return facts[offset:] if limit is None else facts[offset : offset + limit]
 
@@ -587,19 +726,29 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         """The escaped parts of the subjects a selector covers."""
         if selector.scope_id is not None:
             return [self._subject(selector.scope, selector.scope_id, selector.project_id)]
-        head = f"{escape_part(selector.project_id)}:{escape_part(selector.scope)}:"
-        members = self._client.sscan_iter(
-            self._k("subjects"), match=glob_escape(head) + "*", count=_SUBJECT_PAGE
-        )
-        return [(p[0], p[1], p[2]) for p in (m.split(":") for m in members)]
+        return [_parts(m) for m in self._scope_members(selector)]
+
+    def _subjects_key(self) -> str:
+        """The set of every subject (escaped ``project:scope:scope_id``)."""
+        return self._k("subjects") if self._spread is None else self._spread.subjects_key
+
+    def _scope_members(self, selector: Selector) -> Iterator[str]:
+        """The subjects of a selector's scope and project, by SSCAN (a page at a time)."""
+        project, scope = self._subject(selector.scope, "", selector.project_id)[:2]
+        match = glob_escape(f"{project}:{scope}:") + "*"
+        return self._client.sscan_iter(self._subjects_key(), match=match, count=_SUBJECT_PAGE)
 
     def replaced(self, fact_id: int) -> list[Fact]:
         """The facts ``fact_id`` superseded directly (its ``prev:`` set)."""
         wanted = check_fact_id(fact_id)
 
         def run() -> list[Fact]:
-            ids = sorted(map(int, self._client.smembers(self._k("prev", str(wanted)))))
-            return sorted(self._load_facts(ids), key=_newest_first)
+            parts = self._where(wanted) if self._spread is not None else None
+            if parts is None and self._spread is not None:
+                return []
+            key = self._k("prev", str(wanted)) if parts is None else self._sk("prev", parts, str(wanted))
+            ids = sorted(map(int, self._client.smembers(key)))
+            return sorted(self._load_facts(ids, parts), key=_newest_first)
 
         return self._call(run)
 
@@ -617,7 +766,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
             ended = dataclasses.replace(fact, valid_to=when, superseded_by=None)
             subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
             args = [self.prefix, *subject, wanted, repr(when), fact_row(wanted, ended)]
-            return bool(int(self._expire(args=args)))
+            return bool(int(self._write(self._expire, subject, args)))
 
         return self._call(run)
 
@@ -628,13 +777,15 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         (from the ``expiry`` and ``retired`` sets), in steps of :attr:`delete_batch`."""
         cutoff, project, limit = history_cutoff(before, project_id, limit)
         scoped = ["0", ""] if project is None else ["1", project]
+        if self._spread is not None:
+            return self._call(lambda: self._spread_prune_history(cutoff, scoped, limit))
 
         def run() -> int:
             total = 0
             while total < limit:
                 budget = min(self.delete_batch, limit - total)
                 args = [self.prefix, repr(cutoff), budget, *scoped]
-                deleted = int(self._prune_history(args=args))
+                deleted = int(self._prune_history(args=args))  # one server: its global sets
                 total += deleted
                 if deleted < budget:
                     break
@@ -645,10 +796,10 @@ class RedisFactStore(StoreFront, StoreCapabilities):
     def _find(self, selector: Selector, key: str) -> Fact | None:
         """The active fact of one subject with normalised text ``key``: its content key."""
         subject = self._subject(selector.scope, selector.scope_id or "", selector.project_id)
-        fact_id = self._client.get(self._k("key", *subject, text_digest(key)))
+        fact_id = self._client.get(self._sk("key", subject, text_digest(key)))
         if fact_id is None:
             return None
-        fact = self._read_fact(self._client, int(fact_id))
+        fact = self._read_fact(self._client, int(fact_id), subject)
         if fact is None or not fact.active or normalize_text(fact.fact) != key:
             return None  # superseded or deleted meanwhile
         return fact
@@ -673,6 +824,9 @@ class RedisFactStore(StoreFront, StoreCapabilities):
                 and (when is None or f.valid_at(when))
                 and (needle is None or needle in f.fact.casefold())
             )
+
+        if self._spread is not None:
+            return self._call(lambda: self._spread_browse(wanted, keep))
 
         def run() -> list[Fact]:
             limit, skip, start, page = wanted.limit, wanted.offset, 0, 500
@@ -699,7 +853,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         """Every ``scope:scope_id`` (per project) with its fact count."""
 
         def run() -> list[SubjectCount]:
-            members = sorted(self._client.smembers(self._k("subjects")))
+            members = sorted(self._client.smembers(self._subjects_key()))
             parsed = [tuple(unescape_part(p) for p in m.split(":")) for m in members]
             counter = self._client.pipeline(transaction=False)
             for project, scope, scope_id in parsed:
@@ -729,7 +883,7 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         with unavailable("the fact store", self.url):
             self._found_layout()
             count = self._reindex()
-            self._set_layout(keys=[self._k("layout")], args=[LAYOUT_VERSION])
+            self._set_layout(keys=[self._k("layout")], args=[self._layout])
             return count
 
     def _scan(self, kind: str) -> Iterator[str]:
@@ -737,6 +891,8 @@ class RedisFactStore(StoreFront, StoreCapabilities):
         return self._client.scan_iter(match=glob_escape(self._k(kind)) + ":*", count=1000)
 
     def _reindex(self) -> int:
+        if self._spread is not None:
+            return self._spread_reindex()
         batch: list[str] = []
         seen = highest = 0
         for key in self._scan("fact"):
