@@ -115,6 +115,23 @@ RECORDED = "json_extract(metadata, '$.created_at')"
 _V3 = (f"CREATE INDEX IF NOT EXISTS idx_{{t}}_recorded ON {{t}} (namespace, {RECORDED})",)
 
 
+# Version 5: a namespace being forgotten is listed in ``<table>_dropping`` while its
+# rows go, and the delete trigger leaves its FTS5 postings alone: they are sealed
+# with the namespace's secret, which goes last, so nothing can match them again,
+# and writing FTS5 delete markers made its automerges hold the write lock for
+# 30-60 ms mid-forget. The postings' space comes back with ``reclaim_keyword_space``.
+_V5 = (
+    "CREATE TABLE IF NOT EXISTS {t}_dropping (namespace TEXT PRIMARY KEY) WITHOUT ROWID",
+    "DROP TRIGGER IF EXISTS {t}_ad",
+    """CREATE TRIGGER {t}_ad AFTER DELETE ON {t} BEGIN
+        INSERT INTO {t}_fts ({t}_fts, rowid, nskey, keywords)
+        SELECT 'delete', old.rid, old.nskey, old.keywords
+        WHERE NOT EXISTS (SELECT 1 FROM {t}_dropping WHERE namespace = old.namespace);
+        DELETE FROM {t}_vec WHERE namespace = old.namespace AND rid = old.rid;
+    END""",
+)
+
+
 def vectors_schema(table: str) -> Schema:
     """The migrations of a vector table set (component ``vectors:<table>``)."""
 
@@ -128,7 +145,7 @@ def vectors_schema(table: str) -> Schema:
     def seal(conn: sqlite3.Connection) -> None:  # version 4: sealed keyword tokens
         seal_existing_rows(conn, table)
 
-    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3), seal])
+    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3), seal, step(_V5)])
 
 
 def fts_match(nskey: str, terms: Sequence[str]) -> str:
