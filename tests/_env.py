@@ -322,6 +322,7 @@ def start_redis_cluster(data_dir: Path, primaries: int = 3) -> RedisCluster:
         if created.returncode != 0:
             raise RuntimeError(created.stdout[-800:] + created.stderr[-800:])
         wait_cluster_ok(ports)
+        wait_replicas_linked(ports)
     except Exception as exc:
         cluster.stop()
         missing(f"a private Redis Cluster did not start on ports {ports}: {exc}")
@@ -358,6 +359,33 @@ def _wait_ping(redis: ModuleType, port: int) -> None:
         raise RuntimeError(f"node {port} does not answer")
     finally:
         client.close()
+
+
+def wait_replicas_linked(ports: list[int], timeout: float = 30.0) -> None:
+    """Until every answering replica of ``ports`` has its link to its primary up and
+    every answering primary has a replica (a write's WAIT can then be answered)."""
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while True:
+        linked = []
+        for port in ports:
+            client = redis.Redis(port=port, socket_connect_timeout=1, decode_responses=True)
+            try:
+                info = client.info("replication")
+                if info["role"] == "master":
+                    linked.append(int(info.get("connected_slaves", 0)) >= 1)
+                else:
+                    linked.append(info.get("master_link_status") == "up")
+            except redis.exceptions.ConnectionError:
+                pass
+            finally:
+                client.close()
+        if linked and all(linked):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster's replicas are not linked after {timeout} s")
+        time.sleep(0.1)
 
 
 def wait_cluster_ok(ports: list[int], timeout: float = 30.0) -> None:

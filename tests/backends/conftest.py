@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from _env import start_pgbouncer, start_pgvector_server
+from _env import RedisCluster, start_pgbouncer, start_pgvector_server, start_redis_cluster
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +40,16 @@ def pgbouncer_url(postgres_url: str) -> Iterator[str]:
         process.kill()
         process.wait()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A Redis Cluster of three primaries with a replica each, started once per test
+    process on free ports (no persistence); killed at the end. Tests share it, each
+    under its own prefix."""
+    cluster = start_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(

@@ -307,7 +307,12 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
 
     def close(self) -> None:
         """Disconnect; the client reconnects on its next use."""
-        self._client.close()
+        if self._spread is None:
+            self._client.close()
+            return
+        for node in self._client.get_nodes():  # RedisCluster.close() forgets the nodes
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
 
     # -- writes ------------------------------------------------------------
 
