@@ -204,7 +204,7 @@ class RedisItemStore(ItemFront):
         if not isinstance(store, RedisFactStore):
             raise InvalidTypeError(f"RedisItemStore needs a RedisFactStore, got {type(store).__name__}")
         self.store = store
-        self.prefix = f"{store.prefix}:it:"
+        self.prefix = store.companion_prefix("it")
         self._client: Any = store.client
         script = self._client.register_script
         self._write, self._get, self._scan = script(_WRITE), script(_GET), script(_SCAN)
@@ -219,7 +219,9 @@ class RedisItemStore(ItemFront):
     def _call(self, script: Any, *args: Any) -> Any:
         with unavailable("the item store"):
             self._check_layout()
-            return script(args=[repr(time.time()), self.prefix, *args])
+            full = [repr(time.time()), self.prefix, *args]
+            write = script is not self._scan and script is not self._namespaces
+            return self.store.run_script(script, [], full, route=self.prefix + "layout", write=write)
 
     def _check_layout(self) -> None:
         if self._checked:

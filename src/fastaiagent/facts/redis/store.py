@@ -282,6 +282,29 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
     def _subject_member(self, scope: str, scope_id: str, project_id: str) -> str:
         return ":".join(self._subject(scope, scope_id, project_id))
 
+    # -- companions (windows, items, vectors) ------------------------------
+
+    def companion_prefix(self, kind: str) -> str:
+        """The key prefix of a companion store (``it`` items, ``vec`` vectors). In a
+        cluster all its keys share one hash tag: its scripts span namespaces (an
+        atomic batch, one id map), so they stay in one slot."""
+        if self._spread is None:
+            return f"{self.prefix}:{kind}:"
+        return f"{self.prefix}:{kind}:{{{self.prefix}:{kind}}}:"
+
+    def run_script(
+        self, script: Any, keys: list[str], args: list[Any], *, route: str = "", write: bool = True
+    ) -> Any:
+        """A companion's script call: as is on one server; in a cluster routed by its
+        first key (else ``route``, a key of its slot), and a write acknowledged by
+        replicas as the fact store's are."""
+        if self._spread is None:
+            return script(keys=keys, args=args)
+        keys = keys or [route]
+        if not write:
+            return script(keys=keys, args=args)
+        return self._spread.run(keys[0], lambda pipe: script(keys=keys, args=args, client=pipe))[0]
+
     # -- plumbing ----------------------------------------------------------
 
     def _call(self, operation: Callable[[], _T]) -> _T:

@@ -244,7 +244,7 @@ class RedisVectorIndex(MatrixIndex):
                 f"RedisVectorIndex needs a RedisFactStore, got {type(store).__name__}"
             )
         self.store = store
-        self.prefix = f"{store.prefix}:vec:"
+        self.prefix = store.companion_prefix("vec")
         positive_int("cache_bytes", cache_bytes)
         self.cache_bytes = cache_bytes
         # The namespace searched last is kept whatever its size: reading it again
@@ -295,7 +295,7 @@ class RedisVectorIndex(MatrixIndex):
             ids = self._client.hkeys(self._k("d:", ns))
             for start in range(0, len(ids), _DROP_BATCH):
                 batch = ids[start : start + _DROP_BATCH]
-                self._record_times(args=[self.prefix, ns, *batch])
+                self._run(self._record_times, [self.prefix, ns, *batch])
 
     @property
     def dimension(self) -> int | None:
@@ -317,7 +317,7 @@ class RedisVectorIndex(MatrixIndex):
         for chunk, key, vector in zip(batch.chunks, batch.keys, batch.vectors, strict=True):
             terms, tfs = _terms(keyword_text(chunk))
             args += [chunk.id, escape_part(key), vector_bytes(vector), _doc(chunk), terms, tfs, _time(chunk)]
-        stored = self._call(lambda: self._add(args=[self.prefix, dimension, *args]))
+        stored = self._call(lambda: self._run(self._add, [self.prefix, dimension, *args]))
         if stored is not None:
             self._dimension = int(stored)
             raise self._sizes.refused(dimension, self._dimension)
@@ -325,7 +325,7 @@ class RedisVectorIndex(MatrixIndex):
 
     def delete_ids(self, ids: list[str]) -> int:
         """Delete chunks (vector, text, postings) by id; returns how many were there."""
-        return int(self._call(lambda: self._delete(args=[self.prefix, "", *ids])))
+        return int(self._call(lambda: self._run(self._delete, [self.prefix, "", *ids])))
 
     def delete_namespace_rows(self, namespace: str) -> int:
         """In atomic steps of ``_DROP_BATCH`` chunks."""
@@ -336,10 +336,10 @@ class RedisVectorIndex(MatrixIndex):
             while True:  # HSCAN, not HKEYS: no command reads the whole namespace
                 cursor, found = self._client.hscan(docs, cursor, count=_DROP_BATCH)
                 if found:  # a page may be empty before the scan ends
-                    total += int(self._delete(args=[self.prefix, "=" + ns, *found]))
+                    total += int(self._run(self._delete, [self.prefix, "=" + ns, *found]))
                 if not cursor and not self._client.hlen(docs):
                     break
-            self._clear(args=[self.prefix, ns])
+            self._run(self._clear, [self.prefix, ns])
             return total
 
         return self._call(run)
@@ -376,13 +376,19 @@ class RedisVectorIndex(MatrixIndex):
             return [escape_part(k) for k in keys]
         return sorted(self._client.smembers(self._k("ns")))
 
+    def _run(self, script: Any, args: list[Any]) -> Any:
+        """A write script (in a cluster: in the prefix's slot, acknowledged by replicas)."""
+        return self.store.run_script(script, [], args, route=self._k("layout"))
+
     def _eval_bytes(self, script: Any, args: list[Any]) -> Any:
-        """EVALSHA with the reply left as bytes (redis-py's Script always decodes)."""
+        """EVALSHA with the reply left as bytes (redis-py's Script always decodes); in
+        a cluster with a key of the prefix's slot, which routes it."""
+        keys = [1, self._k("layout")] if self.store.cluster else [0]
         try:
-            return self._client.execute_command("EVALSHA", script.sha, 0, *args, **_NEVER_DECODE)
+            return self._client.execute_command("EVALSHA", script.sha, *keys, *args, **_NEVER_DECODE)
         except _NoScript:  # a restarted or flushed server: load it again
             self._client.script_load(script.script)
-            return self._client.execute_command("EVALSHA", script.sha, 0, *args, **_NEVER_DECODE)
+            return self._client.execute_command("EVALSHA", script.sha, *keys, *args, **_NEVER_DECODE)
 
     def report_change(self, dimension: int, namespace: str, held: NamespaceMatrix | None) -> Change:
         """One script call returns the chunks changed since ``held``'s version (from

@@ -55,7 +55,7 @@ class RedisWindowStore(WindowFront):
         if prefix is not None:
             text("prefix", prefix)
         self.store = store
-        self.prefix = escape_part(prefix) if prefix else store.prefix
+        self.prefix = escape_part(prefix, braces=store.cluster) if prefix else store.prefix
         self._client: Any = store.client
         self._load = self._client.register_script(_LOAD)
         self._save = self._client.register_script(_SAVE)
@@ -69,7 +69,9 @@ class RedisWindowStore(WindowFront):
     def load_window(self, key: WindowKey, known_version: str | None) -> StoredWindow | None:
         """The live stored window, in one script call (see :class:`WindowStore`)."""
         with unavailable("the window store"):
-            found = self._load(keys=[self._key(key)], args=[known_version or ""])
+            found = self.store.run_script(
+                self._load, [self._key(key)], [known_version or ""], write=False
+            )
         if not found:
             return None
         return StoredWindow(found[0], found[1] if len(found) > 1 else None)
@@ -81,9 +83,8 @@ class RedisWindowStore(WindowFront):
         :class:`WindowStore`)."""
         ttl_ms = 0 if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
         with unavailable("the window store"):
-            done = self._save(
-                keys=[self._key(key)], args=[expected_version or "", version, state, ttl_ms]
-            )
+            args = [expected_version or "", version, state, ttl_ms]
+            done = self.store.run_script(self._save, [self._key(key)], args)
         return int(done) == 1
 
     def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
