@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -67,29 +68,45 @@ def _user(user_id: str | None) -> str | None:
     return user_id
 
 
+USER = typer.Option(None, "--user", help=USER_HELP)
+PROJECT = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all).")
+PROGRESS = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP)
+LOCATION = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP)
+
+
+def _run(progress: bool | None, total: Callable[[], int], work: Callable[[ProgressBar], Counts], done: str) -> None:
+    """Run ``work`` with a progress bar of about ``total()`` records, then print the counts."""
+    shown = _shown(progress)
+    bar = ProgressBar(total() if shown else 0, shown)
+    counts = work(bar)
+    bar.done()
+    typer.echo(_summary(done, counts))
+
+
 def export_command(
     out: Path = typer.Option(..., "--out", "-o", help="The JSONL file to write."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    user_id: str | None = typer.Option(None, "--user", help=USER_HELP),
-    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all)."),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP),
+    location: str = LOCATION,
+    user_id: str | None = USER,
+    project: str | None = PROJECT,
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Write a location's memory (or one user's) to a JSONL file."""
     from fastaiagent.facts.transfer import count_records, export_memory
 
     with checking_options():
         user = _user(user_id)
-        total = count_records(location, user_id=user, project_id=project) if _shown(progress) else 0
-    bar = ProgressBar(total, _shown(progress))
-    counts = export_memory(location, out, user_id=user, project_id=project, progress=bar)
-    bar.done()
-    typer.echo(_summary(f"exported to {out}:", counts))
+    _run(
+        progress,
+        lambda: count_records(location, user_id=user, project_id=project),
+        lambda bar: export_memory(location, out, user_id=user, project_id=project, progress=bar),
+        f"exported to {out}:",
+    )
 
 
 def import_command(
     source: Path = typer.Argument(..., help="A file written by `fastaiagent memory export`."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP),
+    location: str = LOCATION,
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Add a file's memory to a location; what it already holds is kept."""
     from fastaiagent.facts.transfer import import_memory
@@ -97,19 +114,20 @@ def import_command(
     with checking_options():
         if not source.is_file():
             raise InvalidValueError(f"{source}: no such file")
-        total = _lines(source) - 2 if _shown(progress) else 0
-    bar = ProgressBar(total, _shown(progress))
-    counts = import_memory(location, source, progress=bar)
-    bar.done()
-    typer.echo(_summary(f"imported into {location}:", counts))
+    _run(
+        progress,
+        lambda: _lines(source) - 2,
+        lambda bar: import_memory(location, source, progress=bar),
+        f"imported into {location}:",
+    )
 
 
 def copy_command(
     source: str = typer.Option(..., "--from", help="The location to read. " + LOCATION_HELP),
     target: str = typer.Option(..., "--to", help="The location to add to."),
-    user_id: str | None = typer.Option(None, "--user", help=USER_HELP),
-    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all)."),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP),
+    user_id: str | None = USER,
+    project: str | None = PROJECT,
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Copy a location's memory (or one user's) into another, without a file."""
     from fastaiagent.facts.transfer import copy_memory, count_records
@@ -118,11 +136,12 @@ def copy_command(
         user = _user(user_id)
         if source == target:
             raise InvalidValueError("--from and --to name the same location")
-        total = count_records(source, user_id=user, project_id=project) if _shown(progress) else 0
-    bar = ProgressBar(total, _shown(progress))
-    counts = copy_memory(source, target, user_id=user, project_id=project, progress=bar)
-    bar.done()
-    typer.echo(_summary(f"copied into {target}:", counts))
+    _run(
+        progress,
+        lambda: count_records(source, user_id=user, project_id=project),
+        lambda bar: copy_memory(source, target, user_id=user, project_id=project, progress=bar),
+        f"copied into {target}:",
+    )
 
 
 def _lines(path: Path) -> int:
