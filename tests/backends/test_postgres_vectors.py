@@ -216,7 +216,7 @@ def test_a_small_cache_budget_still_answers_right(facts: PostgresFactStore) -> N
 def test_the_schema_version_is_recorded_and_a_newer_one_refused(facts: PostgresFactStore) -> None:
     facts.vector_store().ids("user:1")
     component = f"vectors:{facts.table}_vectors"
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(3,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]
     _raw(facts, "UPDATE fastaiagent_schema SET version = 9 WHERE component = %s RETURNING 1", component)
     with pytest.raises(SchemaVersionError, match=rf"'{component}' at schema version 9.*pip install -U"):
         _reopen(facts).ids("user:1")
@@ -297,7 +297,7 @@ def test_a_version_1_vector_table_gains_keyword_statistics(facts: PostgresFactSt
     assert reopened.keyword_search("Jane Lisbon", 5, namespace="user:1") == expected
     stats = _raw(facts, f'SELECT namespace, docs, tokens FROM "{facts.table}_vector_ns"')
     assert stats == [("user:1", 2, 5)]  # "to" and "is" are stop words
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(3,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]
 
 
 def test_a_version_2_vector_table_gains_the_time_index(facts: PostgresFactStore) -> None:
@@ -313,4 +313,23 @@ def test_a_version_2_vector_table_gains_the_time_index(facts: PostgresFactStore)
     assert [hit.chunk.id for hit in hits] == ["a3"]
     indexes = _raw(facts, "SELECT indexname FROM pg_indexes WHERE tablename = %s", f"{facts.table}_vectors")
     assert (f"idx_{facts.table}_vectors_recorded",) in indexes
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(3,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]
+
+
+def test_a_version_3_vector_table_has_its_chinese_rows_tokenized_again(facts: PostgresFactStore) -> None:
+    index = facts.vector_store()
+    index.add([
+        _chunk("zh", "伴娘请了我室友", [1, 0]),
+        _chunk("en", "the bridesmaid invited my roommate", [0, 1]),
+        Chunk("ctx", "好的", [1, 1], {"namespace": "user:1", "context": "伴娘是谁"}),
+    ])  # fmt: skip
+    component = f"vectors:{facts.table}_vectors"
+    t = f'"{facts.table}_vectors"'
+    with psycopg.connect(facts.url, autocommit=True) as conn:  # back to version 3's tokens
+        conn.execute(f"UPDATE {t} SET tsv = to_tsvector('simple', text || ' n' || md5(namespace)) WHERE id = 'zh'")
+        conn.execute("UPDATE fastaiagent_schema SET version = 3 WHERE component = %s", (component,))
+    before = _raw(facts, f"SELECT tsv::text FROM {t} WHERE id = 'en'")
+    reopened = _reopen(facts)
+    assert [i for i, _ in reopened.keyword_search("伴娘是谁", 5, namespace="user:1")] == ["ctx", "zh"]
+    assert _raw(facts, f"SELECT tsv::text FROM {t} WHERE id = 'en'") == before  # other scripts: untouched
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]

@@ -39,6 +39,32 @@ STEP2 = (
     "sum(ntokens) AS tokens FROM {v} GROUP BY namespace) s WHERE {n}.namespace = s.namespace",
 )
 
+# Step 4: rows holding Chinese, Japanese or Korean text get their tokens again, as
+# character pairs (the tokenizer took such a run for one word before): a query in
+# those scripts then finds rows written before. Rows of other scripts are unchanged.
+CJK_ROWS = (
+    "SELECT id, namespace, text, metadata FROM {v} WHERE text ~ %(cjk)s "
+    "OR metadata->>'context' ~ %(cjk)s"
+)
+RETOKENIZE = "UPDATE {v} SET tsv = to_tsvector('simple', %s), ntokens = %s WHERE id = %s"
+CJK_PATTERN = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+
+
+def retokenize_cjk(conn: Any, rows_query: Any, update: Any) -> None:
+    """Schema step 4 (see :data:`CJK_ROWS`), in the step's transaction."""
+    from fastaiagent.facts.vectors import keyword_text
+    from fastaiagent.kb.protocols import Chunk
+
+    found = conn.execute(rows_query, {"cjk": CJK_PATTERN}).fetchall()
+    params = [
+        (*postings(keyword_text(Chunk(i, text, None, dict(meta))), namespace), i)
+        for i, namespace, text, meta in found
+    ]
+    if params:
+        with conn.cursor() as cursor:
+            cursor.executemany(update, params)
+
+
 QUERIES = {
     # One round trip: the namespace's statistics and, per query term, how many of
     # its rows hold it (the GIN index intersects the namespace's lexeme with the
@@ -91,4 +117,7 @@ def search(conn: Any, queries: dict[str, Any], terms: list[str], top_k: int, nam
     return bm25_top(frequency, found, int(docs), int(tokens), top_k)
 
 
-__all__ = ["CANDIDATES", "QUERIES", "STEP2", "nskey", "postings", "search"]
+__all__ = [
+    "CANDIDATES", "CJK_ROWS", "QUERIES", "RETOKENIZE", "STEP2", "nskey", "postings",
+    "retokenize_cjk", "search",
+]  # fmt: skip

@@ -201,7 +201,9 @@ class PostgresVectorIndex(MatrixIndex):
         self._q = {k: sql.SQL(text).format(**names) for k, text in queries.items()}
         steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2, _STEP3)]
         # Step 3 builds CONCURRENTLY, outside a transaction: a busy table's writers go on.
-        runs = [partial(_run_ddl, ddl=ddl, transaction=n < 2) for n, ddl in enumerate(steps)]
+        runs: list[Any] = [partial(_run_ddl, ddl=ddl, transaction=n < 2) for n, ddl in enumerate(steps)]
+        cjk = [sql.SQL(text).format(**names) for text in (keywords.CJK_ROWS, keywords.RETOKENIZE)]
+        runs.append(partial(_in_transaction, step=partial(keywords.retokenize_cjk, rows_query=cjk[0], update=cjk[1])))
         self._schema = Schema(f"vectors:{self.table}", runs)
         self._ready = False
         self._dimension: int | None = None
@@ -506,6 +508,11 @@ class PostgresVectorIndex(MatrixIndex):
                 cursor.executemany(self._q["cache"], params)
 
         self._run(run)
+
+
+def _in_transaction(conn: Any, step: Any) -> None:
+    with conn.transaction():
+        step(conn)
 
 
 def _run_ddl(conn: Any, ddl: list[Any], transaction: bool = True) -> None:
