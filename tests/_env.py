@@ -272,6 +272,7 @@ class RedisCluster:
 
     def __init__(self, ports: list[int], processes: list[subprocess.Popen[bytes]]) -> None:
         self.ports, self.processes = ports, processes
+        self.commands: list[list[str]] = []
 
     @property
     def url(self) -> str:
@@ -283,6 +284,14 @@ class RedisCluster:
         process = self.processes[self.ports.index(port)]
         process.kill()
         process.wait()
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again (same port and folder: it rejoins the cluster,
+        as a replica when its replica was promoted meanwhile)."""
+        index = self.ports.index(port)
+        self.processes[index] = subprocess.Popen(
+            self.commands[index], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def stop(self) -> None:
         for process in self.processes:
@@ -305,12 +314,14 @@ def start_redis_cluster(data_dir: Path, primaries: int = 3) -> RedisCluster:
     for port in ports:
         folder = data_dir / str(port)
         folder.mkdir()
-        processes.append(subprocess.Popen(
+        cluster.commands.append(
             [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(folder), "--cluster-enabled", "yes",
-             "--cluster-config-file", str(folder / "nodes.conf"), "--cluster-node-timeout", "2000"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
+             "--cluster-config-file", str(folder / "nodes.conf"), "--cluster-node-timeout", "2000"]
+        )  # fmt: skip
+        processes.append(subprocess.Popen(
+            cluster.commands[-1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ))
     try:
         for port in ports:
             _wait_ping(redis, port)

@@ -127,3 +127,154 @@ class TestClusterVectorIndex(StoredVectorIndexConformance):
         yield opener
         for store in stores:
             store.close()
+
+
+def test_memory_on_a_cluster_location_round_trips_and_forgets(
+    redis_cluster: RedisCluster, cluster_prefix: str
+) -> None:
+    from fastaiagent import Memory
+
+    location = f"{redis_cluster.url}&prefix={cluster_prefix}"
+    Memory(location=location, user_id="alice").persist("Prefers tea")
+    Memory(location=location, user_id="bob").persist("Prefers coffee")
+    fresh = Memory(location=location, user_id="alice")
+    assert [f.fact for f in fresh.retrieve()] == ["Prefers tea"]
+    assert fresh.forget("user", "alice") >= 1
+    assert Memory(location=location, user_id="alice").retrieve() == []
+    assert [f.fact for f in Memory(location=location, user_id="bob").retrieve()] == ["Prefers coffee"]
+    keys = _prefix_keys(redis_cluster, cluster_prefix)
+    assert not [k for k in keys if "alice" in k], "forget leaves no key naming the user"
+
+
+def _prefix_keys(cluster: RedisCluster, prefix: str) -> list[str]:
+    from redis.cluster import RedisCluster as Client
+
+    client = Client(host="127.0.0.1", port=cluster.ports[0], decode_responses=True)
+    try:
+        return list(client.scan_iter(match=prefix + "*", count=1000))
+    finally:
+        client.close()
+
+
+def test_every_key_of_a_subject_is_in_its_slot(cluster_store: Any, redis_cluster: RedisCluster) -> None:
+    """Writes of every kind leave each subject's keys in one hash slot, so no script
+    call spans slots; ids with braces cannot move a key out of its subject's slot."""
+    from redis.cluster import RedisCluster as Client
+
+    from fastaiagent.facts.fact import Fact
+
+    store = cluster_store
+    subjects = ["alice", "{bob}", "c}a{r:l", "%7B"]
+    for sid in subjects:
+        first = store.add(Fact("Lives in Paris", scope="user", scope_id=sid))
+        store.update(Fact("Lives in Rome", scope="user", scope_id=sid), first)
+        store.add(Fact("Short-lived", scope="user", scope_id=sid, valid_to=4102444800.0))
+    client = Client(host="127.0.0.1", port=redis_cluster.ports[0], decode_responses=True)
+    try:
+        for sid in subjects:
+            parts = store._subject("user", sid, "")
+            tag = "{" + ":".join(parts) + "}"
+            keys = [k for k in _prefix_keys(redis_cluster, store.prefix) if tag in k]
+            assert len(keys) >= 8, keys  # fact hashes, rows, active, hist, key, old, exp, prev...
+            assert {client.keyslot(k) for k in keys} == {client.keyslot(tag)}
+        assert [f.fact for f in store.list_active("user", "{bob}")] == ["Short-lived", "Lives in Rome"]
+        assert len({client.keyslot(store._sk("hist", store._subject("user", s, ""))) for s in subjects}) > 1
+    finally:
+        client.close()
+
+
+def test_a_single_server_url_at_a_cluster_node_says_add_cluster_true(
+    redis_cluster: RedisCluster, cluster_prefix: str
+) -> None:
+    from fastaiagent.errors import StoreConfigError
+    from fastaiagent.facts.fact import Fact
+    from fastaiagent.facts.redis.store import RedisFactStore
+
+    plain = RedisFactStore(f"redis://127.0.0.1:{redis_cluster.ports[0]}/0", prefix=cluster_prefix)
+    with pytest.raises(StoreConfigError, match=r"add \?cluster=true"):
+        for sid in ("a", "b", "c", "d", "e", "f"):  # some subject's slot is on another node
+            plain.add(Fact("x", scope="user", scope_id=sid))
+    plain.close()
+
+
+def test_cluster_true_at_a_single_server_says_drop_it(redis_url: str) -> None:
+    from fastaiagent.errors import StoreConfigError
+    from fastaiagent.facts.redis.store import RedisFactStore
+
+    with pytest.raises(StoreConfigError, match=r"drop \?cluster=true"):
+        RedisFactStore(f"{redis_url}?cluster=true", prefix="never-written")
+
+
+def test_the_cluster_option_takes_true_or_false(redis_cluster: RedisCluster) -> None:
+    from fastaiagent.facts.redis.store import RedisFactStore
+
+    with pytest.raises(ValueError, match="cluster= takes true or false"):
+        RedisFactStore(redis_cluster.url.replace("true", "yes"))
+    with pytest.raises(ValueError, match="needs a cluster location"):
+        RedisFactStore("redis://127.0.0.1:1/0?wait_replicas=1")
+
+
+@pytest.mark.subprocess
+def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
+    """Writes go on while a primary is killed (-9) and its replica promoted: every
+    write that returned is still there afterwards (each waited for its replica). The
+    promoted primary has no replica left, so its writes are refused until the old
+    node rejoins as its replica; then they work again."""
+    import threading
+
+    from _env import start_redis_cluster, wait_cluster_ok, wait_replicas_linked
+    from fastaiagent.errors import StoreUnavailableError
+    from fastaiagent.facts.fact import Fact
+    from fastaiagent.facts.redis.store import RedisFactStore
+
+    cluster = start_redis_cluster(tmp_path)  # its own: this test breaks it
+    try:
+        store = RedisFactStore(cluster.url, prefix=unique_name("failover"))
+        acked: list[tuple[int, str, str]] = []
+        refused: list[Exception] = []
+        stop = threading.Event()
+
+        def writer() -> None:
+            n = 0
+            while not stop.is_set():
+                sid, text = f"user-{n % 40}", f"fact number {n}"
+                try:
+                    acked.append((store.add(Fact(text, scope="user", scope_id=sid)), sid, text))
+                except StoreUnavailableError as exc:
+                    refused.append(exc)
+                n += 1
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        while len(acked) < 200:
+            threading.Event().wait(0.02)
+        victim = store.client.get_node_from_key(store._sk("hist", store._subject("user", "user-0", "")))
+        cluster.kill(int(victim.port))
+        survivors = [p for p in cluster.ports if p != int(victim.port)]
+        wait_cluster_ok(survivors, timeout=60)
+        threading.Event().wait(1.0)  # writes go on against the new map
+        stop.set()
+        thread.join(timeout=60)
+        assert len(acked) > 200 and refused, "writes were refused while the slot had no replica"
+
+        reader = RedisFactStore(cluster.url, prefix=store.prefix)
+        for fact_id, sid, text in acked:
+            got = reader.get(fact_id)
+            assert got is not None and (got.scope_id, got.fact) == (sid, text), fact_id
+        by_subject: dict[str, set[str]] = {}
+        for _, sid, text in acked:
+            by_subject.setdefault(sid, set()).add(text)
+        for sid, texts in by_subject.items():
+            assert texts <= {f.fact for f in reader.list_active("user", sid)}
+
+        with pytest.raises(StoreUnavailableError, match="replicas"):
+            reader.add(Fact("while alone", scope="user", scope_id="user-0"))
+        cluster.restart(int(victim.port))
+        wait_cluster_ok(cluster.ports, timeout=60)
+        wait_replicas_linked(cluster.ports, timeout=60)
+        new_id = reader.add(Fact("after the failover", scope="user", scope_id="user-0"))
+        assert store.get(new_id) is not None and reader.get(new_id) is not None
+        store.close()
+        reader.close()
+    finally:
+        cluster.stop()
