@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.items import HoldsItems
@@ -65,14 +66,8 @@ def is_fact_namespace(namespace: str) -> bool:
     """A semantic-fact namespace (``facts:<project>:<scope>:<id>``, parts quoted)."""
     parts = namespace.split(":")
     return len(parts) == 4 and parts[0] == "facts" and namespace == subject_namespace(
-        (parts[2], _unquote(parts[3]), _unquote(parts[1]))
+        (parts[2], unquote(parts[3]), unquote(parts[1]))
     )
-
-
-def _unquote(part: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(part)
 
 
 def header(store: FactStore, selection: Selection) -> Header:
