@@ -278,3 +278,37 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
         reader.close()
     finally:
         cluster.stop()
+
+
+def test_reindex_maps_facts_whose_mapping_was_lost(cluster_store: Any) -> None:
+    """A crash between a fact's write and its mapping: reindex() maps it again."""
+    from fastaiagent.facts.fact import Fact
+
+    store = cluster_store
+    ids = [store.add(Fact(f"fact {n}", scope="user", scope_id=f"u{n % 3}")) for n in range(6)]
+    store.client.delete(store._spread.where_key, store._spread.subjects_key)
+    assert store.get(ids[0]) is None and store.subjects() == []
+    assert store.reindex() == 6
+    assert [store.get(i).fact for i in ids] == [f"fact {n}" for n in range(6)]  # type: ignore[union-attr]
+    assert len(store.subjects()) == 3
+    assert store.add(Fact("one more", scope="user", scope_id="u0")) not in ids
+
+
+def test_a_forked_child_takes_ids_of_its_own(cluster_store: Any) -> None:
+    import multiprocessing
+
+    from fastaiagent.facts.fact import Fact
+
+    store = cluster_store
+    first = store.add(Fact("parent", scope="user", scope_id="p"))
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(
+        target=lambda: queue.put(store.add(Fact("child", scope="user", scope_id="c")))
+    )
+    child.start()
+    child_id = queue.get(timeout=30)
+    child.join(timeout=30)
+    parent_id = store.add(Fact("parent again", scope="user", scope_id="p"))
+    assert len({first, child_id, parent_id}) == 3
+    assert store.get(child_id).fact == "child"  # type: ignore[union-attr]

@@ -57,6 +57,9 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
     PgBouncer's transaction mode), and a Redis URL its key prefix (``?prefix=support``,
     default ``fastaiagent``), so several applications (or test runs) share one
     server without sharing memory, from any door that takes a location string.
+    ``?cluster=true`` on a Redis URL opens a Redis Cluster through that node
+    (``?wait_replicas=N``: replicas each write waits for, default 1; see
+    :class:`~fastaiagent.facts.redis.store.RedisFactStore`).
 
     An explicit SQLite path whose folder does not exist raises
     :class:`~fastaiagent.errors.NotFoundError` (a ValueError) at first use.

@@ -13,6 +13,7 @@ tidied in a second call (see :class:`ClusterNamespace`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -84,6 +85,7 @@ class ClusterNamespace:
         self.where_key = f"{prefix}:where:{tag}"
         self.subjects_key = f"{prefix}:subjects:{tag}"
         self._ids: list[int] = []
+        self._pid = os.getpid()  # a forked child must not use its parent's reserved ids
         self._lock = threading.Lock()
 
     def run(self, route_key: str, queue: Callable[[Any], None]) -> list[Any]:
@@ -131,6 +133,8 @@ class ClusterNamespace:
         """A fresh fact id from the namespace's counter, reserved :data:`ID_BLOCK` at a
         time (ids stay unique; across processes they no longer follow time)."""
         with self._lock:
+            if self._pid != os.getpid():
+                self._ids, self._pid = [], os.getpid()
             if not self._ids:
                 top = int(self.run(self.seq_key, lambda p: p.incrby(self.seq_key, ID_BLOCK))[0])
                 self._ids = list(range(top, top - ID_BLOCK, -1))
@@ -139,7 +143,8 @@ class ClusterNamespace:
     def give_back(self, fact_id: int) -> None:
         """An id a write did not use (the text was there already)."""
         with self._lock:
-            self._ids.append(fact_id)
+            if self._pid == os.getpid():
+                self._ids.append(fact_id)
 
     def register(self, fact_id: int, member: str) -> None:
         """Map a new fact to its subject and list the subject (after the fact's write:

@@ -46,6 +46,15 @@ two times (``valid_from`` / ``valid_to`` / ``superseded_at`` fields, the ``exp:`
 :meth:`RedisFactStore.reindex`); a newer one raises
 :class:`~fastaiagent.errors.SchemaVersionError`. Outages raise
 :class:`~fastaiagent.errors.StoreUnavailableError` (see :func:`unavailable`).
+
+On a Redis Cluster (``?cluster=true``, layout ``CLUSTER_LAYOUT``) every key of a
+subject carries it as a hash tag (``<prefix>:rows:{<project>:<scope>:<scope_id>}``,
+fact hashes ``<prefix>:fact:{...}:<id>``, ``prev:{...}:<id>`` and the subject's own
+``expiry:`` / ``retired:`` sets), so each script touches one slot; the global
+``scope:`` and ``all`` indexes are not kept, and the id counter, the id -> subject
+map and the subjects set live in the namespace's slot (see ``cluster.py``, and
+``spread.py`` for what runs a subject at a time). A single server's keys are
+unchanged.
 """
 
 from __future__ import annotations
