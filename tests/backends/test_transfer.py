@@ -35,13 +35,14 @@ def store_at(own_location: Any) -> Any:
         store.close()
 
 
-def test_export_import_export_gives_the_same_file(any_location: str, store_at: Any, tmp_path: Path) -> None:
-    source = make_fact_store(any_location)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_export_import_export_gives_the_same_file(backend: str, store_at: Any, tmp_path: Path) -> None:
+    _, source = store_at(backend)
     fill(source)
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     counts = export_memory(source, first)
     assert (counts.facts, counts.recall, counts.windows, counts.items) == (7, 10, 3, 3)
-    _, target = store_at("sqlite")
+    _, target = store_at(backend)  # an empty location of the same kind
     assert import_memory(target, first).facts == 7
     export_memory(target, second)
     assert lines(second) == lines(first)
