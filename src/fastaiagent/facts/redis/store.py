@@ -862,6 +862,8 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
                 and (needle is None or needle in f.fact.casefold())
             )
 
+        if wanted.scope is not None and wanted.scope_id is not None and wanted.project_id is not None:
+            return self._call(lambda: self._subject_browse(wanted, keep))
         if self._spread is not None:
             return self._call(lambda: self._spread_browse(wanted, keep))
 
@@ -885,6 +887,29 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
             return out
 
         return self._call(run)
+
+    def _subject_browse(self, wanted: BrowseFilter, keep: Callable[[Fact], bool]) -> list[Fact]:
+        """A browse of one subject reads its history set, never the store's other
+        facts. Unfiltered (history and expired ones included: what an export, an
+        import and a forget read), a page loads only its own facts, ordered by
+        each fact's ``created_at`` (one small read a fact)."""
+        assert wanted.scope is not None and wanted.scope_id is not None and wanted.project_id is not None
+        parts = self._subject(wanted.scope, wanted.scope_id, wanted.project_id)
+        where = parts if self._spread is not None else None
+        ids = [int(i) for i in self._client.smembers(self._sk("hist", parts))]
+        end = wanted.offset + wanted.limit
+        if wanted.include_superseded and wanted.valid_at is None and wanted.text is None:
+            reader = self._client.pipeline(transaction=False)
+            for fact_id in ids:
+                reader.hget(self._fact_key(fact_id, where), "created_at")
+            times = reader.execute()
+            newest = sorted(
+                ((float(at), i) for at, i in zip(times, ids, strict=True) if at is not None), reverse=True
+            )
+            page = [i for _, i in newest[wanted.offset : end]]
+            return sorted(self._load_facts(page, where), key=_newest_first)
+        found = [f for f in self._load_facts(ids, where) if keep(f)]
+        return sorted(found, key=_newest_first)[wanted.offset : end]
 
     def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:
         """Every ``scope:scope_id`` (per project) with its fact count."""
