@@ -138,7 +138,7 @@ local function drop(id, s)
   if h[5] and redis.call('GET', s.key .. h[5]) == id then redis.call('DEL', s.key .. h[5]) end
   if h[5] and (h[6] or '') ~= '' then redis.call('SREM', s.old .. h[5], id) end
   if h[1] then
-    DROPPED[#DROPPED + 1] = id
+    if C then DROPPED[#DROPPED + 1] = id end
     return 1, s
   end
   return 0, s

@@ -45,6 +45,7 @@ class SpreadOps:
     _prune: Any
     _delete_id: Any
     _prune_history: Any
+    _supersede: Any
 
     if TYPE_CHECKING:  # the store's own
 
@@ -54,9 +55,39 @@ class SpreadOps:
         def _selected_subjects(self, selector: Selector) -> list[Parts]: ...
         def _load_facts(self, ids: list[int], parts: Parts | None = None) -> list[Fact]: ...
         def _write(self, script: Any, parts: Parts, args: list[Any], index: str = "") -> Any: ...
+        def _read_fact(self, pipe: Any, fact_id: int, parts: Parts | None = None) -> Fact | None: ...
         def _subject_newest(
             self, subject: Parts, limit: int | None, offset: int, now: float | None
         ) -> list[Fact]: ...
+
+    def _where(self, fact_id: int) -> Parts | None:
+        """Cluster: the subject (escaped parts) of a fact id, from the namespace's map."""
+        assert self._spread is not None
+        member = self._spread.subject_of([fact_id])[0]
+        return None if member is None else subject_parts(member)
+
+    def _cluster_supersede(self, old_id: int, new_id: int, when: str) -> Any:
+        """Supersede in a cluster: both ids' subjects from the map, then one script
+        call in that subject's slot (facts of two subjects: the usual refusal)."""
+        assert self._spread is not None
+        old, new = (None if m is None else subject_parts(m) for m in self._spread.subject_of([old_id, new_id]))
+        if old is None or new is None:
+            return ["missing", old_id if old is None else new_id]
+        if old != new:
+            o, n = self._read_fact(self._client, old_id, old), self._read_fact(self._client, new_id, new)
+            if o is None or n is None:
+                return ["missing", old_id if o is None else new_id]
+            return ["subject", old_id, f"{o.scope}:{o.scope_id}", o.project_id,
+                    new_id, f"{n.scope}:{n.scope_id}", n.project_id]  # fmt: skip
+        return self._write(self._supersede, old, [self.prefix, old_id, new_id, when, *old])
+
+    def _elsewhere(self, fact_id: int) -> list[Any] | None:
+        """Cluster: the refusal for an old fact of another subject than the new one's
+        (the update script only sees its own slot), None when there is no such fact."""
+        fact = self._read_fact(self._client, fact_id)
+        if fact is None:
+            return None
+        return ["subject", fact_id, f"{fact.scope}:{fact.scope_id}", fact.project_id]
 
     def _members(self, match: str = "") -> Iterator[str]:
         """Every subject of the namespace (SSCAN), those starting with ``match`` if given."""

@@ -422,12 +422,6 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         raw = pipe.hgetall(self._fact_key(fact_id, parts))
         return parse_fact(fact_id, raw) if raw else None
 
-    def _where(self, fact_id: int) -> tuple[str, str, str] | None:
-        """Cluster: the subject (escaped parts) of a fact id, from the namespace's map."""
-        assert self._spread is not None
-        member = self._spread.subject_of([fact_id])[0]
-        return None if member is None else _parts(member)
-
     def _load_facts(self, ids: list[int], parts: tuple[str, str, str] | None = None) -> list[Fact]:
         """These facts (missing ones left out), in one round trip; in a cluster all
         of the subject ``parts``."""
@@ -488,21 +482,6 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         if isinstance(reply, list):
             raise _refusal(reply)
 
-    def _cluster_supersede(self, old_id: int, new_id: int, when: str) -> Any:
-        """Supersede in a cluster: both ids' subjects from the map, then one script
-        call in that subject's slot (facts of two subjects: the usual refusal)."""
-        assert self._spread is not None
-        old, new = (None if m is None else _parts(m) for m in self._spread.subject_of([old_id, new_id]))
-        if old is None or new is None:
-            return ["missing", old_id if old is None else new_id]
-        if old != new:
-            o, n = self._read_fact(self._client, old_id, old), self._read_fact(self._client, new_id, new)
-            if o is None or n is None:
-                return ["missing", old_id if o is None else new_id]
-            return ["subject", old_id, f"{o.scope}:{o.scope_id}", o.project_id,
-                    new_id, f"{n.scope}:{n.scope_id}", n.project_id]  # fmt: skip
-        return self._write(self._supersede, old, [self.prefix, old_id, new_id, when, *old])
-
     def update(self, new: Fact, old_id: int) -> int:
         """Add ``new`` and supersede ``old_id`` with it, in one atomic step; a
         refused update writes nothing."""
@@ -517,21 +496,18 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
             raise _refusal(reply, new)
         return int(reply)
 
-    def _elsewhere(self, fact_id: int) -> list[Any] | None:
-        """Cluster: the refusal for an old fact of another subject than the new one's
-        (the update script only sees its own slot), None when there is no such fact."""
-        fact = self._read_fact(self._client, fact_id)
-        if fact is None:
-            return None
-        return ["subject", fact_id, f"{fact.scope}:{fact.scope_id}", fact.project_id]
-
     def _delete_by_id(self, selector: Selector, fact_id: int, key: str | None) -> int:
         """Delete one fact when it is in the selected subjects (and has text ``key``)."""
         if selector.scope_id is None:  # a fact's subject never changes: read it first
-            fact = self._read_fact(self._client, fact_id)
-            if fact is None or fact.scope != selector.scope or fact.project_id != selector.project_id:
+            parts = None if self._spread is None else self._where(fact_id)
+            if self._spread is not None and parts is None:
                 return 0
-            subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
+            scope, scope_id, project = self._client.hmget(
+                self._fact_key(fact_id, parts), "scope", "scope_id", "project_id"
+            )
+            if scope != selector.scope or project != selector.project_id:
+                return 0
+            subject = self._subject(scope, scope_id, project)
         else:
             subject = self._subject(selector.scope, selector.scope_id, selector.project_id)
         return int(self._write(self._delete_id, subject, [self.prefix, *subject, fact_id, key or ""]))
