@@ -69,17 +69,24 @@ def _slot(client: Any, key: str) -> int:
     return int(client.keyslot(key))
 
 
-def _borrow_tests(path: str, name: str) -> dict[str, Any]:
-    """The ``test_*`` functions of another test module, to run here with this
-    module's fixtures (``windows``, ``items``) on the cluster."""
+def _borrow_module(path: str, name: str) -> Any:
+    """Another test module (``path`` under tests/), loaded under ``name``."""
     import importlib.util
-    import inspect
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def _borrow_tests(path: str, name: str) -> dict[str, Any]:
+    """The ``test_*`` functions of another test module, to run here with this
+    module's fixtures (``windows``, ``items``) on the cluster."""
+    import inspect
+
+    module = _borrow_module(path, name)
     wanted = {"items", "windows"}
     return {
         key: value
@@ -312,3 +319,94 @@ def test_a_forked_child_takes_ids_of_its_own(cluster_store: Any) -> None:
     parent_id = store.add(Fact("parent again", scope="user", scope_id="p"))
     assert len({first, child_id, parent_id}) == 3
     assert store.get(child_id).fact == "child"  # type: ignore[union-attr]
+
+
+def _holding(cluster: RedisCluster, prefix: str, needle: str) -> list[str]:
+    """Keys of ``prefix`` on every primary whose name or value holds ``needle``."""
+    from redis.cluster import RedisCluster as Client
+
+    client, raw, out = Client(host="127.0.0.1", port=cluster.ports[0]), needle.encode(), []
+    try:
+        for key in client.scan_iter(match=prefix + "*", count=1000):
+            kind = client.type(key).decode()
+            values: list[bytes] = []
+            if kind == "string":
+                values = [client.get(key) or b""]
+            elif kind == "hash":
+                values = [k + b"=" + v for k, v in client.hgetall(key).items()]
+            elif kind == "set":
+                values = list(client.smembers(key))
+            elif kind == "zset":
+                values = list(client.zrange(key, 0, -1))
+            if raw in key or any(raw in v for v in values):
+                out.append(key.decode(errors="replace"))
+    finally:
+        client.close()
+    return out
+
+
+@pytest.mark.subprocess
+def test_a_plain_memory_forgets_every_copy_on_a_cluster(
+    redis_cluster: RedisCluster, cluster_prefix: str
+) -> None:
+    """As test_forget_everywhere on one server: facts, fact vectors, recalled turns,
+    postings, windows and summaries of a user, written by another process, are gone
+    from every node after a plain Memory forgets them; the other user's stay."""
+    import uuid
+
+    from fastaiagent import Memory
+
+    forget = _borrow_module("backends/test_forget_everywhere.py", "_cluster_forget_tests")
+    location = f"{redis_cluster.url}&prefix={cluster_prefix}"
+    carol, dave = f"carol{uuid.uuid4().hex[:6]}", f"dave{uuid.uuid4().hex[:6]}"
+    gone, kept = f"quokka{uuid.uuid4().hex[:8]}", f"wombat{uuid.uuid4().hex[:8]}"
+    forget.write(location, carol, gone)
+    forget.write(location, dave, kept, turns=5)
+    assert _holding(redis_cluster, cluster_prefix, gone), "the writer left nothing to forget"
+    Memory(location).forget("user", carol)
+    assert _holding(redis_cluster, cluster_prefix, gone) == []
+    assert _holding(redis_cluster, cluster_prefix, carol) == []
+    assert _holding(redis_cluster, cluster_prefix, kept)
+
+
+def test_each_vector_namespace_is_in_its_own_slot(cluster_store: Any, redis_cluster: RedisCluster) -> None:
+    from redis.cluster import RedisCluster as Client
+
+    from fastaiagent.kb.protocols import Chunk
+
+    index = cluster_store.vector_store()
+    names = ["alice", "bob", "", "{x}"]
+    for n, name in enumerate(names):
+        index.add([Chunk(f"c{n}-{i}", f"words of {name} number {i}", [1.0, float(i), 0.5],
+                         {"namespace": name}) for i in range(3)])  # fmt: skip
+    client = Client(host="127.0.0.1", port=redis_cluster.ports[0], decode_responses=True)
+    try:
+        slots = set()
+        for name in names:
+            token = index._ns(name)
+            keys = [k for k in _prefix_keys(redis_cluster, cluster_store.prefix) if token in k]
+            assert len(keys) >= 5, keys
+            assert len({client.keyslot(k) for k in keys}) == 1, keys
+            slots.add(client.keyslot(keys[0]))
+        assert len(slots) > 1
+    finally:
+        client.close()
+    assert index.count(namespace="bob") == 3
+
+
+def test_cluster_replies_become_library_errors() -> None:
+    from redis import exceptions
+
+    from fastaiagent.errors import StoreConfigError, StoreCorruptError, StoreUnavailableError
+    from fastaiagent.facts.redis.client import redis_failure
+
+    moved = redis_failure(exceptions.MovedError("6254 127.0.0.1:7002"), "the fact store")
+    assert isinstance(moved, StoreConfigError) and "add ?cluster=true" in str(moved)
+    script = exceptions.ResponseError("Script attempted to access a non local key in a cluster node")
+    assert "add ?cluster=true" in str(redis_failure(script, "the fact store"))
+    crossed = redis_failure(exceptions.ResponseError("CROSSSLOT Keys in request don't hash"), "x")
+    assert isinstance(crossed, StoreCorruptError)
+    down = redis_failure(exceptions.ClusterDownError("CLUSTERDOWN The cluster is down"), "x")
+    assert isinstance(down, StoreUnavailableError)
+    uncovered = redis_failure(exceptions.SlotNotCoveredError('Slot "12" is not covered'), "x")
+    assert isinstance(uncovered, StoreUnavailableError)

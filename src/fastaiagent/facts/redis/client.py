@@ -52,7 +52,8 @@ def redis_failure(exc: Exception, what: str, url: str = "") -> FastAIAgentError:
     at = outage.server_name("Redis", url) if url else getattr(exc, _LOCATION, "") or "Redis"
     reason = " ".join(str(exc).split()) or type(exc).__name__
     upper = reason.upper()
-    if isinstance(exc, errors.RedisClusterException) or upper.startswith(
+    cluster_errors = (errors.RedisClusterException, errors.AskError, errors.ClusterError)
+    if isinstance(exc, cluster_errors) or upper.startswith(
         ("MOVED", "ASK ", "CROSSSLOT", "CLUSTERDOWN")
     ) or "NON LOCAL KEY" in upper:
         return _cluster_failure(exc, what, at, reason)
@@ -94,7 +95,8 @@ def redis_failure(exc: Exception, what: str, url: str = "") -> FastAIAgentError:
 def _cluster_failure(exc: Exception, what: str, at: str, reason: str) -> FastAIAgentError:
     """:func:`redis_failure` for what only a Redis Cluster (or a cluster URL) says."""
     upper = reason.upper()
-    if upper.startswith(("MOVED", "ASK ")) or "NON LOCAL KEY" in upper:
+    errors = redis_lib.exceptions
+    if isinstance(exc, errors.AskError) or upper.startswith(("MOVED", "ASK ")) or "NON LOCAL KEY" in upper:
         return StoreConfigError(
             f"{at} is a Redis Cluster node, and {what} was opened as a single server "
             f"({reason}): add ?cluster=true to the URL"

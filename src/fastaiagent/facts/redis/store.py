@@ -314,6 +314,15 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
             return script(keys=keys, args=args)
         return self._spread.run(keys[0], lambda pipe: script(keys=keys, args=args, client=pipe))[0]
 
+    def run_commands(self, route: str, queue: Callable[[Any], None]) -> list[Any]:
+        """Commands of one slot (``queue(pipe)``, ``route`` a key of it) in one round
+        trip; in a cluster acknowledged by replicas as the scripts are."""
+        if self._spread is None:
+            pipe = self._client.pipeline(transaction=False)
+            queue(pipe)
+            return list(pipe.execute())
+        return self._spread.run(route, queue)
+
     # -- plumbing ----------------------------------------------------------
 
     def _call(self, operation: Callable[[], _T]) -> _T:

@@ -49,6 +49,7 @@ from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.redis.client import unavailable
 from fastaiagent.facts.redis.layout import escape_part, unescape_part
 from fastaiagent.facts.redis.store import RedisFactStore
+from fastaiagent.facts.redis.vector_spread import VectorSpread
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, recorded_at
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
@@ -67,6 +68,7 @@ _T = TypeVar("_T")
 # Shared by the write scripts: drop one chunk (vector, text, postings) and log it.
 _COMMON = """
 local P = ARGV[1]
+local C = false  -- a cluster's form (see _cluster): one namespace's slot only
 local function compact(ns, ver)
   -- a log far longer than the namespace is mostly tombstones: start afresh
   if redis.call('ZCARD', P .. 'log:' .. ns) > 2 * redis.call('HLEN', P .. 'd:' .. ns) + 1000 then
@@ -77,22 +79,38 @@ end
 -- Versions come from one counter of the prefix (never below a namespace's own), so
 -- a namespace deleted whole (its meta key gone) and written again starts above any
 -- version a process may still hold of it, at a floor that makes that copy reload.
+-- A cluster has no counter in the namespace's slot: versions follow the server's
+-- clock in microseconds instead (one change takes longer than that), so a namespace
+-- written again still starts above what a process holds of its earlier life.
 local function changed(ns, id)
   local m = P .. 'm:' .. ns
   local old = tonumber(redis.call('HGET', m, 'ver') or '0')
-  local ver = redis.call('INCR', P .. 'vc')
-  if ver <= old then
-    ver = old + 1
-    redis.call('SET', P .. 'vc', ver)
+  local ver
+  if C then
+    local t = redis.call('TIME')
+    ver = math.max(old + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  else
+    ver = redis.call('INCR', P .. 'vc')
+    if ver <= old then
+      ver = old + 1
+      redis.call('SET', P .. 'vc', ver)
+    end
   end
   if old == 0 then redis.call('HSET', m, 'floor', ver) end
   redis.call('HSET', m, 'ver', ver)
   redis.call('ZADD', P .. 'log:' .. ns, ver, id)
   return ver
 end
+-- Cluster: `want` is the namespace the store found in its id map (kept apart).
 local function drop(id, want)
-  local ns = redis.call('HGET', P .. 'id', id)
-  if not ns or (want and ns ~= want) then return 0 end
+  local ns
+  if C then
+    ns = want
+    if redis.call('HEXISTS', P .. 'd:' .. ns, id) == 0 then return 0 end
+  else
+    ns = redis.call('HGET', P .. 'id', id)
+    if not ns or (want and ns ~= want) then return 0 end
+  end
   local tm = redis.call('HGET', P .. 'tm:' .. ns, id)
   if tm then
     local first = true
@@ -109,10 +127,12 @@ local function drop(id, want)
   end
   redis.call('HDEL', P .. 'v:' .. ns, id)
   redis.call('HDEL', P .. 'd:' .. ns, id)
-  redis.call('HDEL', P .. 'id', id)
   redis.call('ZREM', P .. 'rt:' .. ns, id)
   compact(ns, changed(ns, id))
-  if redis.call('HLEN', P .. 'd:' .. ns) == 0 then redis.call('SREM', P .. 'ns', ns) end
+  if not C then
+    redis.call('HDEL', P .. 'id', id)
+    if redis.call('HLEN', P .. 'd:' .. ns) == 0 then redis.call('SREM', P .. 'ns', ns) end
+  end
   return 1
 end
 """
@@ -123,16 +143,18 @@ end
 _ADD = (
     _COMMON
     + """
-local dim = redis.call('GET', P .. 'dim')
-if dim and dim ~= ARGV[2] then return dim end
-if not dim then redis.call('SET', P .. 'dim', ARGV[2]) end
+if not C then  -- a cluster's store checks the dimension and maps ids itself
+  local dim = redis.call('GET', P .. 'dim')
+  if dim and dim ~= ARGV[2] then return dim end
+  if not dim then redis.call('SET', P .. 'dim', ARGV[2]) end
+end
 for i = 3, #ARGV, 7 do
   local id, ns, vec, doc, tm, tfs = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
-  drop(id, nil)
+  if C then drop(id, ns) else drop(id, nil) end
   if ARGV[i+6] ~= '' then redis.call('ZADD', P .. 'rt:' .. ns, ARGV[i+6], id) end
   redis.call('HSET', P .. 'v:' .. ns, id, vec)
   redis.call('HSET', P .. 'd:' .. ns, id, doc)
-  redis.call('HSET', P .. 'id', id, ns)
+  if not C then redis.call('HSET', P .. 'id', id, ns) end
   redis.call('HSET', P .. 'tm:' .. ns, id, tm)
   local len = string.match(tm, '^(%S+)')
   redis.call('HINCRBY', P .. 'm:' .. ns, 'tot', tonumber(len))
@@ -143,7 +165,7 @@ for i = 3, #ARGV, 7 do
     else redis.call('HSET', P .. 'p:' .. ns .. ':' .. word, id, tf() .. ' ' .. len) end
   end
   changed(ns, id)
-  redis.call('SADD', P .. 'ns', ns)
+  if not C then redis.call('SADD', P .. 'ns', ns) end
 end
 return false
 """
@@ -181,12 +203,14 @@ return 1
 # every key named after it (meta, log, times). UNLINK frees big keys in the background.
 _CLEAR = """
 local P, ns = ARGV[1], ARGV[2]
+local C = false
 for _, identity in ipairs(redis.call('SMEMBERS', P .. 'ci:' .. ns)) do
   redis.call('UNLINK', P .. 'c:' .. ns .. ':' .. identity)
 end
 redis.call('UNLINK', P .. 'ci:' .. ns)
 if redis.call('HLEN', P .. 'd:' .. ns) == 0 then
-  redis.call('INCR', P .. 'vc')  -- a later write of this namespace starts above its copies
+  -- a later write of this namespace starts above its copies (a cluster: by the clock)
+  if not C then redis.call('INCR', P .. 'vc') end
   redis.call('UNLINK', P .. 'm:' .. ns, P .. 'log:' .. ns, P .. 'tm:' .. ns, P .. 'rt:' .. ns)
 end
 return 1
@@ -229,7 +253,7 @@ def _terms(text: str) -> tuple[str, str]:
     return " ".join([str(length), *counts]), " ".join(map(str, counts.values()))
 
 
-class RedisVectorIndex(MatrixIndex):
+class RedisVectorIndex(MatrixIndex, VectorSpread):
     """Chunks, keyword postings and cached embeddings in Redis next to a
     :class:`RedisFactStore`'s facts, on its client (the
     :class:`~fastaiagent.facts.vectors.StoredVectorIndex` contract).
@@ -244,7 +268,8 @@ class RedisVectorIndex(MatrixIndex):
                 f"RedisVectorIndex needs a RedisFactStore, got {type(store).__name__}"
             )
         self.store = store
-        self.prefix = store.companion_prefix("vec")
+        self.prefix = f"{store.prefix}:vec:"
+        self.cluster = store.cluster
         positive_int("cache_bytes", cache_bytes)
         self.cache_bytes = cache_bytes
         # The namespace searched last is kept whatever its size: reading it again
@@ -252,7 +277,11 @@ class RedisVectorIndex(MatrixIndex):
         super().__init__(cache_bytes, keep_newest=True)
         self._sizes = Dimension(None, f"another prefix than {self.prefix!r}")
         self._client: Any = store.client
-        script = self._client.register_script
+        register = self._client.register_script
+
+        def script(body: str) -> Any:
+            return register(body.replace("local C = false", "local C = true", 1) if self.cluster else body)
+
         self._add, self._delete, self._clear = script(_ADD), script(_DELETE), script(_CLEAR)
         self._delta, self._record_times = script(_DELTA), script(_RECORD_TIMES)
         self._dimension: int | None = None
@@ -264,6 +293,22 @@ class RedisVectorIndex(MatrixIndex):
     def _k(self, kind: str, ns: str = "") -> str:
         return f"{self.prefix}{kind}{ns}"
 
+    def _g(self, name: str) -> str:
+        """A key of the whole prefix (``layout``, ``dim``, ``ns``, ``id``); in a cluster
+        they share the prefix's own hash tag."""
+        return self._k(name) if not self.cluster else f"{self._k(name)}:{{{self.prefix}}}"
+
+    def _ns(self, namespace: str) -> str:
+        """A namespace as it appears in keys: escaped; in a cluster also a hash tag
+        (``{v:<ns>}``), so each namespace's keys share one slot."""
+        if not self.cluster:
+            return escape_part(namespace)
+        return "{v:" + escape_part(namespace, braces=True) + "}"
+
+    def _name(self, ns: str) -> str:
+        """The inverse of :meth:`_ns`."""
+        return unescape_part(ns[3:-1] if self.cluster else ns)
+
     def _call(self, operation: Callable[[], _T]) -> _T:
         with unavailable("the vector index"):
             self._check_layout()
@@ -272,7 +317,7 @@ class RedisVectorIndex(MatrixIndex):
     def _check_layout(self) -> None:
         if self._checked:
             return
-        key = self._k("layout")
+        key = self._g("layout")
         found = self._client.get(key)
         if found is None:
             self._client.set(key, VECTORS_LAYOUT, nx=True)
@@ -291,17 +336,17 @@ class RedisVectorIndex(MatrixIndex):
     def _record_all_times(self) -> None:
         """Layout 1 -> 2: enter every chunk's time in ``rt:<ns>``, in atomic batches
         (a write meanwhile keeps its own entry; running twice changes nothing)."""
-        for ns in sorted(self._client.smembers(self._k("ns"))):
+        for ns in sorted(self._client.smembers(self._g("ns"))):
             ids = self._client.hkeys(self._k("d:", ns))
             for start in range(0, len(ids), _DROP_BATCH):
                 batch = ids[start : start + _DROP_BATCH]
-                self._run(self._record_times, [self.prefix, ns, *batch])
+                self._run(self._record_times, [self.prefix, ns, *batch], ns)
 
     @property
     def dimension(self) -> int | None:
         """The vectors' length, fixed by the first ``add`` of any process; None before."""
         if self._dimension is None:
-            found = self._call(lambda: self._client.get(self._k("dim")))
+            found = self._call(lambda: self._client.get(self._g("dim")))
             self._dimension = int(found) if found else None
         return self._dimension
 
@@ -313,11 +358,15 @@ class RedisVectorIndex(MatrixIndex):
         if batch is None:
             return
         dimension = batch.dimension
-        args: list[Any] = []
+        rows: list[list[Any]] = []
         for chunk, key, vector in zip(batch.chunks, batch.keys, batch.vectors, strict=True):
             terms, tfs = _terms(keyword_text(chunk))
-            args += [chunk.id, escape_part(key), vector_bytes(vector), _doc(chunk), terms, tfs, _time(chunk)]
-        stored = self._call(lambda: self._run(self._add, [self.prefix, dimension, *args]))
+            rows.append([chunk.id, self._ns(key), vector_bytes(vector), _doc(chunk), terms, tfs, _time(chunk)])
+        if self.cluster:
+            stored = self._call(lambda: self._spread_add(rows, dimension))
+        else:
+            args = [value for row in rows for value in row]
+            stored = self._call(lambda: self._run(self._add, [self.prefix, dimension, *args]))
         if stored is not None:
             self._dimension = int(stored)
             raise self._sizes.refused(dimension, self._dimension)
@@ -325,21 +374,25 @@ class RedisVectorIndex(MatrixIndex):
 
     def delete_ids(self, ids: list[str]) -> int:
         """Delete chunks (vector, text, postings) by id; returns how many were there."""
+        if self.cluster:
+            return self._call(lambda: self._spread_delete(ids))
         return int(self._call(lambda: self._run(self._delete, [self.prefix, "", *ids])))
 
     def delete_namespace_rows(self, namespace: str) -> int:
         """In atomic steps of ``_DROP_BATCH`` chunks."""
-        ns = escape_part(namespace)
+        ns = self._ns(namespace)
 
         def run() -> int:
             total, docs, cursor = 0, self._k("d:", ns), 0
             while True:  # HSCAN, not HKEYS: no command reads the whole namespace
                 cursor, found = self._client.hscan(docs, cursor, count=_DROP_BATCH)
                 if found:  # a page may be empty before the scan ends
-                    total += int(self._run(self._delete, [self.prefix, "=" + ns, *found]))
+                    total += int(self._run(self._delete, [self.prefix, "=" + ns, *found], ns))
+                    self._spread_unmap(ns, found)
                 if not cursor and not self._client.hlen(docs):
                     break
-            self._run(self._clear, [self.prefix, ns])
+            self._run(self._clear, [self.prefix, ns], ns)
+            self._spread_unlist(ns)
             return total
 
         return self._call(run)
@@ -347,7 +400,7 @@ class RedisVectorIndex(MatrixIndex):
     # -- embedding cache ---------------------------------------------------
 
     def _cache_key(self, identity: str, namespace: str) -> str:
-        return self._k("c:", f"{escape_part(namespace)}:{escape_part(identity)}")
+        return self._k("c:", f"{self._ns(namespace)}:{escape_part(identity)}")
 
     def read_cache(self, identity: str, namespace: str, keys: list[str]) -> list[tuple[str, bytes]]:
         key = self._cache_key(identity, namespace)
@@ -363,7 +416,7 @@ class RedisVectorIndex(MatrixIndex):
         def run() -> None:
             pipe = self._client.pipeline(transaction=True)
             pipe.hset(key, mapping=dict(blobs))
-            pipe.sadd(self._k("ci:", escape_part(namespace)), escape_part(identity))
+            pipe.sadd(self._k("ci:", self._ns(namespace)), escape_part(identity))
             pipe.execute()
 
         self._call(run)
@@ -373,17 +426,18 @@ class RedisVectorIndex(MatrixIndex):
     def _names(self, keys: list[str] | None) -> list[str]:
         """Escaped namespaces a read covers (``None``: every one that holds chunks)."""
         if keys is not None:
-            return [escape_part(k) for k in keys]
-        return sorted(self._client.smembers(self._k("ns")))
+            return [self._ns(k) for k in keys]
+        return sorted(self._client.smembers(self._g("ns")))
 
-    def _run(self, script: Any, args: list[Any]) -> Any:
-        """A write script (in a cluster: in the prefix's slot, acknowledged by replicas)."""
-        return self.store.run_script(script, [], args, route=self._k("layout"))
+    def _run(self, script: Any, args: list[Any], ns: str = "") -> Any:
+        """A write script (in a cluster: in namespace ``ns``'s slot, or the prefix's,
+        acknowledged by replicas)."""
+        return self.store.run_script(script, [], args, route=self._k("m:", ns) if ns else self._g("id"))
 
     def _eval_bytes(self, script: Any, args: list[Any]) -> Any:
         """EVALSHA with the reply left as bytes (redis-py's Script always decodes); in
-        a cluster with a key of the prefix's slot, which routes it."""
-        keys = [1, self._k("layout")] if self.store.cluster else [0]
+        a cluster with a key of the namespace's slot (``args[1]``), which routes it."""
+        keys = [1, self._k("m:", args[1])] if self.cluster else [0]
         try:
             return self._client.execute_command("EVALSHA", script.sha, *keys, *args, **_NEVER_DECODE)
         except _NoScript:  # a restarted or flushed server: load it again
@@ -394,7 +448,7 @@ class RedisVectorIndex(MatrixIndex):
         """One script call returns the chunks changed since ``held``'s version (from
         ``log``); a copy the log cannot bring up to date (or none) reads the whole
         namespace (one that Redis does not hold reads as empty)."""
-        ns = escape_part(namespace)
+        ns = self._ns(namespace)
         if held is not None:
             reply = self._eval_bytes(self._delta, [self.prefix, ns, held.version, DELTA_LIMIT])
             version = int(reply[0])
@@ -430,7 +484,7 @@ class RedisVectorIndex(MatrixIndex):
         def run() -> list[SearchHit]:
             found = []
             for ns in self._names(keys):
-                view = self.current(unescape_part(ns), dimension)
+                view = self.current(self._name(ns), dimension)
                 if view is not None:
                     found += [(s, (ns, i)) for s, i in view.top(query, top_k)]
             return ranked_hits(found, top_k, self._hit_chunks)
@@ -451,7 +505,7 @@ class RedisVectorIndex(MatrixIndex):
                 wanted = list(dict.fromkeys(i for ids in pipe.execute() for i in ids))
                 if not wanted or len(wanted) > RECORDED_LIMIT:
                     continue
-                view = self.current(unescape_part(ns), len(query))
+                view = self.current(self._name(ns), len(query))
                 if view is not None:
                     found += [(s, (ns, i)) for s, i in view.among(wanted, query)]
             return ranked_hits(found, top_k, self._hit_chunks)
@@ -474,7 +528,7 @@ class RedisVectorIndex(MatrixIndex):
 
     def score_keywords(self, terms: list[str], top_k: int, namespace: str) -> list[tuple[str, float]]:
         """Reads only the query terms' postings (one round trip)."""
-        ns = escape_part(namespace)
+        ns = self._ns(namespace)
 
         def run() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
@@ -493,12 +547,12 @@ class RedisVectorIndex(MatrixIndex):
         return bm25_postings_top(holding, int(n_docs), int(total or 0), top_k)
 
     def read_ids(self, namespace: str) -> set[str]:
-        key = self._k("d:", escape_part(namespace))
+        key = self._k("d:", self._ns(namespace))
         return set(self._call(lambda: self._client.hkeys(key)))
 
     def read_chunks(self, ids: list[str]) -> dict[str, Chunk]:
         def run() -> dict[str, Chunk]:
-            where = self._client.hmget(self._k("id"), ids)
+            where = self._client.hmget(self._g("id"), ids)
             pairs = [(ns, i) for ns, i in zip(where, ids, strict=True) if ns is not None]
             docs = self._docs(pairs)
             return {i: _chunk(i, doc) for (_, i), doc in zip(pairs, docs, strict=True) if doc}
@@ -508,7 +562,7 @@ class RedisVectorIndex(MatrixIndex):
     def read_vector_page(self, namespace: str, after: Any, limit: int) -> tuple[list[Chunk], Any]:
         """Pages in id order: the first call collects the ids with HSCAN (bounded
         steps), the cursor is (ids, position); each page is two HMGETs."""
-        ns = escape_part(namespace)
+        ns = self._ns(namespace)
 
         def run() -> tuple[list[Chunk], Any]:
             ids, start = after or (sorted(self._scan_ids(self._k("d:", ns))), 0)
@@ -538,7 +592,7 @@ class RedisVectorIndex(MatrixIndex):
                 return list(set(found))  # HSCAN may return an id twice
 
     def read_namespace_names(self) -> list[str]:
-        return [unescape_part(ns) for ns in self._call(lambda: self._client.smembers(self._k("ns")))]
+        return [self._name(ns) for ns in self._call(lambda: self._client.smembers(self._g("ns")))]
 
     def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
         def run() -> list[Chunk]:
@@ -550,7 +604,7 @@ class RedisVectorIndex(MatrixIndex):
         return self._call(run)
 
     def count_rows(self, namespace: str | None) -> int:
-        key = self._k("id") if namespace is None else self._k("d:", escape_part(namespace))
+        key = self._g("id") if namespace is None else self._k("d:", self._ns(namespace))
         return int(self._call(lambda: self._client.hlen(key)))
 
 
