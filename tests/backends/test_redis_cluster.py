@@ -410,3 +410,23 @@ def test_cluster_replies_become_library_errors() -> None:
     assert isinstance(down, StoreUnavailableError)
     uncovered = redis_failure(exceptions.SlotNotCoveredError('Slot "12" is not covered'), "x")
     assert isinstance(uncovered, StoreUnavailableError)
+
+
+def test_a_redis_cluster_client_can_be_passed(redis_cluster: RedisCluster, cluster_prefix: str) -> None:
+    """``client=`` a RedisCluster of your own: the cluster layout, without ?cluster=true;
+    the store's own cluster client gates each node's connections by that node's health."""
+    from redis.cluster import RedisCluster as Client
+
+    from fastaiagent.facts.fact import Fact
+    from fastaiagent.facts.redis.store import RedisFactStore
+
+    mine = Client(host="127.0.0.1", port=redis_cluster.ports[1], decode_responses=True)
+    store = RedisFactStore("redis://ignored:1/0", prefix=cluster_prefix, client=mine)
+    assert store.cluster
+    fact_id = store.add(Fact("Uses its own client", scope="user", scope_id="zoe"))
+    own = RedisFactStore(redis_cluster.url, prefix=cluster_prefix)
+    assert own.get(fact_id).fact == "Uses its own client"  # type: ignore[union-attr]
+    pools = [node.redis_connection.connection_pool for node in own.client.get_nodes()]
+    assert pools and all(p.connection_class.__name__.startswith("Guarded") for p in pools)
+    own.close()
+    mine.close()
