@@ -294,9 +294,9 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
     # -- companions (windows, items, vectors) ------------------------------
 
     def companion_prefix(self, kind: str) -> str:
-        """The key prefix of a companion store (``it`` items, ``vec`` vectors). In a
-        cluster all its keys share one hash tag: its scripts span namespaces (an
-        atomic batch, one id map), so they stay in one slot."""
+        """The key prefix of a companion store (``it``: items). In a cluster all its
+        keys share one hash tag: its scripts span namespaces (a batch of writes is
+        atomic across them), so they stay in one slot."""
         if self._spread is None:
             return f"{self.prefix}:{kind}:"
         return f"{self.prefix}:{kind}:{{{self.prefix}:{kind}}}:"
