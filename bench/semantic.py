@@ -94,7 +94,7 @@ def remove_storage(backend: str) -> None:
         import psycopg
 
         with psycopg.connect(POSTGRES, autocommit=True) as admin:
-            for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta"):
+            for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms"):
                 admin.execute(f"DROP TABLE IF EXISTS {RUN}{suffix}")
             admin.execute("DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{RUN}%",))
     elif backend == "redis":

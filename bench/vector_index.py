@@ -79,7 +79,7 @@ def _postgres(url: str = POSTGRES) -> Iterator[Opener]:
         for store in stores:
             store.close()
         with psycopg.connect(url, autocommit=True) as admin:
-            for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta"):
+            for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms"):
                 admin.execute(f"DROP TABLE IF EXISTS {table}{suffix}")
             admin.execute("DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{table}%",))
 

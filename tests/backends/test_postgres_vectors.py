@@ -27,7 +27,7 @@ require_module("numpy")
 from fastaiagent.facts.postgres.store import PostgresFactStore  # noqa: E402
 from fastaiagent.facts.postgres.vectors import PostgresVectorIndex  # noqa: E402
 
-SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta")
+SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms")
 
 
 @pytest.fixture
@@ -216,7 +216,7 @@ def test_a_small_cache_budget_still_answers_right(facts: PostgresFactStore) -> N
 def test_the_schema_version_is_recorded_and_a_newer_one_refused(facts: PostgresFactStore) -> None:
     facts.vector_store().ids("user:1")
     component = f"vectors:{facts.table}_vectors"
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
     _raw(facts, "UPDATE fastaiagent_schema SET version = 9 WHERE component = %s RETURNING 1", component)
     with pytest.raises(SchemaVersionError, match=rf"'{component}' at schema version 9.*pip install -U"):
         _reopen(facts).ids("user:1")
@@ -297,7 +297,7 @@ def test_a_version_1_vector_table_gains_keyword_statistics(facts: PostgresFactSt
     assert reopened.keyword_search("Jane Lisbon", 5, namespace="user:1") == expected
     stats = _raw(facts, f'SELECT namespace, docs, tokens FROM "{facts.table}_vector_ns"')
     assert stats == [("user:1", 2, 5)]  # "to" and "is" are stop words
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
 
 
 def test_a_version_2_vector_table_gains_the_time_index(facts: PostgresFactStore) -> None:
@@ -313,7 +313,7 @@ def test_a_version_2_vector_table_gains_the_time_index(facts: PostgresFactStore)
     assert [hit.chunk.id for hit in hits] == ["a3"]
     indexes = _raw(facts, "SELECT indexname FROM pg_indexes WHERE tablename = %s", f"{facts.table}_vectors")
     assert (f"idx_{facts.table}_vectors_recorded",) in indexes
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
 
 
 def test_a_version_3_vector_table_has_its_chinese_rows_tokenized_again(facts: PostgresFactStore) -> None:
@@ -332,4 +332,60 @@ def test_a_version_3_vector_table_has_its_chinese_rows_tokenized_again(facts: Po
     reopened = _reopen(facts)
     assert [i for i, _ in reopened.keyword_search("伴娘是谁", 5, namespace="user:1")] == ["ctx", "zh"]
     assert _raw(facts, f"SELECT tsv::text FROM {t} WHERE id = 'en'") == before  # other scripts: untouched
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(4,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
+
+
+def test_keyword_search_over_a_common_word_still_finds_the_rare_one(facts: PostgresFactStore) -> None:
+    """Ana's name in every one of 600 messages does not crowd out the oldest message
+    holding the query's rare word: it is scored with the exact statistics, as the
+    in-process BM25 would, and comes first; the newest of the common word follow."""
+    from fastaiagent.kb.bm25 import BM25Index
+
+    index = facts.vector_store()
+    texts = ["Ana booked the dentist for Tuesday"] + [f"Ana said hello number {i}" for i in range(600)]
+    for first in range(0, len(texts), 100):  # a write's rows are equally new: 100 a write
+        index.add([_chunk(f"m{i}", texts[i], [1.0, 0.0], ns="a") for i in range(first, min(first + 100, len(texts)))])
+    index.add([_chunk("other", "Ana and the dentist", [1.0, 0.0], ns="b")])  # another user
+    found = index.keyword_search("When is Ana's dentist?", 5, namespace="a")
+    reference = BM25Index()
+    for i, text in enumerate(texts):
+        reference.add(f"m{i}", text)
+    expected = reference.search("When is Ana's dentist?", 1)
+    assert found[0][0] == "m0" == expected[0][0]
+    assert found[0][1] == pytest.approx(expected[0][1], rel=1e-6)
+    common = index.keyword_search("Ana", 3, namespace="a")
+    assert {i for i, _ in common} <= {f"m{i}" for i in range(401, 601)}  # among the newest
+
+
+def test_term_counts_follow_every_write_and_a_forgotten_word_leaves(facts: PostgresFactStore) -> None:
+    index = facts.vector_store()
+    index.add([_chunk("a", "zanzibar trip", [1, 0]), _chunk("b", "trip planning", [0, 1])])
+    index.add([_chunk("c", "zanzibar beach", [1, 1], ns="user:2")])
+    terms = f'"{facts.table}_vector_terms"'
+
+    def counts(ns: str) -> dict[str, int]:
+        rows = _raw(facts, f"SELECT term, df FROM {terms} WHERE namespace = %s AND term NOT LIKE 'n%%'", ns)
+        return dict(rows)
+
+    assert counts("user:1") == {"zanzibar": 1, "trip": 2, "plann": 1}
+    index.delete(["a"])
+    assert counts("user:1") == {"trip": 1, "plann": 1}  # no row of a word nobody holds
+    index.add([_chunk("b", "zanzibar", [0, 1])])  # rewritten: its old words counted down
+    assert counts("user:1") == {"zanzibar": 1}
+    index.delete_namespace("user:1")
+    assert counts("user:1") == {} and counts("user:2") == {"zanzibar": 1, "beach": 1}
+
+
+def test_a_version_4_vector_table_gains_term_counts(facts: PostgresFactStore) -> None:
+    index = facts.vector_store()
+    index.add([_chunk("a1", "Jane moved to Lisbon", [1, 0]), _chunk("a2", "Lisbon is sunny", [0, 1])])
+    component = f"vectors:{facts.table}_vectors"
+    with psycopg.connect(facts.url, autocommit=True) as conn:  # back to the layout of version 4
+        conn.execute(f'DROP TRIGGER "{facts.table}_vectors_kw_terms" ON "{facts.table}_vectors"')
+        conn.execute(f'DROP TABLE "{facts.table}_vector_terms"')
+        conn.execute("UPDATE fastaiagent_schema SET version = 4 WHERE component = %s", (component,))
+    reopened = _reopen(facts)
+    assert [i for i, _ in reopened.keyword_search("Lisbon sunny", 5, namespace="user:1")] == ["a2", "a1"]
+    rows = _raw(facts, f'SELECT term, df FROM "{facts.table}_vector_terms" WHERE term = %s', "lisbon")
+    assert rows == [("lisbon", 2)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]

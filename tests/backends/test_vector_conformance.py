@@ -92,7 +92,7 @@ def _redis(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Cal
     return opener
 
 
-PG_SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta")
+PG_SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms")
 def _pgvector(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Callable[[], None]]) -> Callable[[], Any]:
     return _postgres(request, stores, cleanups, server="pgvector_url")
 

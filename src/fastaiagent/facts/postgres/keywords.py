@@ -2,12 +2,16 @@
 
 Each row of ``<t>_vectors`` carries a ``tsvector`` of its keyword tokens (the
 stop-word-free, stemmed tokens of :func:`~fastaiagent.kb.bm25.tokenize`) plus one
-lexeme naming its namespace, and ``ntokens``, its token count. A trigger keeps
-each namespace's document count and token total in ``<t>_vector_ns``. A search
-lets the GIN index pick candidates of the namespace (``ts_rank`` order), then
-scores them with BM25 on the namespace's own statistics
-(:mod:`fastaiagent.facts.index.keywords`), as the SQLite and in-process indexes
-do: one user's ranking never depends on what other users said.
+lexeme naming its namespace, and ``ntokens``, its token count. Triggers keep
+each namespace's document count and token total in ``<t>_vector_ns`` and, per
+term, how many of its documents hold it in ``<t>_vector_terms`` (version 5:
+counting a common word's matches through the GIN index read every matching row,
+60-90 ms for a word in 12k of a user's 100k messages). A search reads those
+counts, takes every document holding the rarest query terms (as many terms as
+fit in the candidate budget), then the newest holding the others, as the
+SQLite index does, and scores them with BM25 on the namespace's own statistics
+(:mod:`fastaiagent.facts.index.keywords`): one user's ranking never depends on
+what other users said.
 """
 
 from __future__ import annotations
@@ -65,21 +69,64 @@ def retokenize_cjk(conn: Any, rows_query: Any, update: Any) -> None:
             cursor.executemany(update, params)
 
 
+# Step 5: per namespace and term, the documents holding it. A namespace being
+# deleted (its <t>_vector_ns row gone first) is not counted down row by row: its
+# counts go with it at the end. A count that reaches 0 is deleted (no word of a
+# forgotten message stays).
+STEP5 = (
+    "CREATE TABLE IF NOT EXISTS {terms} (namespace TEXT NOT NULL, term TEXT NOT NULL, "
+    "df INTEGER NOT NULL, PRIMARY KEY (namespace, term))",
+    "CREATE OR REPLACE FUNCTION {terms_fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF TG_OP <> 'INSERT' AND EXISTS (SELECT 1 FROM {n} WHERE namespace = OLD.namespace) THEN "
+    "UPDATE {terms} t SET df = t.df - 1 FROM unnest(OLD.tsv) u "
+    "WHERE t.namespace = OLD.namespace AND t.term = u.lexeme; "
+    "DELETE FROM {terms} t USING unnest(OLD.tsv) u "
+    "WHERE t.namespace = OLD.namespace AND t.term = u.lexeme AND t.df <= 0; END IF; "
+    "IF TG_OP <> 'DELETE' THEN INSERT INTO {terms} (namespace, term, df) "
+    "SELECT NEW.namespace, u.lexeme, 1 FROM unnest(NEW.tsv) u "
+    "ON CONFLICT (namespace, term) DO UPDATE SET df = {terms}.df + 1; END IF; "
+    "RETURN NULL; END $$",
+    "DROP TRIGGER IF EXISTS {terms_trigger} ON {v}",
+    "CREATE TRIGGER {terms_trigger} AFTER INSERT OR DELETE OR UPDATE OF namespace, tsv "
+    "ON {v} FOR EACH ROW EXECUTE FUNCTION {terms_fn}()",
+    # A namespace's newest rows along its (namespace, gen) index whatever the table's
+    # statistics say (before the first ANALYZE of a bulk-loaded table the planner
+    # read all 100k rows through a bitmap and sorted them: 300 ms instead of 2).
+    "CREATE OR REPLACE FUNCTION {newest_fn}(ns TEXT, n BIGINT) "
+    "RETURNS TABLE (id TEXT, ntokens INTEGER, tsv TSVECTOR, gen BIGINT) LANGUAGE sql STABLE "
+    "SET enable_bitmapscan = off SET enable_seqscan = off AS $$ "
+    "SELECT v.id, v.ntokens, v.tsv, v.gen FROM {v} v WHERE v.namespace = ns ORDER BY v.gen DESC, v.id DESC "
+    "LIMIT n $$",
+    "DELETE FROM {terms}",  # a repeated step starts afresh
+    "INSERT INTO {terms} (namespace, term, df) SELECT namespace, u.lexeme, count(*) "
+    "FROM {v}, unnest(tsv) u GROUP BY namespace, u.lexeme",
+)
+DROP_TERMS = "DELETE FROM {terms} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {terms} WHERE namespace = %s LIMIT %s))"
+
+# A common term's newest documents: through the GIN index and a sort (reads every
+# match: cost ~ df), or the namespace's newest ``window`` rows along its
+# (namespace, gen) index, each tested (cost ~ window ~ budget * docs / df; the
+# window grows when it held too few). The search takes the cheaper.
+_ROW_TERMS = (
+    "SELECT c.id, c.ntokens, u.lexeme, coalesce(array_length(u.positions, 1), 1) FROM ({rows}) c "
+    "LEFT JOIN LATERAL unnest(c.tsv) u ON u.lexeme = ANY(%(terms)s::text[])"
+)
+_MATCHING = "SELECT id, ntokens, tsv FROM {v} WHERE namespace = %(ns)s AND tsv @@ to_tsquery('simple', %(match)s)"
+_NEWEST_WINDOW = (
+    "SELECT id, ntokens, tsv FROM {newest_fn}(%(ns)s, %(window)s) "
+    "WHERE tsv @@ to_tsquery('simple', %(match)s) ORDER BY gen DESC, id DESC LIMIT %(limit)s"
+)
+
+
 QUERIES = {
-    # One round trip: the namespace's statistics and, per query term, how many of
-    # its rows hold it (the GIN index intersects the namespace's lexeme with the
-    # term's); then the candidates, each with its length and the counts of the
-    # query terms it holds. No candidate, no row.
-    "keyword": "WITH s AS (SELECT n.docs, n.tokens, ARRAY(SELECT (SELECT count(*) FROM {v} "
-    "WHERE tsv @@ to_tsquery('simple', %(nskey)s || ' & ' || quote_literal(t.term))) "
-    "FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS t(term, i) ORDER BY t.i) AS df "
-    "FROM {n} n WHERE n.namespace = %(ns)s AND n.docs > 0), "
-    "c AS (SELECT id, ntokens, tsv FROM {v} WHERE namespace = %(ns)s "
-    "AND tsv @@ to_tsquery('simple', %(match)s) "
-    "ORDER BY ts_rank(tsv, to_tsquery('simple', %(any)s)) DESC, id LIMIT %(limit)s) "
-    "SELECT s.docs, s.tokens, s.df, c.id, c.ntokens, u.lexeme, "
-    "coalesce(array_length(u.positions, 1), 1) FROM s CROSS JOIN c "
-    "LEFT JOIN LATERAL unnest(c.tsv) u ON u.lexeme = ANY(%(terms)s::text[])",
+    # The namespace's statistics and each query term's document count, by key.
+    "keyword_stats": "SELECT n.docs, n.tokens, ARRAY(SELECT coalesce((SELECT df FROM {terms} "
+    "WHERE namespace = %(ns)s AND term = t.term), 0) FROM unnest(%(terms)s::text[]) "
+    "WITH ORDINALITY AS t(term, i) ORDER BY t.i) FROM {n} n WHERE n.namespace = %(ns)s AND n.docs > 0",
+    "keyword_rare": _ROW_TERMS.format(rows=_MATCHING),
+    "keyword_newest_window": _ROW_TERMS.format(rows=_NEWEST_WINDOW),
+    "keyword_newest_by_match": _ROW_TERMS.format(rows=_MATCHING + " ORDER BY gen DESC, id DESC LIMIT %(limit)s"),
+    "drop_terms": DROP_TERMS,
 }
 
 
@@ -97,27 +144,56 @@ def postings(text: str, namespace: str) -> tuple[str, int]:
 
 def search(conn: Any, queries: dict[str, Any], terms: list[str], top_k: int, namespace: str) -> list[tuple[str, float]]:
     """``(chunk id, BM25 score)`` of the ``top_k`` best matches of the (sorted,
-    distinct, not empty) query ``terms`` in ``namespace``: one round trip."""
-    any_term = " | ".join(f"'{term}'" for term in terms)  # tokens are word characters only
-    key = nskey(namespace)
-    params = {
-        "ns": namespace,
-        "nskey": f"'{key}'",
-        "terms": terms,
-        "any": any_term,
-        "match": f"'{key}' & ({any_term})",
-        "limit": max(CANDIDATES, 4 * top_k),
-    }
-    rows = conn.execute(queries["keyword"], params).fetchall()
-    if not rows:
+    distinct, not empty) query ``terms`` in ``namespace``: two or three round trips."""
+    params: dict[str, Any] = {"ns": namespace, "terms": terms}
+    stats = conn.execute(queries["keyword_stats"], params).fetchone()
+    if stats is None:
         return []
-    docs, tokens, df = rows[0][:3]
-    frequency = dict(zip(terms, (int(n) for n in df), strict=True))
-    found = grouped((row[3], int(row[4]), row[5], int(row[6])) for row in rows)
-    return bm25_top(frequency, found, int(docs), int(tokens), top_k)
+    docs, tokens = int(stats[0]), int(stats[1])
+    frequency = dict(zip(terms, (int(n) for n in stats[2]), strict=True))
+    limit = max(CANDIDATES, 4 * top_k)
+    rare, common, postings = [], [], 0
+    for term in sorted((t for t in terms if frequency[t]), key=frequency.__getitem__):
+        if postings + frequency[term] <= limit:
+            rare.append(term)
+            postings += frequency[term]
+        else:
+            common.append(term)
+    key = nskey(namespace)
+    rows: list[tuple[Any, ...]] = []
+    if rare:
+        rows = conn.execute(queries["keyword_rare"], {**params, "match": _match(key, rare)}).fetchall()
+    found = grouped((r[0], int(r[1]), r[2], int(r[3])) for r in rows)
+    if common and len(found) < limit:
+        seen = {row[0] for row in found}
+        newer = _newest(conn, queries, {**params, "match": _match(key, common), "limit": limit},
+                        docs, sum(frequency[t] for t in common))  # fmt: skip
+        found += [row for row in newer if row[0] not in seen][: limit - len(found)]
+    return bm25_top(frequency, found, docs, tokens, top_k)
+
+
+def _newest(conn: Any, queries: dict[str, Any], params: dict[str, Any], docs: int, held: int) -> list[Any]:
+    """The newest ``params["limit"]`` documents holding a common term (``held``: the
+    sum of their document counts), by the cheaper way (see ``_NEWEST_WINDOW``)."""
+    limit = params["limit"]
+    if limit * docs >= held * held:  # rare enough: read every match
+        rows = conn.execute(queries["keyword_newest_by_match"], params).fetchall()
+        return grouped((r[0], int(r[1]), r[2], int(r[3])) for r in rows)
+    window = min(docs, 2 * limit * docs // max(held, 1))
+    while True:
+        rows = conn.execute(queries["keyword_newest_window"], {**params, "window": window}).fetchall()
+        found = grouped((r[0], int(r[1]), r[2], int(r[3])) for r in rows)
+        if len(found) >= limit or window >= docs:
+            return found
+        window = min(docs, window * 4)
+
+
+def _match(key: str, terms: list[str]) -> str:
+    """``'<namespace lexeme>' & ('a' | 'b')`` (tokens are word characters only)."""
+    return f"'{key}' & (" + " | ".join(f"'{term}'" for term in terms) + ")"
 
 
 __all__ = [
-    "CANDIDATES", "CJK_ROWS", "QUERIES", "RETOKENIZE", "STEP2", "nskey", "postings",
-    "retokenize_cjk", "search",
+    "CANDIDATES", "CJK_ROWS", "DROP_TERMS", "QUERIES", "RETOKENIZE", "STEP2", "STEP5", "nskey",
+    "postings", "retokenize_cjk", "search",
 ]  # fmt: skip

@@ -159,6 +159,10 @@ def _names(fact_table: str) -> dict[str, Any]:
         "idx_recorded": sql.Identifier(f"idx_{v}_recorded"),
         "stats_fn": sql.Identifier(f"{v}_kw_stats"),
         "stats_trigger": sql.Identifier(f"{v}_kw_stats"),
+        "terms": sql.Identifier(f"{fact_table}_vector_terms"),
+        "terms_fn": sql.Identifier(f"{v}_kw_terms"),
+        "terms_trigger": sql.Identifier(f"{v}_kw_terms"),
+        "newest_fn": sql.Identifier(f"{v}_newest"),
     }
 
 
@@ -204,6 +208,8 @@ class PostgresVectorIndex(MatrixIndex):
         runs: list[Any] = [partial(_run_ddl, ddl=ddl, transaction=n < 2) for n, ddl in enumerate(steps)]
         cjk = [sql.SQL(text).format(**names) for text in (keywords.CJK_ROWS, keywords.RETOKENIZE)]
         runs.append(partial(_in_transaction, step=partial(keywords.retokenize_cjk, rows_query=cjk[0], update=cjk[1])))
+        terms = [sql.SQL(text).format(**names) for text in keywords.STEP5]
+        runs.append(partial(_run_ddl, ddl=terms))  # one transaction: writers wait for the count
         self._schema = Schema(f"vectors:{self.table}", runs)
         self._ready = False
         self._dimension: int | None = None
@@ -332,7 +338,7 @@ class PostgresVectorIndex(MatrixIndex):
             with conn.transaction():
                 conn.execute(self._q["delete_ns"], (namespace,))
             deleted = 0
-            for query in ("delete_ns_rows", "delete_ns_cache"):
+            for query in ("delete_ns_rows", "drop_terms", "delete_ns_cache"):
                 while True:  # each step its own transaction (autocommit)
                     gone = int(conn.execute(self._q[query], (namespace, DROP_STEP)).rowcount)
                     deleted += gone if query == "delete_ns_rows" else 0
