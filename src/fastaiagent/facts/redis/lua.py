@@ -31,20 +31,20 @@ end
 -- all indexes and the subjects set are not kept (the store reads subjects).
 local function subject(project, scope, sid)
   local s = project .. ':' .. scope .. ':' .. sid
-  local t = s
-  if C then t = '{' .. s .. '}' end
-  local keys = {member = s, active = P .. ':active:' .. t, rows = P .. ':rows:' .. t,
-                hist = P .. ':hist:' .. t, key = P .. ':key:' .. t .. ':',
-                old = P .. ':old:' .. t .. ':', exp = P .. ':exp:' .. t}
   if C then
-    keys.fact, keys.prev = P .. ':fact:' .. t .. ':', P .. ':prev:' .. t .. ':'
-    keys.expiry, keys.retired = P .. ':expiry:' .. t, P .. ':retired:' .. t
-  else
-    keys.fact, keys.prev = P .. ':fact:', P .. ':prev:'
-    keys.expiry, keys.retired = P .. ':expiry', P .. ':retired'
-    keys.scope, keys.all = P .. ':scope:' .. project .. ':' .. scope, P .. ':all'
+    local t = '{' .. s .. '}'
+    return {member = s, active = P .. ':active:' .. t, rows = P .. ':rows:' .. t,
+            hist = P .. ':hist:' .. t, key = P .. ':key:' .. t .. ':',
+            old = P .. ':old:' .. t .. ':', exp = P .. ':exp:' .. t,
+            fact = P .. ':fact:' .. t .. ':', prev = P .. ':prev:' .. t .. ':',
+            expiry = P .. ':expiry:' .. t, retired = P .. ':retired:' .. t}
   end
-  return keys
+  return {member = s, active = P .. ':active:' .. s, rows = P .. ':rows:' .. s,
+          hist = P .. ':hist:' .. s, key = P .. ':key:' .. s .. ':',
+          old = P .. ':old:' .. s .. ':', exp = P .. ':exp:' .. s,
+          fact = P .. ':fact:', prev = P .. ':prev:', expiry = P .. ':expiry',
+          retired = P .. ':retired', scope = P .. ':scope:' .. project .. ':' .. scope,
+          all = P .. ':all'}
 end
 -- One server: a fact's hash is P:fact:<id> whatever its subject.
 local function fact_key(id, s)
