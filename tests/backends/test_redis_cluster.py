@@ -165,25 +165,32 @@ def _prefix_keys(cluster: RedisCluster, prefix: str) -> list[str]:
 
 def test_every_key_of_a_subject_is_in_its_slot(cluster_store: Any, redis_cluster: RedisCluster) -> None:
     """Writes of every kind leave each subject's keys in one hash slot, so no script
-    call spans slots; ids with braces cannot move a key out of its subject's slot."""
+    call spans slots: its own keys (tagged with the subject), and its facts' hashes
+    and the slot's counter and subjects set (tagged with the slot, which the ids
+    name); ids with braces cannot move a key out of its subject's slot."""
     from redis.cluster import RedisCluster as Client
 
     from fastaiagent.facts.fact import Fact
 
     store = cluster_store
     subjects = ["alice", "{bob}", "c}a{r:l", "%7B"]
+    ids: dict[str, list[int]] = {}
     for sid in subjects:
         first = store.add(Fact("Lives in Paris", scope="user", scope_id=sid))
-        store.update(Fact("Lives in Rome", scope="user", scope_id=sid), first)
-        store.add(Fact("Short-lived", scope="user", scope_id=sid, valid_to=4102444800.0))
+        second = store.update(Fact("Lives in Rome", scope="user", scope_id=sid), first)
+        third = store.add(Fact("Short-lived", scope="user", scope_id=sid, valid_to=4102444800.0))
+        ids[sid] = [first, second, third]
     client = Client(host="127.0.0.1", port=redis_cluster.ports[0], decode_responses=True)
     try:
+        every = _prefix_keys(redis_cluster, store.prefix)
         for sid in subjects:
             parts = store._subject("user", sid, "")
             tag = "{" + ":".join(parts) + "}"
-            keys = [k for k in _prefix_keys(redis_cluster, store.prefix) if tag in k]
-            assert len(keys) >= 8, keys  # fact hashes, rows, active, hist, key, old, exp, prev...
-            assert {client.keyslot(k) for k in keys} == {client.keyslot(tag)}
+            own = [k for k in every if tag in k]
+            assert len(own) >= 6, own  # rows, active, hist, key, old, exp...
+            slot_keys = [store._fact_key(i) for i in ids[sid]] + store._slot_keys(parts)
+            assert set(slot_keys[:3]) <= set(every)
+            assert {client.keyslot(k) for k in own + slot_keys} == {client.keyslot(tag)}
         assert [f.fact for f in store.list_active("user", "{bob}")] == ["Short-lived", "Lives in Rome"]
         assert len({client.keyslot(store._sk("hist", store._subject("user", s, ""))) for s in subjects}) > 1
     finally:
@@ -228,6 +235,7 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
     promoted primary has no replica left, so its writes are refused until the old
     node rejoins as its replica; then they work again."""
     import threading
+    import time
 
     from _env import start_redis_cluster, wait_cluster_ok, wait_replicas_linked
     from fastaiagent.errors import StoreUnavailableError
@@ -239,6 +247,7 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
         store = RedisFactStore(cluster.url, prefix=unique_name("failover"))
         acked: list[tuple[int, str, str]] = []
         refused: list[Exception] = []
+        broken: list[Exception] = []
         stop = threading.Event()
 
         def writer() -> None:
@@ -249,6 +258,9 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
                     acked.append((store.add(Fact(text, scope="user", scope_id=sid)), sid, text))
                 except StoreUnavailableError as exc:
                     refused.append(exc)
+                except Exception as exc:  # reported by the test, not lost with the thread
+                    broken.append(exc)
+                    return
                 n += 1
 
         thread = threading.Thread(target=writer)
@@ -259,9 +271,12 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
         cluster.kill(int(victim.port))
         survivors = [p for p in cluster.ports if p != int(victim.port)]
         wait_cluster_ok(survivors, timeout=60)
-        threading.Event().wait(1.0)  # writes go on against the new map
+        settled = time.monotonic() + 40  # writes go on against the new map until one is refused
+        while not (refused and len(acked) > 200) and not broken and time.monotonic() < settled:
+            time.sleep(0.1)
         stop.set()
         thread.join(timeout=60)
+        assert not broken, broken
         assert len(acked) > 200 and refused, "writes were refused while the slot had no replica"
 
         reader = RedisFactStore(cluster.url, prefix=store.prefix)
@@ -287,14 +302,16 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
         cluster.stop()
 
 
-def test_reindex_maps_facts_whose_mapping_was_lost(cluster_store: Any) -> None:
-    """A crash between a fact's write and its mapping: reindex() maps it again."""
+def test_reindex_lists_subjects_the_sets_lost(cluster_store: Any) -> None:
+    """reindex() on a cluster indexes every fact hash again, in its slot: subjects
+    missing from the per-slot subjects sets are listed again."""
     from fastaiagent.facts.fact import Fact
 
     store = cluster_store
     ids = [store.add(Fact(f"fact {n}", scope="user", scope_id=f"u{n % 3}")) for n in range(6)]
-    store.client.delete(store._spread.where_key, store._spread.subjects_key)
-    assert store.get(ids[0]) is None and store.subjects() == []
+    for key in list(store.client.scan_iter(match=store.prefix + ":subjects:*")):
+        store.client.delete(key)
+    assert store.subjects() == []
     assert store.reindex() == 6
     assert [store.get(i).fact for i in ids] == [f"fact {n}" for n in range(6)]  # type: ignore[union-attr]
     assert len(store.subjects()) == 3

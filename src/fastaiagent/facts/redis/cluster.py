@@ -1,21 +1,21 @@
 """Redis Cluster for the Redis stores: the client, writes that wait for replicas,
-and the namespace's id map.
+and the slots' own keys.
 
 A store in cluster mode keeps every key of one subject in that subject's hash
-slot (``{project:scope:scope_id}``), so each script call touches one slot. What
-spans subjects lives in the namespace's own slot (tag ``{<prefix>}``): the id
-counter, ``where`` (fact id -> subject, for reads and writes by id) and the
-``subjects`` set. A write is one script call on the subject's primary followed,
-on the same connection, by ``WAIT <replicas> <timeout>``, so a write that
-returned was acknowledged by a replica and survives a failover; the id map is
-tidied in a second call (see :class:`ClusterNamespace`).
+slot (``{project:scope:scope_id}``), so each script call touches one slot. The
+slot's own keys carry a short tag of the same slot (:func:`slot_tag`): its id
+counter, its subjects set, and the hashes of its facts, whose ids name the slot
+(``counter * 16384 + slot``), so a fact is found by id alone. A write is one
+script call on the subject's primary followed, on the same connection, by
+``WAIT <replicas> <timeout>``, so a write that returned was acknowledged by a
+replica and survives a failover.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
+from binascii import crc_hqx
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
@@ -25,8 +25,6 @@ from fastaiagent.facts.redis.client import guarded_cluster_class, redis_lib
 
 WAIT_TIMEOUT_MS = 2000
 """How long a write waits for its replicas before it is refused."""
-ID_BLOCK = 64
-"""Ids one counter call reserves for this process (one slot's round trip per 64 adds)."""
 RETRY_SECONDS = 15.0
 """How long a write retries while the cluster moves a slot or promotes a replica."""
 
@@ -42,12 +40,32 @@ _RETRIED = (
 )
 
 
-_RAISE = """
-if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-return 1
-"""
+SLOTS = 16384
+_tags: list[str] = []
+_tags_lock = threading.Lock()
+
+
+def slot_of(tag: str) -> int:
+    """The hash slot of a key whose hash tag is ``tag`` (Redis's CRC16)."""
+    return crc_hqx(tag.encode("utf-8"), 0) % SLOTS
+
+
+def slot_tag(slot: int) -> str:
+    """A short tag (hex) in ``slot``: the first of 0, 1, 2, ... there, so every
+    process names a slot's keys alike. The table takes ~0.3 s, once a process."""
+    if not _tags:
+        with _tags_lock:
+            if not _tags:
+                found: list[str | None] = [None] * SLOTS
+                left, n = SLOTS, 0
+                while left:
+                    tag = format(n, "x")
+                    at = slot_of(tag)
+                    if found[at] is None:
+                        found[at], left = tag, left - 1
+                    n += 1
+                _tags.extend(t for t in found if t is not None)
+    return _tags[slot]
 
 
 def is_cluster(client: Any) -> bool:
@@ -75,18 +93,10 @@ def wait_replicas_option(value: str | None, cluster: bool) -> int:
 
 
 class ClusterNamespace:
-    """The cluster side of one store namespace: slot-routed writes with WAIT, ids
-    from the namespace's counter, and its id map / subjects set."""
+    """The cluster side of one store namespace: slot-routed writes with WAIT."""
 
     def __init__(self, client: Any, prefix: str, replicas: int, what: str) -> None:
-        self.client, self.replicas, self.what = client, replicas, what
-        tag = "{" + prefix + "}"
-        self.seq_key = f"{prefix}:seq:{tag}"
-        self.where_key = f"{prefix}:where:{tag}"
-        self.subjects_key = f"{prefix}:subjects:{tag}"
-        self._ids: list[int] = []
-        self._pid = os.getpid()  # a forked child must not use its parent's reserved ids
-        self._lock = threading.Lock()
+        self.client, self.prefix, self.replicas, self.what = client, prefix, replicas, what
 
     def run(self, route_key: str, queue: Callable[[Any], None]) -> list[Any]:
         """Queue commands (``queue(pipe)``) on the primary of ``route_key``'s slot and
@@ -120,73 +130,24 @@ class ClusterNamespace:
                 )
         return replies
 
-    def script(self, script: Any, route_key: str, args: list[Any]) -> Any:
-        """One script call routed by ``route_key`` (its KEYS[1]), with WAIT."""
-        return self.run(route_key, lambda pipe: script(keys=[route_key], args=args, client=pipe))[0]
+    def script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """One script call routed by its first key, with WAIT."""
+        return self.run(keys[0], lambda pipe: script(keys=keys, args=args, client=pipe))[0]
+
+    def counter_key(self, slot: int) -> str:
+        """The id counter of ``slot``, named with the slot's tag (and number, which
+        the scripts read): ids are ``counter * 16384 + slot``."""
+        return f"{self.prefix}:seq:{{{slot_tag(slot)}}}:{slot}"
+
+    def fact_key(self, fact_id: int) -> str:
+        """A fact's hash, in the slot its id names."""
+        return f"{self.prefix}:fact:{{{slot_tag(fact_id % SLOTS)}}}:{fact_id}"
+
+    def prev_key(self, fact_id: int) -> str:
+        """The ids a fact superseded, next to its hash."""
+        return f"{self.prefix}:prev:{{{slot_tag(fact_id % SLOTS)}}}:{fact_id}"
 
     def _refresh(self) -> None:
         # no node answering yet is fine: the next attempt tries again
         with suppress(_errors.RedisError, _errors.RedisClusterException):
             self.client.nodes_manager.initialize()
-
-    def next_id(self) -> int:
-        """A fresh fact id from the namespace's counter, reserved :data:`ID_BLOCK` at a
-        time (ids stay unique; across processes they no longer follow time)."""
-        with self._lock:
-            if self._pid != os.getpid():
-                self._ids, self._pid = [], os.getpid()
-            if not self._ids:
-                top = int(self.run(self.seq_key, lambda p: p.incrby(self.seq_key, ID_BLOCK))[0])
-                self._ids = list(range(top, top - ID_BLOCK, -1))
-            return self._ids.pop()
-
-    def give_back(self, fact_id: int) -> None:
-        """An id a write did not use (the text was there already)."""
-        with self._lock:
-            if self._pid == os.getpid():
-                self._ids.append(fact_id)
-
-    def register(self, fact_id: int, member: str) -> None:
-        """Map a new fact to its subject and list the subject (after the fact's write:
-        a crash in between leaves a fact that ``reindex`` maps)."""
-
-        def queue(pipe: Any) -> None:
-            pipe.hset(self.where_key, str(fact_id), member)
-            pipe.sadd(self.subjects_key, member)
-
-        self.run(self.where_key, queue)
-
-    def unregister(self, ids: list[str], emptied: str | None, hist_key: str) -> None:
-        """Drop deleted ids from the map, and a subject that emptied from the set; a
-        fact written to it meanwhile puts it back (checked after the removal)."""
-        if ids:
-            self.run(self.where_key, lambda pipe: pipe.hdel(self.where_key, *ids))
-        if emptied is not None:
-            self.run(self.where_key, lambda pipe: pipe.srem(self.subjects_key, emptied))
-            if self.client.exists(hist_key):
-                self.run(self.where_key, lambda pipe: pipe.sadd(self.subjects_key, emptied))
-
-    def map_ids(self, members: dict[str, str]) -> None:
-        """Map ids to subjects and list the subjects (repair; idempotent)."""
-
-        def queue(pipe: Any) -> None:
-            pipe.hset(self.where_key, mapping=members)
-            pipe.sadd(self.subjects_key, *set(members.values()))
-
-        self.run(self.where_key, queue)
-
-    def raise_counter(self, highest: int) -> None:
-        """The id counter to at least ``highest`` (after a repair found that id)."""
-
-        def queue(pipe: Any) -> None:
-            pipe.eval(_RAISE, 1, self.seq_key, highest)
-
-        self.run(self.seq_key, queue)
-        with self._lock:
-            self._ids = [i for i in self._ids if i > highest]
-
-    def subject_of(self, fact_ids: list[int]) -> list[str | None]:
-        """The subject (escaped ``project:scope:scope_id``) of each id, None if unknown."""
-        if not fact_ids:
-            return []
-        return list(self.client.hmget(self.where_key, [str(i) for i in fact_ids]))

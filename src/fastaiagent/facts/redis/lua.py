@@ -19,7 +19,10 @@ from __future__ import annotations
 LIBRARY = """
 local P = ARGV[1]
 local C = false  -- the cluster layout (see CLUSTER_MARK): every key of a subject in its slot
-local DROPPED, EMPTIED = {}, 0  -- cluster: what the store tidies in the namespace's slot
+-- Cluster: KEYS[1] is the slot's id counter, "<P>:seq:{<tag>}:<slot>"; the slot's
+-- fact hashes, prev sets and subjects set carry the same tag.
+local TAG, SLOT = nil, nil
+if C then TAG, SLOT = string.match(KEYS[1], '(%b{}):(%d+)$') end
 local function pad(id) return string.rep('0', 20 - #id) .. id end
 local function esc(s)
   s = string.gsub(string.gsub(s, '%%', '%%25'), ':', '%%3A')
@@ -36,26 +39,28 @@ local function subject(project, scope, sid)
     return {member = s, active = P .. ':active:' .. t, rows = P .. ':rows:' .. t,
             hist = P .. ':hist:' .. t, key = P .. ':key:' .. t .. ':',
             old = P .. ':old:' .. t .. ':', exp = P .. ':exp:' .. t,
-            fact = P .. ':fact:' .. t .. ':', prev = P .. ':prev:' .. t .. ':',
-            expiry = P .. ':expiry:' .. t, retired = P .. ':retired:' .. t}
+            fact = P .. ':fact:' .. TAG .. ':', prev = P .. ':prev:' .. TAG .. ':',
+            expiry = P .. ':expiry:' .. t, retired = P .. ':retired:' .. t,
+            subjects = P .. ':subjects:' .. TAG}
   end
   return {member = s, active = P .. ':active:' .. s, rows = P .. ':rows:' .. s,
           hist = P .. ':hist:' .. s, key = P .. ':key:' .. s .. ':',
           old = P .. ':old:' .. s .. ':', exp = P .. ':exp:' .. s,
           fact = P .. ':fact:', prev = P .. ':prev:', expiry = P .. ':expiry',
           retired = P .. ':retired', scope = P .. ':scope:' .. project .. ':' .. scope,
-          all = P .. ':all'}
+          all = P .. ':all', subjects = P .. ':subjects'}
 end
--- One server: a fact's hash is P:fact:<id> whatever its subject.
-local function fact_key(id, s)
-  if s then return s.fact .. id end
+-- A fact's hash: P:fact:<id> on one server, P:fact:{<slot tag>}:<id> in a cluster
+-- (the id tells its slot: id % 16384), whatever its subject.
+local function fact_key(id)
+  if C then return P .. ':fact:' .. TAG .. ':' .. id end
   return P .. ':fact:' .. id
 end
 local function zadd(key, score, m) if key then redis.call('ZADD', key, score, m) end end
 local function zrem(key, m) if key then redis.call('ZREM', key, m) end end
 local function active_id(s, content_key)
   local id = redis.call('GET', content_key)
-  if id and redis.call('HGET', fact_key(id, s), 'superseded_by') == '' then return id end
+  if id and redis.call('HGET', fact_key(id), 'superseded_by') == '' then return id end
   return false
 end
 -- A subject's rows carry one marker member (score +inf, so it is read first) while
@@ -69,17 +74,17 @@ local function mark(s)
   if #top > 0 then redis.call('ZADD', s.rows, '+inf', '~' .. top[2]) end
 end
 -- A new active fact; ARGV from `at`: score, row head, row tail, digest, valid_to
--- ('' for none), then the hash's field/value pairs (cluster: then the id, which the
--- store took from the namespace's counter). The row gets its id here, where it is
--- known. A fact with an end is read from the subject's `exp` set (by valid_to)
--- instead of its rows, so expired facts are never read.
+-- ('' for none), then the hash's field/value pairs. The row gets its id here, where
+-- it is known (a cluster's: the slot's counter * 16384 + the slot, unique and
+-- naming its slot). A fact with an end is read from the subject's `exp` set (by
+-- valid_to) instead of its rows, so expired facts are never read.
 local function create(s, at)
-  local id, last = nil, #ARGV
-  if C then id, last = ARGV[#ARGV], #ARGV - 1
+  local id
+  if C then id = string.format('%d', redis.call('INCR', KEYS[1]) * 16384 + tonumber(SLOT))
   else id = string.format('%d', redis.call('INCR', P .. ':seq')) end
   local m, score, ends = pad(id), ARGV[at], ARGV[at + 4]
   local row = ARGV[at + 1] .. ',' .. id .. ',' .. ARGV[at + 2]
-  redis.call('HSET', fact_key(id, s), 'row', row, unpack(ARGV, at + 5, last))
+  redis.call('HSET', fact_key(id), 'row', row, unpack(ARGV, at + 5))
   redis.call('SET', s.key .. ARGV[at + 3], id)
   redis.call('ZADD', s.active, score, m)
   if ends ~= '' then
@@ -92,14 +97,14 @@ local function create(s, at)
   zadd(s.scope, score, m)
   zadd(s.all, score, m)
   redis.call('SADD', s.hist, id)
-  if not C then redis.call('SADD', P .. ':subjects', s.member) end
+  redis.call('SADD', s.subjects, s.member)
   return id
 end
 -- Supersedes one fact at `when`; its text's set of superseded ids gets it (delete
 -- by text), its replacement's `prev` set too (history), `retired` its time (pruning).
 local function retire(s, id, by, row, digest, when)
   local m = pad(id)
-  redis.call('HSET', fact_key(id, s), 'superseded_by', by, 'superseded_at', when)
+  redis.call('HSET', fact_key(id), 'superseded_by', by, 'superseded_at', when)
   if digest then redis.call('SADD', s.old .. digest, id) end
   redis.call('ZREM', s.active, m)
   zrem(s.scope, m)
@@ -118,11 +123,11 @@ end
 -- the hash (or `s` for an id whose hash is already gone; in a cluster `s` is
 -- always given). Returns 1 if the fact existed, and its subject.
 local function drop(id, s)
-  local h = redis.call('HMGET', fact_key(id, s), 'scope', 'scope_id', 'project_id', 'row',
+  local h = redis.call('HMGET', fact_key(id), 'scope', 'scope_id', 'project_id', 'row',
                        'digest', 'superseded_by')
   if h[1] then s = subject(esc(h[3]), esc(h[1]), esc(h[2])) end
   local m = pad(id)
-  redis.call('DEL', fact_key(id, s))
+  redis.call('DEL', fact_key(id))
   redis.call('ZREM', s.active, m)
   zrem(s.scope, m)
   zrem(s.all, m)
@@ -137,30 +142,16 @@ local function drop(id, s)
   end
   if h[5] and redis.call('GET', s.key .. h[5]) == id then redis.call('DEL', s.key .. h[5]) end
   if h[5] and (h[6] or '') ~= '' then redis.call('SREM', s.old .. h[5], id) end
-  if h[1] then
-    if C then DROPPED[#DROPPED + 1] = id end
-    return 1, s
-  end
+  if h[1] then return 1, s end
   return 0, s
 end
 -- A subject with no facts left leaves no keys behind.
 local function finish(s)
   if redis.call('SCARD', s.hist) == 0 then
-    if C then EMPTIED = 1 else redis.call('SREM', P .. ':subjects', s.member) end
+    redis.call('SREM', s.subjects, s.member)
     redis.call('DEL', s.active, s.rows, s.exp)
   end
 end
-local function main()
-"""
-
-# Closes a write script: its body is LIBRARY's ``main``. In a cluster the reply
-# is {reply, ids dropped, 1 if the subject emptied}: the namespace's slot holds
-# what maps ids to subjects, which the store tidies in a second call.
-_TAIL = """
-end
-local reply = main()
-if C then return {reply, DROPPED, EMPTIED} end
-return reply
 """
 
 CLUSTER_MARK = "local C = false"
@@ -181,13 +172,12 @@ ADD = (
 local s = subject(ARGV[2], ARGV[3], ARGV[4])
 local id = active_id(s, s.key .. ARGV[8])
 if not id then return create(s, 5) end
-local h = redis.call('HMGET', fact_key(id, s), 'valid_to', 'row')
+local h = redis.call('HMGET', fact_key(id), 'valid_to', 'row')
 if (h[1] or '') == '' or tonumber(h[1]) > tonumber(ARGV[5]) then return id end
 local new = create(s, 5)
 retire(s, id, new, h[2], ARGV[8], ARGV[5])
 return new
 """
-    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, old id, score, row head, row tail,
@@ -199,7 +189,7 @@ UPDATE = (
     LIBRARY
     + """
 local s, old = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
-local h = redis.call('HMGET', fact_key(old, s), 'scope', 'scope_id', 'project_id',
+local h = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
                      'superseded_by', 'row', 'digest')
 local existing = active_id(s, s.key .. ARGV[9])
 if existing == old then return old end
@@ -213,20 +203,17 @@ local new = existing or create(s, 6)
 if by ~= new then retire(s, old, new, h[5], h[6], ARGV[6]) end
 return new
 """
-    + _TAIL
 )
 
-# ARGV: prefix, old id, new id, when (cluster: then the subject's parts, which
-# the store read from the namespace's id map). The rules of
-# scoping.check_supersede, checked where they cannot change underneath.
+# ARGV: prefix, old id, new id, when (in a cluster both of the call's slot). The
+# rules of scoping.check_supersede, checked where they cannot change underneath.
 SUPERSEDE = (
     LIBRARY
     + """
-local old, new, S = ARGV[2], ARGV[3], nil
-if C then S = subject(ARGV[5], ARGV[6], ARGV[7]) end
-local o = redis.call('HMGET', fact_key(old, S), 'scope', 'scope_id', 'project_id',
+local old, new = ARGV[2], ARGV[3]
+local o = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
                      'superseded_by', 'row', 'digest')
-local n = redis.call('HMGET', fact_key(new, S), 'scope', 'scope_id', 'project_id',
+local n = redis.call('HMGET', fact_key(new), 'scope', 'scope_id', 'project_id',
                      'superseded_by')
 if not o[1] then return {'missing', old} end
 if not n[1] then return {'missing', new} end
@@ -240,7 +227,6 @@ if by ~= '' then return {'taken', old, by} end
 retire(subject(esc(o[3]), esc(o[1]), esc(o[2])), old, new, o[5], o[6], ARGV[4])
 return 'ok'
 """
-    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, id, normalised text ('' = any).
@@ -250,14 +236,13 @@ DELETE_ID = (
     + """
 local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
 if redis.call('SISMEMBER', s.hist, id) == 0 then return 0 end
-if ARGV[6] ~= '' and redis.call('HGET', fact_key(id, s), 'fact_key') ~= ARGV[6] then
+if ARGV[6] ~= '' and redis.call('HGET', fact_key(id), 'fact_key') ~= ARGV[6] then
   return 0
 end
 local n = drop(id, s)
 finish(s)
 return n
 """
-    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, normalised text, digest, count. One
@@ -272,13 +257,13 @@ local s, text, digest = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5], ARGV[6]
 local n = 0
 local id = redis.call('GET', s.key .. digest)
 if id then
-  local h = redis.call('HMGET', fact_key(id, s), 'fact_key', 'superseded_by')
+  local h = redis.call('HMGET', fact_key(id), 'fact_key', 'superseded_by')
   if h[1] == text and (h[2] or '') == '' then n = n + drop(id, s) end
 end
 local ids = redis.call('SPOP', s.old .. digest, ARGV[7])
 local others = {}
 for _, old in ipairs(ids) do
-  local key = redis.call('HGET', fact_key(old, s), 'fact_key')
+  local key = redis.call('HGET', fact_key(old), 'fact_key')
   if key == text then n = n + drop(old, s)
   elseif key then others[#others + 1] = old end  -- another text of the same digest
 end
@@ -286,7 +271,6 @@ if #others > 0 then redis.call('SADD', s.old .. digest, unpack(others)) end
 finish(s)
 return {n, #ids - #others}
 """
-    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, count. One bounded step of deleting
@@ -302,26 +286,23 @@ for _, id in ipairs(ids) do n = n + drop(id, s) end
 finish(s)
 return {n, #ids}
 """
-    + _TAIL
 )
 
-# KEYS[1]: an active index (a subject's, or a scope's for "*" on one server).
-# ARGV: prefix, keep, budget, the learned source (cluster: then the subject's
-# parts). Deletes up to `budget` run-learned active facts beyond the newest
+# KEYS[#KEYS]: an active index (a subject's, or a scope's for "*" on one server).
+# ARGV: prefix, keep, budget, the learned source. Deletes up to `budget` run-learned active facts beyond the newest
 # `keep` (newest first: created_at, then id); returns how many - call again
 # while that equals the budget.
 PRUNE_LEARNED = (
     LIBRARY
     + """
-local keep, budget, S = tonumber(ARGV[2]), tonumber(ARGV[3]), nil
-if C then S = subject(ARGV[5], ARGV[6], ARGV[7]) end
+local keep, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local seen, doomed, start = 0, {}, 0
 while #doomed < budget do
-  local members = redis.call('ZREVRANGE', KEYS[1], start, start + 499)
+  local members = redis.call('ZREVRANGE', KEYS[#KEYS], start, start + 499)
   if #members == 0 then break end
   for _, m in ipairs(members) do
     local id = string.format('%d', tonumber(m))
-    local h = redis.call('HMGET', fact_key(id, S), 'source', 'superseded_by')
+    local h = redis.call('HMGET', fact_key(id), 'source', 'superseded_by')
     if h[1] == ARGV[4] and h[2] == '' then
       seen = seen + 1
       if seen > keep then
@@ -334,13 +315,12 @@ while #doomed < budget do
 end
 local touched = {}
 for _, id in ipairs(doomed) do
-  local _, s = drop(id, S)
+  local _, s = drop(id, nil)
   touched[s.member] = s
 end
 for _, s in pairs(touched) do finish(s) end
 return #doomed
 """
-    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, id, score, normalised text, digest,
@@ -352,7 +332,7 @@ INDEX = (
     LIBRARY
     + """
 local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
-local key = fact_key(id, s)
+local key = fact_key(id)
 local h = redis.call('HMGET', key, 'fact', 'fact_key', 'superseded_by', 'row', 'doc', 'digest',
                      'valid_to', 'superseded_at')
 if not h[1] then return 0 end
@@ -365,7 +345,7 @@ if h[6] ~= ARGV[8] then redis.call('HSET', key, 'digest', ARGV[8]) end
 local m, score = pad(id), ARGV[6]
 zadd(s.all, score, m)
 redis.call('SADD', s.hist, id)
-if not C then redis.call('SADD', P .. ':subjects', s.member) end
+redis.call('SADD', s.subjects, s.member)
 if (h[3] or '') == '' then
   redis.call('ZADD', s.active, score, m)
   zadd(s.scope, score, m)
@@ -386,7 +366,7 @@ else
   -- layout 6: when it was superseded (an older layout's: its replacement's time)
   local at = h[8]
   if not at or at == '' then
-    at = redis.call('HGET', fact_key(h[3], s), 'created_at') or score
+    at = redis.call('HGET', fact_key(h[3]), 'created_at') or score
     redis.call('HSET', key, 'superseded_at', at)
   end
   redis.call('ZADD', s.retired, at, m)
@@ -394,7 +374,6 @@ else
 end
 return 1
 """
-    + _TAIL
 )
 
 # ARGV: prefix, project, scope, scope_id, id, valid_to, the fact's new row. Ends
@@ -405,20 +384,19 @@ EXPIRE = (
     + """
 local s, id = subject(ARGV[2], ARGV[3], ARGV[4]), ARGV[5]
 if redis.call('SISMEMBER', s.hist, id) == 0 then return 0 end
-local h = redis.call('HMGET', fact_key(id, s), 'superseded_by', 'row')
+local h = redis.call('HMGET', fact_key(id), 'superseded_by', 'row')
 if (h[1] or '') ~= '' then return 0 end
 local m = pad(id)
 if h[2] then
   redis.call('ZREM', s.rows, m .. h[2])
   redis.call('ZREM', s.exp, m .. h[2])
 end
-redis.call('HSET', fact_key(id, s), 'valid_to', ARGV[6], 'row', ARGV[7])
+redis.call('HSET', fact_key(id), 'valid_to', ARGV[6], 'row', ARGV[7])
 redis.call('ZADD', s.exp, ARGV[6], m .. ARGV[7])
 redis.call('ZADD', s.expiry, ARGV[6], m)
 mark(s)
 return 1
 """
-    + _TAIL
 )
 
 # ARGV: prefix, cutoff, budget, '1' to keep to one project (else '0'), that
@@ -442,7 +420,7 @@ for _, index in ipairs(indexes) do
     if #members == 0 then break end
     for _, m in ipairs(members) do
       local id = string.format('%d', tonumber(m))
-      local project = redis.call('HGET', fact_key(id, S), 'project_id')
+      local project = redis.call('HGET', fact_key(id), 'project_id')
       if not project then
         redis.call('ZREM', index, m)  -- a stale entry
       elseif ARGV[4] == '1' and project ~= ARGV[5] then
@@ -459,7 +437,6 @@ end
 for _, s in pairs(touched) do finish(s) end
 return n
 """
-    + _TAIL
 )
 
 # KEYS: a subject's rows and exp sets. ARGV: the last rank of rows to read, the

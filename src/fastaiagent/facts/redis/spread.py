@@ -1,7 +1,7 @@
 """What a :class:`~fastaiagent.facts.redis.store.RedisFactStore` does across
-subjects on a Redis Cluster, where no script may span two subjects' slots: a
-``"*"`` read, browsing, pruning and the id map's repair walk the namespace's
-``subjects`` set and work one subject (one slot) at a time.
+subjects on a Redis Cluster, where no script may span two slots: a ``"*"`` read,
+browsing and pruning walk the subjects sets (one per slot) and work one subject
+(one slot) at a time; writes by id go to the slot the id names.
 
 One server keeps global indexes for these instead (``scope:``, ``all``,
 ``expiry``, ``retired``), updated inside each write's script.
@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
-from fastaiagent.facts.redis.layout import escape_part, glob_escape, unescape_part
+from fastaiagent.facts.redis.cluster import SLOTS
+from fastaiagent.facts.redis.layout import escape_part, glob_escape, parse_fact, unescape_part
 from fastaiagent.facts.scoping import Selector
 from fastaiagent.facts.store import BrowseFilter
 
@@ -46,53 +47,47 @@ class SpreadOps:
     _delete_id: Any
     _prune_history: Any
     _supersede: Any
+    _index: Any
+    _raise_seq: Any
 
     if TYPE_CHECKING:  # the store's own
 
         def _k(self, *parts: str) -> str: ...
         def _sk(self, kind: str, parts: Parts, *rest: str) -> str: ...
-        def _subjects_key(self) -> str: ...
+        def _members(self, head: str = "") -> Iterator[str]: ...
+        def _subject(self, scope: str, scope_id: str, project_id: str) -> Parts: ...
+        def _index_args(self, fact: Fact, raw: dict[str, str]) -> list[Any]: ...
         def _selected_subjects(self, selector: Selector) -> list[Parts]: ...
-        def _load_facts(self, ids: list[int], parts: Parts | None = None) -> list[Fact]: ...
+        def _load_facts(self, ids: list[int]) -> list[Fact]: ...
         def _write(self, script: Any, parts: Parts, args: list[Any], index: str = "") -> Any: ...
-        def _read_fact(self, pipe: Any, fact_id: int, parts: Parts | None = None) -> Fact | None: ...
+        def _read_fact(self, pipe: Any, fact_id: int) -> Fact | None: ...
         def _subject_newest(
             self, subject: Parts, limit: int | None, offset: int, now: float | None
         ) -> list[Fact]: ...
 
-    def _where(self, fact_id: int) -> Parts | None:
-        """Cluster: the subject (escaped parts) of a fact id, from the namespace's map."""
-        assert self._spread is not None
-        member = self._spread.subject_of([fact_id])[0]
-        return None if member is None else subject_parts(member)
-
     def _cluster_supersede(self, old_id: int, new_id: int, when: str) -> Any:
-        """Supersede in a cluster: both ids' subjects from the map, then one script
-        call in that subject's slot (facts of two subjects: the usual refusal)."""
-        assert self._spread is not None
-        old, new = (None if m is None else subject_parts(m) for m in self._spread.subject_of([old_id, new_id]))
-        if old is None or new is None:
-            return ["missing", old_id if old is None else new_id]
-        if old != new:
-            o, n = self._read_fact(self._client, old_id, old), self._read_fact(self._client, new_id, new)
-            if o is None or n is None:
-                return ["missing", old_id if o is None else new_id]
-            return ["subject", old_id, f"{o.scope}:{o.scope_id}", o.project_id,
-                    new_id, f"{n.scope}:{n.scope_id}", n.project_id]  # fmt: skip
-        return self._write(self._supersede, old, [self.prefix, old_id, new_id, when, *old])
+        """Supersede in a cluster: two ids of different slots are facts of different
+        subjects (the usual refusal, read here); else one script call in their slot."""
+        if old_id % SLOTS == new_id % SLOTS:
+            return self._slot_write(self._supersede, old_id % SLOTS, [self.prefix, old_id, new_id, when])
+        o, n = self._read_fact(self._client, old_id), self._read_fact(self._client, new_id)
+        if o is None or n is None:
+            return ["missing", old_id if o is None else new_id]
+        return ["subject", old_id, f"{o.scope}:{o.scope_id}", o.project_id,
+                new_id, f"{n.scope}:{n.scope_id}", n.project_id]  # fmt: skip
 
-    def _elsewhere(self, fact_id: int) -> list[Any] | None:
-        """Cluster: the refusal for an old fact of another subject than the new one's
-        (the update script only sees its own slot), None when there is no such fact."""
+    def _elsewhere(self, fact_id: int) -> list[Any]:
+        """Cluster: the refusal of an update whose old fact is in another slot than
+        the new one's subject (so of another subject), or missing."""
         fact = self._read_fact(self._client, fact_id)
         if fact is None:
-            return None
+            return ["missing", fact_id]
         return ["subject", fact_id, f"{fact.scope}:{fact.scope_id}", fact.project_id]
 
-    def _members(self, match: str = "") -> Iterator[str]:
-        """Every subject of the namespace (SSCAN), those starting with ``match`` if given."""
-        pattern = glob_escape(match) + "*" if match else None
-        return self._client.sscan_iter(self._subjects_key(), match=pattern, count=_PAGE)
+    def _slot_write(self, script: Any, slot: int, args: list[Any]) -> Any:
+        """A write script in ``slot`` (its counter as KEYS[1]), waited for by replicas."""
+        assert self._spread is not None
+        return self._spread.script(script, [self._spread.counter_key(slot)], args)
 
     def _spread_newest(
         self, selector: Selector, limit: int | None, offset: int, now: float | None
@@ -118,7 +113,7 @@ class SpreadOps:
                 continue
             parts = subject_parts(member)
             ids = sorted(map(int, self._client.smembers(self._sk("hist", parts))))
-            found += [f for f in self._load_facts(ids, parts) if keep(f)]
+            found += [f for f in self._load_facts(ids) if keep(f)]
         found.sort(key=newest_first)
         return found[wanted.offset : wanted.offset + wanted.limit]
 
@@ -161,23 +156,26 @@ class SpreadOps:
         return escape_part(project, braces=True) + ":"
 
     def _spread_reindex(self) -> int:
-        """Map every fact hash of the namespace to its subject and list the subjects
-        (the repair of a write interrupted between its two calls); returns the count."""
+        """Index every fact hash of the namespace again, a script each in its slot
+        (puts back a subject its set lost), and raise each slot's id counter above
+        the ids found; returns how many facts it saw."""
         assert self._spread is not None
-        spread, seen, highest = self._spread, 0, 0
+        seen, top = 0, dict[int, int]()
         head = self._k("fact") + ":{"
-        batch: dict[str, str] = {}
-        for key in self._client.scan_iter(match=glob_escape(head) + "*", count=1000):
-            member, _, fact_id = key[len(head) :].rpartition("}:")
-            if not fact_id.isdigit():
-                continue
-            batch[fact_id] = member
-            seen, highest = seen + 1, max(highest, int(fact_id))
-            if len(batch) >= _PAGE:
-                spread.map_ids(batch)
-                batch = {}
-        if batch:
-            spread.map_ids(batch)
-        if highest:
-            spread.raise_counter(highest)
+        keys = self._client.scan_iter(match=glob_escape(head) + "*", count=1000)
+        while batch := [key for _, key in zip(range(_PAGE), keys, strict=False)]:
+            reader = self._client.pipeline(transaction=False)
+            for key in batch:
+                reader.hgetall(key)
+            for key, raw in zip(batch, reader.execute(), strict=True):
+                fact_id = key.rpartition(":")[2]
+                if not raw or "fact" not in raw or not fact_id.isdigit():
+                    continue
+                fact = parse_fact(int(fact_id), raw)
+                parts = self._subject(fact.scope, fact.scope_id, fact.project_id)
+                self._write(self._index, parts, self._index_args(fact, raw))
+                count, slot = divmod(int(fact_id), SLOTS)
+                top[slot], seen = max(top.get(slot, 0), count), seen + 1
+        for slot, count in top.items():
+            self._raise_seq(keys=[self._spread.counter_key(slot)], args=[count])
         return seen

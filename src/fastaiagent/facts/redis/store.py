@@ -63,7 +63,7 @@ import dataclasses
 import json
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any, TypeVar
 
@@ -75,9 +75,11 @@ from fastaiagent.facts.factory import split_location_option
 from fastaiagent.facts.redis import lua
 from fastaiagent.facts.redis.client import guarded_client, unavailable
 from fastaiagent.facts.redis.cluster import (
+    SLOTS,
     ClusterNamespace,
     cluster_client,
     is_cluster,
+    slot_of,
     wait_replicas_option,
 )
 from fastaiagent.facts.redis.layout import (
@@ -254,12 +256,16 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         """True when the store runs on a Redis Cluster (the cluster layout)."""
         return self._spread is not None
 
-    def _fact_key(self, fact_id: int | str, parts: tuple[str, str, str] | None = None) -> str:
-        """A fact's hash; in a cluster it is in its subject's slot (``parts``)."""
+    def _fact_key(self, fact_id: int | str) -> str:
+        """A fact's hash; in a cluster in the slot its id names (its subject's)."""
         if self._spread is None:
             return self._k("fact", str(fact_id))
-        assert parts is not None
-        return self._k("fact", self._tag(parts), str(fact_id))
+        return self._spread.fact_key(int(fact_id))
+
+    def _slot_keys(self, parts: tuple[str, str, str]) -> list[str]:
+        """Cluster: a subject's script keys: its slot's id counter first."""
+        assert self._spread is not None
+        return [self._spread.counter_key(slot_of(":".join(parts)))]
 
     def _tag(self, parts: tuple[str, str, str]) -> str:
         """A subject's part of its keys: ``project:scope:scope_id``, a hash tag in a cluster."""
@@ -422,53 +428,27 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         for name, members in sets.items():
             pipe.sadd(name, *members)
 
-    def _read_fact(self, pipe: Any, fact_id: int, parts: tuple[str, str, str] | None = None) -> Fact | None:
-        """One fact; in a cluster its subject's ``parts`` (else looked up by id)."""
-        if self._spread is not None and parts is None:
-            parts = self._where(fact_id)
-            if parts is None:
-                return None
-        raw = pipe.hgetall(self._fact_key(fact_id, parts))
+    def _read_fact(self, pipe: Any, fact_id: int) -> Fact | None:
+        raw = pipe.hgetall(self._fact_key(fact_id))
         return parse_fact(fact_id, raw) if raw else None
 
-    def _load_facts(self, ids: list[int], parts: tuple[str, str, str] | None = None) -> list[Fact]:
-        """These facts (missing ones left out), in one round trip; in a cluster all
-        of the subject ``parts``."""
-        return self._load_pairs([(i, parts) for i in ids])
-
-    def _load_pairs(self, pairs: Sequence[tuple[int, tuple[str, str, str] | None]]) -> list[Fact]:
-        """The facts of these (id, subject parts) pairs, missing ones left out, in
-        one round trip (a cluster's pipeline: one per node)."""
+    def _load_facts(self, ids: list[int]) -> list[Fact]:
+        """These facts (missing ones left out), in one round trip (a cluster's
+        pipeline: one per node)."""
         reader = self._client.pipeline(transaction=False)
-        for fact_id, parts in pairs:
-            reader.hgetall(self._fact_key(fact_id, parts))
+        for fact_id in ids:
+            reader.hgetall(self._fact_key(fact_id))
         raws = reader.execute()
-        return [parse_fact(i, raw) for (i, _), raw in zip(pairs, raws, strict=False) if raw]
+        return [parse_fact(i, raw) for i, raw in zip(ids, raws, strict=False) if raw]
 
     def _write(self, script: Any, parts: tuple[str, str, str], args: list[Any], index: str = "") -> Any:
-        """One write script on the subject ``parts``: as is on one server; in a
-        cluster routed to the subject's slot (KEYS[1]: ``index``, else its history
-        set), acknowledged by replicas, then its dropped ids unmapped."""
+        """One write script on the subject ``parts`` (``index``: its last KEYS): as
+        is on one server; in a cluster with the subject's slot counter as KEYS[1],
+        routed to that slot and acknowledged by replicas."""
+        keys = [index] if index else []
         if self._spread is None:
-            return script(keys=[index] if index else [], args=args)
-        hist = self._sk("hist", parts)
-        reply, dropped, emptied = self._spread.script(script, index or hist, args)
-        if dropped or int(emptied):
-            self._spread.unregister(list(dropped), ":".join(parts) if int(emptied) else None, hist)
-        return reply
-
-    def _create(self, script: Any, parts: tuple[str, str, str], args: list[Any]) -> Any:
-        """Add or update: one script call; in a cluster under an id of the
-        namespace's counter, mapped to its subject once written."""
-        if self._spread is None:
-            return script(args=args)
-        fact_id = self._spread.next_id()
-        reply = self._write(script, parts, [*args, fact_id])
-        if reply == str(fact_id):
-            self._spread.register(fact_id, ":".join(parts))
-        else:
-            self._spread.give_back(fact_id)
-        return reply
+            return script(keys=keys, args=args)
+        return self._spread.script(script, [*self._slot_keys(parts), *keys], args)
 
     def add(self, fact: Fact) -> int:
         """Store ``fact`` and return its id; the same normalised text in the same
@@ -476,7 +456,7 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         fact = validate_for_write(fact)
         subject = self._subject(fact.scope, fact.scope_id, fact.project_id)
         args = [self.prefix, *subject, *self._create_args(fact)]
-        return int(self._call(lambda: self._create(self._add, subject, args)))
+        return int(self._call(lambda: self._write(self._add, subject, args)))
 
     def supersede(self, old_id: int, new_id: int, *, at: float | None = None) -> None:
         """Mark ``old_id`` replaced by ``new_id`` (same subject; no self or cycle)."""
@@ -498,9 +478,10 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         old_id = check_fact_id(old_id)
         subject = self._subject(new.scope, new.scope_id, new.project_id)
         args = [self.prefix, *subject, old_id, *self._create_args(new)]
-        reply = self._call(lambda: self._create(self._update, subject, args))
-        if isinstance(reply, list) and reply[0] == "missing" and self._spread is not None:
-            reply = self._call(lambda: self._elsewhere(old_id) or reply)
+        if self._spread is not None and old_id % SLOTS != slot_of(":".join(subject)):
+            reply = self._call(lambda: self._elsewhere(old_id))  # never this subject's
+        else:
+            reply = self._call(lambda: self._write(self._update, subject, args))
         if isinstance(reply, list):
             raise _refusal(reply, new)
         return int(reply)
@@ -508,11 +489,8 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
     def _delete_by_id(self, selector: Selector, fact_id: int, key: str | None) -> int:
         """Delete one fact when it is in the selected subjects (and has text ``key``)."""
         if selector.scope_id is None:  # a fact's subject never changes: read it first
-            parts = None if self._spread is None else self._where(fact_id)
-            if self._spread is not None and parts is None:
-                return 0
             scope, scope_id, project = self._client.hmget(
-                self._fact_key(fact_id, parts), "scope", "scope_id", "project_id"
+                self._fact_key(fact_id), "scope", "scope_id", "project_id"
             )
             if scope != selector.scope or project != selector.project_id:
                 return 0
@@ -650,7 +628,7 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
                 if parts is None:
                     deleted = int(self._prune(keys=[index], args=args))
                 else:
-                    deleted = int(self._write(self._prune, parts, [*args, *parts], index))
+                    deleted = int(self._write(self._prune, parts, args, index))
                 total += deleted
                 if deleted < self.delete_batch:
                     return total
@@ -733,12 +711,12 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         subject's history set (every subject of the scope for ``"*"``)."""
 
         def run() -> list[Fact]:
-            pairs = []
+            ids: set[str] = set()
             for parts in self._selected_subjects(selector):
-                ids = self._client.smembers(self._sk("hist", parts))
-                pairs += [(int(i), parts) for i in ids]
+                ids |= self._client.smembers(self._sk("hist", parts))
             facts = sorted(
-                (f for f in self._load_pairs(pairs) if _held_at(f, when)), key=_newest_first
+                (f for f in self._load_facts(sorted(map(int, ids))) if _held_at(f, when)),
+                key=_newest_first,
             )
             return facts[offset:] if limit is None else facts[offset : offset + limit]
 
@@ -750,27 +728,33 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
             return [self._subject(selector.scope, selector.scope_id, selector.project_id)]
         return [_parts(m) for m in self._scope_members(selector)]
 
-    def _subjects_key(self) -> str:
-        """The set of every subject (escaped ``project:scope:scope_id``)."""
-        return self._k("subjects") if self._spread is None else self._spread.subjects_key
-
     def _scope_members(self, selector: Selector) -> Iterator[str]:
         """The subjects of a selector's scope and project, by SSCAN (a page at a time)."""
         project, scope = self._subject(selector.scope, "", selector.project_id)[:2]
-        match = glob_escape(f"{project}:{scope}:") + "*"
-        return self._client.sscan_iter(self._subjects_key(), match=match, count=_SUBJECT_PAGE)
+        return self._members(f"{project}:{scope}:")
+
+    def _members(self, head: str = "") -> Iterator[str]:
+        """Every subject (escaped ``project:scope:scope_id``) starting with ``head``,
+        by SSCAN of the subjects set (a cluster: of each slot's, found by SCAN)."""
+        match = glob_escape(head) + "*" if head else None
+        if self._spread is None:
+            yield from self._client.sscan_iter(self._k("subjects"), match=match, count=_SUBJECT_PAGE)
+            return
+        sets = self._client.scan_iter(match=glob_escape(self._k("subjects")) + ":*", count=1000)
+        for key in list(sets):
+            yield from self._client.sscan_iter(key, match=match, count=_SUBJECT_PAGE)
 
     def replaced(self, fact_id: int) -> list[Fact]:
         """The facts ``fact_id`` superseded directly (its ``prev:`` set)."""
         wanted = check_fact_id(fact_id)
 
         def run() -> list[Fact]:
-            parts = self._where(wanted) if self._spread is not None else None
-            if parts is None and self._spread is not None:
-                return []
-            key = self._k("prev", str(wanted)) if parts is None else self._sk("prev", parts, str(wanted))
+            if self._spread is None:
+                key = self._k("prev", str(wanted))
+            else:
+                key = self._spread.prev_key(wanted)
             ids = sorted(map(int, self._client.smembers(key)))
-            return sorted(self._load_facts(ids, parts), key=_newest_first)
+            return sorted(self._load_facts(ids), key=_newest_first)
 
         return self._call(run)
 
@@ -821,7 +805,7 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         fact_id = self._client.get(self._sk("key", subject, text_digest(key)))
         if fact_id is None:
             return None
-        fact = self._read_fact(self._client, int(fact_id), subject)
+        fact = self._read_fact(self._client, int(fact_id))
         if fact is None or not fact.active or normalize_text(fact.fact) != key:
             return None  # superseded or deleted meanwhile
         return fact
@@ -880,27 +864,26 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         each fact's ``created_at`` (one small read a fact)."""
         assert wanted.scope is not None and wanted.scope_id is not None and wanted.project_id is not None
         parts = self._subject(wanted.scope, wanted.scope_id, wanted.project_id)
-        where = parts if self._spread is not None else None
         ids = [int(i) for i in self._client.smembers(self._sk("hist", parts))]
         end = wanted.offset + wanted.limit
         if wanted.include_superseded and wanted.valid_at is None and wanted.text is None:
             reader = self._client.pipeline(transaction=False)
             for fact_id in ids:
-                reader.hget(self._fact_key(fact_id, where), "created_at")
+                reader.hget(self._fact_key(fact_id), "created_at")
             times = reader.execute()
             newest = sorted(
                 ((float(at), i) for at, i in zip(times, ids, strict=True) if at is not None), reverse=True
             )
             page = [i for _, i in newest[wanted.offset : end]]
-            return sorted(self._load_facts(page, where), key=_newest_first)
-        found = [f for f in self._load_facts(ids, where) if keep(f)]
+            return sorted(self._load_facts(page), key=_newest_first)
+        found = [f for f in self._load_facts(ids) if keep(f)]
         return sorted(found, key=_newest_first)[wanted.offset : end]
 
     def subjects(self, *, include_superseded: bool = False) -> list[SubjectCount]:
         """Every ``scope:scope_id`` (per project) with its fact count."""
 
         def run() -> list[SubjectCount]:
-            members = sorted(self._client.smembers(self._subjects_key()))
+            members = sorted(set(self._members()))
             parsed = [tuple(unescape_part(p) for p in m.split(":")) for m in members]
             counter = self._client.pipeline(transaction=False)
             for project, scope, scope_id in parsed:
@@ -967,22 +950,25 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         for key, raw in zip(keys, reader.execute(), strict=False):
             if not raw or "fact" not in raw:
                 continue
-            fact = parse_fact(int(key.rsplit(":", 1)[1]), raw)
-            assert fact.id is not None
-            text_key = normalize_text(fact.fact)
-            args = [
-                self.prefix,
-                *self._subject(fact.scope, fact.scope_id, fact.project_id),
-                fact.id,
-                repr(float(fact.created_at)),
-                text_key,
-                text_digest(text_key),
-                raw.get("row") or fact_row(fact.id, fact),
-            ]
-            self._index(args=args, client=writer)
-            seen, highest = seen + 1, max(highest, fact.id)
+            fact_id = int(key.rsplit(":", 1)[1])
+            self._index(args=self._index_args(parse_fact(fact_id, raw), raw), client=writer)
+            seen, highest = seen + 1, max(highest, fact_id)
         writer.execute()
         return seen, highest
+
+    def _index_args(self, fact: Fact, raw: dict[str, str]) -> list[Any]:
+        """The INDEX script's arguments for a fact hash (``raw``)."""
+        assert fact.id is not None
+        text_key = normalize_text(fact.fact)
+        return [
+            self.prefix,
+            *self._subject(fact.scope, fact.scope_id, fact.project_id),
+            fact.id,
+            repr(float(fact.created_at)),
+            text_key,
+            text_digest(text_key),
+            raw.get("row") or fact_row(fact.id, fact),
+        ]
 
     def _prune_stale_rows(self) -> None:
         """Drop rows (and active entries) of facts an older writer superseded or
