@@ -48,13 +48,13 @@ two times (``valid_from`` / ``valid_to`` / ``superseded_at`` fields, the ``exp:`
 :class:`~fastaiagent.errors.StoreUnavailableError` (see :func:`unavailable`).
 
 On a Redis Cluster (``?cluster=true``, layout ``CLUSTER_LAYOUT``) every key of a
-subject carries it as a hash tag (``<prefix>:rows:{<project>:<scope>:<scope_id>}``,
-fact hashes ``<prefix>:fact:{...}:<id>``, ``prev:{...}:<id>`` and the subject's own
-``expiry:`` / ``retired:`` sets), so each script touches one slot; the global
-``scope:`` and ``all`` indexes are not kept, and the id counter, the id -> subject
-map and the subjects set live in the namespace's slot (see ``cluster.py``, and
-``spread.py`` for what runs a subject at a time). A single server's keys are
-unchanged.
+subject is in its hash slot: its own keys carry it as a hash tag
+(``<prefix>:rows:{<project>:<scope>:<scope_id>}``, and its own ``expiry:`` /
+``retired:`` sets), the keys its slot shares carry a tag of that slot (the id
+counter, the subjects set, fact hashes and ``prev:`` sets; ids name their slot),
+so each script touches one slot; the global ``scope:`` and ``all`` indexes are not
+kept (see ``cluster.py``, and ``spread.py`` for what runs a subject at a time). A
+single server's keys are unchanged.
 """
 
 from __future__ import annotations
