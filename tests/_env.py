@@ -372,6 +372,38 @@ def _wait_ping(redis: ModuleType, port: int) -> None:
         client.close()
 
 
+def replica_of(ports: list[int], primary: int) -> int:
+    """The port of the node of ``ports`` that replicates the one on ``primary``."""
+    import redis
+
+    for port in ports:
+        client = redis.Redis(port=port, socket_connect_timeout=1, decode_responses=True)
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        if info["role"] == "slave" and int(info.get("master_port", 0)) == primary:
+            return port
+    raise RuntimeError(f"no replica of {primary} among {ports}")
+
+
+def wait_promoted(port: int, timeout: float = 60.0) -> float:
+    """Until the node on ``port`` is a primary (its primary failed over to it);
+    returns the seconds waited."""
+    import redis
+
+    started = time.monotonic()
+    client = redis.Redis(port=port, socket_connect_timeout=1, decode_responses=True)
+    try:
+        while client.info("replication")["role"] != "master":
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"node {port} was not promoted after {timeout} s")
+            time.sleep(0.1)
+    finally:
+        client.close()
+    return time.monotonic() - started
+
+
 def wait_replicas_linked(ports: list[int], timeout: float = 30.0) -> None:
     """Until every answering replica of ``ports`` has its link to its primary up and
     every answering primary has a replica (a write's WAIT can then be answered)."""

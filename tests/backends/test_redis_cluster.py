@@ -237,7 +237,13 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
     import threading
     import time
 
-    from _env import start_redis_cluster, wait_cluster_ok, wait_replicas_linked
+    from _env import (
+        replica_of,
+        start_redis_cluster,
+        wait_cluster_ok,
+        wait_promoted,
+        wait_replicas_linked,
+    )
     from fastaiagent.errors import StoreUnavailableError
     from fastaiagent.facts.fact import Fact
     from fastaiagent.facts.redis.store import RedisFactStore
@@ -268,8 +274,10 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
         while len(acked) < 200:
             threading.Event().wait(0.02)
         victim = store.client.get_node_from_key(store._sk("hist", store._subject("user", "user-0", "")))
-        cluster.kill(int(victim.port))
         survivors = [p for p in cluster.ports if p != int(victim.port)]
+        heir = replica_of(survivors, int(victim.port))
+        cluster.kill(int(victim.port))
+        wait_promoted(heir)
         wait_cluster_ok(survivors, timeout=60)
         settled = time.monotonic() + 40  # writes go on against the new map until one is refused
         while not (refused and len(acked) > 200) and not broken and time.monotonic() < settled:
