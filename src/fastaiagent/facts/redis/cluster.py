@@ -103,11 +103,15 @@ class ClusterNamespace:
         run them with a WAIT after them, on one connection: WAIT counts the writes
         of its own connection. Retried while a slot moves or a failover runs (the
         store's writes may be repeated: they are idempotent)."""
-        deadline = time.monotonic() + RETRY_SECONDS
+        deadline, retried = time.monotonic() + RETRY_SECONDS, False
         while True:
             try:
                 node = self.client.get_node_from_key(route_key)
                 pipe = node.redis_connection.pipeline(transaction=False)
+                if retried and self.replicas:
+                    # The first try may have written on another connection: a write
+                    # of this one makes its WAIT cover everything before it too.
+                    pipe.set(self._settle_key(route_key), 1, px=1000)
                 queue(pipe)
                 if self.replicas:
                     pipe.execute_command("WAIT", self.replicas, WAIT_TIMEOUT_MS)
@@ -118,6 +122,9 @@ class ClusterNamespace:
                     raise
                 time.sleep(0.2)
                 self._refresh()
+                retried = True
+        if retried and self.replicas:
+            replies.pop(0)
         if self.replicas:
             acked = int(replies.pop())
             if acked < self.replicas:
@@ -146,6 +153,10 @@ class ClusterNamespace:
     def prev_key(self, fact_id: int) -> str:
         """The ids a fact superseded, next to its hash."""
         return f"{self.prefix}:prev:{{{slot_tag(fact_id % SLOTS)}}}:{fact_id}"
+
+    def _settle_key(self, route_key: str) -> str:
+        """A short-lived key in ``route_key``'s slot, written by a retry."""
+        return f"{self.prefix}:settle:{{{slot_tag(int(self.client.keyslot(route_key)))}}}"
 
     def _refresh(self) -> None:
         # no node answering yet is fine: the next attempt tries again
