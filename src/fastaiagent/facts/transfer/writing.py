@@ -11,6 +11,7 @@ key; an item only where it has no live item of that key.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -33,6 +34,8 @@ from fastaiagent.facts.transfer.records import (
 from fastaiagent.facts.vectors import HoldsVectors
 from fastaiagent.facts.windows import HoldsWindows
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
+
+logger = logging.getLogger(__name__)
 
 BATCH = 500  # recalled messages one vector write takes
 Subject = tuple[str, str, str]
@@ -118,7 +121,8 @@ class Importer:
         except (InvalidValueError, KeyError) as exc:
             current = self.store.get(old)
             if current is None or current.superseded_by != new:  # not a repeat: report it
-                self.counts.skip(f"history links the target refused ({exc})")
+                logger.warning("import: fact #%s cannot be marked replaced by #%s: %s", old, new, exc)
+                self.counts.skip("history links the target refused")
 
     def _open_subject(self, subject: Subject) -> None:
         self._close_subject()
