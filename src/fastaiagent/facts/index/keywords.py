@@ -46,6 +46,24 @@ def grouped(postings: Iterable[tuple[str, int, str | None, int]]) -> list[Row]:
     return [(chunk_id, length, counts) for chunk_id, (length, counts) in rows.items()]
 
 
+def by_rarity(frequency: Mapping[str, int], budget: int) -> tuple[list[str], list[str]]:
+    """``(rare, common)`` query terms for a search that scores about ``budget``
+    documents: the rarest terms (fewest documents first) while their documents
+    fit in the budget, then the rest; terms no document holds are left out. The
+    rare terms carry BM25's weight, so every document holding one is scored; of
+    the common terms' documents a search scores the newest."""
+    rare: list[str] = []
+    common: list[str] = []
+    postings = 0
+    for term in sorted((t for t in frequency if frequency[t]), key=frequency.__getitem__):
+        if postings + frequency[term] <= budget:
+            rare.append(term)
+            postings += frequency[term]
+        else:
+            common.append(term)
+    return rare, common
+
+
 def gain(docs: int, df: int) -> float:
     """The weight of a query term held by ``df`` of a namespace's ``docs`` documents:
     its idf times (k1 + 1)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from fastaiagent.facts.index.keywords import bm25_top, grouped
+from fastaiagent.facts.index.keywords import bm25_top, by_rarity, grouped
 from fastaiagent.kb.bm25 import tokenize
 
 CANDIDATES = 200  # GIN matches rescored with the namespace's statistics
@@ -152,13 +152,7 @@ def search(conn: Any, queries: dict[str, Any], terms: list[str], top_k: int, nam
     docs, tokens = int(stats[0]), int(stats[1])
     frequency = dict(zip(terms, (int(n) for n in stats[2]), strict=True))
     limit = max(CANDIDATES, 4 * top_k)
-    rare, common, postings = [], [], 0
-    for term in sorted((t for t in terms if frequency[t]), key=frequency.__getitem__):
-        if postings + frequency[term] <= limit:
-            rare.append(term)
-            postings += frequency[term]
-        else:
-            common.append(term)
+    rare, common = by_rarity(frequency, limit)
     key = nskey(namespace)
     rows: list[tuple[Any, ...]] = []
     if rare:

@@ -23,7 +23,7 @@ from fastaiagent._optional import require
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits
-from fastaiagent.facts.index.keywords import bm25_top
+from fastaiagent.facts.index.keywords import bm25_top, by_rarity
 from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
 from fastaiagent.facts.sqlite.sealed_keywords import (
     NamespaceSecrets,
@@ -482,15 +482,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         documents), then the newest holding the others. The rare terms carry BM25's
         weight; FTS5's own ranking of every match (``bm25()``) costs about 4 us a
         document, 10 ms for a common word in a 10k-message namespace."""
-        rare: list[str] = []
-        common: list[str] = []
-        postings = 0
-        for term in sorted((t for t in frequency if frequency[t]), key=frequency.__getitem__):
-            if postings + frequency[term] <= limit:
-                rare.append(term)
-                postings += frequency[term]
-            else:
-                common.append(term)
+        rare, common = by_rarity(frequency, limit)
         t = self.table
         select = f"SELECT c.id, c.keywords FROM {t}_fts JOIN {t} c ON c.rid = {t}_fts.rowid "
         rows: list[tuple[str, str]] = []
