@@ -29,9 +29,9 @@ local function esc(s)
   if C then s = string.gsub(string.gsub(s, '{', '%%7B'), '}', '%%7D') end
   return s
 end
--- A subject's keys. Cluster: named with its hash tag, and the indexes that are
--- global on one server (expiry, retired) are the subject's own; the scope and
--- all indexes and the subjects set are not kept (the store reads subjects).
+-- A subject's keys. Cluster: named with its hash tag, the indexes that are global
+-- on one server (expiry, retired) are the subject's own, the subjects set is its
+-- slot's, and the scope and all indexes are not kept (the store walks subjects).
 local function subject(project, scope, sid)
   local s = project .. ':' .. scope .. ':' .. sid
   if C then
