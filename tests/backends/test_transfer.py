@@ -111,3 +111,26 @@ def test_one_user_is_exported_and_nobody_else(any_location: str, store_at: Any, 
     import_memory(target, path)
     assert [f.fact for f in target.list_active("user", "bob")] == ["is vegan"]  # untouched
     assert [f.fact for f in target.list_active("user", "ann")] == ["likes tea"]
+
+
+@pytest.mark.redis
+def test_a_copy_to_a_redis_cluster_and_back_keeps_everything(
+    redis_cluster: Any, store_at: Any, tmp_path: Path
+) -> None:
+    from _env import unique_name
+    from test_redis_cluster import drop_cluster_prefix
+
+    _, source = store_at("sqlite")
+    fill(source)
+    prefix = unique_name("cluster")
+    cluster = f"{redis_cluster.url}&prefix={prefix}"
+    try:
+        counts = copy_memory(source, cluster)
+        assert (counts.facts, counts.recall, counts.windows, counts.items) == (7, 10, 3, 3)
+        assert copy_memory(source, cluster).kept == 23  # a second copy adds nothing
+        first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+        export_memory(source, first)
+        export_memory(cluster, second)
+        assert lines(second) == lines(first)
+    finally:
+        drop_cluster_prefix(redis_cluster, prefix)
