@@ -117,8 +117,9 @@ def test_one_user_is_exported_and_nobody_else(any_location: str, store_at: Any, 
 def test_a_copy_to_a_redis_cluster_and_back_keeps_everything(
     redis_cluster: Any, store_at: Any, tmp_path: Path
 ) -> None:
-    from _env import unique_name
     from test_redis_cluster import drop_cluster_prefix
+
+    from _env import unique_name
 
     _, source = store_at("sqlite")
     fill(source)
