@@ -68,7 +68,7 @@ from itertools import chain
 from typing import Any, TypeVar
 
 from fastaiagent._validate import integer, text
-from fastaiagent.errors import FactNotFoundError, InvalidValueError
+from fastaiagent.errors import FactNotFoundError, InvalidValueError, UsageError
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.factory import split_location_option
@@ -213,8 +213,15 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
             self._spread = ClusterNamespace(self._client, self.prefix, waits, "the fact store")
         else:
             wait_replicas_option(replicas, False)
-        # register_script: EVALSHA, and on NOSCRIPT (a restarted or flushed
-        # server) the script is loaded again and the call repeated.
+        self._register_scripts(cluster)
+        self._layout = CLUSTER_LAYOUT if cluster else LAYOUT_VERSION
+        self._layout_checked = False
+        self._layout_lock = threading.Lock()
+
+    def _register_scripts(self, cluster: bool) -> None:
+        """The write and read scripts (a cluster's variant on a cluster).
+        register_script: EVALSHA, and on NOSCRIPT (a restarted or flushed server)
+        the script is loaded again and the call repeated."""
         register = self._client.register_script
 
         def script(body: str) -> Any:
@@ -233,9 +240,6 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         self._index, self._set_layout = script(lua.INDEX), script(lua.SET_LAYOUT)
         self._expire, self._prune_history = script(lua.EXPIRE), script(lua.PRUNE_HISTORY)
         self._subject_read = script(lua.SUBJECT_READ)
-        self._layout = CLUSTER_LAYOUT if cluster else LAYOUT_VERSION
-        self._layout_checked = False
-        self._layout_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RedisFactStore(prefix={self.prefix!r})"
@@ -402,7 +406,7 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         load of benchmarks and tests, tens of times fewer commands than a fact at
         a time. :meth:`add` is the safe way to write a fact."""
         if self._spread is not None:
-            raise NotImplementedError("bulk loads write a single server's layout")
+            raise UsageError("bulk loads write a single server's layout: on a cluster, use add()")
         zsets: dict[str, dict[str, float]] = defaultdict(dict)
         sets: dict[str, list[int | str]] = defaultdict(list)
         for fact_id, fact, key in facts:
