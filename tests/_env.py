@@ -15,9 +15,10 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -407,33 +408,29 @@ def wait_promoted(port: int, timeout: float = 60.0) -> float:
 def wait_replicas_linked(ports: list[int], timeout: float = 30.0) -> None:
     """Until every answering replica of ``ports`` has its link to its primary up and
     every answering primary has a replica (a write's WAIT can then be answered)."""
-    import redis
 
-    deadline = time.monotonic() + timeout
-    while True:
-        linked = []
-        for port in ports:
-            client = redis.Redis(port=port, socket_connect_timeout=1, decode_responses=True)
-            try:
-                info = client.info("replication")
-                if info["role"] == "master":
-                    linked.append(int(info.get("connected_slaves", 0)) >= 1)
-                else:
-                    linked.append(info.get("master_link_status") == "up")
-            except redis.exceptions.ConnectionError:
-                pass
-            finally:
-                client.close()
-        if linked and all(linked):
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the cluster's replicas are not linked after {timeout} s")
-        time.sleep(0.1)
+    def linked(client: Any) -> bool:
+        info = client.info("replication")
+        if info["role"] == "master":
+            return int(info.get("connected_slaves", 0)) >= 1
+        return bool(info.get("master_link_status") == "up")
+
+    _wait_every_node(ports, linked, "the cluster's replicas are not linked", timeout)
 
 
 def wait_cluster_ok(ports: list[int], timeout: float = 30.0) -> None:
     """Until every node of ``ports`` that answers reports ``cluster_state:ok`` with
     all 16384 slots served (a node that does not answer is skipped: a killed one)."""
+
+    def ok(client: Any) -> bool:
+        info = client.cluster("info")
+        return info.get("cluster_state") == "ok" and int(info.get("cluster_slots_ok", 0)) == 16384
+
+    _wait_every_node(ports, ok, "the cluster is not ok", timeout)
+
+
+def _wait_every_node(ports: list[int], check: Callable[[Any], bool], failure: str, timeout: float) -> None:
+    """Until ``check(client)`` holds on every node of ``ports`` that answers (at least one)."""
     import redis
 
     deadline = time.monotonic() + timeout
@@ -442,8 +439,7 @@ def wait_cluster_ok(ports: list[int], timeout: float = 30.0) -> None:
         for port in ports:
             client = redis.Redis(port=port, socket_connect_timeout=1, decode_responses=True)
             try:
-                info = client.cluster("info")
-                states.append(info.get("cluster_state") == "ok" and int(info.get("cluster_slots_ok", 0)) == 16384)
+                states.append(check(client))
             except redis.exceptions.ConnectionError:
                 pass
             finally:
@@ -451,5 +447,5 @@ def wait_cluster_ok(ports: list[int], timeout: float = 30.0) -> None:
         if states and all(states):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the cluster is not ok after {timeout} s")
+            raise RuntimeError(f"{failure} after {timeout} s")
         time.sleep(0.1)
