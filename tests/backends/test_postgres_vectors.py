@@ -335,28 +335,6 @@ def test_a_version_3_vector_table_has_its_chinese_rows_tokenized_again(facts: Po
     assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
 
 
-def test_keyword_search_over_a_common_word_still_finds_the_rare_one(facts: PostgresFactStore) -> None:
-    """Ana's name in every one of 600 messages does not crowd out the oldest message
-    holding the query's rare word: it is scored with the exact statistics, as the
-    in-process BM25 would, and comes first; the newest of the common word follow."""
-    from fastaiagent.kb.bm25 import BM25Index
-
-    index = facts.vector_store()
-    texts = ["Ana booked the dentist for Tuesday"] + [f"Ana said hello number {i}" for i in range(600)]
-    for first in range(0, len(texts), 100):  # a write's rows are equally new: 100 a write
-        index.add([_chunk(f"m{i}", texts[i], [1.0, 0.0], ns="a") for i in range(first, min(first + 100, len(texts)))])
-    index.add([_chunk("other", "Ana and the dentist", [1.0, 0.0], ns="b")])  # another user
-    found = index.keyword_search("When is Ana's dentist?", 5, namespace="a")
-    reference = BM25Index()
-    for i, text in enumerate(texts):
-        reference.add(f"m{i}", text)
-    expected = reference.search("When is Ana's dentist?", 1)
-    assert found[0][0] == "m0" == expected[0][0]
-    assert found[0][1] == pytest.approx(expected[0][1], rel=1e-6)
-    common = index.keyword_search("Ana", 3, namespace="a")
-    assert {i for i, _ in common} <= {f"m{i}" for i in range(401, 601)}  # among the newest
-
-
 def test_term_counts_follow_every_write_and_a_forgotten_word_leaves(facts: PostgresFactStore) -> None:
     index = facts.vector_store()
     index.add([_chunk("a", "zanzibar trip", [1, 0]), _chunk("b", "trip planning", [0, 1])])

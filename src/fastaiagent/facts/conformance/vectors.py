@@ -189,6 +189,28 @@ class StoredVectorIndexConformance:
         assert keyword_ids(index, "Jane Lisbon", "n", top_k=1) == ["both"]
         assert index.keyword_search("Jane Lisbon", 0, namespace="n") == []
 
+    def test_a_common_word_does_not_crowd_out_the_rare_one(self, index: Index) -> None:
+        """A word in more messages than one search scores (Ana in all 601) leaves the
+        message holding the query's rare word first, scored as the in-process BM25
+        scores it; asked for the common word alone, the newest messages answer."""
+        from fastaiagent.kb.bm25 import BM25Index
+
+        texts = ["Ana booked the dentist for Tuesday"] + [f"Ana said hello number {i}" for i in range(600)]
+        for first in range(0, len(texts), 100):  # a write's chunks are equally new: 100 a write
+            index.add([
+                chunk(f"m{i}", vec(1), "a", text=texts[i], created_at=float(i))
+                for i in range(first, min(first + 100, len(texts)))
+            ])  # fmt: skip
+        index.add([chunk("other", vec(1), "b", text="Ana and the dentist", created_at=0.0)])
+        found = index.keyword_search("When is Ana's dentist?", 5, namespace="a")
+        reference = BM25Index()
+        for i, text in enumerate(texts):
+            reference.add(f"m{i}", text)
+        expected = reference.search("When is Ana's dentist?", 1)
+        assert found[0][0] == "m0" == expected[0][0]
+        assert found[0][1] == pytest.approx(expected[0][1], rel=1e-6)
+        assert set(keyword_ids(index, "Ana", "a", top_k=3)) <= {f"m{i}" for i in range(401, 601)}
+
     def test_keyword_search_also_finds_the_context_turn(self, index: Index) -> None:
         # Recall stores the turn before a message in metadata["context"]; the
         # in-process BM25 always indexed it with the message, so the store does too.

@@ -1,10 +1,11 @@
 """BM25 for keyword search inside a store, with one namespace's own statistics.
 
-The SQLite and Postgres vector indexes let their full-text index pick candidate
-documents, the Redis one reads the query terms' postings; all three score them
+Each index scores about :func:`budget` documents of a search, picked the same way
+(:func:`by_rarity`): every document holding the query's rarest terms, then the
+newest holding the others (SQLite's and Postgres' full-text indexes find them,
+Redis reads the terms' postings); all three score them
 here (:func:`gain` and :func:`length_norm` are the one BM25 of the stored
-indexes; :func:`bm25_top` reads candidates document by document,
-:func:`bm25_postings_top` term by term) with the namespace's
+indexes; :func:`bm25_top` scores the candidates) with the namespace's
 document count, token total and per-term document counts, so a user's ranking
 never depends on what other users said. The formula is
 :class:`~fastaiagent.kb.bm25.BM25Index`'s (Okapi BM25, k1 1.2, b 0.75), so durable
@@ -46,6 +47,15 @@ def grouped(postings: Iterable[tuple[str, int, str | None, int]]) -> list[Row]:
     return [(chunk_id, length, counts) for chunk_id, (length, counts) in rows.items()]
 
 
+CANDIDATES = 200
+"""Documents a keyword search scores, at least (:func:`budget`)."""
+
+
+def budget(top_k: int) -> int:
+    """How many documents a search for ``top_k`` scores."""
+    return max(CANDIDATES, 4 * top_k)
+
+
 def by_rarity(frequency: Mapping[str, int], budget: int) -> tuple[list[str], list[str]]:
     """``(rare, common)`` query terms for a search that scores about ``budget``
     documents: the rarest terms (fewest documents first) while their documents
@@ -62,6 +72,13 @@ def by_rarity(frequency: Mapping[str, int], budget: int) -> tuple[list[str], lis
         else:
             common.append(term)
     return rare, common
+
+
+def newest_window(wanted: int, docs: int, held: int) -> int:
+    """How many of a namespace's newest documents to read to find about ``wanted``
+    holding a common term (``held``: the documents holding one, at most): twice the
+    expected count, at most ``docs``; a reader that found too few reads 4x more."""
+    return min(docs, max(wanted, 2 * wanted * docs // max(held, 1)))
 
 
 def gain(docs: int, df: int) -> float:
@@ -104,29 +121,13 @@ def bm25_top(
     return heapq.nsmallest(top_k, scores, key=_best_first)
 
 
-def bm25_postings_top(
-    postings: Sequence[Sequence[tuple[str, int, int]]], docs: int, tokens: int, top_k: int
-) -> list[tuple[str, float]]:
-    """:func:`bm25_top` read term by term: ``postings`` holds, per query term, the
-    ``(id, tf, document length)`` of the documents holding it (Redis keeps its
-    postings so)."""
-    if docs <= 0:
-        return []
-    base, slope = length_norm(docs, tokens)
-    scores: dict[str, float] = {}
-    for holding in postings:
-        if not holding:
-            continue
-        weight = gain(docs, len(holding))
-        for chunk_id, tf, length in holding:
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + weight * tf / (tf + base + slope * length)
-    return heapq.nsmallest(top_k, scores.items(), key=_best_first)
-
-
 def _best_first(item: tuple[str, float]) -> tuple[float, str]:
     """Higher score first; equal scores (to 1e-9: the sums' order differs between
     stores) by id, so every store returns the same documents in the same order."""
     return -round(item[1], 9), item[0]
 
 
-__all__ = ["K1", "B", "bm25_postings_top", "bm25_top", "gain", "grouped", "length_norm", "query_terms"]
+__all__ = [
+    "CANDIDATES", "K1", "B", "bm25_top", "budget", "by_rarity", "gain", "grouped", "length_norm",
+    "newest_window", "query_terms",
+]  # fmt: skip

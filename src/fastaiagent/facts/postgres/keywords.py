@@ -19,10 +19,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from fastaiagent.facts.index.keywords import bm25_top, by_rarity, grouped
+from fastaiagent.facts.index.keywords import bm25_top, budget, by_rarity, grouped, newest_window
 from fastaiagent.kb.bm25 import tokenize
-
-CANDIDATES = 200  # GIN matches rescored with the namespace's statistics
 
 # Schema step 2 of the vectors component: the token counts and the statistics.
 STEP2 = (
@@ -151,7 +149,7 @@ def search(conn: Any, queries: dict[str, Any], terms: list[str], top_k: int, nam
         return []
     docs, tokens = int(stats[0]), int(stats[1])
     frequency = dict(zip(terms, (int(n) for n in stats[2]), strict=True))
-    limit = max(CANDIDATES, 4 * top_k)
+    limit = budget(top_k)
     rare, common = by_rarity(frequency, limit)
     key = nskey(namespace)
     rows: list[tuple[Any, ...]] = []
@@ -173,7 +171,7 @@ def _newest(conn: Any, queries: dict[str, Any], params: dict[str, Any], docs: in
     if limit * docs >= held * held:  # rare enough: read every match
         rows = conn.execute(queries["keyword_newest_by_match"], params).fetchall()
         return grouped((r[0], int(r[1]), r[2], int(r[3])) for r in rows)
-    window = min(docs, 2 * limit * docs // max(held, 1))
+    window = newest_window(limit, docs, held)
     while True:
         rows = conn.execute(queries["keyword_newest_window"], {**params, "window": window}).fetchall()
         found = grouped((r[0], int(r[1]), r[2], int(r[3])) for r in rows)
@@ -188,6 +186,6 @@ def _match(key: str, terms: list[str]) -> str:
 
 
 __all__ = [
-    "CANDIDATES", "CJK_ROWS", "DROP_TERMS", "QUERIES", "RETOKENIZE", "STEP2", "STEP5", "nskey",
+    "CJK_ROWS", "DROP_TERMS", "QUERIES", "RETOKENIZE", "STEP2", "STEP5", "nskey",
     "postings", "retokenize_cjk", "search",
 ]  # fmt: skip

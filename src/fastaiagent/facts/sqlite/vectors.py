@@ -23,7 +23,7 @@ from fastaiagent._optional import require
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits
-from fastaiagent.facts.index.keywords import bm25_top, by_rarity
+from fastaiagent.facts.index.keywords import bm25_top, budget, by_rarity
 from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
 from fastaiagent.facts.sqlite.sealed_keywords import (
     NamespaceSecrets,
@@ -39,7 +39,6 @@ from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked
 DEFAULT_TABLE = "memory_vectors"
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
-KEYWORD_CANDIDATES = 200  # documents a keyword search scores, with the namespace's statistics
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
 
@@ -467,7 +466,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             frequency.update(zip(batch, found, strict=True))
         counted = []
         for chunk_id, keywords in self._keyword_candidates(
-            conn, nskey, frequency, max(KEYWORD_CANDIDATES, 4 * top_k)
+            conn, nskey, frequency, budget(top_k)
         ):
             tokens = keywords.split()
             counts = {term: tokens.count(term) for term in terms if term in tokens}
