@@ -73,17 +73,19 @@ def selector_where(selector: Selector, *, active_only: bool, mark: str) -> tuple
     return " AND ".join(clauses), params
 
 
+def equal_clauses(columns: Sequence[tuple[str, Any]], *, mark: str) -> tuple[list[str], list[Any]]:
+    """``column = <mark>`` for each ``(column, value)`` whose value is not None (None:
+    any), with the values as parameters."""
+    wanted = [(column, value) for column, value in columns if value is not None]
+    return [f"{column} = {mark}" for column, _ in wanted], [value for _, value in wanted]
+
+
 def browse_where(wanted: BrowseFilter, *, mark: str, like: str = "LIKE") -> tuple[list[str], list[Any]]:
     """The filters of a cross-subject listing; None leaves a column unfiltered
     (``valid_at=None``: expired facts too; ``text``: facts containing it, with
     ``like`` the case-insensitive operator: SQLite's LIKE, Postgres' ILIKE)."""
-    clauses: list[str] = []
-    params: list[Any] = []
     columns = (("scope", wanted.scope), ("scope_id", wanted.scope_id), ("project_id", wanted.project_id))
-    for column, value in columns:
-        if value is not None:
-            clauses.append(f"{column} = {mark}")
-            params.append(value)
+    clauses, params = equal_clauses(columns, mark=mark)
     if not wanted.include_superseded:
         clauses.append("superseded_by IS NULL")
     if wanted.valid_at is not None:

@@ -7,6 +7,7 @@ from typing import Any
 from fastaiagent.facts.postgres.store import DEFAULT_TABLE as DEFAULT_FACT_TABLE
 from fastaiagent.facts.postgres.store import PostgresFactStore, PostgresTable, sql
 from fastaiagent.facts.schema import Schema
+from fastaiagent.facts.sql_clauses import equal_clauses
 from fastaiagent.facts.windows import PURGE_EVERY, StoredWindow, WindowFront, WindowKey
 
 DEFAULT_TABLE = "conversation_windows"
@@ -109,10 +110,8 @@ class PostgresWindowStore(PostgresTable, WindowFront):
 
     def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
         """The keys of the live windows (of one project, of one user), sorted."""
-        where, params = "(expires_at IS NULL OR expires_at > now())", list[Any]()
-        for column, value in (("project_id", project_id), ("user_id", user_id)):
-            if value is not None:
-                where, params = f"{where} AND {column} = %s", [*params, value]
+        clauses, params = equal_clauses((("project_id", project_id), ("user_id", user_id)), mark="%s")
+        where = " AND ".join(["(expires_at IS NULL OR expires_at > now())", *clauses])
         query = sql.SQL(
             "SELECT agent_id, project_id, user_id FROM {} WHERE " + where
             + " ORDER BY agent_id, project_id, user_id"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastaiagent._schema import Schema
+from fastaiagent.facts.sql_clauses import equal_clauses
 from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable
 from fastaiagent.facts.windows import PURGE_EVERY, StoredWindow, WindowFront, WindowKey
 
@@ -97,14 +97,12 @@ class SQLiteWindowStore(SQLiteTable, WindowFront):
 
     def window_keys(self, project_id: str | None = None, user_id: str | None = None) -> list[WindowKey]:
         """The keys of the live windows (of one project, of one user), sorted."""
-        where, params = "(expires_at IS NULL OR expires_at > ?)", list[Any]([time.time()])
-        for column, value in (("project_id", project_id), ("user_id", user_id)):
-            if value is not None:
-                where, params = f"{where} AND {column} = ?", [*params, value]
+        clauses, params = equal_clauses((("project_id", project_id), ("user_id", user_id)), mark="?")
+        where = " AND ".join(["(expires_at IS NULL OR expires_at > ?)", *clauses])
         rows = self._conn().execute(
             f"SELECT agent_id, project_id, user_id FROM {self.table} WHERE {where} "
             "ORDER BY agent_id, project_id, user_id",
-            params,
+            [time.time(), *params],
         )
         return [WindowKey(*row) for row in rows]
 
