@@ -14,6 +14,7 @@ import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 from urllib.parse import unquote
 
@@ -101,28 +102,36 @@ def _facts(store: FactStore, selection: Selection) -> Iterator[dict[str, Any]]:
                 yield fact_line(fact)
 
 
+def subject_pages(
+    store: FactStore, scope: str, scope_id: str, project_id: str, size: int = PAGE
+) -> Iterator[list[Fact]]:
+    """A subject's facts (history and expired ones too), ``size`` at a time, newest
+    first (the stores' order); the last page is short (or the only one empty)."""
+    offset = 0
+    while True:
+        page = store.browse(
+            scope=scope, scope_id=scope_id, project_id=project_id, include_superseded=True,
+            include_expired=True, limit=size, offset=offset,
+        )  # fmt: skip
+        yield page
+        if len(page) < size:
+            return
+        offset += size
+
+
 def oldest_first(store: FactStore, subject: SubjectCount) -> Iterator[Fact]:
     """A subject's facts (history and expired ones too), oldest first."""
-
-    def page(offset: int) -> list[Fact]:
-        return store.browse(
-            scope=subject.scope, scope_id=subject.scope_id, project_id=subject.project_id,
-            include_superseded=True, include_expired=True, limit=PAGE, offset=offset,
-        )  # fmt: skip
-
-    first = page(0)
+    pages = subject_pages(store, subject.scope, subject.scope_id, subject.project_id, PAGE)
+    first = next(pages)
     if len(first) < PAGE:
         yield from reversed(first)
         return
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
-        starts, found, offset = [], first, 0
-        while found:
-            starts.append(spool.tell())
-            spool.write(json.dumps([f.to_dict() for f in found]) + "\n")
-            if len(found) < PAGE:
-                break
-            offset += PAGE
-            found = page(offset)
+        starts = []
+        for page in chain([first], pages):
+            if page:
+                starts.append(spool.tell())
+                spool.write(json.dumps([f.to_dict() for f in page]) + "\n")
         for start in reversed(starts):
             spool.seek(start)
             yield from (Fact(**values) for values in reversed(json.loads(spool.readline())))

@@ -23,6 +23,7 @@ from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.items import HoldsItems, ItemWrite
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.transfer.reading import subject_pages
 from fastaiagent.facts.transfer.records import (
     Counts,
     Header,
@@ -127,22 +128,13 @@ class Importer:
     def _open_subject(self, subject: Subject) -> None:
         self._close_subject()
         self._subject, self._ids, self._held, self._held_ids = subject, {}, {}, set()
-        scope, scope_id, project_id = subject
-        offset = 0
-        while True:
-            page = self.store.browse(
-                scope=scope, scope_id=scope_id, project_id=project_id, include_superseded=True,
-                include_expired=True, limit=BATCH, offset=offset,
-            )  # fmt: skip
+        for page in subject_pages(self.store, *subject, size=BATCH):
             for fact in page:
                 assert fact.id is not None
                 self._held_ids.add(fact.id)
                 self._held[(normalize_text(fact.fact), float(fact.created_at))] = (
                     fact.id, fact.superseded_by,
                 )  # fmt: skip
-            if len(page) < BATCH:
-                return
-            offset += BATCH
 
     def _close_subject(self) -> None:
         orphans = sum(len(older) for older in self._waiting.values())
