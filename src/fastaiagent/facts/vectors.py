@@ -1,7 +1,9 @@
 """Durable recall: vectors, keyword postings and embeddings kept in the fact store.
 
 A store that can hold them implements the :class:`HoldsVectors` capability:
-``vector_store()`` returns a :class:`StoredVectorIndex`, which is a
+``vector_store(dimension)`` returns a :class:`StoredVectorIndex` (one per vector
+size: embedders of different sizes share the store, each size in an index of
+its own; :class:`ListsDimensions` lists them), which is a
 :class:`~fastaiagent.kb.protocols.VectorStore` (so ``VectorBlock`` and the
 semantic fact index use it as they use FAISS) plus what makes recall outlive
 the process:
@@ -149,17 +151,43 @@ class ListsRecorded(Protocol):
 class HoldsVectors(Protocol):
     """A store capability: durable vectors and keyword postings next to the facts."""
 
-    def vector_store(self) -> StoredVectorIndex:
-        """The store-backed vector index on this store's own connections."""
+    def vector_store(self, dimension: int | None = None) -> StoredVectorIndex:
+        """The store-backed vector index on this store's own connections: the default
+        one (``dimension`` None, or the size it holds or will hold), else the index
+        of ``dimension``-sized vectors beside it."""
         ...
+
+
+@runtime_checkable
+class ListsDimensions(Protocol):
+    """A HoldsVectors store that lists its indexes of every size (the shipped ones)."""
+
+    def vector_dimensions(self) -> list[int]:
+        """The vector sizes its indexes hold, read from the database."""
+        ...
+
+    def vector_indexes(self) -> list[StoredVectorIndex]:
+        """Every size's index, the default one first."""
+        ...
+
+
+def every_vector_index(store: object) -> list[StoredVectorIndex]:
+    """Every size's index of a store (what a forget empties, what an export reads):
+    all of a :class:`ListsDimensions` store's, the one of another HoldsVectors store,
+    none otherwise."""
+    if isinstance(store, ListsDimensions):
+        return store.vector_indexes()
+    return [store.vector_store()] if isinstance(store, HoldsVectors) else []
 
 
 __all__ = [
     "HoldsVectors",
+    "ListsDimensions",
     "RecordedSearch",
     "Spans",
     "StoredVectorIndex",
     "embedder_identity",
+    "every_vector_index",
     "keyword_text",
     "keyword_tokens",
     "text_key",

@@ -70,6 +70,8 @@ _QUERIES = {
     "dimension": "SELECT value FROM {m} WHERE name = 'dimension'",
     "fix_dimension": "INSERT INTO {m} (name, value) VALUES ('dimension', %s) "
     "ON CONFLICT (name) DO NOTHING",
+    "record_dimension": "INSERT INTO {m} (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
+    "recorded_dimensions": "SELECT value FROM {m} WHERE starts_with(name, 'dimension:')",
     "where_now": "SELECT id, namespace FROM {v} WHERE id = ANY(%s)",
     # SET runs after the row lock is taken: generations grow in commit order.
     "bump": "INSERT INTO {n} (namespace, gen, epoch) SELECT %s, g, g FROM nextval({seq_name}) g "
@@ -175,7 +177,8 @@ class PostgresVectorIndex(MatrixIndex):
     fixes the size up front (None: the first add, in any process, fixes it);
     ``cache_bytes`` bounds the namespace matrices kept in memory (LRU).
     ``pgvector``: None uses the ``vector`` extension when the server has it,
-    True requires it, False never uses it. Errors
+    True requires it, False never uses it. ``base``: the name the tables are
+    named after (``<base>_vectors``, ...; default: the fact table's). Errors
     of the server are classified as the fact store's are
     (:class:`~fastaiagent.errors.StoreUnavailableError` for an outage). Needs numpy.
     """
@@ -187,20 +190,23 @@ class PostgresVectorIndex(MatrixIndex):
         dimension: int | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         pgvector: bool | None = None,
+        base: str | None = None,
     ) -> None:
         if not isinstance(store, PostgresFactStore):
             raise InvalidTypeError(
                 f"PostgresVectorIndex needs a PostgresFactStore, got {type(store).__name__}"
             )
         self._sizes = Dimension(dimension, "another fact table")
-        super().__init__(integer("cache_bytes", cache_bytes, minimum=0))
+        self.cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        super().__init__(self.cache_bytes)
         self._asked_pgvector = None if pgvector is None else boolean("pgvector", pgvector)
         self._pgvector = False
         self._warming: set[str] = set()  # namespaces whose copy loads in the background
         self._np = require("numpy", "postgres")
         self.store = store
-        self.table = vectors_table_for(store.table)
-        names = _names(store.table)
+        self.base = store.table if base is None else check_text("base", base)
+        self.table = vectors_table_for(self.base)
+        names = _names(self.base)
         queries = {**_QUERIES, **keywords.QUERIES}
         self._q = {k: sql.SQL(text).format(**names) for k, text in queries.items()}
         steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2, _STEP3)]
@@ -250,6 +256,37 @@ class PostgresVectorIndex(MatrixIndex):
         self._load_dimension(conn)
         if self._dimension != size:
             raise self._sizes.refused(size, self._dimension)
+
+    # -- indexes of other sizes beside this one (StoreCapabilities.vector_store) --
+
+    def beside(self, size: int) -> PostgresVectorIndex:
+        """The index of ``size``-dimensional vectors next to this one, in the tables
+        named after ``<base>_d<size>`` (``<base>_d<size>_vectors``, ...)."""
+        return PostgresVectorIndex(
+            self.store, base=f"{self.base}_d{size}", cache_bytes=self.cache_bytes,
+            pgvector=self._asked_pgvector,
+        )  # fmt: skip
+
+    def claim_dimension(self, size: int) -> int:
+        """Fix ``size`` as the dimension unless the index already has one (in any
+        process); returns the dimension it has now."""
+
+        def run(conn: Any) -> int:
+            conn.execute(self._q["fix_dimension"], (size,))
+            self._load_dimension(conn)
+            return int(self._dimension or size)
+
+        return int(self._run(run))
+
+    def record_dimension(self, size: int) -> None:
+        """Note in the database that an index of ``size`` lives beside this one, so
+        every process finds it (:meth:`recorded_dimensions`)."""
+        self._run(lambda conn: conn.execute(self._q["record_dimension"], (f"dimension:{size}", size)))
+
+    def recorded_dimensions(self) -> list[int]:
+        """The sizes :meth:`record_dimension` noted, by any process."""
+        rows = self._run(lambda conn: conn.execute(self._q["recorded_dimensions"]).fetchall())
+        return sorted(int(row[0]) for row in rows)
 
     @property
     def uses_pgvector(self) -> bool:

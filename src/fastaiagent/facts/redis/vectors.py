@@ -3,7 +3,8 @@
 Key layout under ``<prefix>:vec:`` (``<ns>`` is the escaped namespace, ``""``
 for untagged chunks):
 
-- ``layout`` - this layout's version (``VECTORS_LAYOUT``); ``dim`` - the dimension
+- ``layout`` - this layout's version (``VECTORS_LAYOUT``); ``dim`` - the dimension;
+  ``dims`` - the sizes of the indexes beside this one (``<prefix>:vec<size>:``, set)
 - ``ns`` - namespaces holding chunks (set); ``id`` - chunk id -> ``<ns>`` (hash)
 - ``v:<ns>`` - chunk id -> float32 vector bytes (hash)
 - ``d:<ns>`` - chunk id -> JSON ``[text, metadata]`` (hash)
@@ -263,13 +264,16 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
     most, least recently searched dropped first) and catch up on other
     processes' writes with one round trip before ranking."""
 
-    def __init__(self, store: RedisFactStore, *, cache_bytes: int = 256 * 2**20) -> None:
+    def __init__(
+        self, store: RedisFactStore, *, cache_bytes: int = 256 * 2**20, keys: str = "vec"
+    ) -> None:
         if not isinstance(store, RedisFactStore):
             raise InvalidTypeError(
                 f"RedisVectorIndex needs a RedisFactStore, got {type(store).__name__}"
             )
         self.store = store
-        self.prefix = f"{store.prefix}:vec:"
+        self.keys = keys  # the index's part of the key prefix: ``<store prefix>:<keys>:``
+        self.prefix = f"{store.prefix}:{keys}:"
         self.cluster = store.cluster
         positive_int("cache_bytes", cache_bytes)
         self.cache_bytes = cache_bytes
@@ -350,6 +354,28 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
             found = self._call(lambda: self._client.get(self._g("dim")))
             self._dimension = int(found) if found else None
         return self._dimension
+
+    # -- indexes of other sizes beside this one (StoreCapabilities.vector_store) --
+
+    def beside(self, size: int) -> RedisVectorIndex:
+        """The index of ``size``-dimensional vectors under ``<store prefix>:<keys><size>:``."""
+        return RedisVectorIndex(self.store, cache_bytes=self.cache_bytes, keys=f"{self.keys}{size}")
+
+    def claim_dimension(self, size: int) -> int:
+        """Fix ``size`` as the dimension unless the index already has one (in any
+        process); returns the dimension it has now."""
+        key = self._g("dim")
+        found = self._call(lambda: self._client.set(key, size, nx=True) or self._client.get(key))
+        self._dimension = size if found is True else int(found)
+        return self._dimension
+
+    def record_dimension(self, size: int) -> None:
+        """Note that an index of ``size`` lives beside this one (a set of the prefix)."""
+        self._call(lambda: self._client.sadd(self._g("dims"), size))
+
+    def recorded_dimensions(self) -> list[int]:
+        """The sizes :meth:`record_dimension` noted, by any process."""
+        return sorted(int(size) for size in self._call(lambda: self._client.smembers(self._g("dims"))))
 
     # -- writes ------------------------------------------------------------
 

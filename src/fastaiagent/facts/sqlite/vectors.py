@@ -68,7 +68,8 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     ) -> None:
         SQLiteTable.__init__(self, store, table, vectors_schema(table))
         self._sizes = Dimension(dimension, "another table")
-        MatrixIndex.__init__(self, integer("cache_bytes", cache_bytes, minimum=0))
+        self.cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        MatrixIndex.__init__(self, self.cache_bytes)
         self._secrets = NamespaceSecrets(table)
         self._np = require("numpy", "local")
         self._dimension: int | None = None
@@ -116,6 +117,43 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             self._dimension = stored
             raise self._sizes.refused(size, stored)
         self._dimension = size
+
+    # -- indexes of other sizes beside this one (StoreCapabilities.vector_store) --
+
+    def beside(self, size: int) -> SQLiteVectorIndex:
+        """The index of ``size``-dimensional vectors next to this one, in the table
+        ``<table>_d<size>`` of the same file (made on first use)."""
+        return SQLiteVectorIndex(self.store, table=f"{self.table}_d{size}", cache_bytes=self.cache_bytes)
+
+    def claim_dimension(self, size: int) -> int:
+        """Fix ``size`` as the dimension unless the index already has one (in any
+        process); returns the dimension it has now."""
+        self._conn()
+        with self.store._write() as conn:
+            conn.execute(
+                f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES ('dimension', ?)",
+                (size,),
+            )
+            stored = self._stored_dimension(conn)
+        self._dimension = stored
+        return int(stored or size)
+
+    def record_dimension(self, size: int) -> None:
+        """Note in the file that an index of ``size`` lives beside this one, so every
+        process finds it (:meth:`recorded_dimensions`)."""
+        self._conn()
+        with self.store._write() as conn:
+            conn.execute(
+                f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES (?, ?)",
+                (f"dimension:{size}", size),
+            )
+
+    def recorded_dimensions(self) -> list[int]:
+        """The sizes :meth:`record_dimension` noted, by any process."""
+        rows = self._conn().execute(
+            f"SELECT value FROM {self.table}_meta WHERE name LIKE 'dimension:%'"
+        ).fetchall()
+        return sorted(int(row[0]) for row in rows)
 
     # -- writes ------------------------------------------------------------
 
