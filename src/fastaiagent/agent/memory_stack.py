@@ -7,6 +7,7 @@ and make on first use: the embedder, the background queue, the semantic index.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -17,10 +18,11 @@ from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.recall_options import AUTO
 from fastaiagent.agent.memory_config import MemoryConfig
-from fastaiagent.errors import UsageError
-from fastaiagent.facts.index.reembed import stop_background_job
+from fastaiagent.errors import MissingExtraError, UsageError
+from fastaiagent.facts.index.reembed import carry_over, stop_background_job
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
+from fastaiagent.facts.vectors import every_vector_index
 
 logger = logging.getLogger("fastaiagent.memory")
 
@@ -119,17 +121,22 @@ class MemoryStack:
         assert options is not None
         embedder = self.embedder()
         store = self.shared_recall_store()
+        namespace = self.recall_namespace(user_id)
         if store is None:
             from fastaiagent.kb.backends.faiss import FaissVectorStore
 
             store = FaissVectorStore(dimension=embedder.dimension)
-        return VectorBlock(
-            store,
-            embedder,
-            namespace=self.recall_namespace(user_id),
-            clock=self.config.clock,
-            options=options,
-        )
+        elif options.store == AUTO:  # the fact store's index of the embedder's size
+            self._carry_over(store, namespace)
+        return VectorBlock(store, embedder, namespace=namespace, clock=self.config.clock, options=options)
+
+    def _carry_over(self, index: Any, namespace: str) -> None:
+        """A user new to this embedder's size whose messages the store holds at another
+        size (the agent's embedder changed): re-embed them in the background."""
+        try:
+            carry_over(index, self.stored_indexes, self.embedder(), namespace)
+        except Exception as exc:  # recall answers from what the index holds; the run goes on
+            logger.warning("recall of %r could not re-embed its older messages: %s", namespace, exc)
 
     def _learning(self, user_id: str) -> MemoryBlock:
         from fastaiagent.agent.memory_blocks.facts import FactExtractionBlock
@@ -190,16 +197,18 @@ class MemoryStack:
             return self._embedder
 
     def vector_index(self) -> Any:
-        """The fact store's own vector index (:class:`~fastaiagent.facts.vectors.HoldsVectors`),
-        which ``"auto"`` recall and semantic facts use so they outlive the process;
-        None when the store has none (``"auto"`` is then an in-process FAISS index)."""
+        """The fact store's own vector index (:class:`~fastaiagent.facts.vectors.HoldsVectors`)
+        of the embedder's size, which ``"auto"`` recall and semantic facts use so they
+        outlive the process; None when the store has none (``"auto"`` is then an
+        in-process FAISS index). Agents whose embedders differ in size share the
+        store: each size has an index of its own."""
         with self._lock:
             if not self._vector_index_checked:
                 self._vector_index_checked = True
                 make = getattr(self.store, "vector_store", None)
                 if callable(make):
                     try:
-                        self._vector_index = make()
+                        self._vector_index = self._open_vector_index(make)
                     except Exception as exc:  # degrade to in-process recall, never fail the run
                         logger.warning(
                             "the fact store's vector index could not be opened; recall and "
@@ -207,6 +216,20 @@ class MemoryStack:
                             exc,
                         )
             return self._vector_index
+
+    def _open_vector_index(self, make: Callable[..., Any]) -> Any:
+        if "dimension" not in inspect.signature(make).parameters:
+            return make()  # a store of one size (a HoldsVectors of a user's own)
+        return make(dimension=int(self.embedder().dimension))
+
+    def stored_indexes(self) -> list[Any]:
+        """Every size's index of the fact store, read from the database (another agent's
+        or an earlier embedder's sizes too), with no embedder: what a forget empties.
+        Empty without vector support (no index can exist, so none holds anything)."""
+        try:
+            return every_vector_index(self.store)
+        except MissingExtraError:
+            return []
 
     def shared_recall_store(self) -> Any:
         """The store holding every user's recall entries (a VectorStore passed as
@@ -218,13 +241,18 @@ class MemoryStack:
 
     def purge_recall(self, user_id: str, stores: Iterable[Any]) -> int:
         """Delete a user's recall entries from ``stores`` (each once: several Memory
-        peers name the same store); returns how many there were."""
+        peers name the same store), and from every size's index of the fact store
+        when one of them is among them; returns how many there were."""
         namespace, count = self.recall_namespace(user_id), 0
-        for store in {id(store): store for store in stores}.values():
-            purge = getattr(store, "delete_namespace", None)
-            if callable(purge):
-                stop_background_job(store, namespace)  # it must not write back
-                count += int(purge(namespace) or 0)
+        found = {id(store): store for store in stores}
+        indexes = self.stored_indexes() if found else []
+        if any(id(index) in found for index in indexes):
+            found.update((id(index), index) for index in indexes)
+        purges = [s for s in found.values() if callable(getattr(s, "delete_namespace", None))]
+        for store in purges:  # every job first: none may write back into an emptied index
+            stop_background_job(store, namespace)
+        for store in purges:
+            count += int(store.delete_namespace(namespace) or 0)
         return count
 
     def semantic_index(self) -> Any:
@@ -250,20 +278,23 @@ class MemoryStack:
 
         built = self.semantic_index_if_built
         found = [built] if built is not None else []
-        durable = self.vector_index()
-        if durable is not None and (built is None or built.vectors_if_made is not durable):
-            found.append(SemanticFactIndex(self.store, durable))
+        for durable in self.stored_indexes():  # every size: an earlier embedder's too
+            if built is None or built.vectors_if_made is not durable:
+                found.append(SemanticFactIndex(self.store, durable))
         custom = self.config.semantic
         if built is None and custom not in (None, AUTO):
             found.append(SemanticFactIndex(self.store, custom))
         return found
 
     def recall_stores(self, everywhere: bool = True) -> list[Any]:
-        """The stores that may hold this project's recall entries: the configured
-        shared one and (``everywhere``) the fact store's durable index, which
-        ``recall="auto"`` of any process writes to, whatever this Memory's ``recall=``."""
-        found = [self.shared_recall_store(), self.vector_index() if everywhere else None]
-        return [store for store in found if store is not None]
+        """The stores that may hold this project's recall entries: a VectorStore passed
+        as ``recall=``, and (``everywhere`` or ``recall="auto"``) every size's index of
+        the fact store, which ``recall="auto"`` of any process writes to. Needs no
+        embedder: a forget must not load a model."""
+        options = self.config.recall_options
+        auto = options is not None and options.store == AUTO
+        found = [options.store] if options is not None and not auto else []
+        return found + (self.stored_indexes() if everywhere or auto else [])
 
     @property
     def semantic_index_if_built(self) -> Any:

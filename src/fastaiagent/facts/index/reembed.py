@@ -12,7 +12,11 @@ skips what is already done.
 
 One index holds one dimension: a model of another size is re-embedded into a
 *new* index (``Reembedding(old, embedder, target=new)``), and the old one keeps
-serving until the caller switches. Nothing of two sizes is ever mixed.
+serving until the caller switches. Nothing of two sizes is ever mixed. A fact
+store keeps an index per size (``store.vector_store(dimension)``);
+:func:`carry_over` is what recall calls when its embedder's size is new to a
+user: the user's messages held at another size are re-embedded into the new
+size's index in the background.
 """
 
 from __future__ import annotations
@@ -128,11 +132,21 @@ class Reembedding:
         sources = [None] if self.namespaces is None else self.namespaces
         into_itself = self.target is self.index
         for namespace in sources:
+            held = self._held(namespace)
             for chunk in self.index.chunks(namespace):
                 if into_itself and chunk.metadata.get(EMBEDDER_KEY) == self.identity:
                     continue  # done by an earlier (interrupted) run
+                if chunk.id in held:
+                    continue  # in another index: already there (an earlier run, another process)
                 found.setdefault(namespace_key(chunk.metadata), []).append(chunk)
         return found
+
+    def _held(self, namespace: str | None) -> set[str]:
+        """The ids another target already holds of ``namespace`` (none for the index itself)."""
+        ids = getattr(self.target, "ids", None)
+        if self.target is self.index or namespace is None or not callable(ids):
+            return set()
+        return set(ids(namespace))
 
     def _namespace(self, namespace: str, chunks: list[Chunk]) -> None:
         embed = cached(self.embedder, self.target, namespace)
@@ -164,18 +178,22 @@ _jobs_lock = threading.Lock()
 _worker: threading.Thread | None = None
 
 
-def reembed_in_background(index: Any, embedder: Any, namespace: str) -> Reembedding:
-    """The job re-embedding ``namespace`` of ``index`` with ``embedder`` in this
-    process, queued if none is pending or running. Jobs run one at a time on one
-    daemon thread (embedding is CPU-bound: two at once would only share the cores)."""
+def reembed_in_background(
+    index: Any, embedder: Any, namespace: str, *, target: Any = None
+) -> Reembedding:
+    """The job re-embedding ``namespace`` of ``index`` with ``embedder`` into ``target``
+    (default: ``index`` itself) in this process, queued if none is pending or running
+    for that target. Jobs are known by their target (:func:`background_job`), which
+    is what they write to. Jobs run one at a time on one daemon thread (embedding
+    is CPU-bound: two at once would only share the cores)."""
     global _worker
-    key = (id(index), namespace)
+    key = (id(index if target is None else target), namespace)
     with _jobs_lock:
         job = _jobs.get(key)
         if job is not None and job.state in ("pending", "running") and not job._cancelled.is_set():
             return job
         job = _jobs[key] = Reembedding(
-            index, embedder, namespaces=[namespace], on_progress=_log_progress
+            index, embedder, namespaces=[namespace], target=target, on_progress=_log_progress
         )
         _work.put(job)
         if _worker is None or not _worker.is_alive():
@@ -185,9 +203,31 @@ def reembed_in_background(index: Any, embedder: Any, namespace: str) -> Reembedd
         return job
 
 
+def carry_over(
+    target: Any, others: Callable[[], Sequence[Any]], embedder: Any, namespace: str
+) -> Reembedding | None:
+    """When ``target`` (the index of ``embedder``'s size) holds nothing of ``namespace``
+    and another size's index does, the background job re-embedding it from there
+    (the one holding most of it) into ``target``; else None. ``others()`` lists
+    every size's index; it is called only when ``target`` holds nothing. Searches
+    of ``target`` meanwhile answer from what is there: sizes are never mixed."""
+    if next(iter(target.vector_pages(namespace, 1)), None) is not None:  # one row, not a count
+        return None
+    found = [(index.count(namespace), index) for index in others() if index is not target]
+    count, source = max(found, key=lambda pair: pair[0], default=(0, None))
+    if not count:
+        return None
+    logger.info(
+        "%r holds no messages of %r at size %s: re-embedding them from %r",
+        target, namespace, getattr(embedder, "dimension", None), source,
+    )  # fmt: skip
+    return reembed_in_background(source, embedder, namespace, target=target)
+
+
 def stop_background_job(index: Any, namespace: str, timeout: float = 30.0) -> None:
-    """Cancel this process's job on ``namespace`` and wait for its last write (at most
-    one batch): what a forget calls first, so the job cannot write a user back."""
+    """Cancel this process's job writing ``namespace`` to ``index`` and wait for its
+    last write (at most one batch): what a forget calls first, on every index, so
+    no job can write a user back."""
     job = background_job(index, namespace)
     if job is not None and job.state in ("pending", "running"):
         job.cancel()
@@ -196,7 +236,7 @@ def stop_background_job(index: Any, namespace: str, timeout: float = 30.0) -> No
 
 
 def background_job(index: Any, namespace: str) -> Reembedding | None:
-    """The last background job of ``namespace`` in ``index`` in this process, if any."""
+    """The last background job writing ``namespace`` to ``index`` in this process, if any."""
     with _jobs_lock:
         return _jobs.get((id(index), namespace))
 
@@ -235,6 +275,7 @@ def foreign(hit_metadata: dict[str, Any], identity: str) -> bool:
 __all__ = [
     "Reembedding",
     "background_job",
+    "carry_over",
     "foreign",
     "reembed_in_background",
     "stop_background_job",
