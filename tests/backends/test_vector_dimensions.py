@@ -36,26 +36,26 @@ BOB = ["I grow tomatoes on the balcony", "My sister lives in Oslo", "I collect o
 
 
 @pytest.fixture(params=BACKENDS)
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
-    """opener() -> a new fact store object on this test's own location (a second
-    call opens the same location again, as another process would)."""
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """opener(name) -> a new fact store object on this test's own location ``name``
+    (a second call opens the same location again, as another process would)."""
     stores: list[Any] = []
 
-    def opener() -> Any:
+    def opener(name: str = "") -> Any:
         if request.param == "sqlite":
             from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
-            stores.append(SQLiteFactStore(tmp_path / "memory.db"))
+            stores.append(SQLiteFactStore(tmp_path / f"memory{name}.db"))
         elif request.param == "postgres":
             from fastaiagent.facts.postgres.store import PostgresFactStore
 
             url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
-            stores.append(PostgresFactStore(url, table=table))  # pg_table drops its siblings too
+            stores.append(PostgresFactStore(url, table=table + name))  # pg_table drops these too
         else:
             from fastaiagent.facts.redis.store import RedisFactStore
 
             url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
-            stores.append(RedisFactStore(url, prefix=prefix))
+            stores.append(RedisFactStore(url, prefix=prefix + name))  # so does redis_prefix
         return stores[-1]
 
     yield opener
@@ -192,3 +192,23 @@ def test_forget_during_a_reembedding_leaves_nothing_behind(open_store) -> None:
     switched.forget(tier="user", id="alice")
     assert job.wait(30) and job.state == "cancelled"
     assert held(store, "user:alice") == {64: 0, 96: 0}  # the job wrote nothing back
+
+
+def test_export_and_import_carry_every_size(open_store, tmp_path: Path) -> None:
+    from fastaiagent.facts.transfer import export_memory, import_memory
+
+    store = open_store()
+    tell(memory(store, "alice", WordHashEmbedder(64)), ALICE)
+    tell(memory(store, "alice", WordHashEmbedder(96)), ALICE[:1])
+    job = background_job(store.vector_store(96), "user:alice")
+    assert job is not None and job.wait(30) and job.state == "done"
+    tell(memory(store, "bob", WordHashEmbedder(96)), BOB)
+    path = tmp_path / "alice.jsonl"
+    assert export_memory(store, path, user_id="alice").as_dict()["recall"] == 7
+    target = open_store("copy")
+    target.vector_store(96)  # the target's default index holds the other size
+    import_memory(target, path)
+    assert held(target, "user:alice") == held(store, "user:alice") == {64: 3, 96: 4}
+    assert held(target, "user:bob") == {64: 0, 96: 0}
+    again = import_memory(target, path)  # a repeat adds nothing
+    assert again.kept >= 7 and held(target, "user:alice") == {64: 3, 96: 4}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent._validate import text as check_text
 from fastaiagent.kb.bm25 import tokenize
@@ -171,7 +171,7 @@ class ListsDimensions(Protocol):
         ...
 
 
-def every_vector_index(store: object) -> list[StoredVectorIndex]:
+def every_vector_index(store: object) -> list[Any]:
     """Every size's index of a store (what a forget empties, what an export reads):
     all of a :class:`ListsDimensions` store's, the one of another HoldsVectors store,
     none otherwise."""

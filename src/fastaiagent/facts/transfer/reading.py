@@ -29,7 +29,7 @@ from fastaiagent.facts.transfer.records import (
     recall_line,
     window_line,
 )
-from fastaiagent.facts.vectors import HoldsVectors
+from fastaiagent.facts.vectors import HoldsVectors, every_vector_index
 from fastaiagent.facts.windows import HoldsWindows, ListsWindows
 
 PAGE = 1000  # facts, chunks or items one read returns
@@ -80,8 +80,7 @@ def estimate(store: FactStore, selection: Selection) -> int:
     """About how many records :func:`records` yields (facts and recalled messages;
     windows and items are few), for a progress bar."""
     total = sum(s.count for s in store.subjects(include_superseded=True) if selection.takes_subject(s))
-    vectors = _vectors(store)
-    if vectors is not None:
+    for vectors in every_vector_index(store):
         total += sum(vectors.count(ns) for ns in vectors.namespace_names() if selection.takes_namespace(ns))
     return total
 
@@ -142,14 +141,14 @@ def _vectors(store: FactStore) -> Any:
 
 
 def _recall(store: FactStore, selection: Selection) -> Iterator[dict[str, Any]]:
-    vectors = _vectors(store)
-    if vectors is None:
-        return
-    for namespace in vectors.namespace_names():
-        if selection.takes_namespace(namespace):
-            for page in vectors.vector_pages(namespace, PAGE):
-                for chunk in page:
-                    yield recall_line(namespace, chunk)
+    """Recalled messages of every vector size the store holds (an agent whose
+    embedder differs in size keeps its own index): each line's vector has its size."""
+    for vectors in every_vector_index(store):
+        for namespace in vectors.namespace_names():
+            if selection.takes_namespace(namespace):
+                for page in vectors.vector_pages(namespace, PAGE):
+                    for chunk in page:
+                        yield recall_line(namespace, chunk)
 
 
 def _windows(store: FactStore, selection: Selection) -> Iterator[dict[str, Any]]:

@@ -32,7 +32,7 @@ from fastaiagent.facts.transfer.records import (
     item_of,
     window_of,
 )
-from fastaiagent.facts.vectors import HoldsVectors
+from fastaiagent.facts.vectors import HoldsVectors, ListsDimensions
 from fastaiagent.facts.windows import HoldsWindows
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 
@@ -51,13 +51,17 @@ class Importer:
         self.vectors = store.vector_store() if isinstance(store, HoldsVectors) else None
         self.windows = store.window_store() if isinstance(store, HoldsWindows) else None
         self.items = store.item_store() if isinstance(store, HoldsItems) else None
-        self._check_dimension(header.dimension)
+        # A store with an index per vector size takes every size: each message goes
+        # to its own size's index. A store of one size takes the file's size only.
+        self.sized = isinstance(store, ListsDimensions)
+        if not self.sized:
+            self._check_dimension(header.dimension)
         self._subject: Subject | None = None
         self._held: dict[Fingerprint, tuple[int, int | None]] = {}  # target id, superseded by
         self._held_ids: set[int] = set()  # the subject's ids in the target
         self._ids: dict[int, int] = {}  # the file's fact id -> the target's
         self._waiting: dict[int, list[tuple[int, float | None]]] = {}
-        self._chunks: dict[str, list[Chunk]] = {}
+        self._chunks: dict[tuple[str, int], list[Chunk]] = {}  # by namespace and vector size
 
     def _check_dimension(self, size: int | None) -> None:
         have = self.vectors.dimension if self.vectors is not None else None
@@ -81,8 +85,8 @@ class Importer:
 
     def finish(self) -> None:
         self._close_subject()
-        for namespace in list(self._chunks):
-            self._flush(namespace)
+        for key in list(self._chunks):
+            self._flush(key)
 
     # -- facts ----------------------------------------------------------------
 
@@ -148,19 +152,21 @@ class Importer:
         if self.vectors is None:
             self.counts.skip("recalled messages (the target keeps no vectors)")
             return
-        pending = self._chunks.setdefault(namespace, [])
+        key = (namespace, len(chunk.vector or ()))
+        pending = self._chunks.setdefault(key, [])
         pending.append(chunk)
         if len(pending) >= BATCH:
-            self._flush(namespace)
+            self._flush(key)
 
-    def _flush(self, namespace: str) -> None:
-        pending = self._chunks.pop(namespace, [])
+    def _flush(self, key: tuple[str, int]) -> None:
+        pending = self._chunks.pop(key, [])
         if not pending or self.vectors is None:
             return
-        held = {c.id for c in self.vectors.get([c.id for c in pending])}
+        vectors = self.store.vector_store(key[1]) if self.sized else self.vectors  # type: ignore[attr-defined]
+        held = {c.id for c in vectors.get([c.id for c in pending])}
         new = [c for c in pending if c.id not in held]
         if new:
-            self.vectors.add(new)
+            vectors.add(new)
         self.counts.add("recall", len(new))
         self.counts.kept += len(held)
 
