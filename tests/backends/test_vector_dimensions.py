@@ -123,6 +123,8 @@ def test_two_embedders_of_different_sizes_share_a_store(open_store) -> None:
     assert store.vector_dimensions() == [64, 96]
     assert held(store, "user:alice") == {64: 3, 96: 0}
     assert held(store, "user:bob") == {64: 0, 96: 3}
+    small_index = store.vector_store(64)
+    assert small_index.holds("user:alice") and not small_index.holds("user:bob")
     assert "Lisbon" in recalled(small, "where did I move to, Lisbon?")
     assert "Oslo" in recalled(big, "who lives in Oslo?")
     again = memory(open_store(), "bob", WordHashEmbedder(96))  # another process, same size

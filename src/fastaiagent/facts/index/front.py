@@ -180,6 +180,11 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         """The backend's ``count``."""
         raise NotImplementedError
 
+    def holds(self, namespace: str) -> bool:
+        """Whether ``namespace`` holds a chunk (a backend whose count reads the
+        namespace's whole index answers with one row instead)."""
+        return self.count(namespace) > 0
+
     def delete_namespace(self, namespace: str) -> int:
         """Delete every chunk, keyword posting and cached embedding of ``namespace``
         (and this process's copy); returns how many chunks there were."""

@@ -211,7 +211,8 @@ def carry_over(
     (the one holding most of it) into ``target``; else None. ``others()`` lists
     every size's index; it is called only when ``target`` holds nothing. Searches
     of ``target`` meanwhile answer from what is there: sizes are never mixed."""
-    if next(iter(target.vector_pages(namespace, 1)), None) is not None:  # one row, not a count
+    holds = getattr(target, "holds", None)  # one row where a count reads them all
+    if holds(namespace) if callable(holds) else target.count(namespace):
         return None
     found = [(index.count(namespace), index) for index in others() if index is not target]
     count, source = max(found, key=lambda pair: pair[0], default=(0, None))

@@ -90,6 +90,7 @@ _QUERIES = {
     "rows": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s)",
     "hits": "SELECT id, text, metadata FROM {v} WHERE id = ANY(%s) AND namespace = ANY(%s)",
     "ids": "SELECT id FROM {v} WHERE namespace = %s",
+    "holds": "SELECT 1 FROM {v} WHERE namespace = %s LIMIT 1",
     "namespaces": "SELECT namespace FROM {n}",
     "delete_rows": "DELETE FROM {v} WHERE id = ANY(%s) RETURNING namespace, text",
     "forget_texts": "DELETE FROM {e} WHERE (namespace, text_key) IN "
@@ -500,6 +501,10 @@ class PostgresVectorIndex(MatrixIndex):
         return list(self._run(lambda conn: keywords.search(conn, self._q, terms, top_k, namespace)))
 
     # -- reads ---------------------------------------------------------------
+
+    def holds(self, namespace: str) -> bool:
+        """One row of the namespace index, not a count of every one."""
+        return bool(self._run(lambda conn: conn.execute(self._q["holds"], (namespace,)).fetchone()))
 
     def read_ids(self, namespace: str) -> set[str]:
         rows = self._run(lambda conn: conn.execute(self._q["ids"], (namespace,)).fetchall())

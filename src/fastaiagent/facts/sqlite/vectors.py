@@ -581,6 +581,11 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         )
         return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
 
+    def holds(self, namespace: str) -> bool:
+        """One row of the namespace index, not a count of every one."""
+        query = f"SELECT 1 FROM {self.table} WHERE namespace = ? LIMIT 1"
+        return self._conn().execute(query, (namespace,)).fetchone() is not None
+
     def count_rows(self, namespace: str | None) -> int:
         t = self.table
         if namespace is None:
