@@ -165,7 +165,7 @@ def test_a_new_embedder_size_reembeds_the_users_messages_in_the_background(open_
     assert held(store, "user:bob") == {64: 3, 96: 0}  # only the switched user moved
 
 
-@pytest.mark.parametrize("door", ["plain", "configured"])
+@pytest.mark.parametrize("door", ["plain", "configured", "purge"])
 def test_forget_empties_every_size_and_leaves_other_users(open_store, door: str) -> None:
     store = open_store()
     for user, texts in (("alice", ALICE), ("bob", BOB)):
@@ -176,8 +176,11 @@ def test_forget_empties_every_size_and_leaves_other_users(open_store, door: str)
     assert held(store, "user:alice") == {64: 3, 96: 4}
     if door == "plain":
         Memory(open_store()).forget(tier="user", id="alice")  # no embedder, no recall=
-    else:
+    elif door == "configured":
         memory(open_store(), "carol", WordHashEmbedder(96)).forget(tier="user", id="alice")
+    else:  # the recall purge alone, handed one size's index: it empties every size
+        stack = memory(store, "carol", WordHashEmbedder(64))._stack
+        assert stack.purge_recall("alice", [store.vector_store(64)]) == 7
     assert held(store, "user:alice") == {64: 0, 96: 0}
     assert held(store, "user:bob") == {64: 3, 96: 4}
 

@@ -245,9 +245,8 @@ class MemoryStack:
         when one of them is among them; returns how many there were."""
         namespace, count = self.recall_namespace(user_id), 0
         found = {id(store): store for store in stores}
-        indexes = self.stored_indexes() if found else []
-        if any(id(index) in found for index in indexes):
-            found.update((id(index), index) for index in indexes)
+        if any(getattr(store, "store", None) is self.store for store in found.values()):
+            found.update((id(index), index) for index in self.stored_indexes())
         purges = [s for s in found.values() if callable(getattr(s, "delete_namespace", None))]
         for store in purges:  # every job first: none may write back into an emptied index
             stop_background_job(store, namespace)
