@@ -127,6 +127,33 @@ def test_a_warm_process_sees_other_processes_writes_before_ranking(
     assert [h.chunk.id for h in warm.search([1.0, 0.0], 3, namespace=NS)] == ["d"]
 
 
+def test_a_cold_read_in_steps_holds_every_chunk_once_with_its_vector(
+    store: RedisFactStore, redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastaiagent.facts.redis import vectors as redis_vectors
+
+    monkeypatch.setattr(redis_vectors, "SCAN_STEP", 7)  # 60 chunks: several steps
+    angles = [i / 60 for i in range(60)]
+    store.vector_store().add([_chunk(f"c{i}", f"chunk {i}", [1.0, a]) for i, a in enumerate(angles)])
+    cold = _other_process(redis_url, redis_prefix)
+    for i in (0, 31, 59):
+        assert cold.search([1.0, angles[i]], 1, namespace=NS)[0].chunk.id == f"c{i}"
+    held = cold.copies.held(cold._name(cold._ns(NS)))
+    assert held is not None and sorted(held.keys) == sorted(f"c{i}" for i in range(60))
+    # More rows than HLEN said (written between the two): the matrix grows
+    ids, matrix = cold._scan_vectors(cold._k("v:", cold._ns(NS)), 5, 2)
+    assert sorted(ids) == sorted(held.keys) and matrix.shape == (60, 2)
+
+
+def test_a_repeated_id_of_a_rehashing_scan_is_kept_once() -> None:
+    import numpy as np
+
+    from fastaiagent.facts.redis.vectors import _first_of_each
+
+    ids, matrix = _first_of_each(["a", "b", "a", "c"], np.arange(8, dtype=np.float32).reshape(4, 2))
+    assert ids == ["a", "b", "c"] and matrix.tolist() == [[0, 1], [2, 3], [6, 7]]
+
+
 def test_keyword_search_scores_bm25_within_the_namespace(store: RedisFactStore) -> None:
     index = store.vector_store()
     index.add(

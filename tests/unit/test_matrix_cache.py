@@ -139,6 +139,18 @@ def test_unit_rows_leave_a_zero_row_zero() -> None:
     assert matrix.dtype == np.float32 and matrix.ravel().tolist() == pytest.approx([0.6, 0.8, 0, 0])
 
 
+def test_unit_rows_in_place_rescale_only_the_rows_off_unit_length() -> None:
+    unit = np.array([0.6, 0.8], dtype=np.float32)
+    owned = np.vstack([unit, [3.0, 4.0], [0.0, 0.0]]).astype(np.float32)
+    before = owned[0].tobytes()
+    assert unit_rows(owned, in_place=True) is owned  # no copy of a matrix made for it
+    assert owned[0].tobytes() == before  # kept bit for bit
+    assert owned[1:].ravel().tolist() == pytest.approx([0.6, 0.8, 0, 0])
+    shared = np.array([[3.0, 4.0]], dtype=np.float32)
+    shared.flags.writeable = False  # a view of a store's bytes: copied
+    assert unit_rows(shared, in_place=True) is not shared and shared[0, 0] == 3.0
+
+
 def whole(version: int, keys: list[str], epoch: int = 0) -> Change:
     vectors = rows(*([1.0, float(i)] for i in range(len(keys)))) if keys else np.empty((0, 2))
     return Change(version, epoch, None, keys, vectors)

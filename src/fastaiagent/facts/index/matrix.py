@@ -102,15 +102,25 @@ class MatrixCache(Generic[M]):
         self._held = 0
 
 
-def unit_rows(vectors: Any) -> Any:
+def unit_rows(vectors: Any, *, in_place: bool = False) -> Any:
     """``vectors`` (rows) as a float32 matrix of unit rows; a zero row stays zero
     (it scores 0 against anything). A row already of unit length (to float32's
-    precision) is kept bit for bit, so vectors copied between stores stay the same."""
+    precision) is kept bit for bit, so vectors copied between stores stay the same.
+    ``in_place``: ``vectors`` is a writeable float32 matrix made for the caller,
+    rescaled where needed instead of copied (a cold read of a 100k namespace
+    saves a 150 MB copy)."""
     import numpy as np
 
-    matrix = np.array(vectors, dtype=np.float32, ndmin=2)
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    matrix /= np.where((norms > 0) & (np.abs(norms - 1.0) > 1e-6), norms, 1.0)
+    owned = in_place and isinstance(vectors, np.ndarray) and vectors.ndim == 2
+    if owned and vectors.dtype == np.float32 and vectors.flags.writeable:
+        matrix = vectors
+    else:
+        matrix = np.array(vectors, dtype=np.float32, ndmin=2)
+    # einsum: no temporary the size of the matrix (norm() squares into a fresh one)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+    off = np.flatnonzero((norms > 0) & (np.abs(norms - 1.0) > 1e-6))
+    if len(off):
+        matrix[off] /= norms[off, None]
     return matrix
 
 

@@ -484,25 +484,34 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
             if version == held.version:
                 return Change(version, since=version)
         # Version first: a write landing in between is replayed by the next delta.
-        version = self._client.hget(self._k("m:", ns), "ver")
-        pairs = self._scan_vectors(self._k("v:", ns))
-        ids = [raw_id.decode("utf-8") for raw_id in pairs]
-        matrix = np.frombuffer(b"".join(pairs.values()), dtype=np.float32)
-        return Change(int(version or 0), keys=ids, vectors=unit_rows(matrix.reshape(len(ids), dimension)))
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hget(self._k("m:", ns), "ver")
+        pipe.hlen(self._k("v:", ns))
+        version, count = pipe.execute()
+        ids, matrix = self._scan_vectors(self._k("v:", ns), int(count), dimension)
+        return Change(int(version or 0), keys=ids, vectors=unit_rows(matrix, in_place=True))
 
-    def _scan_vectors(self, key: str) -> dict[bytes, bytes]:
-        """A namespace's vectors by id, :data:`SCAN_STEP` at a time (HSCAN): a 100k
-        namespace read whole by one HGETALL blocked Redis for ~380 ms. A chunk
-        changed meanwhile is in the log after the version read first."""
-        pairs: dict[bytes, bytes] = {}
+    def _scan_vectors(self, key: str, count: int, dimension: int) -> tuple[list[str], Any]:
+        """A namespace's ids and vectors, :data:`SCAN_STEP` at a time (HSCAN: a 100k
+        namespace read whole by one HGETALL blocked Redis for ~380 ms), written
+        straight into one matrix of the ``count`` rows HLEN gave (one copy of the
+        bytes, not a join and a copy). A chunk changed meanwhile is in the log after
+        the version read first; one HSCAN may return twice during a rehash."""
+        matrix = np.empty((count, dimension), dtype=np.float32)
+        ids: list[str] = []
         cursor = 0
         while True:
             cursor, part = self._client.execute_command(
                 "HSCAN", key, cursor, "COUNT", SCAN_STEP, **_NEVER_DECODE
             )  # redis-py gives (int cursor, dict)
-            pairs.update(part)
+            filled = len(ids)
+            if filled + len(part) > len(matrix):  # added since HLEN
+                matrix = np.concatenate([matrix[:filled], np.empty((len(part), dimension), np.float32)])
+            rows = np.frombuffer(b"".join(part.values()), dtype=np.float32)
+            matrix[filled : filled + len(part)] = rows.reshape(len(part), dimension)
+            ids += [raw_id.decode("utf-8") for raw_id in part]
             if not int(cursor):
-                return pairs
+                return _first_of_each(ids, matrix[: len(ids)])
 
     def rank_namespaces(self, query: Any, top_k: int, keys: list[str] | None) -> list[SearchHit]:
         """Exact search in this process's copies, caught up in one round trip each."""
@@ -676,6 +685,15 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
     def count_rows(self, namespace: str | None) -> int:
         key = self._g("id") if namespace is None else self._k("d:", self._ns(namespace))
         return int(self._call(lambda: self._client.hlen(key)))
+
+
+def _first_of_each(ids: list[str], matrix: Any) -> tuple[list[str], Any]:
+    """``ids`` and their rows with each id once (a rehash can repeat one)."""
+    if len(set(ids)) == len(ids):
+        return ids, matrix
+    first = {chunk_id: row for row, chunk_id in reversed(list(enumerate(ids)))}
+    rows = sorted(first.values())
+    return [ids[row] for row in rows], matrix[rows]
 
 
 def _delta(version: int, since: int, ids: list[bytes], raws: list[bytes | None], dimension: int) -> Change:
