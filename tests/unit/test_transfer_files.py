@@ -18,7 +18,6 @@ from fastaiagent.errors import InvalidValueError, SchemaVersionError
 from fastaiagent.facts import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.transfer import export_memory, import_memory, reading
-from fastaiagent.kb.protocols import DimensionMismatchError
 from fastaiagent.llm import AssistantMessage, UserMessage
 from fastaiagent.testing import CannedLLM
 
@@ -75,17 +74,16 @@ def test_a_newer_format_is_refused_before_anything_is_written(tmp_path: Path) ->
     assert target.subjects() == []
 
 
-def test_vectors_of_another_size_are_refused_before_anything_is_written(
-    sample: tuple[str, Path], tmp_path: Path
-) -> None:
+def test_vectors_of_another_size_go_to_that_size_s_index(sample: tuple[str, Path], tmp_path: Path) -> None:
     _, path = sample
     target = _target(tmp_path)
     Memory(target, recall="auto", embedder=WordHashEmbedder(dimension=8)).add_history(
         [UserMessage("hello there")]
     )
-    with pytest.raises(DimensionMismatchError, match="16-dimensional vectors, but the target index holds 8"):
-        import_memory(target, path)
-    assert target.subjects() == []
+    import_memory(target, path)
+    assert sorted(target.vector_dimensions()) == [8, 16]
+    assert target.vector_store().count_rows(None) == 1  # the 8-size index keeps its one message
+    assert target.vector_store(16).count_rows(None) > 0
 
 
 def test_a_subject_longer_than_a_page_keeps_its_order_and_history(

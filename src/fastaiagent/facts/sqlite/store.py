@@ -45,6 +45,7 @@ from fastaiagent.facts.sql_clauses import (
     selector_where,
     valid_clause,
 )
+from fastaiagent.facts.sqlite.subject_reads import SubjectReads
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 from fastaiagent.trace.store import SQLiteFile, sqlite_failure
@@ -243,6 +244,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         self._path: Path | None = None
         self._lock = threading.Lock()
         self._usual = UsualMetadata()
+        self._reads = SubjectReads()
         # mmap: reads straight from the OS page cache, no extra syscalls on a large table.
         self._db = ThreadConnections(
             lambda: self.path,
@@ -418,18 +420,11 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         when = time.time() if now is None else moment_or_now(now)
         count = -1 if limit is None else limit
         if selector.scope_id is not None:  # one subject: the per-turn read
-            subject = (scope_id, scope, project_id)
+            usual_text, usual = self._usual.current
             try:  # inline, not _fetch: this read runs every turn
-                usual_text, usual = self._usual.current
-                if include_expired:
-                    cursor = self._connection().execute(
-                        _SUBJECT_ALL, (*subject, usual_text, count, offset)
-                    )
-                else:
-                    cursor = self._connection().execute(
-                        _SUBJECT_READ, (*subject, usual_text, when, count, offset)
-                    )
-                rows = cursor.fetchall()
+                rows = self._subject_rows(
+                    (scope_id, scope, project_id), usual_text, count, offset, when, include_expired
+                )
             except sqlite3.Error as exc:
                 raise self._failure(exc) from exc
             if rows and isinstance(rows[0][4], str):  # not the usual one: maybe the new usual
@@ -446,6 +441,36 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             params,
         )
         return [_row_to_fact(row) for row in rows]
+
+    def _subject_rows(
+        self,
+        subject: tuple[str, str, str],
+        usual_text: str,
+        count: int,
+        offset: int,
+        when: float,
+        include_expired: bool,
+    ) -> list[tuple[Any, ...]]:
+        """The rows of a subject's newest facts: a first page is kept per thread while
+        the file is unchanged (:mod:`.subject_reads`). What is kept is the page
+        regardless of validity; when a row of it has bounds, the page valid at
+        ``when`` is read from the file (validity moves with the clock)."""
+        conn = self._connection()
+        key = (*subject, count, usual_text)
+        held, version = self._reads.held(conn, key) if offset == 0 else (None, None)
+        if held is None and (version is None or include_expired):
+            if include_expired:
+                return conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, offset)).fetchall()
+            return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, offset)).fetchall()
+        if held is None:
+            rows = conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, 0)).fetchall()
+            held = (rows, all(row[7] is None and row[8] is None for row in rows))
+            assert version is not None
+            self._reads.keep(conn, key, held, version)
+        rows, unbounded = held
+        if unbounded or include_expired:
+            return rows  # not edited by the caller: shared safely
+        return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, 0)).fetchall()
 
     def read_as_of(
         self, selector: Selector, when: float, limit: int | None, offset: int
