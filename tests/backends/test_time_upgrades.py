@@ -69,10 +69,12 @@ def test_a_version_2_sqlite_file_gets_the_two_times(tmp_path: Path) -> None:
     store = SQLiteFactStore(path)
     _check_upgraded(store)
     check = sqlite3.connect(path)
-    assert check.execute(f"SELECT version FROM {VERSION_TABLE}").fetchall() == [(3,)]
+    assert check.execute(f"SELECT version FROM {VERSION_TABLE}").fetchall() == [(4,)]
     indexes = {r[0] for r in check.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"idx_learned_memory_subject_live", "idx_learned_memory_expiry"} <= indexes
-    assert "idx_learned_memory_subject_read" not in indexes  # replaced, not kept beside
+    assert {"idx_learned_memory_subject_texts"} <= indexes  # version 4: one index for two
+    # replaced, not kept beside
+    assert not {"idx_learned_memory_subject_read", "idx_learned_memory_text_all"} & indexes
     check.close()
     store.close()
 

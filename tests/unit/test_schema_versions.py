@@ -245,7 +245,7 @@ def test_a_version_1_fact_file_gets_the_text_index_and_forgets_history(tmp_path:
     indexes = sqlite3.connect(path).execute(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'learned_memory'"
     )
-    assert "idx_learned_memory_text_all" in {row[0] for row in indexes}
+    assert "idx_learned_memory_subject_texts" in {row[0] for row in indexes}
     assert store.delete("user", "u2", fact="old fact") == 2  # #3 (superseded) and #5
     assert store.get(3) is None and store.get(5) is None
     assert [f.fact for f in store.list_active("user", "u2")] == ["New fact"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import replace
 from typing import Any
 
 from fastaiagent.facts.fact import Fact
@@ -53,7 +52,8 @@ class AttributedFacts:
     def _stamp(self, fact: Fact) -> Fact:
         if fact.scope != "user" or AGENT_KEY in fact.metadata:
             return fact
-        return replace(fact, metadata={**fact.metadata, AGENT_KEY: self.agent_id})
+        # Fact(**vars) with the new metadata: dataclasses.replace costs ~3 us an add
+        return Fact(**{**fact.__dict__, "metadata": {**fact.metadata, AGENT_KEY: self.agent_id}})
 
     def add(self, fact: Fact) -> int:
         return self.inner.add(self._stamp(fact))

@@ -126,8 +126,21 @@ CREATE INDEX idx_learned_memory_replaced ON learned_memory (superseded_by)
     WHERE superseded_by IS NOT NULL;
 """
 
-FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2, _V3])
-"""The fact table's migrations (see :mod:`fastaiagent._schema`); version 3 today."""
+# Version 4: one index where two were written on every add. A subject's rows, and its
+# rows of one text (delete(fact=), history too), are both prefixes of
+# (scope, scope_id, project_id, fact_key); it replaces idx_learned_memory_subject_all
+# and idx_learned_memory_text_all, which cost an add ~10 us (~13%). One text across a
+# whole scope ("*", an admin delete) now reads the scope's entries of this index
+# (never the table) instead of going straight to the text.
+_V4 = """
+DROP INDEX IF EXISTS idx_learned_memory_text_all;
+DROP INDEX IF EXISTS idx_learned_memory_subject_all;
+CREATE INDEX idx_learned_memory_subject_texts
+    ON learned_memory (scope, scope_id, project_id, fact_key);
+"""
+
+FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2, _V3, _V4])
+"""The fact table's migrations (see :mod:`fastaiagent._schema`); version 4 today."""
 
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = ", ".join(FACT_COLUMNS)
@@ -284,8 +297,14 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             # row. The row leaves the unique active key first (0 marks "replacing").
             expired = int(row[0])
             conn.execute("UPDATE learned_memory SET superseded_by = 0 WHERE id = ?", (expired,))
-        metadata = json.dumps(fact.metadata)
-        self._usual.learn(metadata)
+        usual_text, usual = self._usual.current
+        # The writing agent's stamp: its text is known. Only for text values, where
+        # equal dicts are equal JSON (1 == 1.0 == True would store another type).
+        if usual and fact.metadata == usual and all(type(v) is str for v in usual.values()):
+            metadata = usual_text
+        else:
+            metadata = json.dumps(fact.metadata)
+            self._usual.learn(metadata)
         cursor = conn.execute(_INSERT, fact_values(fact, key, metadata))
         new_id = int(cursor.lastrowid or 0)
         if expired is not None:
@@ -365,7 +384,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         so other writers get the database lock between steps; returns how many went.
         ``key`` removes every row with that normalised text, active or superseded."""
         where, params = _where(selector, active_only=False)
-        if key is not None:  # every row of this text, history too: idx_learned_memory_text_all
+        if key is not None:  # every row of this text, history too: idx_learned_memory_subject_texts
             where += " AND fact_key = ?"
             params.append(key)
         if fact_id is not None:
