@@ -145,6 +145,30 @@ def test_a_cold_read_in_steps_holds_every_chunk_once_with_its_vector(
     assert sorted(ids) == sorted(held.keys) and matrix.shape == (60, 2)
 
 
+def test_an_older_layout_s_cjk_messages_are_indexed_again_as_character_pairs(
+    store: RedisFactStore, redis_url: str, redis_prefix: str, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastaiagent.facts.redis import vectors as redis_vectors
+
+    # Written as layout 2 wrote it: a clause of Chinese is one token
+    monkeypatch.setattr(redis_vectors, "tokenize", lambda text: text.casefold().split())
+    old = store.vector_store()
+    old.add([
+        _chunk("zh", "伴娘请了我室友", [1.0, 0.0]),
+        _chunk("en", "the bridesmaid came", [0.0, 1.0]),
+        _chunk("other", "伴娘是谁", [0.5, 0.5], namespace="user:bob"),
+    ])  # fmt: skip
+    assert old.keyword_search("伴娘", 3, namespace=NS) == []
+    monkeypatch.undo()
+    raw.set(f"{redis_prefix}:vec:layout", "2")
+    later = _other_process(redis_url, redis_prefix)
+    assert [i for i, _ in later.keyword_search("伴娘", 3, namespace=NS)] == ["zh"]
+    assert raw.get(f"{redis_prefix}:vec:layout") == "3"
+    assert later.search([1.0, 0.0], 1, namespace=NS)[0].chunk.id == "zh"  # its own vector
+    assert [i for i, _ in later.keyword_search("bridesmaid", 3, namespace=NS)] == ["en"]
+    assert [i for i, _ in later.keyword_search("伴娘", 3, namespace="user:bob")] == ["other"]
+
+
 def test_a_repeated_id_of_a_rehashing_scan_is_kept_once() -> None:
     import numpy as np
 
@@ -284,7 +308,7 @@ def test_a_layout_1_index_gains_the_chunks_times(store: RedisFactStore, raw: Any
     hits = reopened.search_recorded([1.0, 0.0], 5, namespace=NS, spans=[(0.0, 1000.0)])
     assert [hit.chunk.id for hit in hits] == ["a", "b"]  # "c" has no numeric time
     assert raw.zscore(f"{redis_prefix}:vec:rt:{escape_part(NS)}", "a") == 50.25
-    assert raw.get(f"{redis_prefix}:vec:layout") == VECTORS_LAYOUT == "2"
+    assert raw.get(f"{redis_prefix}:vec:layout") == VECTORS_LAYOUT == "3"
     other = reopened.search_recorded([1.0, 0.0], 5, namespace="user:2", spans=[(0.0, 100.0)])
     assert [hit.chunk.id for hit in other] == ["d"]
 

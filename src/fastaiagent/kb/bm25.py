@@ -48,6 +48,11 @@ def stem(word: str) -> str:
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
 
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds Chinese, Japanese or Korean script (tokenized as pairs)."""
+    return _CJK.search(text) is not None
+
+
 def tokenize(text: str) -> list[str]:
     """Lower-cased, stop-word-free, lightly stemmed word tokens; text in Chinese,
     Japanese or Korean script as overlapping character pairs (a lone character
