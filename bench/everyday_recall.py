@@ -35,14 +35,15 @@ hit@k, the share of questions with an answer turn among the first k turns
 recalled (k = 1, 3, 5), and R@5, the mean share of a question's answer turns
 in the first 5.
 
-Two configurations: ``default`` (VectorBlock's defaults) and ``cues_off``,
+Two configurations by default: ``default`` (VectorBlock's defaults) and ``cues_off``,
 every ranking step of ``vector_ranking`` that an option switches off, off:
-``participant_boost``, ``date_boost``, ``follow_turns``, ``question_drop``,
+``participant_boost``, ``date_boost``, ``reply_drop``, ``follow_turns``, ``question_drop``,
 ``neighbour_weight`` at 0 and ``surroundings`` False (its signals, message
 length among them, have no switch of their own). What stays is the fused dense
 + BM25 ranking, each message indexed with the previous one's keywords
 (``context_turns=1``, indexing rather than ranking); the participants' names
 are still taken out of the embedded query (``without_names`` has no switch).
+``no_<option>`` turns one cue off and leaves the others on (an ablation).
 
     python bench/everyday_recall.py [--kinds support,coding,...] [--configs default,cues_off]
                                     [--json] [--misses]
@@ -82,12 +83,18 @@ COLUMNS = ("hit@1", "hit@3", "hit@5", "R@5")
 CUES_OFF: dict[str, Any] = {
     "participant_boost": 0.0,
     "date_boost": 0.0,
+    "reply_drop": 0.0,
     "follow_turns": 0,
     "question_drop": 0.0,
     "surroundings": False,
     "neighbour_weight": 0.0,
 }
-CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF}
+# One cue off at a time (the others at their defaults): ``--configs default,no_date_boost,...``.
+ABLATIONS: dict[str, dict[str, Any]] = {
+    f"no_{name}": {name: value} for name, value in CUES_OFF.items() if name != "neighbour_weight"
+}
+CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS}
+DEFAULT_CONFIGS = "default,cues_off"
 
 
 @dataclass
@@ -210,7 +217,9 @@ def evaluate(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS))
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument(
+        "--configs", default=DEFAULT_CONFIGS, help=f"of {', '.join(CONFIGS)}"
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
     parser.add_argument("--misses", action="store_true", help="list the questions missed at 5")
     args = parser.parse_args(argv)

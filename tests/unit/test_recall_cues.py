@@ -7,12 +7,13 @@ from datetime import datetime, timezone
 import pytest
 from _vector_fakes import WordHashEmbedder
 
+from fastaiagent.agent.memory_blocks.recall_options import RecallOptions
 from fastaiagent.agent.memory_blocks.vector import MAX_SPEAKERS, VectorBlock
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
-from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
+from fastaiagent.kb.query_cues import asks_about_replies, date_cue, named_participant, without_names
 from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
 
 FILLER = [
@@ -80,6 +81,23 @@ def test_fusion_weight_is_checked():
 
 
 # -- query cues -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("What did you suggest to fix the E74 error?", True),
+        ("Which type checker did you recommend?", True),
+        ("the cable you recommended, which one was it?", True),
+        ("What you said about slowapi", True),
+        ("Can you tell me my email address?", False),  # asks the agent, about the user
+        ("Do you know my order number?", False),
+        ("Which router do I have?", False),
+        ("Where did your team ship it?", False),
+    ],
+)
+def test_a_query_asks_about_the_agent_s_replies_only_about_what_it_said(query: str, expected: bool) -> None:
+    assert asks_about_replies(query) is expected
 
 
 def test_named_participant_is_the_one_name_as_written():
@@ -201,7 +219,7 @@ def test_messages_are_dated_now_unless_told_when():
 
 
 def reply_recall(**options) -> list[str]:
-    memory = block(context_turns=0, follow_turns=0, surroundings=False, **options)  # lending alone
+    memory = block(context_turns=0, follow_turns=0, surroundings=False, reply_drop=0.0, **options)  # lending alone
     memory.on_message(UserMessage("which pet did we choose at the shelter, the pet with spots?"))
     memory.on_message(AssistantMessage("Biscuit, a beagle with brown patches"))
     memory.on_message(UserMessage("the shelter closes early on Mondays"))
@@ -261,6 +279,9 @@ def test_bad_cue_options_and_times_are_refused():
         block(neighbour_weight=1.5)
     with pytest.raises(InvalidTypeError, match="date_boost"):
         block(date_boost="high")
+    with pytest.raises(InvalidValueError, match="reply_drop"):
+        RecallOptions(reply_drop=-0.5)
+    assert block(reply_drop=0).options.reply_drop == 0.0  # off, read back as the block holds it
     with pytest.raises(InvalidTypeError, match="at must be a number"):
         block().on_message(UserMessage("hello there"), at="yesterday")  # type: ignore[arg-type]
     with pytest.raises(InvalidTypeError, match="at must be a number"):

@@ -22,6 +22,7 @@ class Options:
     neighbour_weight: float = 0.0
     participant_boost: float = 0.0
     date_boost: float = 0.0
+    reply_drop: float = 0.0
     question_drop: float = 0.0
     follow_turns: int = 0
     surroundings: bool = False
@@ -75,6 +76,30 @@ def test_the_named_speaker_rises_and_the_others_do_not() -> None:
     assert plain[0] == "a" and plain.index("b") > plain.index("d")
     assert cued[:2] == ["d", "b"]  # Ben's two messages lead, in their own order
     assert cued.index("a") < cued.index("c")  # Ana's keep theirs
+
+
+def reply_and_statement() -> Searched:
+    """The agent's long reply echoes the user's short statement: it scores higher."""
+    said = chunk("said", "My router is an Eero 6 mesh", speaker="Dana")
+    reply = Chunk("reply", "Mesh routers like the Eero 6 work well with it", None,
+                  {NAMESPACE_KEY: "user:ana", "role": "assistant", "created_at": AT})  # fmt: skip
+    filler = [chunk(f"f{i}", f"other message {i}") for i in range(4)]
+    return Searched(
+        dense=[(reply, 0.8), (said, 0.7), *[(f, 0.1) for f in filler]],
+        recorded=[],
+        keyword=[("reply", 6.0), ("said", 5.5), *[(f.id, 1.0) for f in filler]],
+        chunks={x.id: x for x in [said, reply, *filler]},
+    )
+
+
+def test_the_agent_s_reply_ranks_below_the_user_s_own_words() -> None:
+    plain = order(rank_hybrid(Options(), reply_and_statement(), speaker=None, when=None, fetch=never))
+    dropped = Options(reply_drop=1.0)
+    cued = order(rank_hybrid(dropped, reply_and_statement(), speaker=None, when=None, fetch=never))
+    assert plain[:2] == ["reply", "said"] and cued[:2] == ["said", "reply"]
+    # A question about what the agent said keeps the replies where they were
+    about = rank_hybrid(dropped, reply_and_statement(), speaker=None, when=None, fetch=never, about_replies=True)
+    assert order(about)[:2] == ["reply", "said"]
 
 
 def test_a_message_that_asks_drops_below_one_that_does_not() -> None:

@@ -119,6 +119,20 @@ def without_names(query: str, names: Iterable[str]) -> str:
     return stripped if stripped.strip(" ?.!,'") else query
 
 
+# "What did you suggest ...", "you told me": a question about the agent's own words.
+_ABOUT_REPLIES = re.compile(
+    r"\b(?:did you|you (?:said|told|suggested|recommended|mentioned|proposed|advised|meant))\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_replies(query: str) -> bool:
+    """Whether ``query`` asks what the agent said ("What did you suggest for ...?",
+    "the cable you recommended"), read in English: then the agent's replies are
+    not ranked below the user's messages (``reply_drop``)."""
+    return _ABOUT_REPLIES.search(query) is not None
+
+
 @dataclass(frozen=True)
 class DateCue:
     """The months (1-12) and years a query names, and the spans of time it points
@@ -192,4 +206,6 @@ def date_cue(query: str, now: float | None = None, tz: tzinfo = timezone.utc) ->
     return DateCue(months, years, reading.spans, reading.yearly, tz)
 
 
-__all__ = ["MONTHS", "DateCue", "date_cue", "named_participant", "without_names"]
+__all__ = [
+    "MONTHS", "DateCue", "asks_about_replies", "date_cue", "named_participant", "without_names",
+]

@@ -30,6 +30,7 @@ from fastaiagent.agent.memory_blocks.recall_weights import (
     DEFAULT_FOLLOW_TURNS,
     DEFAULT_NEIGHBOUR_WEIGHT,
     DEFAULT_PARTICIPANT_BOOST,
+    DEFAULT_REPLY_DROP,
     MAX_FOLLOW_TURNS,
     QUESTION_DROP,
 )
@@ -62,7 +63,7 @@ class RecallOptions:
       ``"bm25"``.
     - how they are ranked: ``recency_weight`` / ``importance_weight`` /
       ``recency_half_life_seconds`` (Memory scoring), ``participant_boost``,
-      ``date_boost``, ``follow_turns``, ``question_drop``, ``surroundings`` and
+      ``date_boost``, ``reply_drop``, ``follow_turns``, ``question_drop``, ``surroundings`` and
       ``neighbour_weight`` (the steps of ``vector_ranking``); ``tz``: the time zone
       whose days and months a query's dates name ("yesterday", "in May"): an
       IANA name or a tzinfo; None: the clock's, when it returns an aware
@@ -84,6 +85,7 @@ class RecallOptions:
     recency_half_life_seconds: float = 3600.0
     participant_boost: float = DEFAULT_PARTICIPANT_BOOST
     date_boost: float = DEFAULT_DATE_BOOST
+    reply_drop: float = DEFAULT_REPLY_DROP
     follow_turns: int = DEFAULT_FOLLOW_TURNS
     question_drop: float = QUESTION_DROP
     surroundings: bool = True
@@ -106,7 +108,7 @@ class RecallOptions:
         self._set("tz", _zone(self.tz))
         self._set("dense_weight", fraction("dense_weight", self.dense_weight))
         self._set("neighbour_weight", fraction("neighbour_weight", self.neighbour_weight))
-        for name in ("participant_boost", "date_boost", "question_drop"):
+        for name in ("participant_boost", "date_boost", "reply_drop", "question_drop"):
             self._set(name, float(number(name, getattr(self, name), minimum=0) or 0))
         self.weights  # noqa: B018 - checks the scoring weights together
 
@@ -140,6 +142,7 @@ __all__ = [
     "DEFAULT_FOLLOW_TURNS",
     "DEFAULT_NEIGHBOUR_WEIGHT",
     "DEFAULT_PARTICIPANT_BOOST",
+    "DEFAULT_REPLY_DROP",
     "OPTION_NAMES",
     "RecallOptions",
 ]

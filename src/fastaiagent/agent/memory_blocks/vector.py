@@ -36,6 +36,7 @@ from fastaiagent.agent.memory_blocks.recall_options import (
     DEFAULT_FOLLOW_TURNS,
     DEFAULT_NEIGHBOUR_WEIGHT,
     DEFAULT_PARTICIPANT_BOOST,
+    DEFAULT_REPLY_DROP,
     RecallOptions,
 )
 from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP
@@ -59,7 +60,12 @@ from fastaiagent.kb.protocols import (
     SearchHit,
     VectorStore,
 )
-from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
+from fastaiagent.kb.query_cues import (
+    asks_about_replies,
+    date_cue,
+    named_participant,
+    without_names,
+)
 from fastaiagent.kb.query_dates import Span
 from fastaiagent.llm.message import ROLES, Message, SystemMessage, storable_text
 
@@ -125,7 +131,7 @@ _OPTION_KEYWORDS = (
     "top_k", "min_content_chars", "recency_weight", "importance_weight",
     "recency_half_life_seconds", "dedupe_against_upstream", "retrieval", "dense_weight",
     "roles", "batch_size", "context_turns", "neighbour_weight", "participant_boost",
-    "date_boost", "follow_turns", "question_drop", "surroundings",
+    "date_boost", "reply_drop", "follow_turns", "question_drop", "surroundings",
 )  # fmt: skip
 _DEFAULT_OPTIONS = RecallOptions()
 
@@ -174,7 +180,10 @@ class VectorBlock(MemoryBlock):
     points to ("two weeks before 11 August 2023", "yesterday", read at ``clock``'s
     time), gives the messages recorded then ``date_boost`` (0 turns either off).
     The ``follow_turns`` messages said after each of the best hits rank just
-    below it, the reply that answers it (0 = off). A message that asks ranks
+    below it, the reply that answers it (0 = off). The agent's own replies rank
+    ``reply_drop`` lower (0 = off), unless the query asks what the agent said
+    ("What did you suggest ...?"): memory is asked what the user said, and an
+    assistant's long replies repeat its words. A message that asks ranks
     ``question_drop`` lower, and the reply to such a hit closer to it (0 = off):
     a question matches a question in form, its answer holds the fact.
     With ``surroundings`` (default on), each candidate then gains what its
@@ -227,6 +236,7 @@ class VectorBlock(MemoryBlock):
         neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT,
         participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
         date_boost: float = DEFAULT_DATE_BOOST,
+        reply_drop: float = DEFAULT_REPLY_DROP,
         follow_turns: int = DEFAULT_FOLLOW_TURNS,
         question_drop: float = QUESTION_DROP,
         surroundings: bool = True,
@@ -268,6 +278,7 @@ class VectorBlock(MemoryBlock):
         self.dedupe_against_upstream = options.dedupe
         self.participant_boost = options.participant_boost
         self.date_boost = options.date_boost
+        self.reply_drop = options.reply_drop
         self.follow_turns = options.follow_turns
         self.question_drop = options.question_drop
         self.surroundings = options.surroundings
@@ -286,7 +297,7 @@ class VectorBlock(MemoryBlock):
             recency_weight=weights.recency_weight, importance_weight=weights.importance_weight,
             recency_half_life_seconds=weights.recency_half_life_seconds,
             participant_boost=self.participant_boost, date_boost=self.date_boost,
-            follow_turns=self.follow_turns, question_drop=self.question_drop,
+            reply_drop=self.reply_drop, follow_turns=self.follow_turns, question_drop=self.question_drop,
             surroundings=self.surroundings, neighbour_weight=self.neighbour_weight,
             dedupe=self.dedupe_against_upstream, tz=self.tz,
         )  # fmt: skip
@@ -594,7 +605,10 @@ class VectorBlock(MemoryBlock):
         known = self._learn_speakers(by_id.values())
         speaker = named_participant(query, known) if self.participant_boost else None
         searched = Searched(dense, recorded, keyword, by_id)
-        ranked = rank_hybrid(self, searched, speaker=speaker, when=when, fetch=self.store.get)
+        ranked = rank_hybrid(
+            self, searched, speaker=speaker, when=when, fetch=self.store.get,
+            about_replies=bool(self.reply_drop) and asks_about_replies(query),
+        )  # fmt: skip
         return ranked, exhausted
 
     def _zone(self) -> tzinfo:

@@ -7,7 +7,8 @@ The steps, in order, each measured on LoCoMo (docs/semantic.md):
 2. the dense, time-listed and keyword scores are standardised and blended
    (:func:`~fastaiagent.kb.hybrid.calibrated_fuse`);
 3. the messages of the speaker the query names gain ``participant_boost``,
-   those recorded in the time it names ``date_boost``;
+   those recorded in the time it names ``date_boost``; the agent's own replies
+   rank ``reply_drop`` lower, unless the query asks what the agent said;
 4. messages that ask rank ``question_drop`` lower
    (:func:`~fastaiagent.agent.memory_blocks.vector_following.lower_questions`);
 5. the ``follow_turns`` messages after the best hits rank just below them
@@ -46,6 +47,7 @@ class RankingOptions(Protocol):
     neighbour_weight: float
     participant_boost: float
     date_boost: float
+    reply_drop: float
     question_drop: float
     follow_turns: int
     surroundings: bool
@@ -71,10 +73,12 @@ def rank_hybrid(
     speaker: str | None,
     when: DateCue | None,
     fetch: Fetch,
+    about_replies: bool = False,
 ) -> list[tuple[Chunk, float]]:
     """The candidates of ``searched`` best first, each with its score in (0, 1).
 
-    ``speaker`` / ``when`` are the participant and the time the query names;
+    ``speaker`` / ``when`` are the participant and the time the query names,
+    ``about_replies`` whether it asks what the agent said;
     ``fetch`` reads chunks by id (the messages after the best hits), which are
     added to ``searched.chunks``: a ``Searched`` serves one ranking."""
     by_id = searched.chunks  # gains the messages drawn after the best hits
@@ -86,6 +90,8 @@ def rank_hybrid(
         recorded=[(c.id, s) for c, s in searched.recorded],
     )
     boost_cues(fused, by_id, speaker, options.participant_boost, when, options.date_boost)
+    if options.reply_drop and not about_replies:
+        lower_replies(fused, by_id, options.reply_drop)
     if options.question_drop:
         lower_questions(fused, by_id, options.question_drop)
     if options.follow_turns and fused:
@@ -119,6 +125,13 @@ def lend_to_next(
         if isinstance(following, str) and following in chunks:
             scores[following] = scores.get(following, 0.0) + weight * score
     return list(scores.items())
+
+
+def lower_replies(fused: dict[str, float], chunks: dict[str, Chunk], drop: float) -> None:
+    """Rank the agent's own messages (role ``assistant``) ``drop`` lower."""
+    for chunk_id in fused:
+        if chunks[chunk_id].metadata.get("role") == "assistant":
+            fused[chunk_id] -= drop
 
 
 def boost_cues(
