@@ -78,6 +78,7 @@ def test_vectors_whose_energy_does_not_concentrate_get_no_sketch() -> None:
     query = vectors[7]
     assert [key for _, key in search(copies, query)] == exact(vectors, keys, query)
     assert Sketch.fit(vectors) is None
+    assert Sketch.fit(np.ascontiguousarray(embedder_like(ROWS)[:, :128])) is None  # too short to save
 
 
 def test_rows_written_rewritten_and_removed_after_the_sketch_are_followed() -> None:

@@ -96,9 +96,12 @@ class Sketch:
     @classmethod
     def fit(cls, vectors: Any) -> Sketch | None:
         """A sketch of ``vectors``, or None when their top directions hold less
-        than :data:`MIN_ENERGY` of their energy."""
+        than :data:`MIN_ENERGY` of their energy or the vectors are too short for
+        a projection to save much (under twice :data:`RANK` numbers)."""
         import numpy as np
 
+        if vectors.shape[1] < 2 * RANK:
+            return None
         sample = vectors[:: max(1, len(vectors) // SAMPLE)].astype(np.float64)
         weights, directions = np.linalg.eigh(sample.T @ sample)  # ascending
         total = float(weights.sum())
