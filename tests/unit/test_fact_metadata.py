@@ -28,3 +28,12 @@ def test_facts_read_from_a_store_do_not_share_metadata(tmp_path: Path) -> None:
     assert [f.metadata for f in store.list_active("user", "ann")] == [{"agent_id": "support"}] * 2
     assert facts[1].metadata == {"agent_id": "support"}
     store.close()
+
+
+def test_a_copy_with_other_metadata_leaves_the_original_as_it_was() -> None:
+    original = Fact("likes tea", scope="user", scope_id="ann", metadata={"a": "1"}, created_at=5.0)
+    copy = original.with_metadata({"a": "1", "agent_id": "support"})
+    assert copy == Fact("likes tea", scope="user", scope_id="ann", metadata={"a": "1", "agent_id": "support"}, created_at=5.0)
+    assert original.metadata == {"a": "1"} and copy is not original
+    copy.fact = "edited"
+    assert original.fact == "likes tea"

@@ -52,8 +52,7 @@ class AttributedFacts:
     def _stamp(self, fact: Fact) -> Fact:
         if fact.scope != "user" or AGENT_KEY in fact.metadata:
             return fact
-        # Fact(**vars) with the new metadata: dataclasses.replace costs ~3 us an add
-        return Fact(**{**fact.__dict__, "metadata": {**fact.metadata, AGENT_KEY: self.agent_id}})
+        return fact.with_metadata({**fact.metadata, AGENT_KEY: self.agent_id})
 
     def add(self, fact: Fact) -> int:
         return self.inner.add(self._stamp(fact))

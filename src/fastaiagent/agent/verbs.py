@@ -117,6 +117,8 @@ class MemoryVerbs:
         self, valid_from: Any, valid_to: Any, ttl: Any, now: float
     ) -> tuple[float | None, float | None]:
         """``valid_from`` / ``valid_to`` / ``ttl`` of a write as UNIX seconds."""
+        if valid_from is None and valid_to is None and ttl is None:
+            return None, None  # the usual write: open-ended
         start = moment("valid_from", valid_from, allow_none=True)
         end = moment("valid_to", valid_to, allow_none=True)
         seconds = duration("ttl", ttl, allow_none=True)

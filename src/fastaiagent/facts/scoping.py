@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastaiagent._validate import fraction, integer, number
 from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
@@ -122,16 +122,36 @@ def validate_for_write(fact: Fact) -> Fact:
     fraction("confidence", fact.confidence)
     if not isinstance(fact.metadata, dict):
         raise InvalidTypeError("metadata must be a dict")
+    if not _small_text_map(fact.metadata):
+        _check_metadata_json(fact.metadata)
+    check_validity(fact.valid_from, fact.valid_to)
+    return fact.stamped()
+
+
+def _small_text_map(metadata: dict[Any, Any]) -> bool:
+    """Metadata of text keys and values whose JSON, at worst 6 characters a
+    character ("\\uXXXX") and 6 more a pair, is under the limit: no need to encode
+    it to know (an agent's ``{"agent_id": ...}`` stamp on every write)."""
+    if len(metadata) > 8:
+        return False
+    size = 2
+    for key, value in metadata.items():
+        if type(key) is not str or type(value) is not str:
+            return False
+        size += 6 * (len(key) + len(value) + 1)
+    return size <= MAX_METADATA_BYTES
+
+
+def _check_metadata_json(metadata: dict[Any, Any]) -> None:
+    """Raise unless ``metadata`` encodes as JSON within :data:`MAX_METADATA_BYTES`."""
     try:
-        size = len(json.dumps(fact.metadata)) if fact.metadata else 0
+        size = len(json.dumps(metadata)) if metadata else 0
     except (TypeError, ValueError) as exc:
         raise InvalidTypeError(f"metadata must be JSON-serialisable: {exc}") from None
     except RecursionError:
         raise InvalidTypeError("metadata must be JSON-serialisable: nested too deeply") from None
     if size > MAX_METADATA_BYTES:
         raise _too_big("metadata", f"{size:,} bytes of JSON", "MAX_METADATA_BYTES")
-    check_validity(fact.valid_from, fact.valid_to)
-    return fact.stamped()
 
 
 def check_validity(valid_from: object, valid_to: object) -> None:
