@@ -103,3 +103,19 @@ def test_a_compacted_matrix_keeps_its_sketch_and_its_answers() -> None:
     assert matrix is not None and matrix.dead == 0 and matrix.sketch is not None
     hits = search(copies, vectors[11])
     assert hits[0][1] == "k11" and not {key for _, key in hits} & set(gone)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_builds_its_own_sketches() -> None:
+    import os
+
+    held(embedder_like(ROWS))  # the parent's builder thread has run
+    child = os.fork()
+    if child == 0:  # the child: a fresh queue and thread, and a sketch built there
+        try:
+            copies = held(embedder_like(ROWS))
+            os._exit(0 if copies.held("ns").sketch is not None else 1)  # type: ignore[union-attr]
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

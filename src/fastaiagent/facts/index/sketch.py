@@ -22,6 +22,7 @@ exact search stays.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -156,6 +157,12 @@ class SketchBuilder:
     """One daemon thread that runs sketch builds, one at a time, in order."""
 
     def __init__(self) -> None:
+        self._reset()
+        # A forked child (a pre-fork server's worker) starts with no builder thread
+        # and must not inherit the parent's queue or its locks.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._jobs: queue.Queue[Job] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
