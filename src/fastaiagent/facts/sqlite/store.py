@@ -145,6 +145,9 @@ FACTS_SCHEMA = Schema("facts:learned_memory", [_V1, _V2, _V3, _V4])
 # In Fact's field order, so rows build facts positionally (the per-turn hot path).
 _COLUMNS = ", ".join(FACT_COLUMNS)
 _INSERT = insert_fact("learned_memory", "?")
+_INSERT_NEW = (
+    _INSERT + " ON CONFLICT (scope, scope_id, project_id, fact_key) WHERE superseded_by IS NULL DO NOTHING"
+)
 _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
 STEP_BUDGET = 0.008  # seconds a step of a long write job aims to hold the write lock
 _MIN_STEP, _MAX_STEP = 20, 2_000  # rows a step of it removes, at least and at most
@@ -284,35 +287,40 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
     def _add(self, conn: sqlite3.Connection, fact: Fact) -> int:
         key = normalize_text(fact.fact)
+        values = fact_values(fact, key, self._metadata_text(fact.metadata))
+        # A new text (the usual case) is one statement: the insert yields to an
+        # active row of the same text (idx_learned_memory_active_key).
+        cursor = conn.execute(_INSERT_NEW, values)
+        if cursor.rowcount:
+            return int(cursor.lastrowid or 0)
         row = conn.execute(
             "SELECT id, valid_to FROM learned_memory WHERE scope = ? AND scope_id = ? "
             "AND project_id = ? AND fact_key = ? AND superseded_by IS NULL",
             (fact.scope, fact.scope_id, fact.project_id, key),
         ).fetchone()
-        expired = None
-        if row:
-            if row[1] is None or row[1] > fact.created_at:
-                return int(row[0])
-            # Its text again after it expired: a new version replaces the expired
-            # row. The row leaves the unique active key first (0 marks "replacing").
-            expired = int(row[0])
-            conn.execute("UPDATE learned_memory SET superseded_by = 0 WHERE id = ?", (expired,))
-        usual_text, usual = self._usual.current
-        # The writing agent's stamp: its text is known. Only for text values, where
-        # equal dicts are equal JSON (1 == 1.0 == True would store another type).
-        if usual and fact.metadata == usual and all(type(v) is str for v in usual.values()):
-            metadata = usual_text
-        else:
-            metadata = json.dumps(fact.metadata)
-            self._usual.learn(metadata)
-        cursor = conn.execute(_INSERT, fact_values(fact, key, metadata))
-        new_id = int(cursor.lastrowid or 0)
-        if expired is not None:
-            conn.execute(
-                "UPDATE learned_memory SET superseded_by = ?, superseded_at = ? WHERE id = ?",
-                (new_id, fact.created_at, expired),
-            )
+        if row[1] is None or row[1] > fact.created_at:
+            return int(row[0])
+        # Its text again after it expired: a new version replaces the expired row,
+        # which leaves the unique active key first (0 marks "replacing").
+        expired = int(row[0])
+        conn.execute("UPDATE learned_memory SET superseded_by = 0 WHERE id = ?", (expired,))
+        new_id = int(conn.execute(_INSERT, values).lastrowid or 0)
+        conn.execute(
+            "UPDATE learned_memory SET superseded_by = ?, superseded_at = ? WHERE id = ?",
+            (new_id, fact.created_at, expired),
+        )
         return new_id
+
+    def _metadata_text(self, metadata: dict[str, Any]) -> str:
+        """``metadata`` as stored: the writing agent's usual stamp reuses its text.
+        Only for text values, where equal dicts are equal JSON (1 == 1.0 == True
+        would store another type)."""
+        usual_text, usual = self._usual.current
+        if usual and metadata == usual and all(type(v) is str for v in usual.values()):
+            return usual_text
+        text = json.dumps(metadata)
+        self._usual.learn(text)
+        return text
 
     def add(self, fact: Fact) -> int:
         fact = validate_for_write(fact)
