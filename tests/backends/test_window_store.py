@@ -174,10 +174,12 @@ def test_idle_windows_expire_and_can_start_again(windows: WindowStore) -> None:
 
 
 def test_each_write_extends_the_ttl(windows: WindowStore) -> None:
-    version = windows.save(ALICE, "a", None, 0.6)
+    # 1.8 s of writes outlive one 1.5 s TTL; each gap leaves 0.9 s to spare, which a
+    # loaded CI machine (a cluster failing over beside it) needs
+    version = windows.save(ALICE, "a", None, 1.5)
     for _ in range(3):
-        time.sleep(0.3)
-        version = windows.save(ALICE, "a", version, 0.6)
+        time.sleep(0.6)
+        version = windows.save(ALICE, "a", version, 1.5)
         assert version
     assert windows.load(ALICE) is not None
 
