@@ -485,14 +485,13 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         conn = self._connection()
         key = (*subject, count, usual_text)
         held, version = self._reads.held(conn, key) if offset == 0 else (None, None)
-        if held is None and (version is None or include_expired):
-            if include_expired:
-                return conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, offset)).fetchall()
-            return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, offset)).fetchall()
         if held is None:
+            if version is None:  # not kept: a later page, or right after this connection wrote
+                if include_expired:
+                    return conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, offset)).fetchall()
+                return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, offset)).fetchall()
             rows = conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, 0)).fetchall()
             held = (rows, all(row[7] is None and row[8] is None for row in rows))
-            assert version is not None
             self._reads.keep(conn, key, held, version)
         rows, unbounded = held
         if unbounded or include_expired:
