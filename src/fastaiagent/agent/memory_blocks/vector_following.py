@@ -64,11 +64,18 @@ def asks(text: str) -> bool:
     return end.rstrip(_CLOSERS).endswith(QUESTION_MARKS)
 
 
+def lower_where(
+    fused: dict[str, float], chunks: dict[str, Chunk], drop: float, which: Callable[[Chunk], bool]
+) -> None:
+    """Rank every candidate of ``fused`` whose chunk is ``which`` ``drop`` lower."""
+    for chunk_id in fused:
+        if which(chunks[chunk_id]):
+            fused[chunk_id] -= drop
+
+
 def lower_questions(fused: dict[str, float], chunks: dict[str, Chunk], drop: float) -> None:
     """Rank every candidate of ``fused`` that :func:`asks` ``drop`` lower."""
-    for chunk_id in fused:
-        if asks(chunks[chunk_id].text):
-            fused[chunk_id] -= drop
+    lower_where(fused, chunks, drop, lambda chunk: asks(chunk.text))
 
 
 def draw_following(

@@ -32,6 +32,7 @@ from fastaiagent.agent.memory_blocks.vector_following import (
     Fetch,
     draw_following,
     lower_questions,
+    lower_where,
 )
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.hybrid import calibrated_fuse, unit_score
@@ -129,9 +130,7 @@ def lend_to_next(
 
 def lower_replies(fused: dict[str, float], chunks: dict[str, Chunk], drop: float) -> None:
     """Rank the agent's own messages (role ``assistant``) ``drop`` lower."""
-    for chunk_id in fused:
-        if chunks[chunk_id].metadata.get("role") == "assistant":
-            fused[chunk_id] -= drop
+    lower_where(fused, chunks, drop, lambda chunk: chunk.metadata.get("role") == "assistant")
 
 
 def boost_cues(
