@@ -61,6 +61,7 @@ class CachingEmbedder:
     def __init__(self, inner: Any, path: Path | None = None) -> None:
         self.inner = inner
         self.dimension = inner.dimension
+        self.understands_cjk = getattr(inner, "understands_cjk", True)
         self.path = path
         self.cache: dict[str, list[float]] = {}
         if path is not None and path.exists():

@@ -19,7 +19,7 @@ from fastaiagent.agent.memory_blocks.vector_context import (
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
-from fastaiagent.llm.message import AssistantMessage, UserMessage
+from fastaiagent.llm.message import UserMessage
 
 START = 1_700_000_000.0
 HOUR = 3600.0
@@ -73,8 +73,9 @@ def test_add_context_adds_the_weighted_signals() -> None:
 
 
 def recall(tmp_path: Path, **options: object) -> list[str]:
-    """Ana asked about a pet and got a reply that shares no word with her later
-    question; Bob, in the same store, talks about pets at the same moment."""
+    """Ana asked about a pet and Sam, in her chat, gave a reply that shares no word
+    with her later question (an agent's own reply would rank ``reply_drop`` lower);
+    Bob, in the same store, talks about pets at the same moment."""
     tmp_path.mkdir(exist_ok=True)
     store = SQLiteFactStore(tmp_path / "memory.db")
     try:
@@ -86,7 +87,7 @@ def recall(tmp_path: Path, **options: object) -> list[str]:
         ana.on_message(
             UserMessage("which pet did we choose at the shelter, the pet with spots?"), at=START
         )
-        ana.on_message(AssistantMessage("Biscuit, a beagle with brown patches"), at=START + 30)
+        ana.on_message(UserMessage("Biscuit, a beagle with brown patches", name="Sam"), at=START + 30)
         ana.on_message(UserMessage("the shelter closes early on Mondays"), at=START + 3 * 86_400)
         ana.on_message(UserMessage("pet insurance is expensive"), at=START + 5 * 86_400)
         for i in range(20):

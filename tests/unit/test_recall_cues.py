@@ -57,6 +57,22 @@ def test_a_document_found_by_one_side_gets_the_other_sides_lowest_score():
     assert set(fused) == {"a", "b", "k"}
 
 
+def test_a_complete_keyword_side_scores_every_other_candidate_zero():
+    # Three near-equal keyword hits, standardised among themselves, spread around their
+    # own mean: "k" falls to the bottom, below every message that matches no keyword.
+    dense = [("d", 0.9), ("e", 0.5), ("f", 0.4), ("g", 0.3), ("h", 0.2)]
+    keyword = [("i", 3.2), ("j", 3.0), ("k", 2.9)]
+
+    def order(fused: dict[str, float]) -> str:
+        return "".join(sorted(fused, key=fused.__getitem__, reverse=True))
+
+    assert order(calibrated_fuse(dense, keyword, dense_weight=0.5)) == "diefjghk"
+    # Told the search found every message holding a query term, the others score 0:
+    # each hit stands above the matchless messages the dense side does not put first.
+    complete = calibrated_fuse(dense, keyword, dense_weight=0.5, keyword_complete=True)
+    assert order(complete) == "dijkefgh"
+
+
 def test_standardized_scores_and_their_unit_form():
     assert standardized([1.0, 3.0]) == [-1.0, 1.0]
     assert standardized([2.0, 2.0]) == [0.0, 0.0]

@@ -503,3 +503,45 @@ def test_embedding_text_is_public_and_the_old_name_still_works(store):
     assert seen == ["[assistant] the puppy is a beagle", "THE PUPPY IS A BEAGLE"]
     # What is stored (and keyword-indexed) is the text itself.
     assert [c.text for c in store.chunks("a")] == ["the puppy is a beagle"]
+
+
+class ScriptBlindEmbedder:
+    """Vectors from a table (a model's idea of meaning), with ``understands_cjk`` set."""
+
+    dimension = 2
+
+    def __init__(self, vectors: dict[str, list[float]], understands_cjk: bool) -> None:
+        self.vectors = vectors
+        self.understands_cjk = understands_cjk
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.vectors.get(text, [0.0, 1.0]) for text in texts]
+
+
+@pytest.mark.parametrize("understands_cjk", [False, True])
+def test_keywords_lead_for_a_script_the_embedder_cannot_read(understands_cjk):
+    # The model puts the query next to the wedding-car message (it cannot read Chinese);
+    # only the keyword side sees that the bridesmaid message shares "伴娘".
+    answer, near = "伴娘请了我大学室友林晓雨", "婚车不租豪车了，就用朋友们的车"
+    others = ["蛋糕订了三层的抹茶蛋糕", "签证已经递交了", "请柬打算用电子请柬", "我外婆吃素"]
+    vectors = {"伴娘是谁": [1.0, 0.0], near: [0.95, 0.31], answer: [0.2, 0.98]}
+    vectors.update({text: [0.6 - 0.1 * i, 0.8] for i, text in enumerate(others)})
+    embedder = ScriptBlindEmbedder(vectors, understands_cjk)
+    block = VectorBlock(FaissVectorStore(dimension=2), embedder=embedder, top_k=2,
+                        min_content_chars=1, context_turns=0)  # fmt: skip
+    for text in [answer, near, *others]:
+        block.on_message(UserMessage(text))
+    first = block.recall("伴娘是谁")[0].chunk.text
+    assert first == (near if understands_cjk else answer)
+
+
+def test_the_packaged_model_says_it_cannot_read_cjk_and_a_custom_one_is_trusted():
+    from fastaiagent.kb.embedding import LocalEmbedder
+
+    assert LocalEmbedder().understands_cjk is False
+    assert LocalEmbedder(model_path="/models/multilingual").understands_cjk is True
+    assert (
+        LocalEmbedder(model_path="/models/english", understands_cjk=False).understands_cjk is False
+    )
+    with pytest.raises(InvalidTypeError, match="understands_cjk"):
+        LocalEmbedder(understands_cjk="no")

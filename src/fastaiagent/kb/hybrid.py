@@ -62,16 +62,27 @@ def calibrated_fuse(
     *,
     dense_weight: float = DEFAULT_DENSE_WEIGHT,
     recorded: Sequence[tuple[str, float]] = (),
+    keyword_complete: bool = False,
 ) -> dict[str, float]:
     """``w * z(cosine) + (1 - w) * z(bm25)`` per document (unsorted, unbounded).
 
     ``recorded`` is a second dense ranking, of the messages of a time the query
     names: standardised over itself, so its best are as strong as the best of
-    ``dense`` (a document in both keeps its better standing)."""
+    ``dense`` (a document in both keeps its better standing).
+
+    ``keyword_complete`` says ``keyword`` lists every document holding a query
+    term (the search returned fewer than it was asked for): every other
+    candidate's BM25 score is then known to be 0, and the keyword side is
+    standardised over all candidates. A few hits that all match then stand
+    above the documents that match nothing, instead of being spread around
+    their own mean (which put a lone rare-word hit below dense-only noise)."""
     dense_weight = fraction("dense_weight", dense_weight)
     dense_z = _z(dense)
     for doc_id, z in _z(recorded).items():
         dense_z[doc_id] = max(z, dense_z.get(doc_id, z))
+    if keyword_complete:
+        scores = dict(keyword)
+        keyword = [(doc_id, scores.get(doc_id, 0.0)) for doc_id in {**dense_z, **scores}]
     keyword_z = _z(keyword)
     dense_floor = min(dense_z.values(), default=0.0)
     keyword_floor = min(keyword_z.values(), default=0.0)

@@ -39,7 +39,7 @@ from fastaiagent.agent.memory_blocks.recall_options import (
     DEFAULT_REPLY_DROP,
     RecallOptions,
 )
-from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP
+from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP, UNREAD_SCRIPT_DENSE_SHARE
 from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_history import embed_and_store, past_chunks, said_times
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
@@ -50,7 +50,7 @@ from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.facts.vectors import recorded_at
-from fastaiagent.kb.bm25 import BM25Index
+from fastaiagent.kb.bm25 import BM25Index, has_cjk
 from fastaiagent.kb.embedding import Embedder
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
 from fastaiagent.kb.protocols import (
@@ -597,6 +597,7 @@ class VectorBlock(MemoryBlock):
         keyword, keyword_chunks = (
             pending.result() if pending is not None else self._keyword(query, fetch)
         )
+        complete = len(keyword) < fetch
         by_id = {chunk.id: chunk for chunk, _ in recorded}
         by_id.update((chunk.id, chunk) for chunk, _ in dense)
         wanted = [i for i, _ in keyword if i not in by_id]
@@ -604,12 +605,26 @@ class VectorBlock(MemoryBlock):
         keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
         known = self._learn_speakers(by_id.values())
         speaker = named_participant(query, known) if self.participant_boost else None
-        searched = Searched(dense, recorded, keyword, by_id)
+        searched = Searched(
+            dense,
+            recorded,
+            keyword,
+            by_id,
+            keyword_complete=complete,
+            dense_share=self._dense_share(query),
+        )
         ranked = rank_hybrid(
             self, searched, speaker=speaker, when=when, fetch=self.store.get,
             about_replies=bool(self.reply_drop) and asks_about_replies(query),
         )  # fmt: skip
         return ranked, exhausted
+
+    def _dense_share(self, query: str) -> float:
+        """How much of ``dense_weight`` the dense side keeps for ``query``: less when
+        it is written in a script the embedding model was not trained on."""
+        if has_cjk(query) and not getattr(self.embedder, "understands_cjk", True):
+            return UNREAD_SCRIPT_DENSE_SHARE
+        return 1.0
 
     def _zone(self) -> tzinfo:
         """Whose days and months a query's dates name: ``tz=``, else the clock's (an

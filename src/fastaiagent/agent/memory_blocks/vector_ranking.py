@@ -65,6 +65,8 @@ class Searched:
     recorded: Sequence[tuple[Chunk, float]]
     keyword: Sequence[tuple[str, float]]
     chunks: dict[str, Chunk]
+    keyword_complete: bool = False  # every message holding a query term is in ``keyword``
+    dense_share: float = 1.0  # the share of ``dense_weight`` the dense side keeps for this query
 
 
 def rank_hybrid(
@@ -87,8 +89,9 @@ def rank_hybrid(
     fused = calibrated_fuse(
         [(c.id, s) for c, s in searched.dense],
         keyword,
-        dense_weight=options.dense_weight,
+        dense_weight=options.dense_weight * searched.dense_share,
         recorded=[(c.id, s) for c, s in searched.recorded],
+        keyword_complete=searched.keyword_complete,
     )
     boost_cues(fused, by_id, speaker, options.participant_boost, when, options.date_boost)
     if options.reply_drop and not about_replies:
