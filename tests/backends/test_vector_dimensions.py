@@ -23,7 +23,7 @@ from _vector_fakes import WordHashEmbedder
 from fastaiagent import Agent, Memory
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, identity_of
-from fastaiagent.facts.index.reembed import background_job
+from fastaiagent.facts.index.reembed import Reembedding, background_job
 from fastaiagent.testing import FunctionLLM
 
 BACKENDS = [
@@ -163,6 +163,25 @@ def test_a_new_embedder_size_reembeds_the_users_messages_in_the_background(open_
     assert "moved to Lisbon" in recalled(switched, "where did I move to, Lisbon?")
     assert held(store, "user:alice")[64] == 3  # the old size keeps serving its agents
     assert held(store, "user:bob") == {64: 3, 96: 0}  # only the switched user moved
+
+
+def test_a_carry_over_cut_short_by_a_restart_resumes(open_store) -> None:
+    store = open_store()
+    tell(memory(store, "alice", WordHashEmbedder(64)), ALICE)
+    bigger = WordHashEmbedder(96)
+    cut = Reembedding(store.vector_store(64), bigger, namespaces=["user:alice"],
+                      target=store.vector_store(96), batch_size=1)  # fmt: skip
+    cut.on_progress = lambda job: job.cancel()  # the process stops after one message
+    assert cut.run().state == "cancelled" and held(store, "user:alice") == {64: 3, 96: 1}
+    restarted = memory(open_store(), "alice", bigger)
+    recalled(restarted, "what is my dog called?")
+    job = background_job(restarted.location.vector_store(96), "user:alice")
+    assert job is not None and job.wait(30) and job.state == "done" and job.done == 2
+    assert {c.text for c in store.vector_store(96).chunks("user:alice")} >= set(ALICE)
+    assert held(store, "user:alice") == {64: 3, 96: 4}  # and the question just asked
+    again = memory(open_store(), "alice", bigger)  # nothing is missing now: no new job
+    recalled(again, "what is my dog called?")
+    assert background_job(again.location.vector_store(96), "user:alice") is None
 
 
 @pytest.mark.parametrize("door", ["plain", "configured", "purge"])

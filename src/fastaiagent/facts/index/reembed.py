@@ -14,9 +14,11 @@ One index holds one dimension: a model of another size is re-embedded into a
 *new* index (``Reembedding(old, embedder, target=new)``), and the old one keeps
 serving until the caller switches. Nothing of two sizes is ever mixed. A fact
 store keeps an index per size (``store.vector_store(dimension)``);
-:func:`carry_over` is what recall calls when its embedder's size is new to a
-user: the user's messages held at another size are re-embedded into the new
-size's index in the background.
+:func:`carry_over` is what recall calls when a user's messages are held at
+another size than its embedder's (the agent's model changed, or another agent
+with another model heard them): those the embedder's index lacks are
+re-embedded into it in the background, and a carry-over a restart cut short
+resumes.
 """
 
 from __future__ import annotations
@@ -206,20 +208,24 @@ def reembed_in_background(
 def carry_over(
     target: Any, others: Callable[[], Sequence[Any]], embedder: Any, namespace: str
 ) -> Reembedding | None:
-    """When ``target`` (the index of ``embedder``'s size) holds nothing of ``namespace``
-    and another size's index does, the background job re-embedding it from there
-    (the one holding most of it) into ``target``; else None. ``others()`` lists
-    every size's index; it is called only when ``target`` holds nothing. Searches
-    of ``target`` meanwhile answer from what is there: sizes are never mixed."""
-    holds = getattr(target, "holds", None)  # one row where a count reads them all
-    if holds(namespace) if callable(holds) else target.count(namespace):
-        return None
+    """When another size's index holds messages of ``namespace`` that ``target`` (the
+    index of ``embedder``'s size) lacks, the background job re-embedding them from
+    there (the one holding most of it) into ``target``; else None. ``others()``
+    lists every size's index. Searches of ``target`` meanwhile answer from what is
+    there: sizes are never mixed.
+
+    A carry-over cut short (the process stopped) left ``target`` holding part of
+    them: it resumes, the job skipping what ``target`` holds already."""
     found = [(index.count(namespace), index) for index in others() if index is not target]
     count, source = max(found, key=lambda pair: pair[0], default=(0, None))
     if not count:
         return None
+    holds = getattr(target, "holds", None)  # one row where a count reads them all
+    if holds(namespace) if callable(holds) else target.count(namespace):
+        if not set(source.ids(namespace)) - set(target.ids(namespace)):
+            return None  # carried over before (or said at both sizes): nothing is missing
     logger.info(
-        "%r holds no messages of %r at size %s: re-embedding them from %r",
+        "%r lacks messages of %r at size %s: re-embedding them from %r",
         target, namespace, getattr(embedder, "dimension", None), source,
     )  # fmt: skip
     return reembed_in_background(source, embedder, namespace, target=target)
