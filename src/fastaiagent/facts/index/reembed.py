@@ -221,9 +221,9 @@ def carry_over(
     if not count:
         return None
     holds = getattr(target, "holds", None)  # one row where a count reads them all
-    if holds(namespace) if callable(holds) else target.count(namespace):
-        if not set(source.ids(namespace)) - set(target.ids(namespace)):
-            return None  # carried over before (or said at both sizes): nothing is missing
+    started = holds(namespace) if callable(holds) else target.count(namespace)
+    if started and not set(source.ids(namespace)) - set(target.ids(namespace)):
+        return None  # carried over before (or said at both sizes): nothing is missing
     logger.info(
         "%r lacks messages of %r at size %s: re-embedding them from %r",
         target, namespace, getattr(embedder, "dimension", None), source,
