@@ -218,7 +218,7 @@ def carry_over(
     them: it resumes, the job skipping what ``target`` holds already."""
     found = [(index.count(namespace), index) for index in others() if index is not target]
     count, source = max(found, key=lambda pair: pair[0], default=(0, None))
-    if not count:
+    if not count or source is None:
         return None
     holds = getattr(target, "holds", None)  # one row where a count reads them all
     started = holds(namespace) if callable(holds) else target.count(namespace)
