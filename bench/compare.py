@@ -7,7 +7,8 @@ commit is checked out in a git worktree (``.bench-base/<rev>``, kept for the
 next run); both sides run the *working tree's* copy of the bench with the
 other side's package first on ``PYTHONPATH``, so the workload is the same.
 The bench must print one JSON object of figures as its last line
-(``--json``; ``bench/read_path.py`` does).
+(``--json``; ``bench/read_path.py`` does), or a list of them, one per case
+(``bench/recall_turns.py``), whose figures are then numbered by case.
 
 Run: ``python bench/compare.py --base ab594ca [--rounds 5] [--bench read_path] [-- bench args]``.
 Ratios are head / base; for rates (``*_per_s``) higher is better, else lower.
@@ -45,7 +46,10 @@ def run_side(src: Path, bench: Path, args: list[str]) -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(bench), "--json", *args], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{bench.name} failed with {src}:\n{done.stderr[-2000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    if isinstance(figures, list):  # one object per case (recall_turns): numbered when several
+        return {f"{i}_{k}" if len(figures) > 1 else k: v for i, case in enumerate(figures) for k, v in case.items()}
+    return dict(figures)
 
 
 def better(name: str, ratio: float) -> str:
