@@ -137,9 +137,11 @@ class GatedEmbedder(WordHashEmbedder):
     def __init__(self, dimension: int) -> None:
         super().__init__(dimension)
         self.release = threading.Event()
+        self.embedding = threading.Event()  # a background batch has started
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         if threading.current_thread().name == "fastaiagent-reembed":
+            self.embedding.set()
             assert self.release.wait(30)
         return super().embed(texts)
 
@@ -211,11 +213,30 @@ def test_forget_during_a_reembedding_leaves_nothing_behind(open_store) -> None:
     switched = memory(store, "alice", bigger)
     recalled(switched, "where did I move to?")  # queues the job; it waits on its first batch
     job = background_job(store.vector_store(96), "user:alice")
-    assert job is not None
+    assert job is not None and bigger.embedding.wait(30)
     threading.Timer(0.3, bigger.release.set).start()  # the batch finishes while forget waits
     switched.forget(tier="user", id="alice")
     assert job.wait(30) and job.state == "cancelled"
     assert held(store, "user:alice") == {64: 0, 96: 0}  # the job wrote nothing back
+
+
+def test_forget_cancels_a_reembedding_still_queued(open_store) -> None:
+    store = open_store()
+    for user, texts in (("alice", ALICE), ("bob", BOB)):
+        tell(memory(store, user, WordHashEmbedder(64)), texts)
+    bigger = GatedEmbedder(96)
+    recalled(memory(store, "bob", bigger), "where do I work?")  # bob's job holds the worker
+    assert bigger.embedding.wait(30)
+    recalled(memory(store, "alice", bigger), "where did I move to?")
+    queued = background_job(store.vector_store(96), "user:alice")
+    assert queued is not None and queued.state == "pending"
+    memory(store, "alice", WordHashEmbedder(64)).forget(tier="user", id="alice")
+    bigger.release.set()
+    bobs = background_job(store.vector_store(96), "user:bob")
+    assert queued.wait(30) and queued.state == "cancelled" and queued.done == 0
+    assert bobs is not None and bobs.wait(30) and bobs.state == "done"
+    assert held(store, "user:alice") == {64: 0, 96: 0}
+    assert held(store, "user:bob") == {64: 3, 96: 4}
 
 
 def test_export_and_import_carry_every_size(open_store, tmp_path: Path) -> None:

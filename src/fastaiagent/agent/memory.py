@@ -513,10 +513,10 @@ class Memory:
         if everywhere:  # the location's windows too, whatever this Memory's window_store=
             windows += drop_stored_windows(self.location, self.config.project_id, user_id)
         peers = PEERS.of(self._peer_key) if everywhere else [self]
-        stores: list[Any] = []
+        stores = [store for memory in peers for store in memory._stack.recall_stores(everywhere)]
+        self._stack.stop_recall_jobs(user_id, stores)  # before any peer's block empties its index
         for memory in peers:
             memory._drop_local(user_id)
-            stores += memory._stack.recall_stores(everywhere)
         recall = self._stack.purge_recall(user_id, stores)
         traces = trace.forget_user(user_id) if everywhere else 0
         return {"windows": windows, "recall": recall, "traces": traces}

@@ -243,16 +243,25 @@ class MemoryStack:
         """Delete a user's recall entries from ``stores`` (each once: several Memory
         peers name the same store), and from every size's index of the fact store
         when one of them is among them; returns how many there were."""
-        namespace, count = self.recall_namespace(user_id), 0
+        namespace, purges = self.recall_namespace(user_id), self._recall_purges(stores)
+        self.stop_recall_jobs(user_id, purges)
+        return sum(int(store.delete_namespace(namespace) or 0) for store in purges)
+
+    def stop_recall_jobs(self, user_id: str, stores: Iterable[Any]) -> None:
+        """Cancel every re-embedding of a user's recall entries that writes to one of
+        ``stores`` (and every size's index, as :meth:`purge_recall`): what a forget
+        does before anything is emptied, so no job reads a half-emptied source."""
+        namespace = self.recall_namespace(user_id)
+        for store in self._recall_purges(stores):
+            stop_background_job(store, namespace)
+
+    def _recall_purges(self, stores: Iterable[Any]) -> list[Any]:
+        """``stores`` that can delete a namespace, each once, plus every size's index
+        of the fact store when one of them is among them."""
         found = {id(store): store for store in stores}
         if any(getattr(store, "store", None) is self.store for store in found.values()):
             found.update((id(index), index) for index in self.stored_indexes())
-        purges = [s for s in found.values() if callable(getattr(s, "delete_namespace", None))]
-        for store in purges:  # every job first: none may write back into an emptied index
-            stop_background_job(store, namespace)
-        for store in purges:
-            count += int(store.delete_namespace(namespace) or 0)
-        return count
+        return [s for s in found.values() if callable(getattr(s, "delete_namespace", None))]
 
     def semantic_index(self) -> Any:
         """The semantic fact index (``semantic=``), made on first use."""
