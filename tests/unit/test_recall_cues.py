@@ -448,3 +448,42 @@ def test_a_clock_with_a_time_zone_sets_whose_yesterday_it_is() -> None:
         for text, at in said.items():
             memory.on_message(UserMessage(text), at=at.timestamp())
         assert texts(memory.recall("what did I buy yesterday?"))[0] == expected, zone
+
+
+SUPPORT_CHAT = [
+    UserMessage("Hi, my order is late."),
+    AssistantMessage(
+        "Your parcel left our Kansas City warehouse on Monday and is with the courier now. "
+        "Parcels from there usually take three days. Would you like a refund or a replacement?"
+    ),
+    UserMessage("A replacement please."),
+    UserMessage("My sister moved to Denver last year."),
+]
+
+
+@pytest.mark.parametrize("fed", ["live", "imported"])
+def test_a_reply_lends_the_message_after_it_only_its_last_sentence(fed: str):
+    memory = block(retrieval="bm25", reply_drop=0.0)
+    if fed == "live":
+        for message in SUPPORT_CHAT:
+            memory.on_message(message)
+        memory.flush()
+    else:
+        memory.add_history(SUPPORT_CHAT)
+    # The answer is indexed with what it answers ...
+    assert texts(memory.recall("refund or replacement?"))[:1] == ["A replacement please."]
+    # ... not with the rest of the reply, words the user never said.
+    assert "A replacement please." not in texts(memory.recall("Kansas City warehouse courier"))
+
+
+def test_the_last_sentence_of_a_reply_in_any_script():
+    from fastaiagent.agent.memory_blocks.vector_history import as_context
+
+    def reply(text: str) -> Chunk:
+        return Chunk("r", text, None, {"role": "assistant"})
+
+    assert as_context(reply("Done. Anything else?")) == "Anything else?"
+    assert as_context(reply("好的，已经改了。你想要什么颜色？")) == "你想要什么颜色？"
+    assert as_context(reply("version 2.0.1 is out")) == "version 2.0.1 is out"  # no sentence end
+    said = Chunk("u", "Done. Anything else?", None, {"role": "user"})
+    assert as_context(said) == "Done. Anything else?"  # a user's message is context whole

@@ -41,7 +41,12 @@ from fastaiagent.agent.memory_blocks.recall_options import (
 )
 from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP, UNREAD_SCRIPT_DENSE_SHARE
 from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
-from fastaiagent.agent.memory_blocks.vector_history import embed_and_store, past_chunks, said_times
+from fastaiagent.agent.memory_blocks.vector_history import (
+    as_context,
+    embed_and_store,
+    past_chunks,
+    said_times,
+)
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts import scoping
@@ -172,7 +177,8 @@ class VectorBlock(MemoryBlock):
     ``"dense"`` is pure vector search; ``"bm25"`` ranks by keywords only
     (messages are still embedded into the store). ``embedder=None`` resolves
     ``"auto"`` at first use. ``context_turns`` previous messages are indexed
-    with each message's keywords (0 = none).
+    with each message's keywords (0 = none); of an agent's reply, only its last
+    sentence, the one the user answers.
     Hybrid recall standardises both sides (z-scores) before blending them, and
     reads two cues in the query: a participant it names (``Message.name`` of
     stored messages) is taken out of the embedded query and that speaker's
@@ -409,7 +415,7 @@ class VectorBlock(MemoryBlock):
         with self._lock:
             if self.context_turns and self._recent:
                 chunk.metadata.setdefault("context", " ".join(self._recent))
-            self._recent.append(chunk.text)
+            self._recent.append(as_context(chunk))
             self._assign_ids(message, chunk)
             self._pending.append(chunk)
             self._learn_speakers([chunk])
