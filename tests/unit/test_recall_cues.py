@@ -13,7 +13,13 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
-from fastaiagent.kb.query_cues import asks_about_replies, date_cue, named_participant, without_names
+from fastaiagent.kb.query_cues import (
+    asks_about_replies,
+    asks_for_latest,
+    date_cue,
+    named_participant,
+    without_names,
+)
 from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
 
 FILLER = [
@@ -157,6 +163,22 @@ def test_date_cue_reads_months_and_years_not_the_verb_may():
     assert date_cue("may I ask what we did?") is None
     only_year = date_cue("what happened in 2021?")
     assert only_year is not None and only_year.matches(ts(2021, 3))
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("Where do migrations run now?", True),
+        ("What is my current address?", True),
+        ("How do I take my coffee these days?", True),
+        ("现在的总预算是多少？", True),
+        ("Wie lautet meine aktuelle Adresse?", True),
+        ("What do you know about my dog?", False),  # "know" is not "now"
+        ("Where did migrations run in March?", False),
+    ],
+)
+def test_a_query_asks_for_the_latest_only_when_it_says_now(query: str, expected: bool) -> None:
+    assert asks_for_latest(query) is expected
 
 
 # -- through VectorBlock -----------------------------------------------------
@@ -487,3 +509,18 @@ def test_the_last_sentence_of_a_reply_in_any_script():
     assert as_context(reply("version 2.0.1 is out")) == "version 2.0.1 is out"  # no sentence end
     said = Chunk("u", "Done. Anything else?", None, {"role": "user"})
     assert as_context(said) == "Done. Anything else?"  # a user's message is context whole
+
+
+@pytest.mark.parametrize("date_boost", [1.0, 0.0])
+def test_a_query_about_now_prefers_the_later_of_two_statements(date_boost: float):
+    memory = block(date_boost=date_boost, clock=lambda: ts(2025, 6))
+    memory.on_message(UserMessage("Our database migrations run in CI, the migrations job on every merge."), at=ts(2025, 1))
+    for i, filler in enumerate(FILLER):
+        memory.on_message(UserMessage(filler), at=ts(2025, 2 + i))
+    memory.on_message(UserMessage("We changed it: migrations run in the release command."), at=ts(2025, 5))
+    memory.flush()
+    first = texts(memory.recall("Where do the database migrations run now?"))[0]
+    if date_boost:  # "now": the later statement, though the earlier one matches more words
+        assert first == "We changed it: migrations run in the release command."
+    else:  # the cue goes with date_boost
+        assert first.startswith("Our database migrations run in CI")

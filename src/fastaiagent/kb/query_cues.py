@@ -10,7 +10,8 @@
   year; "What did he do two weeks before 11 August 2023?" or "what did I say
   yesterday?" point to spans of time (:mod:`fastaiagent.kb.query_dates`).
   :func:`date_cue` reads both so recall can prefer messages recorded then (a
-  message's time is its chunk's ``created_at``).
+  message's time is its chunk's ``created_at``). "Now" and "currently" point
+  to the latest of what answers (:func:`asks_for_latest`).
 """
 
 from __future__ import annotations
@@ -133,6 +134,22 @@ def asks_about_replies(query: str) -> bool:
     return _ABOUT_REPLIES.search(query) is not None
 
 
+# "What do we use for jobs now?", "my current address": the latest of what was said.
+# English, German and Chinese / Japanese words (docs/semantic.md lists the languages).
+_LATEST = re.compile(
+    r"\b(?:now|nowadays|currently|current|latest|these days|at the moment|"
+    r"jetzt|aktuell|aktuelle[nrs]?|derzeit|momentan|inzwischen|mittlerweile)\b|现在|目前|如今|現在|最新",
+    re.IGNORECASE,
+)
+
+
+def asks_for_latest(query: str) -> bool:
+    """Whether ``query`` asks how things stand now ("Where do migrations run now?",
+    "现在的预算是多少？"): of the messages that answer it, the later ones say it
+    (a plan changed, a budget grew), so recall prefers them."""
+    return _LATEST.search(query) is not None
+
+
 @dataclass(frozen=True)
 class DateCue:
     """The months (1-12) and years a query names, and the spans of time it points
@@ -207,5 +224,5 @@ def date_cue(query: str, now: float | None = None, tz: tzinfo = timezone.utc) ->
 
 
 __all__ = [
-    "MONTHS", "DateCue", "asks_about_replies", "date_cue", "named_participant", "without_names",
+    "MONTHS", "DateCue", "asks_about_replies", "asks_for_latest", "date_cue", "named_participant", "without_names",
 ]

@@ -67,6 +67,7 @@ from fastaiagent.kb.protocols import (
 )
 from fastaiagent.kb.query_cues import (
     asks_about_replies,
+    asks_for_latest,
     date_cue,
     named_participant,
     without_names,
@@ -622,6 +623,7 @@ class VectorBlock(MemoryBlock):
         ranked = rank_hybrid(
             self, searched, speaker=speaker, when=when, fetch=self.store.get,
             about_replies=bool(self.reply_drop) and asks_about_replies(query),
+            latest=bool(self.date_boost) and asks_for_latest(query),
         )  # fmt: skip
         return ranked, exhausted
 

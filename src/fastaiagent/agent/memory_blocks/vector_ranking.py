@@ -8,7 +8,9 @@ The steps, in order, each measured on LoCoMo (docs/semantic.md):
    (:func:`~fastaiagent.kb.hybrid.calibrated_fuse`);
 3. the messages of the speaker the query names gain ``participant_boost``,
    those recorded in the time it names ``date_boost``; the agent's own replies
-   rank ``reply_drop`` lower, unless the query asks what the agent said;
+   rank ``reply_drop`` lower, unless the query asks what the agent said; a
+   query that asks how things stand now raises the later of the best
+   candidates (:func:`prefer_latest`);
 4. messages that ask rank ``question_drop`` lower
    (:func:`~fastaiagent.agent.memory_blocks.vector_following.lower_questions`);
 5. the ``follow_turns`` messages after the best hits rank just below them
@@ -26,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from fastaiagent.agent.memory_blocks.recall_weights import ANSWER_DROP
+from fastaiagent.agent.memory_blocks.recall_weights import ANSWER_DROP, LATEST_AMONG, LATEST_WEIGHT
 from fastaiagent.agent.memory_blocks.vector_context import Found, add_context
 from fastaiagent.agent.memory_blocks.vector_following import (
     Fetch,
@@ -35,7 +37,7 @@ from fastaiagent.agent.memory_blocks.vector_following import (
     lower_where,
 )
 from fastaiagent.facts.vectors import recorded_at
-from fastaiagent.kb.hybrid import calibrated_fuse, unit_score
+from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
 from fastaiagent.kb.protocols import Chunk
 from fastaiagent.kb.query_cues import DateCue
 
@@ -77,11 +79,13 @@ def rank_hybrid(
     when: DateCue | None,
     fetch: Fetch,
     about_replies: bool = False,
+    latest: bool = False,
 ) -> list[tuple[Chunk, float]]:
     """The candidates of ``searched`` best first, each with its score in (0, 1).
 
     ``speaker`` / ``when`` are the participant and the time the query names,
-    ``about_replies`` whether it asks what the agent said;
+    ``about_replies`` whether it asks what the agent said, ``latest`` whether it
+    asks how things stand now;
     ``fetch`` reads chunks by id (the messages after the best hits), which are
     added to ``searched.chunks``: a ``Searched`` serves one ranking."""
     by_id = searched.chunks  # gains the messages drawn after the best hits
@@ -94,6 +98,8 @@ def rank_hybrid(
         keyword_complete=searched.keyword_complete,
     )
     boost_cues(fused, by_id, speaker, options.participant_boost, when, options.date_boost)
+    if latest:
+        prefer_latest(fused, by_id)
     if options.reply_drop and not about_replies:
         lower_replies(fused, by_id, options.reply_drop)
     if options.question_drop:
@@ -134,6 +140,17 @@ def lend_to_next(
 def lower_replies(fused: dict[str, float], chunks: dict[str, Chunk], drop: float) -> None:
     """Rank the agent's own messages (role ``assistant``) ``drop`` lower."""
     lower_where(fused, chunks, drop, lambda chunk: chunk.metadata.get("role") == "assistant")
+
+
+def prefer_latest(fused: dict[str, float], chunks: dict[str, Chunk]) -> None:
+    """Raise the best :data:`LATEST_AMONG` candidates by ``LATEST_WEIGHT`` times their
+    standardised time said: among the messages that answer, the later ones (a
+    message with no time counts as the oldest)."""
+    best = sorted(fused, key=fused.__getitem__, reverse=True)[:LATEST_AMONG]
+    said = [recorded_at(chunks[chunk_id]) for chunk_id in best]
+    oldest = min((at for at in said if at is not None), default=0.0)
+    for chunk_id, z in zip(best, standardized([oldest if at is None else at for at in said]), strict=True):
+        fused[chunk_id] += LATEST_WEIGHT * z
 
 
 def boost_cues(
