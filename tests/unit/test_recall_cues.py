@@ -15,9 +15,9 @@ from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.kb.query_cues import (
     asks_about_replies,
-    asks_for_latest,
     date_cue,
     named_participant,
+    time_order,
     without_names,
 )
 from fastaiagent.llm.message import AssistantMessage, SystemMessage, UserMessage
@@ -168,17 +168,22 @@ def test_date_cue_reads_months_and_years_not_the_verb_may():
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        ("Where do migrations run now?", True),
-        ("What is my current address?", True),
-        ("How do I take my coffee these days?", True),
-        ("现在的总预算是多少？", True),
-        ("Wie lautet meine aktuelle Adresse?", True),
-        ("What do you know about my dog?", False),  # "know" is not "now"
-        ("Where did migrations run in March?", False),
+        ("Where do migrations run now?", 1),
+        ("What is my current address?", 1),
+        ("How do I take my coffee these days?", 1),
+        ("现在的总预算是多少？", 1),
+        ("Wie lautet meine aktuelle Adresse?", 1),
+        ("What colour did I originally order?", -1),
+        ("一开始预计有多少位宾客？", -1),
+        ("Wie hoch war die Miete ursprünglich?", -1),
+        ("What did I order originally, and what do I have now?", 0),  # both ends
+        ("What do you know about my dog?", 0),  # "know" is not "now"
+        ("Where did migrations run in March?", 0),
+        ("Who won first place?", 0),  # "first" is no cue
     ],
 )
-def test_a_query_asks_for_the_latest_only_when_it_says_now(query: str, expected: bool) -> None:
-    assert asks_for_latest(query) is expected
+def test_a_query_asks_for_the_latest_or_the_earliest_only_in_those_words(query: str, expected: int) -> None:
+    assert time_order(query) == expected
 
 
 # -- through VectorBlock -----------------------------------------------------
@@ -511,16 +516,26 @@ def test_the_last_sentence_of_a_reply_in_any_script():
     assert as_context(said) == "Done. Anything else?"  # a user's message is context whole
 
 
-@pytest.mark.parametrize("date_boost", [1.0, 0.0])
-def test_a_query_about_now_prefers_the_later_of_two_statements(date_boost: float):
+def first_recalled(query: str, earlier: str, later: str, date_boost: float) -> str:
+    """The first message recalled for ``query`` of ``earlier`` (January), ``later`` (May)
+    and filler between."""
     memory = block(date_boost=date_boost, clock=lambda: ts(2025, 6))
-    memory.on_message(UserMessage("Our database migrations run in CI, the migrations job on every merge."), at=ts(2025, 1))
+    memory.on_message(UserMessage(earlier), at=ts(2025, 1))
     for i, filler in enumerate(FILLER):
         memory.on_message(UserMessage(filler), at=ts(2025, 2 + i))
-    memory.on_message(UserMessage("We changed it: migrations run in the release command."), at=ts(2025, 5))
+    memory.on_message(UserMessage(later), at=ts(2025, 5))
     memory.flush()
-    first = texts(memory.recall("Where do the database migrations run now?"))[0]
-    if date_boost:  # "now": the later statement, though the earlier one matches more words
-        assert first == "We changed it: migrations run in the release command."
-    else:  # the cue goes with date_boost
-        assert first.startswith("Our database migrations run in CI")
+    return texts(memory.recall(query))[0]
+
+
+@pytest.mark.parametrize("date_boost", [1.0, 0.0])
+def test_now_prefers_the_later_of_two_statements_and_originally_the_earlier(date_boost: float):
+    ci = "Our database migrations run in CI, the migrations job on every merge."
+    release = "We changed it: migrations run in the release command."
+    # The earlier statement matches more of the words; "now" asks for the later one.
+    now = first_recalled("Where do the database migrations run now?", ci, release, date_boost)
+    assert now == (release if date_boost else ci)  # the cue goes with date_boost
+    short, long = "Migrations run in the release step.", "Migrations run in our CI pipeline on every merge."
+    # The later statement is the closer match; "originally" asks for the earlier one.
+    originally = first_recalled("Where did migrations run originally?", long, short, date_boost)
+    assert originally == (long if date_boost else short)

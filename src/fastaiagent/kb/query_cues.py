@@ -11,7 +11,8 @@
   yesterday?" point to spans of time (:mod:`fastaiagent.kb.query_dates`).
   :func:`date_cue` reads both so recall can prefer messages recorded then (a
   message's time is its chunk's ``created_at``). "Now" and "currently" point
-  to the latest of what answers (:func:`asks_for_latest`).
+  to the latest of what answers, "originally" and "at first" to the earliest
+  (:func:`time_order`).
 """
 
 from __future__ import annotations
@@ -134,20 +135,28 @@ def asks_about_replies(query: str) -> bool:
     return _ABOUT_REPLIES.search(query) is not None
 
 
-# "What do we use for jobs now?", "my current address": the latest of what was said.
-# English, German and Chinese / Japanese words (docs/semantic.md lists the languages).
+# "What do we use for jobs now?", "my current address": the latest of what was said;
+# "the colour I originally bought", "一开始": the earliest. English, German and
+# Chinese / Japanese words (docs/semantic.md lists the languages). "first" and
+# "before" are left out: "first place", "the week before 3 June" are no such cue.
 _LATEST = re.compile(
     r"\b(?:now|nowadays|currently|current|latest|these days|at the moment|"
     r"jetzt|aktuell|aktuelle[nrs]?|derzeit|momentan|inzwischen|mittlerweile)\b|现在|目前|如今|現在|最新",
     re.IGNORECASE,
 )
+_EARLIEST = re.compile(
+    r"\b(?:originally|initially|at first|to begin with|at the outset|"
+    r"ursprünglich|anfangs|zunächst|am anfang)\b|一开始|最初|起初|原本|当初|元々|もともと",
+    re.IGNORECASE,
+)
 
 
-def asks_for_latest(query: str) -> bool:
-    """Whether ``query`` asks how things stand now ("Where do migrations run now?",
-    "现在的预算是多少？"): of the messages that answer it, the later ones say it
-    (a plan changed, a budget grew), so recall prefers them."""
-    return _LATEST.search(query) is not None
+def time_order(query: str) -> int:
+    """1 when ``query`` asks how things stand now ("Where do migrations run now?",
+    "现在的预算是多少？"), -1 when it asks how they were at first ("What colour did I
+    originally order?"), else 0 (also when it asks both). Of the messages that
+    answer, the later (or earliest) ones say it: a plan changed, a budget grew."""
+    return int(_LATEST.search(query) is not None) - int(_EARLIEST.search(query) is not None)
 
 
 @dataclass(frozen=True)
@@ -224,5 +233,5 @@ def date_cue(query: str, now: float | None = None, tz: tzinfo = timezone.utc) ->
 
 
 __all__ = [
-    "MONTHS", "DateCue", "asks_about_replies", "asks_for_latest", "date_cue", "named_participant", "without_names",
+    "MONTHS", "DateCue", "asks_about_replies", "date_cue", "named_participant", "time_order", "without_names",
 ]

@@ -67,9 +67,9 @@ from fastaiagent.kb.protocols import (
 )
 from fastaiagent.kb.query_cues import (
     asks_about_replies,
-    asks_for_latest,
     date_cue,
     named_participant,
+    time_order,
     without_names,
 )
 from fastaiagent.kb.query_dates import Span
@@ -623,7 +623,7 @@ class VectorBlock(MemoryBlock):
         ranked = rank_hybrid(
             self, searched, speaker=speaker, when=when, fetch=self.store.get,
             about_replies=bool(self.reply_drop) and asks_about_replies(query),
-            latest=bool(self.date_boost) and asks_for_latest(query),
+            time_order=time_order(query) if self.date_boost else 0,
         )  # fmt: skip
         return ranked, exhausted
 

@@ -9,8 +9,8 @@ The steps, in order, each measured on LoCoMo (docs/semantic.md):
 3. the messages of the speaker the query names gain ``participant_boost``,
    those recorded in the time it names ``date_boost``; the agent's own replies
    rank ``reply_drop`` lower, unless the query asks what the agent said; a
-   query that asks how things stand now raises the later of the best
-   candidates (:func:`prefer_latest`);
+   query that asks how things stand now (or were at first) raises the later
+   (earlier) of the best candidates (:func:`prefer_in_time`);
 4. messages that ask rank ``question_drop`` lower
    (:func:`~fastaiagent.agent.memory_blocks.vector_following.lower_questions`);
 5. the ``follow_turns`` messages after the best hits rank just below them
@@ -28,7 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from fastaiagent.agent.memory_blocks.recall_weights import ANSWER_DROP, LATEST_AMONG, LATEST_WEIGHT
+from fastaiagent.agent.memory_blocks.recall_weights import (
+    ANSWER_DROP,
+    TIME_ORDER_AMONG,
+    TIME_ORDER_WEIGHT,
+)
 from fastaiagent.agent.memory_blocks.vector_context import Found, add_context
 from fastaiagent.agent.memory_blocks.vector_following import (
     Fetch,
@@ -79,13 +83,14 @@ def rank_hybrid(
     when: DateCue | None,
     fetch: Fetch,
     about_replies: bool = False,
-    latest: bool = False,
+    time_order: int = 0,
 ) -> list[tuple[Chunk, float]]:
     """The candidates of ``searched`` best first, each with its score in (0, 1).
 
     ``speaker`` / ``when`` are the participant and the time the query names,
-    ``about_replies`` whether it asks what the agent said, ``latest`` whether it
-    asks how things stand now;
+    ``about_replies`` whether it asks what the agent said, ``time_order`` 1 when
+    it asks how things stand now, -1 how they were at first
+    (:func:`~fastaiagent.kb.query_cues.time_order`);
     ``fetch`` reads chunks by id (the messages after the best hits), which are
     added to ``searched.chunks``: a ``Searched`` serves one ranking."""
     by_id = searched.chunks  # gains the messages drawn after the best hits
@@ -98,8 +103,8 @@ def rank_hybrid(
         keyword_complete=searched.keyword_complete,
     )
     boost_cues(fused, by_id, speaker, options.participant_boost, when, options.date_boost)
-    if latest:
-        prefer_latest(fused, by_id)
+    if time_order:
+        prefer_in_time(fused, by_id, time_order)
     if options.reply_drop and not about_replies:
         lower_replies(fused, by_id, options.reply_drop)
     if options.question_drop:
@@ -142,15 +147,18 @@ def lower_replies(fused: dict[str, float], chunks: dict[str, Chunk], drop: float
     lower_where(fused, chunks, drop, lambda chunk: chunk.metadata.get("role") == "assistant")
 
 
-def prefer_latest(fused: dict[str, float], chunks: dict[str, Chunk]) -> None:
-    """Raise the best :data:`LATEST_AMONG` candidates by ``LATEST_WEIGHT`` times their
-    standardised time said: among the messages that answer, the later ones (a
-    message with no time counts as the oldest)."""
-    best = sorted(fused, key=fused.__getitem__, reverse=True)[:LATEST_AMONG]
+def prefer_in_time(fused: dict[str, float], chunks: dict[str, Chunk], direction: int) -> None:
+    """Raise the best :data:`TIME_ORDER_AMONG` candidates by ``TIME_ORDER_WEIGHT``
+    times their standardised time said (``direction`` 1) or its opposite (-1):
+    among the messages that answer, the later (earlier) ones. A message with no
+    time is taken as said in the middle of the others."""
+    best = sorted(fused, key=fused.__getitem__, reverse=True)[:TIME_ORDER_AMONG]
     said = [recorded_at(chunks[chunk_id]) for chunk_id in best]
-    oldest = min((at for at in said if at is not None), default=0.0)
-    for chunk_id, z in zip(best, standardized([oldest if at is None else at for at in said]), strict=True):
-        fused[chunk_id] += LATEST_WEIGHT * z
+    known = [at for at in said if at is not None]
+    middle = sum(known) / len(known) if known else 0.0
+    times = [middle if at is None else at for at in said]
+    for chunk_id, z in zip(best, standardized(times), strict=True):
+        fused[chunk_id] += direction * TIME_ORDER_WEIGHT * z
 
 
 def boost_cues(
