@@ -216,7 +216,7 @@ def test_a_small_cache_budget_still_answers_right(facts: PostgresFactStore) -> N
 def test_the_schema_version_is_recorded_and_a_newer_one_refused(facts: PostgresFactStore) -> None:
     facts.vector_store().ids("user:1")
     component = f"vectors:{facts.table}_vectors"
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(6,)]
     _raw(facts, "UPDATE fastaiagent_schema SET version = 9 WHERE component = %s RETURNING 1", component)
     with pytest.raises(SchemaVersionError, match=rf"'{component}' at schema version 9.*pip install -U"):
         _reopen(facts).ids("user:1")
@@ -297,7 +297,7 @@ def test_a_version_1_vector_table_gains_keyword_statistics(facts: PostgresFactSt
     assert reopened.keyword_search("Jane Lisbon", 5, namespace="user:1") == expected
     stats = _raw(facts, f'SELECT namespace, docs, tokens FROM "{facts.table}_vector_ns"')
     assert stats == [("user:1", 2, 5)]  # "to" and "is" are stop words
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(6,)]
 
 
 def test_a_version_2_vector_table_gains_the_time_index(facts: PostgresFactStore) -> None:
@@ -313,7 +313,7 @@ def test_a_version_2_vector_table_gains_the_time_index(facts: PostgresFactStore)
     assert [hit.chunk.id for hit in hits] == ["a3"]
     indexes = _raw(facts, "SELECT indexname FROM pg_indexes WHERE tablename = %s", f"{facts.table}_vectors")
     assert (f"idx_{facts.table}_vectors_recorded",) in indexes
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(6,)]
 
 
 def test_a_version_3_vector_table_has_its_chinese_rows_tokenized_again(facts: PostgresFactStore) -> None:
@@ -332,7 +332,25 @@ def test_a_version_3_vector_table_has_its_chinese_rows_tokenized_again(facts: Po
     reopened = _reopen(facts)
     assert [i for i, _ in reopened.keyword_search("伴娘是谁", 5, namespace="user:1")] == ["ctx", "zh"]
     assert _raw(facts, f"SELECT tsv::text FROM {t} WHERE id = 'en'") == before  # other scripts: untouched
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(6,)]
+
+
+def test_a_version_5_vector_table_is_stemmed_again(facts: PostgresFactStore) -> None:
+    index = facts.vector_store()
+    index.add([_chunk("moved", "we moved to uv", [1, 0]), _chunk("plain", "tomatoes on the balcony", [0, 1])])
+    component = f"vectors:{facts.table}_vectors"
+    t = f'"{facts.table}_vectors"'
+    with psycopg.connect(facts.url, autocommit=True) as conn:  # back to version 5's unstemmed "moved"
+        conn.execute(f"UPDATE {t} SET tsv = to_tsvector('simple', 'moved uv n' || md5(namespace)) WHERE id = 'moved'")
+        conn.execute("UPDATE fastaiagent_schema SET version = 5 WHERE component = %s", (component,))
+    assert index.keyword_search("moving", 5, namespace="user:1") == []
+    before = _raw(facts, f"SELECT xmin::text FROM {t} WHERE id = 'plain'")
+    reopened = _reopen(facts)
+    assert [i for i, _ in reopened.keyword_search("moving", 5, namespace="user:1")] == ["moved"]
+    assert _raw(facts, f"SELECT xmin::text FROM {t} WHERE id = 'plain'") == before  # same tokens: not written
+    terms = _raw(facts, f'SELECT term, df FROM "{facts.table}_vector_terms" WHERE namespace = %s', "user:1")
+    assert ("move", 1) in terms and all(term != "moved" for term, _ in terms)  # counts kept in step
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(6,)]
 
 
 def test_term_counts_follow_every_write_and_a_forgotten_word_leaves(facts: PostgresFactStore) -> None:
@@ -345,9 +363,9 @@ def test_term_counts_follow_every_write_and_a_forgotten_word_leaves(facts: Postg
         rows = _raw(facts, f"SELECT term, df FROM {terms} WHERE namespace = %s AND term NOT LIKE 'n%%'", ns)
         return dict(rows)
 
-    assert counts("user:1") == {"zanzibar": 1, "trip": 2, "plann": 1}
+    assert counts("user:1") == {"zanzibar": 1, "trip": 2, "plan": 1}
     index.delete(["a"])
-    assert counts("user:1") == {"trip": 1, "plann": 1}  # no row of a word nobody holds
+    assert counts("user:1") == {"trip": 1, "plan": 1}  # no row of a word nobody holds
     index.add([_chunk("b", "zanzibar", [0, 1])])  # rewritten: its old words counted down
     assert counts("user:1") == {"zanzibar": 1}
     index.delete_namespace("user:1")
@@ -366,4 +384,4 @@ def test_a_version_4_vector_table_gains_term_counts(facts: PostgresFactStore) ->
     assert [i for i, _ in reopened.keyword_search("Lisbon sunny", 5, namespace="user:1")] == ["a2", "a1"]
     rows = _raw(facts, f'SELECT term, df FROM "{facts.table}_vector_terms" WHERE term = %s', "lisbon")
     assert rows == [("lisbon", 2)]
-    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(5,)]
+    assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(6,)]

@@ -163,10 +163,31 @@ def test_an_older_layout_s_cjk_messages_are_indexed_again_as_character_pairs(
     raw.set(f"{redis_prefix}:vec:layout", "2")
     later = _other_process(redis_url, redis_prefix)
     assert [i for i, _ in later.keyword_search("伴娘", 3, namespace=NS)] == ["zh"]
-    assert raw.get(f"{redis_prefix}:vec:layout") == "3"
+    assert raw.get(f"{redis_prefix}:vec:layout") == VECTORS_LAYOUT
     assert later.search([1.0, 0.0], 1, namespace=NS)[0].chunk.id == "zh"  # its own vector
     assert [i for i, _ in later.keyword_search("bridesmaid", 3, namespace=NS)] == ["en"]
     assert [i for i, _ in later.keyword_search("伴娘", 3, namespace="user:bob")] == ["other"]
+
+
+def test_a_layout_3_index_is_stemmed_again_and_unchanged_chunks_stay(
+    store: RedisFactStore, redis_url: str, redis_prefix: str, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastaiagent.facts.redis import vectors as redis_vectors
+
+    monkeypatch.setattr(redis_vectors, "tokenize", lambda text: text.casefold().split())  # unstemmed
+    old = store.vector_store()
+    old.add([_chunk("moved", "we moved to uv", [1.0, 0.0]), _chunk("plain", "tomato balcony", [0.0, 1.0])])
+    assert old.keyword_search("moving", 3, namespace=NS) == []
+    monkeypatch.undo()
+    raw.set(f"{redis_prefix}:vec:layout", "3")
+    log = f"{redis_prefix}:vec:log:{escape_part(NS)}"
+    changed = {chunk: raw.zscore(log, chunk) for chunk in ("moved", "plain")}
+    later = _other_process(redis_url, redis_prefix)
+    assert [i for i, _ in later.keyword_search("moving", 3, namespace=NS)] == ["moved"]
+    assert raw.get(f"{redis_prefix}:vec:layout") == VECTORS_LAYOUT
+    # Only the chunk whose terms change is written again: "tomato balcony" stems as it was
+    assert raw.zscore(log, "plain") == changed["plain"] and raw.zscore(log, "moved") > changed["moved"]
+    assert later.search([1.0, 0.0], 1, namespace=NS)[0].chunk.id == "moved"  # its own vector
 
 
 def test_a_repeated_id_of_a_rehashing_scan_is_kept_once() -> None:
@@ -308,7 +329,7 @@ def test_a_layout_1_index_gains_the_chunks_times(store: RedisFactStore, raw: Any
     hits = reopened.search_recorded([1.0, 0.0], 5, namespace=NS, spans=[(0.0, 1000.0)])
     assert [hit.chunk.id for hit in hits] == ["a", "b"]  # "c" has no numeric time
     assert raw.zscore(f"{redis_prefix}:vec:rt:{escape_part(NS)}", "a") == 50.25
-    assert raw.get(f"{redis_prefix}:vec:layout") == VECTORS_LAYOUT == "3"
+    assert raw.get(f"{redis_prefix}:vec:layout") == VECTORS_LAYOUT == "4"
     other = reopened.search_recorded([1.0, 0.0], 5, namespace="user:2", spans=[(0.0, 100.0)])
     assert [hit.chunk.id for hit in other] == ["d"]
 

@@ -13,6 +13,22 @@ def test_english_words_are_lowered_stemmed_and_stop_words_dropped() -> None:
     assert tokenize("The cats were chasing Mice") == ["cat", "chas", "mice"]
 
 
+def test_the_forms_of_a_word_stem_together() -> None:
+    for forms in (
+        "move moves moved moving",
+        "decide decides decided deciding",
+        "plan plans planned planning",
+        "use uses used using",
+        "house houses housing",
+        "box boxes boxed",
+        "city cities",
+        "release releases released",
+    ):
+        assert len(set(tokenize(forms))) == 1, forms
+    # Words that only look like forms stay apart
+    assert tokenize("bring thing status glass") == ["bring", "thing", "status", "glass"]
+
+
 def test_chinese_and_japanese_text_becomes_character_pairs() -> None:
     assert tokenize("伴娘是谁？") == ["伴娘", "娘是", "是谁"]
     assert "伴娘" in tokenize("伴娘请了我大学室友林晓雨")

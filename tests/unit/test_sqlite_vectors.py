@@ -376,6 +376,29 @@ def test_a_version_3_vector_table_has_its_plain_tokens_sealed(path: Path) -> Non
     reopened.close()
 
 
+def test_the_version_6_upgrade_stems_older_rows_again(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastaiagent.facts import vectors as facts_vectors
+
+    monkeypatch.setattr(facts_vectors, "tokenize", lambda text: text.casefold().split())  # unstemmed
+    store = SQLiteFactStore(path)
+    store.vector_store().add([
+        _chunk("a1", "a", "we moved to uv", [1.0, 0.0]),
+        _chunk("b1", "b", "moving house", [0.0, 1.0]),
+    ])  # fmt: skip
+    assert store.vector_store().keyword_search("moving", 5, namespace="a") == []
+    store.close()
+    monkeypatch.undo()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE fastaiagent_schema SET version = 5 WHERE component = ?", (f"vectors:{T}",))
+    conn.commit()
+    conn.close()
+    reopened = SQLiteFactStore(path)
+    assert [cid for cid, _ in reopened.vector_store().keyword_search("moving", 5, namespace="a")] == ["a1"]
+    assert [cid for cid, _ in reopened.vector_store().keyword_search("moved", 5, namespace="b")] == ["b1"]
+    assert _raw(path, "SELECT version FROM fastaiagent_schema WHERE component = ?", f"vectors:{T}") == [(6,)]
+    reopened.close()
+
+
 def test_the_version_4_upgrade_tokenizes_older_rows_again(path: Path) -> None:
     store = SQLiteFactStore(path)
     store.vector_store().add([_chunk("a1", "a", "伴娘请了我大学室友林晓雨", [1.0, 0.0])])

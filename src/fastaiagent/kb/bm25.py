@@ -31,16 +31,37 @@ _STOPWORD_TEXT = """a about above after again against all am an and any are as a
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
+_VOWELS = frozenset("aeiou")
+_SIBILANT_ENDS = ("ss", "x", "zz", "ch", "sh")  # "boxes", "matches": the plural adds "es"
+
+
 def stem(word: str) -> str:
-    """A light suffix stripper: plurals and common verb endings map together."""
+    """A light English stemmer: the forms of a word map together ("move", "moves",
+    "moved", "moving" -> "move"; "decide", "decided" -> "decid"; "plans",
+    "planned" -> "plan"; "cities" -> "city"). Porter's steps in small: a plural
+    or a verb ending goes, a doubled consonant it left is halved, a short stem
+    it cut ("mov", "us") gets its "e" back, and a final "e" goes from a long one."""
     if len(word) <= 3:
         return word
-    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            if suffix == "s" and word.endswith("ss"):
-                return word
-            return word[: -len(suffix)] + keep
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-2] if word.endswith("es") and word[:-2].endswith(_SIBILANT_ENDS) else word[:-1]
+    elif word.endswith(("ing", "ed")):
+        word = _verb_stem(word, word[: -3 if word.endswith("ing") else -2])
+    if word.endswith("e") and not word.endswith("ee") and len(word) > 4:
+        word = word[:-1]
     return word
+
+
+def _verb_stem(word: str, root: str) -> str:
+    """``word`` without its "ing" / "ed" (``root``), or whole when too little is left."""
+    if len(root) >= 4 and root[-1] == root[-2] and root[-1] not in _VOWELS and root[-1] not in "lsz":
+        return root[:-1]  # "planned", "running"
+    short = len(root) in (2, 3) and root[-1] not in _VOWELS and root[-1] not in "wxy"
+    if short and root[-2] in _VOWELS and (len(root) == 2 or root[0] not in _VOWELS):
+        return root + "e"  # "moving" -> "move", "using" -> "use"
+    return root if len(root) >= 3 else word
 
 
 # Han, kana and Hangul: scripts written without spaces between words (Korean has

@@ -48,20 +48,27 @@ CJK_ROWS = (
     "SELECT id, namespace, text, metadata FROM {v} WHERE text ~ %(cjk)s "
     "OR metadata->>'context' ~ %(cjk)s"
 )
-RETOKENIZE = "UPDATE {v} SET tsv = to_tsvector('simple', %s), ntokens = %s WHERE id = %s"
 CJK_PATTERN = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+# Step 6: every row gets its tokens again, stemmed as the tokenizer now stems ("move"
+# and "moving" map together); a row whose tokens stay the same is not written.
+ALL_ROWS = "SELECT id, namespace, text, metadata FROM {v}"
+RETOKENIZE = (
+    "UPDATE {v} SET tsv = to_tsvector('simple', %(tsv)s), ntokens = %(n)s "
+    "WHERE id = %(id)s AND tsv IS DISTINCT FROM to_tsvector('simple', %(tsv)s)"
+)
 
 
-def retokenize_cjk(conn: Any, rows_query: Any, update: Any) -> None:
-    """Schema step 4 (see :data:`CJK_ROWS`), in the step's transaction."""
+def retokenize(conn: Any, rows_query: Any, update: Any, only_cjk: bool) -> None:
+    """Schema steps 4 and 6 (``rows_query``: :data:`CJK_ROWS` with ``only_cjk``, or
+    :data:`ALL_ROWS`): the rows' tokens made again from their text, in the step's
+    transaction (the triggers keep the statistics and term counts in step)."""
     from fastaiagent.facts.vectors import keyword_text
     from fastaiagent.kb.protocols import Chunk
 
-    found = conn.execute(rows_query, {"cjk": CJK_PATTERN}).fetchall()
-    params = [
-        (*postings(keyword_text(Chunk(i, text, None, dict(meta))), namespace), i)
-        for i, namespace, text, meta in found
-    ]
+    params = []
+    for i, namespace, text, meta in conn.execute(rows_query, {"cjk": CJK_PATTERN} if only_cjk else None):
+        tsv, count = postings(keyword_text(Chunk(i, text, None, dict(meta))), namespace)
+        params.append({"tsv": tsv, "n": count, "id": i})
     if params:
         with conn.cursor() as cursor:
             cursor.executemany(update, params)
@@ -186,6 +193,6 @@ def _match(key: str, terms: list[str]) -> str:
 
 
 __all__ = [
-    "CJK_ROWS", "DROP_TERMS", "QUERIES", "RETOKENIZE", "STEP2", "STEP5", "nskey",
-    "postings", "retokenize_cjk", "search",
+    "ALL_ROWS", "CJK_ROWS", "DROP_TERMS", "QUERIES", "RETOKENIZE", "STEP2", "STEP5", "nskey",
+    "postings", "retokenize", "search",
 ]  # fmt: skip

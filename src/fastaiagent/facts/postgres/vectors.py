@@ -213,10 +213,12 @@ class PostgresVectorIndex(MatrixIndex):
         steps = [[sql.SQL(text).format(**names) for text in ddl] for ddl in (_DDL, keywords.STEP2, _STEP3)]
         # Step 3 builds CONCURRENTLY, outside a transaction: a busy table's writers go on.
         runs: list[Any] = [partial(_run_ddl, ddl=ddl, transaction=n < 2) for n, ddl in enumerate(steps)]
-        cjk = [sql.SQL(text).format(**names) for text in (keywords.CJK_ROWS, keywords.RETOKENIZE)]
-        runs.append(partial(_in_transaction, step=partial(keywords.retokenize_cjk, rows_query=cjk[0], update=cjk[1])))
+        update = sql.SQL(keywords.RETOKENIZE).format(**names)
+        cjk, every = (sql.SQL(rows).format(**names) for rows in (keywords.CJK_ROWS, keywords.ALL_ROWS))
+        runs.append(partial(_in_transaction, step=partial(keywords.retokenize, rows_query=cjk, update=update, only_cjk=True)))
         terms = [sql.SQL(text).format(**names) for text in keywords.STEP5]
         runs.append(partial(_run_ddl, ddl=terms))  # one transaction: writers wait for the count
+        runs.append(partial(_in_transaction, step=partial(keywords.retokenize, rows_query=every, update=update, only_cjk=False)))
         self._schema = Schema(f"vectors:{self.table}", runs)
         self._ready = False
         self._dimension: int | None = None

@@ -15,9 +15,10 @@ for untagged chunks):
 - ``rt:<ns>`` - chunk id -> its numeric ``metadata.created_at`` (sorted set, layout 2:
   the chunks of a span of time for ``search_recorded``)
 
-Layout 3 changes no key: its upgrade indexes messages in Chinese, Japanese or
-Korean again, as the character pairs ``kb.bm25.tokenize`` now makes of them (a
-clause was one token), as SQLite and Postgres do at their upgrades.
+Layouts 3 and 4 change no key: their upgrade indexes messages again with
+today's ``kb.bm25.tokenize`` (3: Chinese, Japanese or Korean as character pairs,
+a clause was one token; 4: a word's forms stemmed together, "move" and
+"moving"), as SQLite and Postgres do at their upgrades.
 - ``c:<ns>:<identity>`` - text key -> float32 bytes; ``ci:<ns>`` - those identities
 
 Every write is one Lua script, so a chunk, its postings and the version move
@@ -57,7 +58,7 @@ from fastaiagent.facts.redis.layout import escape_part, unescape_part
 from fastaiagent.facts.redis.store import RedisFactStore
 from fastaiagent.facts.redis.vector_spread import VectorSpread
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, recorded_at
-from fastaiagent.kb.bm25 import has_cjk, tokenize
+from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 
 np = require("numpy", "redis")
@@ -65,7 +66,7 @@ _client_mod = require("redis.client", "redis")
 _NoScript = require("redis.exceptions", "redis").NoScriptError
 _NEVER_DECODE = {_client_mod.NEVER_DECODE: True}  # replies read as bytes (vectors)
 
-VECTORS_LAYOUT = "3"
+VECTORS_LAYOUT = "4"
 DELTA_LIMIT = 2000  # changed chunks a cache catches up on; more reloads the namespace
 _DROP_BATCH = 64  # chunks one delete_namespace step removes (a few ms of Redis at ~12 terms each)
 SCAN_STEP = 1000  # vectors one HSCAN of a cold load returns (~1.5 MB at 384 dims)
@@ -342,25 +343,25 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
             try:
                 if found == "1":
                     self._record_all_times()
-                self._retokenize_cjk()
+                self._retokenize()
             except BaseException:
                 self._checked = False  # a later call upgrades again (each step repeats safely)
                 raise
             self._client.set(key, VECTORS_LAYOUT)
         self._checked = True
 
-    def _retokenize_cjk(self) -> int:
-        """Layout 2 -> 3: each chunk whose keyword text holds Chinese, Japanese or
-        Korean script is written again with its own vector, so its postings are the
-        tokenizer's character pairs; others are not touched. Returns how many."""
+    def _retokenize(self) -> int:
+        """Layouts 2-3 -> 4: each chunk whose postings today's tokenizer would make
+        otherwise (``tm:<ns>`` holds its terms) is written again with its own vector;
+        others are not touched. Returns how many."""
         done = 0
         for ns in sorted(self._client.smembers(self._g("ns"))):
             cursor = 0
             while True:
                 cursor, part = self._client.hscan(self._k("d:", ns), cursor, count=SCAN_STEP)
-                # The JSON escapes non-ASCII text: only such docs are parsed.
-                chunks = [_chunk(i, doc) for i, doc in part.items() if "\\u" in doc]
-                chunks = [chunk for chunk in chunks if has_cjk(keyword_text(chunk))]
+                chunks = [_chunk(i, doc) for i, doc in part.items()]
+                held = self._client.hmget(self._k("tm:", ns), [c.id for c in chunks]) if chunks else []
+                chunks = [c for c, terms in zip(chunks, held, strict=True) if terms != _terms(keyword_text(c))[0]]
                 if chunks:
                     raw = self._client.execute_command(
                         "HMGET", self._k("v:", ns), *[c.id for c in chunks], **_NEVER_DECODE

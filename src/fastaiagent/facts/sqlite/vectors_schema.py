@@ -145,7 +145,9 @@ def vectors_schema(table: str) -> Schema:
     def seal(conn: sqlite3.Connection) -> None:  # version 4: sealed keyword tokens
         seal_existing_rows(conn, table)
 
-    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3), seal, step(_V5)])
+    # Version 6: the stemmer maps a word's forms together ("move" and "moving"):
+    # every row's tokens are made again from its text (the same step as version 4).
+    return Schema(f"vectors:{table}", [step(_V1), step(_V2), step(_V3), seal, step(_V5), seal])
 
 
 def fts_match(nskey: str, terms: Sequence[str]) -> str:
