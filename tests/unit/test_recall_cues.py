@@ -510,6 +510,8 @@ def test_the_last_sentence_of_a_reply_in_any_script():
         return Chunk("r", text, None, {"role": "assistant"})
 
     assert as_context(reply("Done. Anything else?")) == "Anything else?"
+    # its last question too, when a closing remark follows it
+    assert as_context(reply("Two options. Which suits you? I'll book it.")) == "Which suits you? I'll book it."
     assert as_context(reply("好的，已经改了。你想要什么颜色？")) == "你想要什么颜色？"
     assert as_context(reply("version 2.0.1 is out")) == "version 2.0.1 is out"  # no sentence end
     said = Chunk("u", "Done. Anything else?", None, {"role": "user"})

@@ -179,7 +179,7 @@ class VectorBlock(MemoryBlock):
     (messages are still embedded into the store). ``embedder=None`` resolves
     ``"auto"`` at first use. ``context_turns`` previous messages are indexed
     with each message's keywords (0 = none); of an agent's reply, only its last
-    sentence, the one the user answers.
+    question and last sentence, what the user answers.
     Hybrid recall standardises both sides (z-scores) before blending them, and
     reads two cues in the query: a participant it names (``Message.name`` of
     stored messages) is taken out of the embedded query and that speaker's
