@@ -349,7 +349,11 @@ def test_a_version_5_vector_table_is_stemmed_again(facts: PostgresFactStore) -> 
     assert [i for i, _ in reopened.keyword_search("moving", 5, namespace="user:1")] == ["moved"]
     assert _raw(facts, f"SELECT xmin::text FROM {t} WHERE id = 'plain'") == before  # same tokens: not written
     terms = _raw(facts, f'SELECT term, df FROM "{facts.table}_vector_terms" WHERE namespace = %s', "user:1")
-    assert ("move", 1) in terms and all(term != "moved" for term, _ in terms)  # counts kept in step
+    assert ("move", 1) in terms and all(term != "moved" for term, _ in terms)  # counted again
+    reopened.add([_chunk("again", "moving again", [1, 1])])  # the count triggers are back on
+    df = _raw(facts, f'SELECT df FROM "{facts.table}_vector_terms" WHERE namespace = %s AND term = %s', "user:1", "move")
+    assert df == [(2,)]
+    assert {i for i, _ in reopened.keyword_search("moved", 5, namespace="user:1")} == {"moved", "again"}
     assert _raw(facts, "SELECT version FROM fastaiagent_schema WHERE component = %s", component) == [(6,)]
 
 

@@ -22,6 +22,18 @@ from typing import Any
 from fastaiagent.facts.index.keywords import bm25_top, budget, by_rarity, grouped, newest_window
 from fastaiagent.kb.bm25 import tokenize
 
+# Each namespace's document count and token total, and per term its document count,
+# counted again from the rows (steps 2, 5 and 6).
+RECOUNT_STATS = (
+    "UPDATE {n} SET docs = s.docs, tokens = s.tokens FROM (SELECT namespace, count(*) AS docs, "
+    "sum(ntokens) AS tokens FROM {v} GROUP BY namespace) s WHERE {n}.namespace = s.namespace"
+)
+RECOUNT_TERMS = (
+    "DELETE FROM {terms}",
+    "INSERT INTO {terms} (namespace, term, df) SELECT namespace, u.lexeme, count(*) "
+    "FROM {v}, unnest(tsv) u GROUP BY namespace, u.lexeme",
+)
+
 # Schema step 2 of the vectors component: the token counts and the statistics.
 STEP2 = (
     "ALTER TABLE {v} ADD COLUMN IF NOT EXISTS ntokens INTEGER NOT NULL DEFAULT 0",
@@ -37,8 +49,7 @@ STEP2 = (
     "DROP TRIGGER IF EXISTS {stats_trigger} ON {v}",
     "CREATE TRIGGER {stats_trigger} AFTER INSERT OR DELETE OR UPDATE OF namespace, ntokens "
     "ON {v} FOR EACH ROW EXECUTE FUNCTION {stats_fn}()",
-    "UPDATE {n} SET docs = s.docs, tokens = s.tokens FROM (SELECT namespace, count(*) AS docs, "
-    "sum(ntokens) AS tokens FROM {v} GROUP BY namespace) s WHERE {n}.namespace = s.namespace",
+    RECOUNT_STATS,
 )
 
 # Step 4: rows holding Chinese, Japanese or Korean text get their tokens again, as
@@ -49,29 +60,66 @@ CJK_ROWS = (
     "OR metadata->>'context' ~ %(cjk)s"
 )
 CJK_PATTERN = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
-# Step 6: every row gets its tokens again, stemmed as the tokenizer now stems ("move"
-# and "moving" map together); a row whose tokens stay the same is not written.
-ALL_ROWS = "SELECT id, namespace, text, metadata FROM {v}"
 RETOKENIZE = (
     "UPDATE {v} SET tsv = to_tsvector('simple', %(tsv)s), ntokens = %(n)s "
     "WHERE id = %(id)s AND tsv IS DISTINCT FROM to_tsvector('simple', %(tsv)s)"
 )
+# Step 6: every row gets its tokens again, stemmed as the tokenizer now stems ("move"
+# and "moving" map together). Set-based: the new tokens are copied into a temporary
+# table and applied by one UPDATE with the count triggers off (row by row, their
+# work made it ~5 ms a row), then the counts are made again from the rows.
+ALL_ROWS = "SELECT id, namespace, text, metadata FROM {v}"
+RESTEM_STAGE = (
+    "CREATE TEMP TABLE fastaiagent_restem (id TEXT PRIMARY KEY, tsv TEXT NOT NULL, "
+    "ntokens INTEGER NOT NULL) ON COMMIT DROP"
+)
+RESTEM_COPY = "COPY fastaiagent_restem (id, tsv, ntokens) FROM STDIN"
+RESTEM_APPLY = (
+    "ALTER TABLE {v} DISABLE TRIGGER {terms_trigger}",
+    "ALTER TABLE {v} DISABLE TRIGGER {stats_trigger}",
+    "UPDATE {v} v SET tsv = to_tsvector('simple', r.tsv), ntokens = r.ntokens "
+    "FROM fastaiagent_restem r WHERE v.id = r.id "
+    "AND (v.ntokens <> r.ntokens OR v.tsv IS DISTINCT FROM to_tsvector('simple', r.tsv))",
+    "ALTER TABLE {v} ENABLE TRIGGER {terms_trigger}",
+    "ALTER TABLE {v} ENABLE TRIGGER {stats_trigger}",
+    RECOUNT_STATS,
+    *RECOUNT_TERMS,
+)
 
 
-def retokenize(conn: Any, rows_query: Any, update: Any, only_cjk: bool) -> None:
-    """Schema steps 4 and 6 (``rows_query``: :data:`CJK_ROWS` with ``only_cjk``, or
-    :data:`ALL_ROWS`): the rows' tokens made again from their text, in the step's
-    transaction (the triggers keep the statistics and term counts in step)."""
-    from fastaiagent.facts.vectors import keyword_text
-    from fastaiagent.kb.protocols import Chunk
-
-    params = []
-    for i, namespace, text, meta in conn.execute(rows_query, {"cjk": CJK_PATTERN} if only_cjk else None):
-        tsv, count = postings(keyword_text(Chunk(i, text, None, dict(meta))), namespace)
-        params.append({"tsv": tsv, "n": count, "id": i})
+def retokenize(conn: Any, rows_query: Any, update: Any) -> None:
+    """Schema step 4 (see :data:`CJK_ROWS`), in the step's transaction (the triggers
+    keep the statistics and term counts in step: the rows are few)."""
+    params = [
+        {"tsv": tsv, "n": count, "id": i}
+        for i, tsv, count in _postings_of(conn.execute(rows_query, {"cjk": CJK_PATTERN}))
+    ]
     if params:
         with conn.cursor() as cursor:
             cursor.executemany(update, params)
+
+
+def restem(conn: Any, rows_query: Any, apply: list[Any]) -> None:
+    """Schema step 6 (see :data:`RESTEM_APPLY`), in one transaction."""
+    with conn.transaction():
+        found = _postings_of(conn.execute(rows_query))
+        conn.execute(RESTEM_STAGE)
+        with conn.cursor().copy(RESTEM_COPY) as copy:
+            for row in found:
+                copy.write_row(row)
+        for statement in apply:
+            conn.execute(statement)
+
+
+def _postings_of(rows: Any) -> list[tuple[str, str, int]]:
+    """``(id, tsvector text, token count)`` of rows ``(id, namespace, text, metadata)``."""
+    from fastaiagent.facts.vectors import keyword_text
+    from fastaiagent.kb.protocols import Chunk
+
+    return [
+        (i, *postings(keyword_text(Chunk(i, text, None, dict(meta))), namespace))
+        for i, namespace, text, meta in rows
+    ]
 
 
 # Step 5: per namespace and term, the documents holding it. A namespace being
@@ -102,9 +150,7 @@ STEP5 = (
     "SET enable_bitmapscan = off SET enable_seqscan = off AS $$ "
     "SELECT v.id, v.ntokens, v.tsv, v.gen FROM {v} v WHERE v.namespace = ns ORDER BY v.gen DESC, v.id DESC "
     "LIMIT n $$",
-    "DELETE FROM {terms}",  # a repeated step starts afresh
-    "INSERT INTO {terms} (namespace, term, df) SELECT namespace, u.lexeme, count(*) "
-    "FROM {v}, unnest(tsv) u GROUP BY namespace, u.lexeme",
+    *RECOUNT_TERMS,  # a repeated step starts afresh
 )
 DROP_TERMS = "DELETE FROM {terms} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {terms} WHERE namespace = %s LIMIT %s))"
 
@@ -193,6 +239,6 @@ def _match(key: str, terms: list[str]) -> str:
 
 
 __all__ = [
-    "ALL_ROWS", "CJK_ROWS", "DROP_TERMS", "QUERIES", "RETOKENIZE", "STEP2", "STEP5", "nskey",
-    "postings", "retokenize", "search",
+    "ALL_ROWS", "CJK_ROWS", "DROP_TERMS", "QUERIES", "RECOUNT_STATS", "RECOUNT_TERMS", "RESTEM_APPLY",
+    "RETOKENIZE", "STEP2", "STEP5", "nskey", "postings", "restem", "retokenize", "search",
 ]  # fmt: skip

@@ -215,10 +215,11 @@ class PostgresVectorIndex(MatrixIndex):
         runs: list[Any] = [partial(_run_ddl, ddl=ddl, transaction=n < 2) for n, ddl in enumerate(steps)]
         update = sql.SQL(keywords.RETOKENIZE).format(**names)
         cjk, every = (sql.SQL(rows).format(**names) for rows in (keywords.CJK_ROWS, keywords.ALL_ROWS))
-        runs.append(partial(_in_transaction, step=partial(keywords.retokenize, rows_query=cjk, update=update, only_cjk=True)))
+        runs.append(partial(_in_transaction, step=partial(keywords.retokenize, rows_query=cjk, update=update)))
         terms = [sql.SQL(text).format(**names) for text in keywords.STEP5]
         runs.append(partial(_run_ddl, ddl=terms))  # one transaction: writers wait for the count
-        runs.append(partial(_in_transaction, step=partial(keywords.retokenize, rows_query=every, update=update, only_cjk=False)))
+        restem = [sql.SQL(text).format(**names) for text in keywords.RESTEM_APPLY]
+        runs.append(partial(keywords.restem, rows_query=every, apply=restem))
         self._schema = Schema(f"vectors:{self.table}", runs)
         self._ready = False
         self._dimension: int | None = None
