@@ -244,7 +244,8 @@ class MemoryStack:
         peers name the same store), and from every size's index of the fact store
         when one of them is among them; returns how many there were."""
         namespace, purges = self.recall_namespace(user_id), self._recall_purges(stores)
-        self.stop_recall_jobs(user_id, purges)
+        for store in purges:  # every job first: none may write back into an emptied index
+            stop_background_job(store, namespace)
         return sum(int(store.delete_namespace(namespace) or 0) for store in purges)
 
     def stop_recall_jobs(self, user_id: str, stores: Iterable[Any]) -> None:

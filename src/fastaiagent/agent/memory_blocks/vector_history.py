@@ -18,7 +18,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from fastaiagent.agent.memory_blocks.vector_following import QUESTION_MARKS
+from fastaiagent.agent.memory_blocks.vector_following import asks
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.kb.protocols import Chunk
 from fastaiagent.llm.message import Message
@@ -45,7 +45,7 @@ def as_context(chunk: Chunk) -> str:
     sentences = [part for part in _SENTENCE_END.split(chunk.text.strip()) if part]
     if not sentences:
         return chunk.text
-    asked = [sentence for sentence in sentences[:-1] if sentence.endswith(QUESTION_MARKS)]
+    asked = [sentence for sentence in sentences[:-1] if asks(sentence)]
     return f"{asked[-1]} {sentences[-1]}" if asked else sentences[-1]
 
 

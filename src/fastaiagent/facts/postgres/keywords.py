@@ -87,7 +87,7 @@ RESTEM_APPLY = (
 )
 
 
-def retokenize(conn: Any, rows_query: Any, update: Any) -> None:
+def retokenize_cjk(conn: Any, rows_query: Any, update: Any) -> None:
     """Schema step 4 (see :data:`CJK_ROWS`), in the step's transaction (the triggers
     keep the statistics and term counts in step: the rows are few)."""
     params = [
@@ -240,5 +240,5 @@ def _match(key: str, terms: list[str]) -> str:
 
 __all__ = [
     "ALL_ROWS", "CJK_ROWS", "DROP_TERMS", "QUERIES", "RECOUNT_STATS", "RECOUNT_TERMS", "RESTEM_APPLY",
-    "RETOKENIZE", "STEP2", "STEP5", "nskey", "postings", "restem", "retokenize", "search",
+    "RETOKENIZE", "STEP2", "STEP5", "nskey", "postings", "restem", "retokenize_cjk", "search",
 ]  # fmt: skip

@@ -215,7 +215,7 @@ class PostgresVectorIndex(MatrixIndex):
         runs: list[Any] = [partial(_run_ddl, ddl=ddl, transaction=n < 2) for n, ddl in enumerate(steps)]
         update = sql.SQL(keywords.RETOKENIZE).format(**names)
         cjk, every = (sql.SQL(rows).format(**names) for rows in (keywords.CJK_ROWS, keywords.ALL_ROWS))
-        runs.append(partial(_in_transaction, step=partial(keywords.retokenize, rows_query=cjk, update=update)))
+        runs.append(partial(_in_transaction, step=partial(keywords.retokenize_cjk, rows_query=cjk, update=update)))
         terms = [sql.SQL(text).format(**names) for text in keywords.STEP5]
         runs.append(partial(_run_ddl, ddl=terms))  # one transaction: writers wait for the count
         restem = [sql.SQL(text).format(**names) for text in keywords.RESTEM_APPLY]
