@@ -25,6 +25,7 @@ from _vector_fakes import WordHashEmbedder
 from fastaiagent import Memory
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, identity_of
 from fastaiagent.facts.index.reembed import Reembedding, background_job
+from fastaiagent.facts.vectors import REPLIES_TO_KEY, embedded_text
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
 
 BACKENDS = [
@@ -122,6 +123,22 @@ def test_a_job_rewrites_one_namespace_with_the_new_model_once(open_store) -> Non
     assert index.search(query, 1, namespace="user:alice")[0].chunk.id == "user:alice-5"
     again = Reembedding(index, new, namespaces=["user:alice"]).run()
     assert again.total == 0 and new.texts_embedded == 41  # only the query above
+
+
+def test_a_job_embeds_an_answer_with_the_question_it_answers(open_store) -> None:
+    index = open_store().vector_store()
+    old, new = ModelEmbedder("one"), ModelEmbedder("two")
+    answer = Chunk("a", "They are the Aura 300, in sage green.", None,
+                   {"namespace": "user:alice", REPLIES_TO_KEY: "Which headphones do you have?"})
+    plain = Chunk("p", "note about tennis", None, {"namespace": "user:alice"})
+    index.add([Chunk(c.id, c.text, old.embed([c.text])[0], {**c.metadata, EMBEDDER_KEY: identity_of(old)})
+               for c in (answer, plain)])  # fmt: skip
+    assert Reembedding(index, new, namespaces=["user:alice"]).run().state == "done"
+    # The same text the live path embeds: re-embedding keeps what an answer is about.
+    assert sorted(new.calls[-1]) == sorted([embedded_text(answer), plain.text])
+    paired = new.embed([embedded_text(answer)])[0]
+    top = index.search(paired, 1, namespace="user:alice")[0]
+    assert top.chunk.id == "a" and top.score == pytest.approx(1.0)  # that text's vector is stored
 
 
 def test_a_failed_job_is_finished_by_a_repeat_without_embedding_twice(open_store) -> None:

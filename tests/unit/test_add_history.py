@@ -49,6 +49,14 @@ def test_a_history_is_recalled_in_the_next_run(tmp_path: Path) -> None:
     assert index.count("user:bob") == 0  # another user: nothing
 
 
+def test_an_imported_answer_is_embedded_with_the_question_it_answers(tmp_path: Path) -> None:
+    embedder = WordHashEmbedder()
+    asked = [AssistantMessage("Welcome back! Which city do you live in now?"), UserMessage("Porto, since April.")]
+    _memory(tmp_path, embedder).add_history(asked, user_id="ann", at=TIMES[:2])
+    # As on a live turn: the user's answer is embedded with the agent's question.
+    assert embedder.calls == [[asked[0].content, "Porto, since April. Which city do you live in now?"]]
+
+
 def test_importing_the_same_history_again_adds_nothing(tmp_path: Path) -> None:
     memory = _memory(tmp_path, WordHashEmbedder())
     memory.add_history(HISTORY, user_id="ann", at=TIMES)

@@ -518,6 +518,49 @@ def test_the_last_sentence_of_a_reply_in_any_script():
     assert as_context(said) == "Done. Anything else?"  # a user's message is context whole
 
 
+def test_a_message_keeps_the_question_it_answers():
+    from collections import deque
+
+    from fastaiagent.agent.memory_blocks.vector_history import link_to_previous
+
+    def said(role: str, text: str) -> Chunk:
+        return Chunk(text, text, None, {"role": role})
+
+    def linked(turns: list[tuple[str, str]], context_turns: int = 1) -> list[dict]:
+        recent: deque[str] = deque(maxlen=context_turns or 1)
+        chunks = [said(role, text) for role, text in turns]
+        for chunk in chunks:
+            link_to_previous(chunk, recent, context_turns)
+        return [c.metadata for c in chunks]
+
+    reply = "Thanks. Which headphones are they? I'll check the order."
+    _, answer = linked([("assistant", reply), ("user", "The Aura 300.")])
+    assert answer["replies_to"] == "Which headphones are they?"  # asked mid-reply too
+    assert answer["context"] == "Which headphones are they? I'll check the order."
+    _, friend = linked([("user", "Nice! What's your favourite team? Mine's the Owls."), ("user", "The Wolves.")])
+    assert friend["replies_to"] == "What's your favourite team?"  # between two people too
+    _, agent = linked([("user", "Which plan am I on?"), ("assistant", "You are on Pro.")])
+    assert "replies_to" not in agent  # the agent's replies are embedded as they are
+    _, statement = linked([("assistant", "Done, the refund is on its way."), ("user", "Great, thanks.")])
+    assert "replies_to" not in statement  # nothing was asked
+    _, alone = linked([("assistant", "Which colour?"), ("user", "Green.")], context_turns=0)
+    assert alone == {"role": "user"}  # context_turns=0: nothing from the turn before
+
+
+def test_an_answer_is_found_by_the_question_it_answers():
+    # "Green, the Aura 300." shares no word with the question; the agent asked it.
+    def ranked(context_turns: int) -> list[str]:
+        memory = block(retrieval="dense", context_turns=context_turns)
+        memory.on_message(UserMessage("My old headphones case was blue and broken."))
+        memory.on_message(AssistantMessage("Sorry about that. Which headphones do you have now?"))
+        memory.on_message(UserMessage("Green ones, the Aura 300."))
+        memory.on_message(AssistantMessage("Noted, thanks."))
+        return [t for t in texts(memory.recall("Which headphones do I have?")) if t.startswith(("Green", "My"))]
+
+    assert ranked(context_turns=1) == ["Green ones, the Aura 300.", "My old headphones case was blue and broken."]
+    assert ranked(context_turns=0)[0] == "My old headphones case was blue and broken."
+
+
 def first_recalled(query: str, earlier: str, later: str, date_boost: float) -> str:
     """The first message recalled for ``query`` of ``earlier`` (January), ``later`` (May)
     and filler between."""

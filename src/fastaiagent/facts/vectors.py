@@ -56,6 +56,19 @@ def keyword_text(chunk: Chunk) -> str:
     return f"{chunk.text} {context}" if isinstance(context, str) and context else chunk.text
 
 
+# Recall stores here the question a message answers (the previous message's last one).
+REPLIES_TO_KEY = "replies_to"
+
+
+def embedded_text(chunk: Chunk) -> str:
+    """What a chunk's vector is made from: its text, then ``metadata["replies_to"]``
+    when that is a str. An answer often says what it is about only beside its
+    question ("They're the Aura 300, in sage green" after "Which headphones?");
+    the text comes first, so a long question is what the model's window cuts."""
+    question = chunk.metadata.get(REPLIES_TO_KEY)
+    return f"{chunk.text} {question}" if isinstance(question, str) and question else chunk.text
+
+
 def keyword_tokens(chunk: Chunk) -> list[str]:
     """The keyword tokens a chunk is indexed under (:func:`keyword_text`, tokenized)."""
     return tokenize(keyword_text(chunk))
@@ -186,6 +199,7 @@ __all__ = [
     "RecordedSearch",
     "Spans",
     "StoredVectorIndex",
+    "embedded_text",
     "embedder_identity",
     "every_vector_index",
     "keyword_text",

@@ -42,8 +42,8 @@ from fastaiagent.agent.memory_blocks.recall_options import (
 from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP, UNREAD_SCRIPT_DENSE_SHARE
 from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_history import (
-    as_context,
     embed_and_store,
+    link_to_previous,
     past_chunks,
     said_times,
 )
@@ -54,7 +54,7 @@ from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_
 from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
-from fastaiagent.facts.vectors import recorded_at
+from fastaiagent.facts.vectors import embedded_text, recorded_at
 from fastaiagent.kb.bm25 import BM25Index, has_cjk
 from fastaiagent.kb.embedding import Embedder
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
@@ -179,7 +179,9 @@ class VectorBlock(MemoryBlock):
     (messages are still embedded into the store). ``embedder=None`` resolves
     ``"auto"`` at first use. ``context_turns`` previous messages are indexed
     with each message's keywords (0 = none); of an agent's reply, only its last
-    question and last sentence, what the user answers.
+    question and last sentence, what the user answers. A user's message is
+    also embedded with the last question of the message before it (the one it
+    answers), unless ``context_turns`` is 0.
     Hybrid recall standardises both sides (z-scores) before blending them, and
     reads two cues in the query: a participant it names (``Message.name`` of
     stored messages) is taken out of the embedded query and that speaker's
@@ -414,9 +416,7 @@ class VectorBlock(MemoryBlock):
             return
         chunk.metadata.setdefault(NAMESPACE_KEY, self.namespace)
         with self._lock:
-            if self.context_turns and self._recent:
-                chunk.metadata.setdefault("context", " ".join(self._recent))
-            self._recent.append(as_context(chunk))
+            link_to_previous(chunk, self._recent, self.context_turns)
             self._assign_ids(message, chunk)
             self._pending.append(chunk)
             self._learn_speakers([chunk])
@@ -441,8 +441,10 @@ class VectorBlock(MemoryBlock):
 
     def embedding_text(self, chunk: Chunk) -> str:
         """The text whose vector represents ``chunk``: the extension point for what is
-        embedded (override it to add context; the keyword side indexes ``chunk.text``)."""
-        return chunk.text
+        embedded (the keyword side indexes ``chunk.text`` and its context). By default
+        the text, then the question it answers, when the message before it asks one
+        (:func:`~fastaiagent.facts.vectors.embedded_text`)."""
+        return embedded_text(chunk)
 
     def _embedding_text(self, chunk: Chunk) -> str:
         """Deprecated: the old, private name of :meth:`embedding_text` (still called

@@ -33,6 +33,7 @@ from typing import Any
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, identity_of
+from fastaiagent.facts.vectors import embedded_text
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, namespace_key
 
 logger = logging.getLogger("fastaiagent.facts.index.reembed")
@@ -157,7 +158,7 @@ class Reembedding:
             if self._cancelled.is_set():
                 return
             batch = chunks[first : first + self.batch_size]
-            vectors = embed.embed([c.text for c in batch])
+            vectors = embed.embed([embedded_text(c) for c in batch])
             if self._cancelled.is_set():  # a forget while the batch was embedded
                 return
             # Written back only while the source still holds them (a forget meanwhile wins).
