@@ -43,7 +43,9 @@ length among them, have no switch of their own). What stays is the fused dense
 + BM25 ranking, each message indexed with the previous one's keywords
 (``context_turns=1``, indexing rather than ranking); the participants' names
 are still taken out of the embedded query (``without_names`` has no switch).
-``no_<option>`` turns one cue off and leaves the others on (an ablation).
+``no_<option>`` turns one cue off and leaves the others on (an ablation);
+``embed_question`` is the default with that option on (each user message embedded
+with the question the message before it asks).
 
     python bench/everyday_recall.py [--kinds support,coding,...] [--configs default,cues_off]
                                     [--json] [--misses]
@@ -93,7 +95,9 @@ CUES_OFF: dict[str, Any] = {
 ABLATIONS: dict[str, dict[str, Any]] = {
     f"no_{name}": {name: value} for name, value in CUES_OFF.items() if name != "neighbour_weight"
 }
-CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS}
+# An option that is off by default, on (it costs a turn one more embedding).
+OPTIONS_ON: dict[str, dict[str, Any]] = {"embed_question": {"embed_question": True}}
+CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS, **OPTIONS_ON}
 DEFAULT_CONFIGS = "default,cues_off"
 
 
@@ -180,11 +184,12 @@ def load(kind: str) -> dict[str, Any]:
 
 
 def print_table(rows: dict[str, dict[str, dict[str, Any]]]) -> None:
-    print(f"{'kind':<14} {'config':<9} {'n':>4} " + " ".join(f"{c:>6}" for c in COLUMNS))
+    wide = max([len("config")] + [len(config) for by_config in rows.values() for config in by_config])
+    print(f"{'kind':<14} {'config':<{wide}} {'n':>4} " + " ".join(f"{c:>6}" for c in COLUMNS))
     for kind, by_config in rows.items():
         for config, row in by_config.items():
             values = " ".join(f"{row[c]:>6.3f}" for c in COLUMNS)
-            print(f"{kind:<14} {config:<9} {row['n']:>4} {values}")
+            print(f"{kind:<14} {config:<{wide}} {row['n']:>4} {values}")
 
 
 def print_misses(tallies: dict[str, dict[str, Tally]]) -> None:

@@ -12,13 +12,14 @@ running (started here: one core of two spinning), the bench times:
 - ``cold_first_turn_s``: the first ``Agent.run`` of a fresh process (new store
   objects): the namespace is read from the store, the query embedded;
 - ``turn_p50_ms`` / ``turn_p99_ms``: the next turns (each embeds its question,
-  recalls, records the new messages);
+  recalls, records the new messages; with ``--reply`` a question, each next
+  message is embedded with it, one more text per turn);
 - ``dense_p50_ms``: the vector search alone, with a precomputed query vector,
   once the namespace's sketch is built (facts/index/sketch.py);
 - ``dense_recall``: the share of the exact top 10 that search returns.
 
 Run: ``python bench/recall_turns.py [--backends sqlite,postgres,redis]
-[--messages 10000,100000] [--turns 60] [--no-busy]``. Targets (issue #32):
+[--messages 10000,100000] [--turns 60] [--no-busy] [--reply TEXT]``. Targets (issue #32):
 query embed <= 20 ms, turn p50 <= 25 ms at 10k and <= 40 ms at 100k, cold
 first turn at 100k <= 1 s.
 """
@@ -81,7 +82,7 @@ def p50(samples: list[float]) -> float:
     return round(statistics.median(samples), 2)
 
 
-def measure(backend: str, folder: str, messages: int, turns: int, busy: bool) -> dict[str, Any]:
+def measure(backend: str, folder: str, messages: int, turns: int, busy: bool, reply: str = "ok") -> dict[str, Any]:
     """Fill, then time as a fresh process would (new store objects, model loaded by warm())."""
     store = open_store(backend, folder)
     load_s = fill(store, messages)
@@ -89,19 +90,19 @@ def measure(backend: str, folder: str, messages: int, turns: int, busy: bool) ->
     neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     try:
         return {"backend": backend, "messages": messages, "load_s": round(load_s, 1),
-                **timed_turns(backend, folder, turns)}  # fmt: skip
+                **timed_turns(backend, folder, turns, reply)}  # fmt: skip
     finally:
         if neighbour is not None:
             neighbour.kill()
 
 
-def timed_turns(backend: str, folder: str, turns: int) -> dict[str, Any]:
+def timed_turns(backend: str, folder: str, turns: int, reply: str = "ok") -> dict[str, Any]:
     embedder = LocalEmbedder()
     started = time.perf_counter()
     memory = Memory(open_store(backend, folder), user_id=USER, recall="auto", embedder=embedder)
     memory.warm()
     warm_s = time.perf_counter() - started
-    agent = Agent(name="bench", llm=CannedLLM("ok"), system_prompt="Be brief.", memory=memory)
+    agent = Agent(name="bench", llm=CannedLLM(reply), system_prompt="Be brief.", memory=memory)
     started = time.perf_counter()
     agent.run(RECALL_QUERIES[0])
     cold_s = time.perf_counter() - started
@@ -153,6 +154,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--no-busy", action="store_true", help="no CPU-busy neighbour process")
     parser.add_argument("--json", action="store_true", help="one JSON line at the end")
+    parser.add_argument("--reply", default="ok", help="the agent's canned reply (a question: see turn_p50_ms)")
     args = parser.parse_args()
     import tempfile
 
@@ -161,7 +163,7 @@ def main() -> int:
         for messages in [int(n) for n in args.messages.split(",")]:
             with tempfile.TemporaryDirectory() as folder:
                 try:
-                    results.append(measure(backend, folder, messages, args.turns, not args.no_busy))
+                    results.append(measure(backend, folder, messages, args.turns, not args.no_busy, args.reply))
                 finally:
                     remove_storage(backend)
             print(json.dumps(results[-1]), flush=True)

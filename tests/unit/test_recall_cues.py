@@ -526,11 +526,11 @@ def test_a_message_keeps_the_question_it_answers():
     def said(role: str, text: str) -> Chunk:
         return Chunk(text, text, None, {"role": role})
 
-    def linked(turns: list[tuple[str, str]], context_turns: int = 1) -> list[dict]:
+    def linked(turns: list[tuple[str, str]], context_turns: int = 1, embed_question: bool = True) -> list[dict]:
         recent: deque[str] = deque(maxlen=context_turns or 1)
         chunks = [said(role, text) for role, text in turns]
         for chunk in chunks:
-            link_to_previous(chunk, recent, context_turns)
+            link_to_previous(chunk, recent, context_turns, embed_question)
         return [c.metadata for c in chunks]
 
     reply = "Thanks. Which headphones are they? I'll check the order."
@@ -545,20 +545,28 @@ def test_a_message_keeps_the_question_it_answers():
     assert "replies_to" not in statement  # nothing was asked
     _, alone = linked([("assistant", "Which colour?"), ("user", "Green.")], context_turns=0)
     assert alone == {"role": "user"}  # context_turns=0: nothing from the turn before
+    _, off = linked([("assistant", "Which colour?"), ("user", "Green.")], embed_question=False)
+    assert off == {"role": "user", "context": "Which colour?"}  # the default: keywords only
 
 
 def test_an_answer_is_found_by_the_question_it_answers():
     # "Green, the Aura 300." shares no word with the question; the agent asked it.
-    def ranked(context_turns: int) -> list[str]:
-        memory = block(retrieval="dense", context_turns=context_turns)
+    def ranked(embed_question: bool) -> list[str]:
+        memory = block(retrieval="dense", embed_question=embed_question)
         memory.on_message(UserMessage("My old headphones case was blue and broken."))
         memory.on_message(AssistantMessage("Sorry about that. Which headphones do you have now?"))
         memory.on_message(UserMessage("Green ones, the Aura 300."))
         memory.on_message(AssistantMessage("Noted, thanks."))
         return [t for t in texts(memory.recall("Which headphones do I have?")) if t.startswith(("Green", "My"))]
 
-    assert ranked(context_turns=1) == ["Green ones, the Aura 300.", "My old headphones case was blue and broken."]
-    assert ranked(context_turns=0)[0] == "My old headphones case was blue and broken."
+    assert ranked(embed_question=True) == ["Green ones, the Aura 300.", "My old headphones case was blue and broken."]
+    assert ranked(embed_question=False)[0] == "My old headphones case was blue and broken."  # the default
+    assert RecallOptions(embed_question=True).embed_question and not RecallOptions().embed_question
+    given = VectorBlock(FaissVectorStore(dimension=64), embedder=WordHashEmbedder(),
+                        options=RecallOptions(embed_question=True))  # fmt: skip
+    assert given.options.embed_question  # read back
+    with pytest.raises(InvalidTypeError, match="embed_question"):
+        RecallOptions(embed_question="yes")  # type: ignore[arg-type]
 
 
 def first_recalled(query: str, earlier: str, later: str, date_boost: float) -> str:

@@ -57,7 +57,9 @@ class RecallOptions:
       the store it is given) or a ``VectorStore`` shared by every user.
     - what is stored: messages of ``roles`` with at least ``min_content_chars``
       characters, embedded ``batch_size`` at a time, each indexed with the
-      keywords of the ``context_turns`` messages before it.
+      keywords of the ``context_turns`` messages before it; with ``embed_question``,
+      a user's message is embedded with the question the message before it
+      asks (off by default: one more embedding on each turn that answers one).
     - how they are found: ``top_k`` per turn; ``retrieval`` ``"hybrid"``
       (dense and keywords, ``dense_weight`` the dense share), ``"dense"`` or
       ``"bm25"``.
@@ -78,6 +80,7 @@ class RecallOptions:
     roles: tuple[str, ...] = ("user", "assistant")
     batch_size: int = 32
     context_turns: int = 1
+    embed_question: bool = False
     retrieval: str = "hybrid"
     dense_weight: float = DEFAULT_DENSE_WEIGHT
     recency_weight: float = 0.0
@@ -102,6 +105,7 @@ class RecallOptions:
         integer("context_turns", self.context_turns, minimum=0)
         integer("follow_turns", self.follow_turns, minimum=0, maximum=MAX_FOLLOW_TURNS)
         check_mode(self.retrieval)
+        boolean("embed_question", self.embed_question)
         boolean("surroundings", self.surroundings)
         boolean("dedupe", self.dedupe)
         self._set("roles", check_roles(self.roles))

@@ -136,7 +136,7 @@ def _outside(
 _OPTION_KEYWORDS = (
     "top_k", "min_content_chars", "recency_weight", "importance_weight",
     "recency_half_life_seconds", "dedupe_against_upstream", "retrieval", "dense_weight",
-    "roles", "batch_size", "context_turns", "neighbour_weight", "participant_boost",
+    "roles", "batch_size", "context_turns", "embed_question", "neighbour_weight", "participant_boost",
     "date_boost", "reply_drop", "follow_turns", "question_drop", "surroundings",
 )  # fmt: skip
 _DEFAULT_OPTIONS = RecallOptions()
@@ -179,9 +179,10 @@ class VectorBlock(MemoryBlock):
     (messages are still embedded into the store). ``embedder=None`` resolves
     ``"auto"`` at first use. ``context_turns`` previous messages are indexed
     with each message's keywords (0 = none); of an agent's reply, only its last
-    question and last sentence, what the user answers. A user's message is
-    also embedded with the last question of the message before it (the one it
-    answers), unless ``context_turns`` is 0.
+    question and last sentence, what the user answers. With ``embed_question``
+    (and ``context_turns`` > 0), a user's message is also embedded with the last
+    question of the message before it, the one it answers (off by default: a
+    turn that answers a question then embeds one more text).
     Hybrid recall standardises both sides (z-scores) before blending them, and
     reads two cues in the query: a participant it names (``Message.name`` of
     stored messages) is taken out of the embedded query and that speaker's
@@ -242,6 +243,7 @@ class VectorBlock(MemoryBlock):
         roles: Sequence[str] = ("user", "assistant"),
         batch_size: int = 32,
         context_turns: int = 1,
+        embed_question: bool = False,
         neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT,
         participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
         date_boost: float = DEFAULT_DATE_BOOST,
@@ -281,6 +283,7 @@ class VectorBlock(MemoryBlock):
         self.roles = options.roles
         self.batch_size = options.batch_size
         self.context_turns = options.context_turns
+        self.embed_question = options.embed_question
         self.retrieval = options.retrieval
         self.dense_weight = options.dense_weight
         self.weights = options.weights
@@ -302,6 +305,7 @@ class VectorBlock(MemoryBlock):
         return RecallOptions(
             store=self.store, top_k=self.top_k, min_content_chars=self.min_content_chars,
             roles=self.roles, batch_size=self.batch_size, context_turns=self.context_turns,
+            embed_question=self.embed_question,
             retrieval=self.retrieval, dense_weight=self.dense_weight,
             recency_weight=weights.recency_weight, importance_weight=weights.importance_weight,
             recency_half_life_seconds=weights.recency_half_life_seconds,
@@ -416,7 +420,7 @@ class VectorBlock(MemoryBlock):
             return
         chunk.metadata.setdefault(NAMESPACE_KEY, self.namespace)
         with self._lock:
-            link_to_previous(chunk, self._recent, self.context_turns)
+            link_to_previous(chunk, self._recent, self.context_turns, self.embed_question)
             self._assign_ids(message, chunk)
             self._pending.append(chunk)
             self._learn_speakers([chunk])
@@ -442,7 +446,7 @@ class VectorBlock(MemoryBlock):
     def embedding_text(self, chunk: Chunk) -> str:
         """The text whose vector represents ``chunk``: the extension point for what is
         embedded (the keyword side indexes ``chunk.text`` and its context). By default
-        the text, then the question it answers, when the message before it asks one
+        the text, then the question it answers where ``embed_question`` recorded one
         (:func:`~fastaiagent.facts.vectors.embedded_text`)."""
         return embedded_text(chunk)
 

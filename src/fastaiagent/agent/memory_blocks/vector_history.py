@@ -55,20 +55,25 @@ def as_context(chunk: Chunk) -> str:
     return f"{asked[-1]} {sentences[-1]}" if asked else sentences[-1]
 
 
-def link_to_previous(chunk: Chunk, recent: deque[str], context_turns: int) -> None:
+def link_to_previous(
+    chunk: Chunk, recent: deque[str], context_turns: int, embed_question: bool = False
+) -> None:
     """Give ``chunk`` what the messages before it lend it (``recent``: their
     :func:`as_context`), then add its own to ``recent`` for the next message.
 
     With ``context_turns``, the chunk is indexed with those messages' keywords
-    (``metadata["context"]``) and, unless it is the agent's reply, embedded with
-    the last question of the message just before it (``metadata["replies_to"]``,
+    (``metadata["context"]``); with ``embed_question`` too, unless it is the
+    agent's reply, it is embedded with the last question of the message just
+    before it (``metadata["replies_to"]``,
     :func:`~fastaiagent.facts.vectors.embedded_text`): "They're the Aura 300"
     answers "Which headphones?". Everyday hit@3 0.940 -> 0.952 (support 0.860 ->
-    0.930), LoCoMo R@5 / R@10 0.743 / 0.820 -> 0.746 / 0.821. The whole previous
-    message embedded with it measured worse (hit@3 0.88-0.91): only the question."""
+    0.930), LoCoMo R@5 / R@10 0.743 / 0.820 -> 0.746 / 0.822. The whole previous
+    message embedded with it measured worse (hit@3 0.88-0.91): only the question.
+    Off by default: on a durable store a turn's message reuses its query's
+    vector, and the paired text costs one more embedding (turn p50 1.8x)."""
     if context_turns and recent:
         chunk.metadata.setdefault("context", " ".join(recent))
-        asked = [s for s in sentences_of(recent[-1]) if asks(s)]
+        asked = [s for s in sentences_of(recent[-1]) if asks(s)] if embed_question else []
         if asked and chunk.metadata.get("role") != "assistant":
             chunk.metadata.setdefault(REPLIES_TO_KEY, asked[-1])
     recent.append(as_context(chunk))
@@ -107,7 +112,7 @@ def past_chunks(block: VectorBlock, messages: Sequence[Message], times: Sequence
         if chunk is None:
             continue
         chunk.metadata["created_at"] = said
-        link_to_previous(chunk, recent, block.context_turns)
+        link_to_previous(chunk, recent, block.context_turns, block.embed_question)
         content = f"{block.namespace}\x00{message.role}\x00{said!r}\x00{chunk.text}"
         seen[content] += 1
         chunk.id = "h-" + hashlib.sha256(f"{content}\x00{seen[content]}".encode()).hexdigest()[:32]
