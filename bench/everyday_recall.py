@@ -95,7 +95,7 @@ CUES_OFF: dict[str, Any] = {
 ABLATIONS: dict[str, dict[str, Any]] = {
     f"no_{name}": {name: value} for name, value in CUES_OFF.items() if name != "neighbour_weight"
 }
-# An option that is off by default, on (it costs a turn one more embedding).
+# Options off by default, turned on (embed_question costs a turn one more embedding).
 OPTIONS_ON: dict[str, dict[str, Any]] = {"embed_question": {"embed_question": True}}
 CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS, **OPTIONS_ON}
 DEFAULT_CONFIGS = "default,cues_off"

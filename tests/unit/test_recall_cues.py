@@ -550,7 +550,7 @@ def test_a_message_keeps_the_question_it_answers():
 
 
 def test_an_answer_is_found_by_the_question_it_answers():
-    # "Green, the Aura 300." shares no word with the question; the agent asked it.
+    # "Green ones, the Aura 300." shares no word with the question; the agent asked it.
     def ranked(embed_question: bool) -> list[str]:
         memory = block(retrieval="dense", embed_question=embed_question)
         memory.on_message(UserMessage("My old headphones case was blue and broken."))
