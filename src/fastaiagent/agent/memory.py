@@ -514,10 +514,12 @@ class Memory:
             windows += drop_stored_windows(self.location, self.config.project_id, user_id)
         peers = PEERS.of(self._peer_key) if everywhere else [self]
         stores = [store for memory in peers for store in memory._stack.recall_stores(everywhere)]
-        self._stack.stop_recall_jobs(user_id, stores)  # before any peer's block empties its index
-        for memory in peers:
-            memory._drop_local(user_id)
-        recall = self._stack.purge_recall(user_id, stores)
+
+        def drop_local() -> None:  # after every recall job is cancelled
+            for memory in peers:
+                memory._drop_local(user_id)
+
+        recall = self._stack.purge_recall(user_id, stores, before_delete=drop_local)
         traces = trace.forget_user(user_id) if everywhere else 0
         return {"windows": windows, "recall": recall, "traces": traces}
 

@@ -239,22 +239,23 @@ class MemoryStack:
             return None
         return self.vector_index() if options.store == AUTO else options.store
 
-    def purge_recall(self, user_id: str, stores: Iterable[Any]) -> int:
+    def purge_recall(
+        self, user_id: str, stores: Iterable[Any], before_delete: Callable[[], object] | None = None
+    ) -> int:
         """Delete a user's recall entries from ``stores`` (each once: several Memory
         peers name the same store), and from every size's index of the fact store
-        when one of them is among them; returns how many there were."""
-        namespace, purges = self.recall_namespace(user_id), self._recall_purges(stores)
-        for store in purges:  # every job first: none may write back into an emptied index
-            stop_background_job(store, namespace)
-        return sum(int(store.delete_namespace(namespace) or 0) for store in purges)
+        when one of them is among them; returns how many there were.
 
-    def stop_recall_jobs(self, user_id: str, stores: Iterable[Any]) -> None:
-        """Cancel every re-embedding of a user's recall entries that writes to one of
-        ``stores`` (and every size's index, as :meth:`purge_recall`): what a forget
-        does before anything is emptied, so no job reads a half-emptied source."""
-        namespace = self.recall_namespace(user_id)
-        for store in self._recall_purges(stores):
+        Every re-embedding job writing the user's entries to one of them is
+        cancelled first, then ``before_delete`` runs (a forget empties the blocks'
+        own indexes there): no job reads a half-emptied source or writes back
+        into an emptied index."""
+        namespace, purges = self.recall_namespace(user_id), self._recall_purges(stores)
+        for store in purges:
             stop_background_job(store, namespace)
+        if before_delete is not None:
+            before_delete()
+        return sum(int(store.delete_namespace(namespace) or 0) for store in purges)
 
     def _recall_purges(self, stores: Iterable[Any]) -> list[Any]:
         """``stores`` that can delete a namespace, each once, plus every size's index
