@@ -54,7 +54,7 @@ from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_
 from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
-from fastaiagent.facts.vectors import embedded_text, recorded_at
+from fastaiagent.facts.vectors import embedded_text, keyword_text, recorded_at
 from fastaiagent.kb.bm25 import BM25Index, has_cjk
 from fastaiagent.kb.embedding import Embedder
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
@@ -513,10 +513,8 @@ class VectorBlock(MemoryBlock):
         self._keyword_chunks[chunk.id] = stored
         # The turn before often holds the words a question uses ("what did
         # you adopt?" -> "a puppy!"): index them with the turn (LoCoMo R@5
-        # of BM25 0.527 -> 0.600).
-        context = chunk.metadata.get("context")
-        text = f"{chunk.text} {context}" if isinstance(context, str) else chunk.text
-        self._keywords.add(chunk.id, text)
+        # of BM25 0.527 -> 0.600), as the stores' postings do.
+        self._keywords.add(chunk.id, keyword_text(chunk))
 
     def _keyword_index(self) -> BM25Index:
         # Built once from the store (this namespace only), then kept up to date

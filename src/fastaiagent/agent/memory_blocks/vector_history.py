@@ -73,9 +73,10 @@ def link_to_previous(
     vector, and the paired text costs one more embedding (turn p50 1.8x)."""
     if context_turns and recent:
         chunk.metadata.setdefault("context", " ".join(recent))
-        asked = [s for s in sentences_of(recent[-1]) if asks(s)] if embed_question else []
-        if asked and chunk.metadata.get("role") != "assistant":
-            chunk.metadata.setdefault(REPLIES_TO_KEY, asked[-1])
+        if embed_question and chunk.metadata.get("role") != "assistant":
+            asked = [s for s in sentences_of(recent[-1]) if asks(s)]
+            if asked:
+                chunk.metadata.setdefault(REPLIES_TO_KEY, asked[-1])
     recent.append(as_context(chunk))
 
 
