@@ -39,13 +39,13 @@ Two configurations by default: ``default`` (VectorBlock's defaults) and ``cues_o
 every ranking step of ``vector_ranking`` that an option switches off, off:
 ``participant_boost``, ``date_boost``, ``reply_drop``, ``follow_turns``, ``question_drop``,
 ``neighbour_weight`` at 0 and ``surroundings`` False (its signals, message
-length among them, have no switch of their own). What stays is the fused dense
-+ BM25 ranking, each message indexed with the previous one's keywords
-(``context_turns=1``, indexing rather than ranking); the participants' names
-are still taken out of the embedded query (``without_names`` has no switch).
-``no_<option>`` turns one cue off and leaves the others on (an ablation);
-``embed_question`` is the default with that option on (each user message embedded
-with the question the message before it asks).
+length among them, have no switch of their own), and ``embed_question`` False
+(each user message embedded alone, not with the question before it). What
+stays is the fused dense + BM25 ranking, each message indexed with the
+previous one's keywords (``context_turns=1``, indexing rather than ranking);
+the participants' names are still taken out of the embedded query
+(``without_names`` has no switch). ``no_<option>`` turns one cue off and leaves
+the others on (an ablation).
 
     python bench/everyday_recall.py [--kinds support,coding,...] [--configs default,cues_off]
                                     [--json] [--misses]
@@ -90,14 +90,13 @@ CUES_OFF: dict[str, Any] = {
     "question_drop": 0.0,
     "surroundings": False,
     "neighbour_weight": 0.0,
+    "embed_question": False,
 }
 # One cue off at a time (the others at their defaults): ``--configs default,no_date_boost,...``.
 ABLATIONS: dict[str, dict[str, Any]] = {
     f"no_{name}": {name: value} for name, value in CUES_OFF.items() if name != "neighbour_weight"
 }
-# Options off by default, turned on (embed_question costs a turn one more embedding).
-OPTIONS_ON: dict[str, dict[str, Any]] = {"embed_question": {"embed_question": True}}
-CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS, **OPTIONS_ON}
+CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS}
 DEFAULT_CONFIGS = "default,cues_off"
 
 

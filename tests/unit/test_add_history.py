@@ -10,7 +10,6 @@ import pytest
 from _vector_fakes import WordHashEmbedder
 
 from fastaiagent import Agent, Memory, RunContext
-from fastaiagent.agent import RecallOptions
 from fastaiagent.errors import InvalidValueError, UsageError
 from fastaiagent.llm.message import AssistantMessage, UserMessage
 from fastaiagent.testing import CannedLLM
@@ -30,9 +29,9 @@ HISTORY = [
 TIMES = [datetime(2024, 3, day, 12, tzinfo=timezone.utc) for day in (1, 1, 2, 2)]
 
 
-def _memory(tmp_path: Path, embedder: WordHashEmbedder, recall: object = "auto") -> Memory:
+def _memory(tmp_path: Path, embedder: WordHashEmbedder) -> Memory:
     return Memory(f"sqlite:///{tmp_path / 'm.db'}", user_id=lambda ctx: ctx.state.user_id,
-                  recall=recall, embedder=embedder)  # fmt: skip
+                  recall="auto", embedder=embedder)  # fmt: skip
 
 
 def test_a_history_is_recalled_in_the_next_run(tmp_path: Path) -> None:
@@ -53,8 +52,8 @@ def test_a_history_is_recalled_in_the_next_run(tmp_path: Path) -> None:
 def test_an_imported_answer_is_embedded_with_the_question_it_answers(tmp_path: Path) -> None:
     embedder = WordHashEmbedder()
     asked = [AssistantMessage("Welcome back! Which city do you live in now?"), UserMessage("Porto, since April.")]
-    _memory(tmp_path, embedder, RecallOptions(embed_question=True)).add_history(asked, user_id="ann", at=TIMES[:2])
-    # As on a live turn with embed_question: the user's answer is embedded with the agent's question.
+    _memory(tmp_path, embedder).add_history(asked, user_id="ann", at=TIMES[:2])
+    # As on a live turn (embed_question, the default): the answer is embedded with the agent's question.
     assert embedder.calls == [[asked[0].content, "Porto, since April. Which city do you live in now?"]]
 
 

@@ -10,6 +10,7 @@ from _vector_fakes import WordHashEmbedder
 from fastaiagent.agent.memory_blocks.recall_options import RecallOptions
 from fastaiagent.agent.memory_blocks.vector import MAX_SPEAKERS, VectorBlock
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.vectors import embedded_text
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
@@ -521,24 +522,28 @@ def test_the_last_sentence_of_a_reply_in_any_script():
 def test_a_message_keeps_the_question_it_answers():
     from collections import deque
 
-    from fastaiagent.agent.memory_blocks.vector_history import link_to_previous
+    from fastaiagent.agent.memory_blocks.vector_history import link_to_previous, voice_of
 
     def said(role: str, text: str) -> Chunk:
-        return Chunk(text, text, None, {"role": role})
+        role, _, name = role.partition(":")
+        return Chunk(text, text, None, {"role": role, **({"speaker": name} if name else {})})
 
     def linked(turns: list[tuple[str, str]], context_turns: int = 1, embed_question: bool = True) -> list[dict]:
         recent: deque[str] = deque(maxlen=context_turns or 1)
-        chunks = [said(role, text) for role, text in turns]
+        chunks, voice = [said(role, text) for role, text in turns], None
         for chunk in chunks:
-            link_to_previous(chunk, recent, context_turns, embed_question)
-        return [c.metadata for c in chunks]
+            link_to_previous(chunk, recent, context_turns, embed_question, voice)
+            voice = voice_of(chunk)
+        return [{k: v for k, v in c.metadata.items() if k != "speaker"} for c in chunks]
 
     reply = "Thanks. Which headphones are they? I'll check the order."
     _, answer = linked([("assistant", reply), ("user", "The Aura 300.")])
     assert answer["replies_to"] == "Which headphones are they?"  # asked mid-reply too
     assert answer["context"] == "Which headphones are they? I'll check the order."
-    _, friend = linked([("user", "Nice! What's your favourite team? Mine's the Owls."), ("user", "The Wolves.")])
+    _, friend = linked([("user:Ana", "Nice! What's your favourite team? Mine's the Owls."), ("user:Ben", "Wolves.")])
     assert friend["replies_to"] == "What's your favourite team?"  # between two people too
+    _, again = linked([("user", "What's my plan? Also, can I pay yearly?"), ("user", "And by card?")])
+    assert "replies_to" not in again  # the asker goes on: nothing is answered
     _, agent = linked([("user", "Which plan am I on?"), ("assistant", "You are on Pro.")])
     assert "replies_to" not in agent  # the agent's replies are embedded as they are
     _, statement = linked([("assistant", "Done, the refund is on its way."), ("user", "Great, thanks.")])
@@ -546,7 +551,7 @@ def test_a_message_keeps_the_question_it_answers():
     _, alone = linked([("assistant", "Which colour?"), ("user", "Green.")], context_turns=0)
     assert alone == {"role": "user"}  # context_turns=0: nothing from the turn before
     _, off = linked([("assistant", "Which colour?"), ("user", "Green.")], embed_question=False)
-    assert off == {"role": "user", "context": "Which colour?"}  # the default: keywords only
+    assert off == {"role": "user", "context": "Which colour?"}  # switched off: keywords only
 
 
 def test_an_answer_is_found_by_the_question_it_answers():
@@ -560,13 +565,49 @@ def test_an_answer_is_found_by_the_question_it_answers():
         return [t for t in texts(memory.recall("Which headphones do I have?")) if t.startswith(("Green", "My"))]
 
     assert ranked(embed_question=True) == ["Green ones, the Aura 300.", "My old headphones case was blue and broken."]
-    assert ranked(embed_question=False)[0] == "My old headphones case was blue and broken."  # the default
-    assert RecallOptions(embed_question=True).embed_question and not RecallOptions().embed_question
+    assert ranked(embed_question=False)[0] == "My old headphones case was blue and broken."
+    embedder = WordHashEmbedder()
+    asked = block(embedder=embedder)
+    asked.on_message(AssistantMessage("Sorry about that. Which headphones do you have now?"))
+    asked.recall("Green ones.")  # asked directly: a query, nothing it answers
+    asked.render("Green ones.")  # a turn: the message answers the agent's question
+    assert embedder.calls[-2:] == [["Green ones."], ["Green ones. Which headphones do you have now?"]]
+    asked.on_message(UserMessage("Which plan am I on?"))
+    asked.render("And can I pay by card?")  # goes on from the user's own question: answers nothing
+    assert embedder.calls[-1] == ["And can I pay by card?"]
+    restarted = block(embedder=embedder)
+    restarted.load_state(asked.dump_state())  # who spoke last is kept with the recent turns
+    restarted.render("Or by bank transfer?")
+    assert embedder.calls[-1] == ["Or by bank transfer?"]
+    with pytest.raises(InvalidValueError, match="voice is not a str"):
+        restarted.load_state({**asked.dump_state(), "voice": 3})
+    assert RecallOptions().embed_question and not RecallOptions(embed_question=False).embed_question
     given = VectorBlock(FaissVectorStore(dimension=64), embedder=WordHashEmbedder(),
-                        options=RecallOptions(embed_question=True))  # fmt: skip
-    assert given.options.embed_question  # read back
+                        options=RecallOptions(embed_question=False))  # fmt: skip
+    assert not given.options.embed_question  # read back
     with pytest.raises(InvalidTypeError, match="embed_question"):
         RecallOptions(embed_question="yes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match="replies_to"):
+        given.recall("Which headphones?", replies_to=3)  # type: ignore[arg-type]
+
+
+def test_a_turn_that_answers_a_question_embeds_its_message_once(tmp_path):
+    # Its query is embedded with the question it answers: the vector it is then stored with.
+    from fastaiagent import Agent, Memory
+    from fastaiagent.testing import CannedLLM
+
+    embedder = WordHashEmbedder()
+    memory = Memory(f"sqlite:///{tmp_path / 'm.db'}", user_id="ann", recall="auto", embedder=embedder)
+    agent = Agent(name="a", llm=CannedLLM("Noted. Which headphones do you have?"), memory=memory)
+    agent.run("My headphones crackle in the left ear.")
+    embedder.calls.clear()
+    agent.run("Green ones, the Aura 300.")
+    assert embedder.calls == [["Green ones, the Aura 300. Which headphones do you have?"]]  # the reply: cached
+    index = memory.store.vector_store()  # type: ignore[attr-defined]
+    answer = next(c for c in index.read_namespaces(["user:ann"]) if c.text == "Green ones, the Aura 300.")
+    assert answer.metadata["replies_to"] == "Which headphones do you have?"
+    (hit,) = index.search(embedder.embed([embedded_text(answer)])[0], 1, namespace="user:ann")
+    assert hit.chunk.id == answer.id and hit.score == pytest.approx(1.0, abs=1e-5)  # stored with that vector
 
 
 def first_recalled(query: str, earlier: str, later: str, date_boost: float) -> str:

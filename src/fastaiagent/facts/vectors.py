@@ -66,7 +66,14 @@ def embedded_text(chunk: Chunk) -> str:
     question ("They're the Aura 300, in sage green" after "Which headphones?");
     the text comes first, so a long question is what the model's window cuts."""
     question = chunk.metadata.get(REPLIES_TO_KEY)
-    return f"{chunk.text} {question}" if isinstance(question, str) and question else chunk.text
+    return with_question(chunk.text, question if isinstance(question, str) else None)
+
+
+def with_question(text: str, question: str | None) -> str:
+    """``text`` then the ``question`` it answers, the text :func:`embedded_text` embeds
+    (``text`` alone when there is none): a turn's query is embedded as this too, so
+    its vector is the one its message is stored with."""
+    return f"{text} {question}" if question else text
 
 
 def keyword_tokens(chunk: Chunk) -> list[str]:
@@ -205,4 +212,5 @@ __all__ = [
     "keyword_text",
     "keyword_tokens",
     "text_key",
+    "with_question",
 ]

@@ -57,9 +57,9 @@ class RecallOptions:
       the store it is given) or a ``VectorStore`` shared by every user.
     - what is stored: messages of ``roles`` with at least ``min_content_chars``
       characters, embedded ``batch_size`` at a time, each indexed with the
-      keywords of the ``context_turns`` messages before it; with ``embed_question``,
-      a user's message is embedded with the question the message before it
-      asks (off by default: one more embedding on each turn that answers one).
+      keywords of the ``context_turns`` messages before it; with ``embed_question``
+      (default), a user's message is embedded with the question the message
+      before it asks (a turn's recall query too: one text, a little longer).
     - how they are found: ``top_k`` per turn; ``retrieval`` ``"hybrid"``
       (dense and keywords, ``dense_weight`` the dense share), ``"dense"`` or
       ``"bm25"``.
@@ -80,7 +80,7 @@ class RecallOptions:
     roles: tuple[str, ...] = ("user", "assistant")
     batch_size: int = 32
     context_turns: int = 1
-    embed_question: bool = False
+    embed_question: bool = True
     retrieval: str = "hybrid"
     dense_weight: float = DEFAULT_DENSE_WEIGHT
     recency_weight: float = 0.0

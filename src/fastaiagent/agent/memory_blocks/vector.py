@@ -42,10 +42,13 @@ from fastaiagent.agent.memory_blocks.recall_options import (
 from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP, UNREAD_SCRIPT_DENSE_SHARE
 from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_history import (
+    ANONYMOUS_USER,
     embed_and_store,
     link_to_previous,
     past_chunks,
+    question_in,
     said_times,
+    voice_of,
 )
 from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
@@ -54,7 +57,7 @@ from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_
 from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
-from fastaiagent.facts.vectors import embedded_text, keyword_text, recorded_at
+from fastaiagent.facts.vectors import embedded_text, keyword_text, recorded_at, with_question
 from fastaiagent.kb.bm25 import BM25Index, has_cjk
 from fastaiagent.kb.embedding import Embedder
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
@@ -180,9 +183,9 @@ class VectorBlock(MemoryBlock):
     ``"auto"`` at first use. ``context_turns`` previous messages are indexed
     with each message's keywords (0 = none); of an agent's reply, only its last
     question and last sentence, what the user answers. With ``embed_question``
-    (and ``context_turns`` > 0), a user's message is also embedded with the last
-    question of the message before it, the one it answers (off by default: a
-    turn that answers a question then embeds one more text).
+    (default on; it needs ``context_turns`` > 0), a user's message is embedded
+    with the last question of the message before it, the one it answers; a
+    turn's recall query is that same text, so the message is embedded once.
     Hybrid recall standardises both sides (z-scores) before blending them, and
     reads two cues in the query: a participant it names (``Message.name`` of
     stored messages) is taken out of the embedded query and that speaker's
@@ -243,7 +246,7 @@ class VectorBlock(MemoryBlock):
         roles: Sequence[str] = ("user", "assistant"),
         batch_size: int = 32,
         context_turns: int = 1,
-        embed_question: bool = False,
+        embed_question: bool = True,
         neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT,
         participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
         date_boost: float = DEFAULT_DATE_BOOST,
@@ -272,6 +275,7 @@ class VectorBlock(MemoryBlock):
         self._keywords: BM25Index | None = None
         self._keyword_chunks: dict[str, Chunk] = {}
         self._recent: deque[str] = deque(maxlen=self.context_turns or 1)
+        self._last_voice: str | None = None  # who said the last message recorded (vector_history.voice_of)
         self._speakers: set[str] = set()  # names of the messages' authors (Message.name)
         self._next_id = str(uuid.uuid4())  # the id the next stored message will get
         self._lock = threading.RLock()
@@ -420,7 +424,8 @@ class VectorBlock(MemoryBlock):
             return
         chunk.metadata.setdefault(NAMESPACE_KEY, self.namespace)
         with self._lock:
-            link_to_previous(chunk, self._recent, self.context_turns, self.embed_question)
+            link_to_previous(chunk, self._recent, self.context_turns, self.embed_question, self._last_voice)
+            self._last_voice = voice_of(chunk)
             self._assign_ids(message, chunk)
             self._pending.append(chunk)
             self._learn_speakers([chunk])
@@ -584,12 +589,14 @@ class VectorBlock(MemoryBlock):
         return index.search(query, fetch), _Chunks(None, self._keyword_chunks)
 
     def _candidates(
-        self, query: str, fetch: int, now: float
+        self, query: str, fetch: int, now: float, replies_to: str | None = None
     ) -> tuple[list[tuple[Chunk, float]], bool]:
         """Chunks for ``query`` with a similarity in [0, 1], best first, and
-        whether the namespace is exhausted (a wider fetch would find nothing more)."""
+        whether the namespace is exhausted (a wider fetch would find nothing more).
+        The dense side embeds ``query`` with the question it answers (``replies_to``)."""
+        said = with_question(query, replies_to)
         if self.retrieval == "dense":
-            dense, _, exhausted = self._dense(query, fetch)
+            dense, _, exhausted = self._dense(said, fetch)
             return dense, exhausted
         if self.retrieval == "bm25":
             keyword, keyword_chunks = self._keyword(query, fetch)
@@ -604,7 +611,7 @@ class VectorBlock(MemoryBlock):
         when = date_cue(query, now, self._zone()) if self.date_boost else None
         spans = when.ranges(now) if when is not None and self._finds_recorded else ()
         # A name tells the embedding model little but "a person": embed the rest.
-        dense, recorded, exhausted = self._dense(without_names(query, speakers), fetch, spans, query)
+        dense, recorded, exhausted = self._dense(without_names(said, speakers), fetch, spans, said)
         keyword, keyword_chunks = (
             pending.result() if pending is not None else self._keyword(query, fetch)
         )
@@ -658,15 +665,23 @@ class VectorBlock(MemoryBlock):
                     self._speakers.add(speaker)
             return set(self._speakers)
 
-    def recall(self, query: str, window: Sequence[Message] = ()) -> list[Recalled]:
+    def recall(
+        self, query: str, window: Sequence[Message] = (), *, replies_to: str | None = None
+    ) -> list[Recalled]:
         """The ``top_k`` best chunks for ``query``, skipping messages in ``window``.
 
         Over-fetches and widens the search until ``top_k`` chunks outside the
-        window are found or the namespace is exhausted.
+        window are found or the namespace is exhausted. ``replies_to``: the
+        question ``query`` answers, embedded with it (a turn passes the one its
+        message will be stored with, ``embed_question``); the keyword side and
+        the cues read ``query`` alone.
         """
+        if replies_to is not None and not isinstance(replies_to, str):
+            raise InvalidTypeError(f"replies_to must be a str or None, got {type(replies_to).__name__}")
         if not isinstance(query, str) or not query.strip():
             return []
         query = storable_text(query)  # a lone surrogate could not be looked up
+        replies_to = storable_text(replies_to) if replies_to else None
         self.flush()
         in_window = {
             (m.role, normalize_text(m.content or "")) for m in window if (m.content or "").strip()
@@ -677,7 +692,7 @@ class VectorBlock(MemoryBlock):
         # then the first top_k outside the window are all that is needed.
         needed = None if self.weights.active else self.top_k
         while True:
-            candidates, exhausted = self._candidates(query, fetch, now)
+            candidates, exhausted = self._candidates(query, fetch, now, replies_to)
             kept = _outside(candidates, in_window, needed)
             if len(kept) >= self.top_k or exhausted:
                 break
@@ -697,7 +712,7 @@ class VectorBlock(MemoryBlock):
         return [Recalled(s.item, s.score, s.similarity) for s in ranked]
 
     def render_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
-        recalled = self.recall(query, getattr(shared, "window", ()))
+        recalled = self.recall(query, getattr(shared, "window", ()), replies_to=self._question_answered())
         deduped = 0
         if self.dedupe_against_upstream and recalled:
             upstream = normalize_text(shared.upstream_text())
@@ -711,6 +726,18 @@ class VectorBlock(MemoryBlock):
         if not recalled:
             return []
         return [SystemMessage(self.format(recalled))]
+
+    def _question_answered(self) -> str | None:
+        """The question the turn's message answers, the one :func:`link_to_previous`
+        will store it with (``embed_question``): the turn embeds the message once,
+        as its query and as what is stored."""
+        if not (self.embed_question and self.context_turns):
+            return None
+        with self._lock:
+            before = self._recent[-1] if self._recent else None
+            if self._last_voice == ANONYMOUS_USER:
+                return None  # this user's own message before: the turn's message goes on from it
+        return question_in(before) if before is not None else None
 
     def render(self, query: str) -> list[Message]:
         return self.render_with_context(query, SharedMemoryContext())
@@ -729,6 +756,7 @@ class VectorBlock(MemoryBlock):
         with self._lock:
             self._pending.clear()
             self._recent.clear()
+            self._last_voice = None
             self._speakers.clear()
             self._keywords = None
             self._keyword_chunks.clear()
@@ -741,12 +769,14 @@ class VectorBlock(MemoryBlock):
         self.flush()
         with self._lock:
             recent = list(self._recent)
+            voice = self._last_voice
             speakers = sorted(self._speakers)
             following = self._next_id
         return {
             "version": 1,
             "namespace": self.namespace,
             "recent": recent,
+            "voice": voice,
             "speakers": speakers,
             "next": following,
         }
@@ -763,10 +793,14 @@ class VectorBlock(MemoryBlock):
         speakers = data.get("speakers", [])
         if not isinstance(speakers, list) or not all(isinstance(n, str) for n in speakers):
             raise InvalidValueError("vector block state is corrupt: speakers is not a list of str")
+        voice = data.get("voice")  # absent in states saved before it was kept: unknown
+        if voice is not None and not isinstance(voice, str):
+            raise InvalidValueError("vector block state is corrupt: voice is not a str")
         if data.get("namespace") == self.namespace:
             with self._lock:
                 self._recent.clear()
                 self._recent.extend(recent)
+                self._last_voice = voice
                 self._speakers.update(speakers[: max(0, MAX_SPEAKERS - len(self._speakers))])
                 # The stored "next" is not taken over: every worker loading this
                 # state would give it to its next message (see .message_ids).

@@ -55,29 +55,51 @@ def as_context(chunk: Chunk) -> str:
     return f"{asked[-1]} {sentences[-1]}" if asked else sentences[-1]
 
 
+# The voice of a user's message without a name: the one user of a one-to-one chat.
+ANONYMOUS_USER = "user:"
+
+
+def voice_of(chunk: Chunk) -> str:
+    """Who said ``chunk``: its role and speaker (``"user:Ana"``, ``"assistant:"``)."""
+    speaker = chunk.metadata.get("speaker")
+    return f"{chunk.metadata.get('role')}:{speaker if isinstance(speaker, str) else ''}"
+
+
 def link_to_previous(
-    chunk: Chunk, recent: deque[str], context_turns: int, embed_question: bool = False
+    chunk: Chunk,
+    recent: deque[str],
+    context_turns: int,
+    embed_question: bool = False,
+    asked_by: str | None = None,
 ) -> None:
     """Give ``chunk`` what the messages before it lend it (``recent``: their
-    :func:`as_context`), then add its own to ``recent`` for the next message.
+    :func:`as_context`; ``asked_by``: the :func:`voice_of` the last one, None
+    when unknown), then add its own to ``recent`` for the next message.
 
     With ``context_turns``, the chunk is indexed with those messages' keywords
     (``metadata["context"]``); with ``embed_question`` too, unless it is the
-    agent's reply, it is embedded with the last question of the message just
-    before it (``metadata["replies_to"]``,
+    agent's reply or its speaker asked the question, it is embedded with the
+    last question of the message just before it (``metadata["replies_to"]``,
     :func:`~fastaiagent.facts.vectors.embedded_text`): "They're the Aura 300"
     answers "Which headphones?". Everyday hit@3 0.940 -> 0.952 (support 0.860 ->
     0.930), LoCoMo R@5 / R@10 0.743 / 0.820 -> 0.746 / 0.822. The whole previous
     message embedded with it measured worse (hit@3 0.88-0.91): only the question.
-    Off by default: on a durable store a turn's message reuses its query's
-    vector, and the paired text costs one more embedding (turn p50 1.8x)."""
+    A turn's recall query is the same text (``VectorBlock._question_answered``),
+    so a turn still embeds its message once."""
     if context_turns and recent:
         chunk.metadata.setdefault("context", " ".join(recent))
-        if embed_question and chunk.metadata.get("role") != "assistant":
-            asked = [s for s in sentences_of(recent[-1]) if asks(s)]
-            if asked:
-                chunk.metadata.setdefault(REPLIES_TO_KEY, asked[-1])
+        answers = chunk.metadata.get("role") != "assistant" and asked_by != voice_of(chunk)
+        if embed_question and answers:
+            asked = question_in(recent[-1])
+            if asked is not None:
+                chunk.metadata.setdefault(REPLIES_TO_KEY, asked)
     recent.append(as_context(chunk))
+
+
+def question_in(context: str) -> str | None:
+    """The last question of a message's :func:`as_context` text, None when it asks nothing."""
+    asked = [sentence for sentence in sentences_of(context) if asks(sentence)]
+    return asked[-1] if asked else None
 
 
 def said_times(count: int, at: Sequence[float | datetime] | None, now: float) -> list[float]:
@@ -108,12 +130,14 @@ def past_chunks(block: VectorBlock, messages: Sequence[Message], times: Sequence
     recent: deque[str] = deque(maxlen=block.context_turns or 1)
     seen: Counter[str] = Counter()
     chunks: list[Chunk] = []
+    voice: str | None = None
     for message, said in zip(messages, times, strict=True):
         chunk = block.make_chunk(message)
         if chunk is None:
             continue
         chunk.metadata["created_at"] = said
-        link_to_previous(chunk, recent, block.context_turns, block.embed_question)
+        link_to_previous(chunk, recent, block.context_turns, block.embed_question, voice)
+        voice = voice_of(chunk)
         content = f"{block.namespace}\x00{message.role}\x00{said!r}\x00{chunk.text}"
         seen[content] += 1
         chunk.id = "h-" + hashlib.sha256(f"{content}\x00{seen[content]}".encode()).hexdigest()[:32]
@@ -133,10 +157,13 @@ def embed_and_store(block: Any, chunks: list[Chunk]) -> int:
 
 
 __all__ = [
+    "ANONYMOUS_USER",
     "as_context",
     "embed_and_store",
     "link_to_previous",
     "past_chunks",
+    "question_in",
     "said_times",
     "sentences_of",
+    "voice_of",
 ]
