@@ -46,7 +46,7 @@ from fastaiagent.agent.memory_blocks.vector_history import (
     embed_and_store,
     link_to_previous,
     past_chunks,
-    question_in,
+    question_answered,
     said_times,
     voice_of,
 )
@@ -733,11 +733,8 @@ class VectorBlock(MemoryBlock):
         as its query and as what is stored."""
         if not (self.embed_question and self.context_turns):
             return None
-        with self._lock:
-            before = self._recent[-1] if self._recent else None
-            if self._last_voice == ANONYMOUS_USER:
-                return None  # this user's own message before: the turn's message goes on from it
-        return question_in(before) if before is not None else None
+        with self._lock:  # the turn's message: the user's, without a name
+            return question_answered(self._recent, self._last_voice, ANONYMOUS_USER)
 
     def render(self, query: str) -> list[Message]:
         return self.render_with_context(query, SharedMemoryContext())

@@ -88,17 +88,20 @@ def link_to_previous(
     so a turn still embeds its message once."""
     if context_turns and recent:
         chunk.metadata.setdefault("context", " ".join(recent))
-        answers = chunk.metadata.get("role") != "assistant" and asked_by != voice_of(chunk)
-        if embed_question and answers:
-            asked = question_in(recent[-1])
-            if asked is not None:
-                chunk.metadata.setdefault(REPLIES_TO_KEY, asked)
+        asked = question_answered(recent, asked_by, voice_of(chunk)) if embed_question else None
+        if asked is not None:
+            chunk.metadata.setdefault(REPLIES_TO_KEY, asked)
     recent.append(as_context(chunk))
 
 
-def question_in(context: str) -> str | None:
-    """The last question of a message's :func:`as_context` text, None when it asks nothing."""
-    asked = [sentence for sentence in sentences_of(context) if asks(sentence)]
+def question_answered(recent: deque[str], asked_by: str | None, voice: str) -> str | None:
+    """The question a message said in ``voice`` answers: the last one the message
+    before it (``recent[-1]``, said in ``asked_by``) asks. None when it asks
+    nothing, when the same voice asked it (going on, not answering) or when the
+    agent speaks (its replies are embedded as they are)."""
+    if not recent or asked_by == voice or voice.startswith("assistant:"):
+        return None
+    asked = [sentence for sentence in sentences_of(recent[-1]) if asks(sentence)]
     return asked[-1] if asked else None
 
 
@@ -162,7 +165,7 @@ __all__ = [
     "embed_and_store",
     "link_to_previous",
     "past_chunks",
-    "question_in",
+    "question_answered",
     "said_times",
     "sentences_of",
     "voice_of",
