@@ -105,3 +105,53 @@ def test_subjects_and_pages_are_kept_apart(store: MemoryStore) -> None:
         assert texts(store) == ["likes rain", "likes tea"]
         assert texts(store, limit=1, offset=1) == ["likes tea"]
         assert [f.fact for f in store.list_active("user", "bob")] == ["likes jazz"]
+
+
+def test_a_write_to_another_subject_keeps_the_read(store: MemoryStore) -> None:
+    for _ in range(3):
+        texts(store)
+    store.add(Fact("likes jazz", scope="user", scope_id="bob"))
+    ran = queries(store)
+    assert texts(store) == ["likes tea"]
+    assert ran == ["PRAGMA data_version"]  # answered from memory: bob's write is not ann's
+    assert [f.fact for f in store.list_active("user", "bob")] == ["likes jazz"]
+
+
+def test_a_write_to_another_table_of_the_file_keeps_the_read(store: MemoryStore) -> None:
+    from fastaiagent.facts.items import ItemWrite
+    from fastaiagent.facts.sqlite.items import SQLiteItemStore
+
+    items = SQLiteItemStore(store, table="reads_items")
+    assert items.write([ItemWrite(("ns",), "k", '{"v": 1}')]) == [True]  # makes the table
+    for _ in range(3):
+        texts(store)
+    assert items.write([ItemWrite(("ns",), "k", '{"v": 2}')]) == [True]
+    ran = queries(store)
+    assert texts(store) == ["likes tea"]
+    assert ran == ["PRAGMA data_version"]
+
+
+def test_the_first_read_after_a_write_goes_straight_to_the_file(store: MemoryStore) -> None:
+    for _ in range(3):
+        texts(store)
+    store.add(Fact("likes coffee", scope="user", scope_id="ann"))
+    ran = queries(store)
+    assert texts(store) == ["likes coffee", "likes tea"]
+    assert len(ran) == 1 and ran[0].startswith("SELECT")  # no PRAGMA, nothing kept
+    assert texts(store) == ["likes coffee", "likes tea"]  # the second read keeps
+    assert texts(store) == ["likes coffee", "likes tea"]
+    assert ran[-1] == "PRAGMA data_version"
+
+
+def test_an_update_and_an_unreported_write_show_at_once(store: MemoryStore) -> None:
+    bob = store.add(Fact("likes jazz", scope="user", scope_id="bob"))
+    for _ in range(3):
+        texts(store)
+        store.list_active("user", "bob")
+    (tea,) = store.list_active("user", "ann")
+    assert tea.id is not None
+    store.update(Fact("likes green tea", scope="user", scope_id="ann"), tea.id)
+    assert texts(store) == ["likes green tea"]
+    store.delete("user", "bob", fact_id=bob)  # a delete reports nothing: every read drops
+    assert store.list_active("user", "bob") == []
+    assert texts(store) == ["likes green tea"]

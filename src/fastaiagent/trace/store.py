@@ -12,7 +12,7 @@ import json
 import marshal
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -302,15 +302,22 @@ def _roll_back(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-class _Transaction:
+Committed = Callable[[sqlite3.Connection, int], None]
+"""Told of a committed write: the connection and its ``total_changes`` before it."""
+
+
+class WriteTransaction:
     """``with store._write() as conn``: BEGIN IMMEDIATE (the lock up front), COMMIT
     at the end, ROLLBACK on any error; a ``sqlite3`` error anywhere in it comes
-    out as the library's (:func:`sqlite_failure`)."""
+    out as the library's (:func:`sqlite_failure`). ``committed``, when given, is
+    called after the COMMIT with the connection and its ``total_changes`` before
+    the transaction (a cache learns what its own connection changed)."""
 
-    __slots__ = ("_conn", "_file")
+    __slots__ = ("_before", "_committed", "_conn", "_file")
 
-    def __init__(self, file: SQLiteFile) -> None:
+    def __init__(self, file: SQLiteFile, committed: Committed | None = None) -> None:
         self._file = file
+        self._committed = committed
 
     def __enter__(self) -> sqlite3.Connection:
         conn = self._file._connection()
@@ -319,6 +326,7 @@ class _Transaction:
         except sqlite3.Error as exc:
             raise self._file._failure(exc) from exc
         self._conn = conn
+        self._before = conn.total_changes
         return conn
 
     def __exit__(
@@ -328,10 +336,12 @@ class _Transaction:
         if kind is None:
             try:
                 conn.execute("COMMIT")
-                return
             except sqlite3.Error as failed:
                 _roll_back(conn)
                 raise self._file._failure(failed) from failed
+            if self._committed is not None:
+                self._committed(conn, self._before)
+            return
         _roll_back(conn)
         if isinstance(exc, sqlite3.Error):
             raise self._file._failure(exc) from exc
@@ -359,9 +369,10 @@ class SQLiteFile:
         except sqlite3.Error as exc:
             raise self._failure(exc) from exc
 
-    def _write(self) -> _Transaction:
-        """A write transaction that takes the database lock up front."""
-        return _Transaction(self)
+    def _write(self, committed: Committed | None = None) -> WriteTransaction:
+        """A write transaction that takes the database lock up front (``committed``:
+        see :class:`WriteTransaction`)."""
+        return WriteTransaction(self, committed)
 
     def _fetch(self, query: str, params: Any = ()) -> list[Any]:
         """Every row a read returns."""

@@ -46,7 +46,7 @@ class SQLiteItemStore(SQLiteTable, ItemFront):
     def write_batch(self, batch: list[ItemWrite], now: float) -> list[bool]:
         """Apply a checked batch in one transaction."""
         self._conn()
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             return self._sql.write(conn, batch, now)
 
     def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:

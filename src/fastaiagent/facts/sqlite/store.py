@@ -48,7 +48,7 @@ from fastaiagent.facts.sql_clauses import (
 from fastaiagent.facts.sqlite.subject_reads import SubjectReads
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
-from fastaiagent.trace.store import SQLiteFile, sqlite_failure
+from fastaiagent.trace.store import SQLiteFile, WriteTransaction, sqlite_failure
 
 # Version 1 is the layout written before versions were recorded (so it is also
 # the step that upgrades such a file: every statement is IF [NOT] EXISTS).
@@ -322,9 +322,19 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         self._usual.learn(text)
         return text
 
+    def _subject_write(self, fact: Fact) -> WriteTransaction:
+        """A write transaction that changes only ``fact``'s subject: the other
+        subjects' kept reads stay (:mod:`.subject_reads`)."""
+        subject = (fact.scope_id, fact.scope, fact.project_id)
+        return self._write(lambda conn, before: self._reads.wrote(conn, before, subject))
+
+    def _table_write(self) -> WriteTransaction:
+        """A write transaction on another table of this file (no facts change)."""
+        return self._write(self._reads.wrote_beside)
+
     def add(self, fact: Fact) -> int:
         fact = validate_for_write(fact)
-        with self._write() as conn:
+        with self._subject_write(fact) as conn:
             return self._add(conn, fact)
 
     def _supersede(self, conn: sqlite3.Connection, old_id: int, new_id: int, at: float) -> None:
@@ -346,7 +356,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
     def update(self, new: Fact, old_id: int) -> int:
         new = validate_for_write(new)
         old_id = check_fact_id(old_id)
-        with self._write() as conn:
+        with self._subject_write(new) as conn:  # a fact supersedes only its own subject's
             new_id = self._add(conn, new)
             if new_id != old_id:
                 self._supersede(conn, old_id, new_id, new.created_at)
@@ -483,16 +493,16 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         regardless of validity; when a row of it has bounds, the page valid at
         ``when`` is read from the file (validity moves with the clock)."""
         conn = self._connection()
-        key = (*subject, count, usual_text)
-        held, version = self._reads.held(conn, key) if offset == 0 else (None, None)
+        page = (count, usual_text)
+        held, version = self._reads.held(conn, subject, page) if offset == 0 else (None, None)
         if held is None:
-            if version is None:  # not kept: a later page, or right after this connection wrote
+            if version is None:  # not kept: a later page, or the subject's first read
                 if include_expired:
                     return conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, offset)).fetchall()
                 return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, offset)).fetchall()
             rows = conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, 0)).fetchall()
             held = (rows, all(row[7] is None and row[8] is None for row in rows))
-            self._reads.keep(conn, key, held, version)
+            self._reads.keep(conn, subject, page, held, version)
         rows, unbounded = held
         if unbounded or include_expired:
             return rows  # not edited by the caller: shared safely
@@ -624,5 +634,5 @@ class SQLiteTable:
         fail at once with SQLITE_BUSY when another process committed meanwhile,
         while an immediate transaction waits for the lock (busy_timeout)."""
         self._conn()
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             return int(conn.execute(query, params).rowcount)

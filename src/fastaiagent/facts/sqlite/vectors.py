@@ -129,7 +129,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         """Fix ``size`` as the dimension unless the index already has one (in any
         process); returns the dimension it has now."""
         self._conn()
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             conn.execute(
                 f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES ('dimension', ?)",
                 (size,),
@@ -142,7 +142,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         """Note in the file that an index of ``size`` lives beside this one, so every
         process finds it (:meth:`recorded_dimensions`)."""
         self._conn()
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             conn.execute(
                 f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES (?, ?)",
                 (f"dimension:{size}", size),
@@ -191,7 +191,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         rows = self._rows(batch)
         self._conn()
         t = self.table
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             self._fix_dimension(conn, batch.dimension)
             generation = self._next_generation(conn)
             removed = self._remove(conn, [row[0] for row in rows])
@@ -269,7 +269,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     def delete_ids(self, ids: list[str]) -> int:
         """Delete chunks by id (vectors and keyword postings); returns how many were there."""
         self._conn()
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             removed = self._remove(conn, ids)
             if not removed:
                 return 0
@@ -290,12 +290,12 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         :meth:`reclaim_keyword_space` takes their space back."""
         self._conn()
         t, count, step_pause = self.table, 0, WriteSteps()
-        with self.store._write() as conn:  # first: every process's copy is out of date
+        with self.store._table_write() as conn:  # first: every process's copy is out of date
             conn.execute(f"DELETE FROM {t}_ns WHERE namespace = ?", (namespace,))
             conn.execute(f"INSERT OR IGNORE INTO {t}_dropping VALUES (?)", (namespace,))
         while True:
             step_pause()
-            with self.store._write() as conn:
+            with self.store._table_write() as conn:
                 conn.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed
                 last = conn.execute(
                     f"SELECT max(rid) FROM (SELECT rid FROM {t} WHERE namespace = ? "
@@ -310,7 +310,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                     f"DELETE FROM {t} WHERE namespace = ? AND rid <= ?", (namespace, last)
                 ).rowcount
         self._drop_keyed(f"{t}_cache", "identity, text_key", namespace)
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute(f"DELETE FROM {t}_kw WHERE namespace = ?", (namespace,))
             self._secrets.drop(conn, namespace)
@@ -326,7 +326,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         100k messages it keeps): run it when the location is quiet, e.g. nightly."""
         t = self.table
         self._conn()
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute(f"INSERT INTO {t}_fts ({t}_fts) VALUES ('rebuild')")
         self.scrub()
@@ -336,7 +336,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         step_pause = WriteSteps()
         while True:
             step_pause()
-            with self.store._write() as conn:
+            with self.store._table_write() as conn:
                 conn.execute("PRAGMA secure_delete = ON")
                 gone = conn.execute(
                     f"DELETE FROM {table} WHERE namespace = ? AND ({key}) IN "
@@ -614,7 +614,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
 
     def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
         self._conn()
-        with self.store._write() as conn:
+        with self.store._table_write() as conn:
             conn.executemany(
                 f"INSERT OR REPLACE INTO {self.table}_cache (namespace, identity, text_key, "
                 "vector) VALUES (?, ?, ?, ?)",
