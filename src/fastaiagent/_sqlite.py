@@ -100,6 +100,11 @@ def check_folder(path: Path) -> None:
         )
 
 
+_forks = [0]  # forks this process came through: a child must not use its parent's handles
+if hasattr(os, "register_at_fork"):  # every POSIX Python; counting costs no syscall per call
+    os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
+
+
 class ThreadConnections:
     """The connections of one database file, opened lazily at ``path()``.
 
@@ -127,14 +132,14 @@ class ThreadConnections:
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._schema_ready = False
-        self._pid = os.getpid()
+        self._forks = _forks[0]
 
     def get(self) -> sqlite3.Connection:
         """This thread's connection, opened (and the schemas checked) on first use."""
-        if os.getpid() != self._pid:  # a forked child must not share the parent's handles
+        if _forks[0] != self._forks:  # a forked child must not share the parent's handles
             self._local = threading.local()
             self._connections = []
-            self._pid = os.getpid()
+            self._forks = _forks[0]
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn

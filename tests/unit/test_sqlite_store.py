@@ -6,6 +6,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,4 +118,28 @@ def test_default_location_creates_its_folder(tmp_path: Path, monkeypatch) -> Non
     store = MemoryStore()
     store.add(Fact("x", scope="user", scope_id="u"))
     assert (tmp_path / ".fastaiagent" / "local.db").exists()
+    store.close()
+
+
+def test_a_forked_child_opens_connections_of_its_own(tmp_path: Path) -> None:
+    import multiprocessing
+
+    store = MemoryStore(tmp_path / "facts.db")
+    store.add(Fact("from the parent", scope="user", scope_id="ann"))
+    parent_conn = store._connection()
+
+    def child(out: Any) -> None:
+        out.put(store._connection() is parent_conn)
+        store.add(Fact("from the child", scope="user", scope_id="ann"))
+        out.put([f.fact for f in store.list_active("user", "ann")])
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    process = context.Process(target=child, args=(out,))
+    process.start()
+    shared, seen = out.get(timeout=30), out.get(timeout=30)
+    process.join(30)
+    assert process.exitcode == 0 and shared is False
+    assert seen == ["from the child", "from the parent"]
+    assert [f.fact for f in store.list_active("user", "ann")] == ["from the child", "from the parent"]
     store.close()

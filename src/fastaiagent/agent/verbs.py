@@ -191,11 +191,14 @@ class MemoryVerbs:
         """:meth:`Memory.retrieve <fastaiagent.agent.memory.Memory.retrieve>`."""
         limit, offset, include_expired = page.limit, page.offset, page.include_expired
         scope, scope_id = self._subject("retrieve", tier, id)
-        if limit is not None:
+        # The checks run every turn: the usual values pass without a call.
+        if limit is not None and (type(limit) is not int or limit < 0):
             integer("limit", limit, minimum=0)
-        integer("offset", offset, minimum=0)
-        at = moment("as_of", page.as_of, allow_none=True)
-        boolean("include_expired", include_expired)
+        if type(offset) is not int or offset < 0:
+            integer("offset", offset, minimum=0)
+        at = None if page.as_of is None else moment("as_of", page.as_of)
+        if include_expired is not False:
+            boolean("include_expired", include_expired)
         if at is not None and (query is not None or include_expired):
             raise InvalidValueError(
                 "retrieve(as_of=) reads what was active and valid then: use it without "
@@ -238,8 +241,9 @@ class MemoryVerbs:
         wanted = DEFAULT_LIMIT if limit is None else limit
         if at is not None:
             return self.store.list_as_of(scope, scope_id, project, at, wanted, offset)
+        now = None if self.config.clock is None else self.now()  # None: the store reads the time
         return self.store.list_active(
-            scope, scope_id, project, wanted, offset, now=self.now(), include_expired=include_expired
+            scope, scope_id, project, wanted, offset, now=now, include_expired=include_expired
         )
 
     def _resolve_old(self, old: int | str, scope: str, scope_id: str) -> int:
