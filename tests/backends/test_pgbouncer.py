@@ -90,3 +90,30 @@ def test_a_pooler_that_drops_sessions_is_named_in_the_error() -> None:
         mapped = statement_failure(error('prepared statement "_pg3_0" already exists'), "(postgresql://h/db)")
         assert isinstance(mapped, StoreConfigError)
         assert "pass pooler='transaction'" in str(mapped)
+
+
+def test_a_pooler_the_url_does_not_name_is_noticed_and_no_write_is_lost(
+    pgbouncer_url: str, postgres_url: str, pg_table: str
+) -> None:
+    store = PostgresFactStore(pgbouncer_url, table=pg_table, max_pool_size=4)  # no pooler=
+
+    def work(n: int) -> None:
+        for i in range(40):  # past psycopg's prepare threshold (5) on every connection
+            store.add(Fact(f"worker {n} fact {i}", scope="user", scope_id=f"u{n}"))
+            store.list_active("user", f"u{n}", limit=3)
+
+    assert _in_threads(8, work) == []  # every write acknowledged, none refused
+    assert store.pooler == "transaction"
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:  # straight to the server
+        stored = admin.execute(f'SELECT count(*) FROM "{pg_table}"').fetchone()[0]
+    assert stored == 8 * 40
+    store.close()
+
+
+def test_a_direct_connection_is_not_taken_for_a_pooler(postgres_url: str, pg_table: str) -> None:
+    store = PostgresFactStore(postgres_url, table=pg_table)
+    store.add(Fact("prefers tea", scope="user", scope_id="ann"))
+    assert store.pooler is None  # prepared statements stay on: the server is reached directly
+    store.close()

@@ -7,6 +7,7 @@ the active key so concurrent writers of the same fact share one row.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -57,6 +58,8 @@ psycopg = require("psycopg", "postgres")
 psycopg_pool = require("psycopg_pool", "postgres")
 from psycopg import sql  # noqa: E402  (imported after the extra check on purpose)
 from psycopg.types.json import Jsonb  # noqa: E402
+
+logger = logging.getLogger("fastaiagent.facts.postgres")
 
 DEFAULT_TABLE = "learned_memory"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
@@ -151,7 +154,10 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
     for a URL that reaches Postgres through a transaction-mode pooler such as
     PgBouncer: no server-side prepared statements, and schema work in one
     transaction (see :mod:`fastaiagent.facts.schema`). ``"session"`` (a
-    session-mode pooler) and None (a direct connection) change nothing.
+    session-mode pooler) keeps prepared statements. None (the default) looks at
+    the first connection: a pooler in between (its process id is not the
+    server's) is treated as a transaction-mode one, so no write is acknowledged
+    and then lost behind a pooler the URL does not name.
     """
 
     backend = "postgres"
@@ -239,6 +245,7 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
             raise self._cannot_connect(exc) from exc
         try:
             with conn:
+                self._notice_pooler(conn)
                 if not self._schema_ready:
                     with self.schema_work(conn):
                         self._table.ensure(conn)
@@ -260,6 +267,30 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         )
         pool.open(wait=False)
         return pool
+
+    def _notice_pooler(self, conn: Any) -> None:
+        """Behind a pooler the URL does not name, work as behind a transaction pooler.
+
+        A pooler answers the connect itself, with a process id of its own (for
+        cancel requests), so the server's differs. Which mode it pools in cannot be
+        seen from here: transaction mode hands one client's prepared statements to
+        the next client's calls (a write acknowledged and then not in the table), so
+        the mode safe in every mode is taken: no server-side prepared statements,
+        schema work in one transaction. ``pooler="session"`` keeps them.
+        """
+        if self.pooler is not None:
+            return
+        server_pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        if server_pid == conn.info.backend_pid:
+            return
+        self.pooler = "transaction"
+        self._connect_kwargs["prepare_threshold"] = None
+        conn.prepare_threshold = None
+        logger.info(
+            "a pooler is between this process and Postgres (%s): no prepared statements "
+            "(pass pooler='session' to keep them behind a session-mode pooler)",
+            redacted_url(self.url),
+        )
 
     def _cannot_connect(self, exc: BaseException) -> StoreUnavailableError:
         """The error for a failed connect, naming the server's reason; pauses the server.
