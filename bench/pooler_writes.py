@@ -27,7 +27,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _env import POSTGRES_URL, start_pgbouncer
-
 from fastaiagent import Memory
 
 
@@ -68,7 +67,6 @@ def run(threads: int, ops: int) -> dict[str, Any]:
     try:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as direct:
             stored = {row[0] for row in direct.execute(f'SELECT fact FROM "{table}"').fetchall()}
-        memory.store.destroy() if hasattr(memory.store, "destroy") else None
     finally:
         memory.store.close()
         with psycopg.connect(POSTGRES_URL, autocommit=True) as direct:  # whatever is left of the run
