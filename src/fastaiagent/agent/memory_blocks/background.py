@@ -12,7 +12,6 @@ drained before the rest of shutdown runs, so no learned fact is lost.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextvars
 import logging
 import os
@@ -23,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from fastaiagent._exit import at_exit
 from fastaiagent._validate import integer, number, positive_number, text
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.errors import InvalidTypeError, UsageError
@@ -42,8 +42,6 @@ current_user: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 _live: weakref.WeakSet[BackgroundQueue] = weakref.WeakSet()
-_exit_hook = {"registered": False}
-_exit_lock = threading.Lock()
 
 
 def _drain_all_at_exit() -> None:
@@ -52,23 +50,6 @@ def _drain_all_at_exit() -> None:
             queue.close(timeout=queue.exit_timeout)
         except Exception as exc:  # shutdown must go on whatever one queue does
             logger.warning("memory background queue failed to drain at exit: %s", exc)
-
-
-def _register_exit_hook() -> None:
-    # threading's exit hooks run before atexit handlers and before
-    # concurrent.futures refuses new work, so jobs can still use thread pools
-    # and connection pools that atexit handlers would already have closed.
-    with _exit_lock:
-        if _exit_hook["registered"]:
-            return
-        register = getattr(threading, "_register_atexit", None)
-        try:
-            if register is None:
-                raise AttributeError
-            register(_drain_all_at_exit)
-        except (AttributeError, RuntimeError):
-            atexit.register(_drain_all_at_exit)
-        _exit_hook["registered"] = True
 
 
 def _in_span(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -161,7 +142,7 @@ class BackgroundQueue:
             self._threads.add(worker)
             worker.start()
             _live.add(self)
-            _register_exit_hook()
+            at_exit(_drain_all_at_exit)
 
     def submit(
         self, fn: Callable[[], Any], *, span: str | None = None, lane: str | None = None

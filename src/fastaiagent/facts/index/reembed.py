@@ -27,9 +27,11 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fastaiagent._exit import at_exit
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, identity_of
@@ -91,7 +93,9 @@ class Reembedding:
         return f"Reembedding({self.state}, {self.done}/{self.total}, identity={self.identity!r})"
 
     def start(self) -> Reembedding:
-        """Run on a daemon thread; returns self."""
+        """Run on a daemon thread; returns self. A normal exit of the interpreter stops
+        it after its current batch (the next process resumes it)."""
+        _stopped_at_exit(self)
         threading.Thread(target=self._run_logged, name="fastaiagent-reembed", daemon=True).start()
         return self
 
@@ -198,6 +202,7 @@ def reembed_in_background(
         job = _jobs[key] = Reembedding(
             index, embedder, namespaces=[namespace], target=target, on_progress=_log_progress
         )
+        _stopped_at_exit(job)
         _work.put(job)
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_drain, name="fastaiagent-reembed", daemon=True)
@@ -261,6 +266,27 @@ def _log_progress(job: Reembedding) -> None:
     logger.info("re-embedding %s: %d of %d chunks", job.namespaces, job.done, job.total)
     if job.done >= job.total:
         _last_logged.pop(id(job), None)
+
+
+EXIT_WAIT = 60.0  # seconds a normal exit waits for a running job's current batch
+_live: weakref.WeakSet[Reembedding] = weakref.WeakSet()
+
+
+def _stopped_at_exit(job: Reembedding) -> None:
+    _live.add(job)
+    at_exit(_stop_all)
+
+
+def _stop_all() -> None:
+    """At a normal exit: no job may be inside the embedder when the interpreter tears
+    down (native threads destroyed under it abort the process). Every job stops
+    before its next batch; what it wrote stays, and the next process resumes."""
+    jobs = [job for job in list(_live) if job.state in ("pending", "running")]
+    for job in jobs:
+        job.cancel()
+    for job in jobs:
+        if job.state == "running" and not job.wait(EXIT_WAIT):
+            logger.warning("re-embedding %s still running at exit after %.0f s", job.namespaces, EXIT_WAIT)
 
 
 def _drain() -> None:
