@@ -301,8 +301,8 @@ class RedisCluster:
                 process.wait()
 
 
-def start_redis_cluster(data_dir: Path, primaries: int = 3) -> RedisCluster:
-    """A Redis Cluster of ``primaries`` primaries with one replica each, every node a
+def start_redis_cluster(data_dir: Path, primaries: int = 3, replicas: int = 1) -> RedisCluster:
+    """A Redis Cluster of ``primaries`` primaries with ``replicas`` replicas each, every node a
     ``redis-server --cluster-enabled yes`` of the caller's own on a free port in its
     own folder of ``data_dir`` (no persistence), joined by ``redis-cli --cluster
     create``; returned once every node reports ``cluster_state:ok``. The caller stops it."""
@@ -310,7 +310,7 @@ def start_redis_cluster(data_dir: Path, primaries: int = 3) -> RedisCluster:
     if server is None or cli is None:
         missing("redis-server / redis-cli are not installed (apt-get install redis-server)")
     redis = require_module("redis")
-    ports, processes = _cluster_ports(2 * primaries), []
+    ports, processes = _cluster_ports((1 + replicas) * primaries), []
     cluster = RedisCluster(ports, processes)
     for port in ports:
         folder = data_dir / str(port)
@@ -328,13 +328,14 @@ def start_redis_cluster(data_dir: Path, primaries: int = 3) -> RedisCluster:
             _wait_ping(redis, port)
         created = subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
-             "--cluster-replicas", "1", "--cluster-yes"],
+             "--cluster-replicas", str(replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         if created.returncode != 0:
             raise RuntimeError(created.stdout[-800:] + created.stderr[-800:])
         wait_cluster_ok(ports)
-        wait_replicas_linked(ports)
+        if replicas:
+            wait_replicas_linked(ports)
     except Exception as exc:
         cluster.stop()
         missing(f"a private Redis Cluster did not start on ports {ports}: {exc}")

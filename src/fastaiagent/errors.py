@@ -66,6 +66,15 @@ class StoreConfigError(StoreUnavailableError):
     without memory through an outage does so here as well."""
 
 
+class UnreplicatedWriteWarning(UserWarning):
+    """A Redis Cluster write reached the primary of its slot, and is stored, but fewer
+    replicas than it waits for (``?wait_replicas=``) acknowledged it in time: a
+    failover of that primary now could lose it. The call returned its result: do
+    not repeat it (the write is there; a repeat would write twice). To make such
+    writes raise instead: ``warnings.simplefilter("error", UnreplicatedWriteWarning)``
+    (the write is stored all the same)."""
+
+
 class StoreCorruptError(FastAIAgentError, RuntimeError):
     """The store's data is damaged: a SQLite file that is not a database or whose
     pages are malformed, a table dropped or changed outside fastaiagent, Redis keys

@@ -231,11 +231,14 @@ def test_the_cluster_option_takes_true_or_false(redis_cluster: RedisCluster) -> 
 @pytest.mark.subprocess
 def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
     """Writes go on while a primary is killed (-9) and its replica promoted: every
-    write that returned is still there afterwards (each waited for its replica). The
-    promoted primary has no replica left, so its writes are refused until the old
-    node rejoins as its replica; then they work again."""
+    write that returned is still there afterwards, whether its replica acknowledged
+    it or it came back with an UnreplicatedWriteWarning (the promoted primary has no
+    replica left, so its writes are stored there unreplicated until the old node
+    rejoins as its replica). Nothing reported unreplicated is missing: a caller who
+    repeated it would have written it twice."""
     import threading
     import time
+    import warnings
 
     from _env import (
         replica_of,
@@ -244,7 +247,7 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
         wait_promoted,
         wait_replicas_linked,
     )
-    from fastaiagent.errors import StoreUnavailableError
+    from fastaiagent.errors import StoreUnavailableError, UnreplicatedWriteWarning
     from fastaiagent.facts.fact import Fact
     from fastaiagent.facts.redis.store import RedisFactStore
 
@@ -252,7 +255,8 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
     try:
         store = RedisFactStore(cluster.url, prefix=unique_name("failover"))
         acked: list[tuple[int, str, str]] = []
-        refused: list[Exception] = []
+        unreplicated: list[tuple[str, str]] = []
+        refused: list[tuple[str, str]] = []
         broken: list[Exception] = []
         stop = threading.Event()
 
@@ -262,50 +266,91 @@ def test_a_failover_loses_no_acknowledged_write(tmp_path: Any) -> None:
                 sid, text = f"user-{n % 40}", f"fact number {n}"
                 try:
                     acked.append((store.add(Fact(text, scope="user", scope_id=sid)), sid, text))
-                except StoreUnavailableError as exc:
-                    refused.append(exc)
+                except UnreplicatedWriteWarning:  # raised by the filter below: stored all the same
+                    unreplicated.append((sid, text))
+                except StoreUnavailableError:  # the slot had no primary for longer than the retries
+                    refused.append((sid, text))
                 except Exception as exc:  # reported by the test, not lost with the thread
                     broken.append(exc)
                     return
                 n += 1
 
-        thread = threading.Thread(target=writer)
-        thread.start()
-        while len(acked) < 200:
-            threading.Event().wait(0.02)
-        victim = store.client.get_node_from_key(store._sk("hist", store._subject("user", "user-0", "")))
-        survivors = [p for p in cluster.ports if p != int(victim.port)]
-        heir = replica_of(survivors, int(victim.port))
-        cluster.kill(int(victim.port))
-        wait_promoted(heir)
-        wait_cluster_ok(survivors, timeout=60)
-        settled = time.monotonic() + 40  # writes go on against the new map until one is refused
-        while not (refused and len(acked) > 200) and not broken and time.monotonic() < settled:
-            time.sleep(0.1)
-        stop.set()
-        thread.join(timeout=60)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnreplicatedWriteWarning)
+            thread = threading.Thread(target=writer)
+            thread.start()
+            while len(acked) < 200:
+                threading.Event().wait(0.02)
+            victim = store.client.get_node_from_key(store._sk("hist", store._subject("user", "user-0", "")))
+            survivors = [p for p in cluster.ports if p != int(victim.port)]
+            heir = replica_of(survivors, int(victim.port))
+            cluster.kill(int(victim.port))
+            wait_promoted(heir)
+            wait_cluster_ok(survivors, timeout=60)
+            settled = time.monotonic() + 40  # writes go on against the new map
+            while not (unreplicated and len(acked) > 200) and not broken and time.monotonic() < settled:
+                time.sleep(0.1)
+            stop.set()
+            thread.join(timeout=60)
         assert not broken, broken
-        assert len(acked) > 200 and refused, "writes were refused while the slot had no replica"
+        assert len(acked) > 200 and unreplicated, "the promoted primary's writes were reported unreplicated"
 
         reader = RedisFactStore(cluster.url, prefix=store.prefix)
         for fact_id, sid, text in acked:
             got = reader.get(fact_id)
             assert got is not None and (got.scope_id, got.fact) == (sid, text), fact_id
         by_subject: dict[str, set[str]] = {}
-        for _, sid, text in acked:
+        for _, sid, text in acked + [(0, sid, text) for sid, text in unreplicated]:
             by_subject.setdefault(sid, set()).add(text)
-        for sid, texts in by_subject.items():
-            assert texts <= {f.fact for f in reader.list_active("user", sid)}
+        for sid, texts in by_subject.items():  # the unreplicated ones are there too
+            assert texts <= {f.fact for f in reader.list_active("user", sid, limit=None)}
 
-        with pytest.raises(StoreUnavailableError, match="replicas"):
-            reader.add(Fact("while alone", scope="user", scope_id="user-0"))
+        with pytest.warns(UnreplicatedWriteWarning, match="Do not repeat it"):
+            alone = reader.add(Fact("while alone", scope="user", scope_id="user-0"))
+        assert reader.get(alone) is not None  # returned its id, and is stored
         cluster.restart(int(victim.port))
         wait_cluster_ok(cluster.ports, timeout=60)
         wait_replicas_linked(cluster.ports, timeout=60)
-        new_id = reader.add(Fact("after the failover", scope="user", scope_id="user-0"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnreplicatedWriteWarning)
+            new_id = reader.add(Fact("after the failover", scope="user", scope_id="user-0"))
         assert store.get(new_id) is not None and reader.get(new_id) is not None
         store.close()
         reader.close()
+    finally:
+        cluster.stop()
+
+
+def test_a_cluster_without_replicas_is_seen_at_open(tmp_path: Any) -> None:
+    """No replica anywhere: the store says so once when it opens and its writes wait
+    for none (not 2 s each, and never refused); asking for replicas is refused there."""
+    import warnings
+
+    import redis
+
+    from _env import start_redis_cluster
+    from fastaiagent.errors import StoreConfigError, UnreplicatedWriteWarning
+    from fastaiagent.facts.fact import Fact
+    from fastaiagent.facts.redis.store import RedisFactStore
+
+    cluster = start_redis_cluster(tmp_path, replicas=0)
+    try:
+        prefix = unique_name("alone")
+        with pytest.warns(UnreplicatedWriteWarning, match="has no replicas"):
+            store = RedisFactStore(cluster.url, prefix=prefix)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnreplicatedWriteWarning)
+            ids = [store.add(Fact(f"fact {n}", scope="user", scope_id=f"u{n % 5}")) for n in range(20)]
+        assert all(store.get(i) is not None for i in ids)
+        waits = 0  # no write waited out WAIT's 2 s for a replica that does not exist
+        for port in cluster.ports:
+            node = redis.Redis(port=port, decode_responses=True)
+            waits += int(node.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+            node.close()
+        assert waits == 0
+        with pytest.raises(StoreConfigError, match=r"wait_replicas= to 0"):
+            RedisFactStore(cluster.url + "&wait_replicas=1", prefix=prefix)
+        store.close()
     finally:
         cluster.stop()
 

@@ -8,23 +8,40 @@ counter, its subjects set, and the hashes of its facts, whose ids name the slot
 (``counter * 16384 + slot``), so a fact is found by id alone. A write is one
 script call on the subject's primary followed, on the same connection, by
 ``WAIT <replicas> <timeout>``, so a write that returned was acknowledged by a
-replica and survives a failover.
+replica and survives a failover. A write the replicas did not acknowledge in
+time is stored all the same (it reached the primary): it returns, with an
+:class:`~fastaiagent.errors.UnreplicatedWriteWarning`, so nobody repeats it.
+A cluster with no replica at all is seen when a store opens: by default its
+writes wait for none (one warning says so); an explicit ``?wait_replicas=`` it
+cannot meet is refused there.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+import warnings
 from binascii import crc_hqx
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from fastaiagent.errors import InvalidValueError, StoreUnavailableError
+from fastaiagent._throttle import LogThrottle
+from fastaiagent.errors import (
+    InvalidValueError,
+    StoreConfigError,
+    UnreplicatedWriteWarning,
+)
 from fastaiagent.facts.redis.client import guarded_cluster_class, redis_lib
 
 WAIT_TIMEOUT_MS = 2000
-"""How long a write waits for its replicas before it is refused."""
+"""How long a write waits for its replicas before it returns unreplicated."""
+UNREPLICATED_LOG_SECONDS = 60.0
+"""At most one log line per store this often about unreplicated writes."""
+
+logger = logging.getLogger("fastaiagent.facts.redis")
+_unreplicated = LogThrottle(lambda: UNREPLICATED_LOG_SECONDS)
 RETRY_SECONDS = 15.0
 """How long a write retries while the cluster moves a slot or promotes a replica."""
 
@@ -81,10 +98,11 @@ def cluster_client(url: str, **options: Any) -> Any:
     return _cluster_mod.RedisCluster.from_url(url, **options)
 
 
-def wait_replicas_option(value: str | None, cluster: bool) -> int:
-    """The ``wait_replicas=`` option: replicas a write waits for (cluster default 1)."""
+def wait_replicas_option(value: str | None, cluster: bool) -> int | None:
+    """The ``wait_replicas=`` option: replicas a write waits for (None: the cluster's
+    default, see :class:`ClusterNamespace`)."""
     if value is None:
-        return 1 if cluster else 0
+        return None if cluster else 0
     if not value.isdigit():
         raise InvalidValueError(f"wait_replicas must be a whole number, got {value!r}")
     if int(value) and not cluster:
@@ -92,11 +110,45 @@ def wait_replicas_option(value: str | None, cluster: bool) -> int:
     return int(value)
 
 
-class ClusterNamespace:
-    """The cluster side of one store namespace: slot-routed writes with WAIT."""
+def most_replicas(client: Any) -> int | None:
+    """The most replicas connected to one primary, asked of the primaries themselves
+    (the slots' map learns of replicas late, by gossip); None when none answered."""
+    counts = []
+    for node in client.get_primaries():
+        with suppress(_errors.RedisError):
+            counts.append(int(node.redis_connection.info("replication").get("connected_slaves", 0)))
+    return max(counts) if counts else None
 
-    def __init__(self, client: Any, prefix: str, replicas: int, what: str) -> None:
-        self.client, self.prefix, self.replicas, self.what = client, prefix, replicas, what
+
+class ClusterNamespace:
+    """The cluster side of one store namespace: slot-routed writes with WAIT.
+
+    ``replicas`` None waits for one replica, or for none on a cluster that has no
+    replica at all (said once, as a warning: a failed primary loses its writes).
+    A number is what the caller asked for: a cluster with fewer replicas per
+    primary is refused here, not with each write. (A slot left without its replica
+    by a failover, in a cluster that has others, keeps waiting: its writes return
+    unreplicated until a replica joins.)"""
+
+    def __init__(self, client: Any, prefix: str, replicas: int | None, what: str) -> None:
+        self.client, self.prefix, self.what = client, prefix, what
+        most = most_replicas(client)
+        if replicas is None:
+            replicas = 1 if most is None else min(1, most)
+            if not replicas:
+                warnings.warn(UnreplicatedWriteWarning(
+                    f"the Redis Cluster of {what} has no replicas: its writes wait for none, "
+                    "and a primary that fails loses them; add a replica to each primary "
+                    "(redis-cli --cluster add-node ... --cluster-slave) for writes that "
+                    "survive a failover"
+                ), stacklevel=3)  # fmt: skip
+        elif most is not None and replicas > most:
+            raise StoreConfigError(
+                f"writes of {what} wait for {replicas} replicas (?wait_replicas={replicas}) but "
+                f"no primary of the Redis Cluster has more than {most}: add replicas, or "
+                f"lower ?wait_replicas= to {most} (writes a failover may lose)"
+            )
+        self.replicas = replicas
 
     def run(self, route_key: str, queue: Callable[[Any], None]) -> list[Any]:
         """Queue commands (``queue(pipe)``) on the primary of ``route_key``'s slot and
@@ -128,14 +180,18 @@ class ClusterNamespace:
         if self.replicas:
             acked = int(replies.pop())
             if acked < self.replicas:
-                raise StoreUnavailableError(
-                    f"a write of {self.what} reached the primary of its slot, but {acked} of "
-                    f"the {self.replicas} replicas it waits for acknowledged it within "
-                    f"{WAIT_TIMEOUT_MS} ms: it may not survive a failover. Check the "
-                    "cluster's replicas (a primary left without one refuses writes), or "
-                    "lower ?wait_replicas="
-                )
+                self._unreplicated(acked)
         return replies
+
+    def _unreplicated(self, acked: int) -> None:
+        said = (
+            f"a write of {self.what} is stored on the primary of its slot, but {acked} of "
+            f"the {self.replicas} replicas it waits for acknowledged it within "
+            f"{WAIT_TIMEOUT_MS} ms: a failover now could lose it. Do not repeat it (it is "
+            "stored); check the cluster's replicas, or lower ?wait_replicas="
+        )
+        warnings.warn(UnreplicatedWriteWarning(said), stacklevel=4)
+        _unreplicated.warn(logger, (self.prefix, self.what), "%s", said)
 
     def script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """One script call routed by its first key, with WAIT."""
