@@ -42,7 +42,7 @@ from fastaiagent.agent.memory_config import (
 )
 from fastaiagent.agent.memory_stack import MemoryStack
 from fastaiagent.agent.memory_users import Turn, UserCache, UserResolution, UserState, current_user
-from fastaiagent.agent.verbs import FactPage, FactWrite, MemoryVerbs, by_name
+from fastaiagent.agent.verbs import DEFAULT_PAGE, FactPage, FactWrite, MemoryVerbs, by_name
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
 from fastaiagent.agent.windows.sync import shared_windows
 from fastaiagent.errors import InvalidValueError, UsageError
@@ -249,7 +249,7 @@ class Memory:
         *,
         tier: str = "user",
         id: str | None = None,
-        limit: int | None = None,
+        limit: int | None = DEFAULT_PAGE,
         offset: int = 0,
         as_of: datetime | float | None = None,
         include_expired: bool = False,
@@ -262,9 +262,11 @@ class Memory:
         (a fact updated since comes back in its old version).
         ``include_expired=True`` also returns facts whose validity has ended.
 
-        Bounded by default: ``limit=None`` returns at most 50 facts
+        Bounded by default: without ``limit``, at most 50 facts
         (:data:`fastaiagent.facts.store.DEFAULT_LIMIT`; 10 with ``query``).
-        Page with ``offset``: ``offset=50`` is the next 50, and so on."""
+        Page with ``offset``: ``offset=50`` is the next 50, and so on.
+        ``limit=None`` returns every fact, as the stores' ``limit=None`` does (a
+        search by meaning takes a number only)."""
         return self._verbs.retrieve(query, tier, id, FactPage(limit, offset, as_of, include_expired))
 
     def update(
