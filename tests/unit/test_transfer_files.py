@@ -37,15 +37,14 @@ def _target(tmp_path: Path, name: str = "target") -> Any:
     return make_fact_store(f"sqlite:///{tmp_path / name}.db")
 
 
-def test_a_cut_off_file_imports_what_came_before_and_says_so(sample: tuple[str, Path], tmp_path: Path) -> None:
+def test_a_cut_off_file_is_refused_before_anything_is_written(sample: tuple[str, Path], tmp_path: Path) -> None:
     _, path = sample
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(path.read_text().splitlines()[:5]) + "\n")
     target = _target(tmp_path)
-    with pytest.raises(InvalidValueError, match="no end line after line 5: the export was cut off"):
-        import_memory(target, cut)
-    held = {(s.scope, s.scope_id): s.count for s in target.subjects(include_superseded=True)}
-    assert held == {("agent", ""): 1, ("user", "ann"): 3}  # lines 2-5: the rule, tea, coffee, tea
+    with pytest.raises(InvalidValueError, match="no end line after line 5: the export was cut off, so nothing"):
+        import_memory(target, cut, everything=True)
+    assert target.subjects(include_superseded=True) == []
 
 
 @pytest.mark.parametrize(
@@ -62,7 +61,7 @@ def test_a_damaged_file_is_refused_with_its_line(tmp_path: Path, text: str, mess
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
     with pytest.raises(InvalidValueError, match=message):
-        import_memory(_target(tmp_path), path)
+        import_memory(_target(tmp_path), path, everything=True)
 
 
 def test_a_newer_format_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -70,7 +69,7 @@ def test_a_newer_format_is_refused_before_anything_is_written(tmp_path: Path) ->
     path.write_text('{"kind": "fastaiagent-memory", "version": 99}\n{"kind": "end"}\n')
     target = _target(tmp_path)
     with pytest.raises(SchemaVersionError, match=r"format version 99.*pip install -U fastaiagent"):
-        import_memory(target, path)
+        import_memory(target, path, everything=True)
     assert target.subjects() == []
 
 
@@ -80,7 +79,7 @@ def test_vectors_of_another_size_go_to_that_size_s_index(sample: tuple[str, Path
     Memory(target, recall="auto", embedder=WordHashEmbedder(dimension=8)).add_history(
         [UserMessage("hello there")]
     )
-    import_memory(target, path)
+    import_memory(target, path, everything=True)
     assert sorted(target.vector_dimensions()) == [8, 16]
     assert target.vector_store().count_rows(None) == 1  # the 8-size index keeps its one message
     assert target.vector_store(16).count_rows(None) > 0
@@ -100,7 +99,7 @@ def test_a_subject_longer_than_a_page_keeps_its_order_and_history(
     times = [json.loads(line)["created_at"] for line in buffer.getvalue().splitlines()[1:-1]]
     assert times == sorted(times) and len(times) == 30
     target = _target(tmp_path)
-    import_memory(target, io.StringIO(buffer.getvalue()))
+    import_memory(target, io.StringIO(buffer.getvalue()), everything=True)
     (active,) = target.list_active("user", "ann")
     assert (active.fact, active.created_at) == ("v29", 30.0)
     chain = [active]
@@ -162,7 +161,7 @@ def test_an_export_to_a_stream_round_trips(sample: tuple[str, Path], tmp_path: P
     stream = io.StringIO()
     export_memory(location, stream)
     stream.seek(0)
-    import_memory(_target(tmp_path), stream)
+    import_memory(_target(tmp_path), stream, everything=True)
     again = tmp_path / "again.jsonl"
     export_memory(_target(tmp_path), again)
     assert lines(again) == lines(path)
@@ -174,6 +173,6 @@ def test_a_text_the_target_holds_under_another_time_is_kept_not_counted(
     _, path = sample
     target = _target(tmp_path)
     mine = target.add(Fact("is vegan", scope="user", scope_id="bob", created_at=5.0))
-    counts = import_memory(target, path)
+    counts = import_memory(target, path, everything=True)
     assert (counts.facts, counts.kept) == (6, 1)
     assert [f.id for f in target.list_active("user", "bob")] == [mine]
