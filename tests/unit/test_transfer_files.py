@@ -176,3 +176,98 @@ def test_a_text_the_target_holds_under_another_time_is_kept_not_counted(
     counts = import_memory(target, path, everything=True)
     assert (counts.facts, counts.kept) == (6, 1)
     assert [f.id for f in target.list_active("user", "bob")] == [mine]
+
+
+def _ann_lines(sample: tuple[str, Path]) -> list[str]:
+    location, _ = sample
+    buffer = io.StringIO()
+    export_memory(location, buffer, user_id="ann", project_id="")
+    return buffer.getvalue().splitlines(keepends=True)
+
+
+def test_a_bad_vector_is_refused_naming_the_file_and_line(sample: tuple[str, Path], tmp_path: Path) -> None:
+    raw = _ann_lines(sample)
+    number = next(n for n, line in enumerate(raw, 1) if '"kind":"recall"' in line)
+    bad = json.loads(raw[number - 1])
+    bad["vector"] = bad["vector"][:-8] + "AAA="  # 3 bytes short of a float32
+    raw[number - 1] = json.dumps(bad) + "\n"
+    path = tmp_path / "bad-vector.jsonl"
+    path.write_text("".join(raw))
+    target = _target(tmp_path)
+    with pytest.raises(InvalidValueError) as refused:
+        Memory(target).import_user(path)
+    assert str(refused.value) == (
+        f"{path}, line {number}: a recalled message whose vector is not float32 values in base64, "
+        "as an export writes it"
+    )
+    assert "buffer" not in str(refused.value) and target.subjects() == []
+
+
+def test_an_upload_read_once_is_spooled_and_its_bytes_checked_by_line(sample: tuple[str, Path], tmp_path: Path) -> None:
+    raw = "".join(_ann_lines(sample)).encode("utf-8")
+    with pytest.raises(InvalidValueError, match=r"upload, line 2: not UTF-8 text"):
+        import_memory(_target(tmp_path), _Upload(raw.replace(b"likes tea", b"likes t\xe9a", 1)))
+    counts = import_memory(_target(tmp_path), _Upload(raw))  # read twice: spooled, not re-read
+    assert (counts.facts, counts.recall, counts.windows, counts.items) == (4, 5, 2, 1)
+
+
+class _Upload(io.RawIOBase):
+    """An upload's body: bytes read once, no seeking back."""
+
+    name = "upload"
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def read(self, size: int = -1) -> bytes:
+        return self._data.read(size)
+
+
+def test_a_subject_bigger_than_memory_s_share_is_spilled_and_stays_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastaiagent.facts.transfer import spill, writing
+
+    monkeypatch.setattr(spill, "SPILL_AFTER", 10)
+    monkeypatch.setattr(writing, "BATCH", 7)  # the target's subject is read in pages of 7
+    source = _target(tmp_path, "big")
+    previous = source.add(Fact("v0", scope="user", scope_id="ann", created_at=1.0))
+    for n in range(1, 60):
+        previous = source.update(Fact(f"v{n}", scope="user", scope_id="ann", created_at=1.0 + n), previous)
+    for n in range(40):
+        source.add(Fact(f"other {n}", scope="user", scope_id="ann", created_at=100.0 + n))
+    path = tmp_path / "ann.jsonl"
+    export_memory(source, path, user_id="ann")
+    target = _target(tmp_path)
+    assert Memory(target).import_user(path).facts == 100
+    again = Memory(target).import_user(path)  # the held facts are looked up on disk now
+    assert (again.facts, again.kept) == (0, 100)
+    active = target.list_active("user", "ann", limit=None)
+    assert len(active) == 41 and len(target.replaced(next(f.id for f in active if f.fact == "v59"))) == 1
+
+
+def test_messages_of_many_namespaces_wait_in_one_bounded_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from _memory_sample import message
+    from fastaiagent.facts.transfer import writing
+
+    monkeypatch.setattr(writing, "BATCH", 5)
+    flushed: list[int] = []
+    real = writing.Importer._flush
+
+    def counting(self: Any, key: Any) -> None:
+        flushed.append(self._pending)
+        real(self, key)
+
+    monkeypatch.setattr(writing.Importer, "_flush", counting)
+    source = _target(tmp_path, "many")
+    source.vector_store().add([message(f"user:u{n}", 0, f"hello {n}") for n in range(23)])
+    path = tmp_path / "all.jsonl"
+    export_memory(source, path)
+    assert import_memory(_target(tmp_path), path, everything=True).recall == 23
+    assert max(flushed) <= 5  # never more than a batch waits, whatever the namespaces

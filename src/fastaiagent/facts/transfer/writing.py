@@ -17,7 +17,6 @@ the size of a subject or the number of namespaces.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -49,7 +48,7 @@ DROPPED = "facts the fact policy dropped"
 
 
 def _fingerprint(fact: Fact) -> str:
-    return json.dumps([normalize_text(fact.fact), float(fact.created_at)])
+    return f"{float(fact.created_at)!r} {normalize_text(fact.fact)}"
 
 
 class Importer:
@@ -65,9 +64,9 @@ class Importer:
         # to its own size's index. A store of one size takes its size only (checked).
         self.sized = isinstance(store, ListsDimensions)
         self._subject: Subject | None = None
-        self._held = SpillMap()  # fingerprint -> [target id, superseded by]
+        self._held = SpillMap()  # fingerprint -> (target id, superseded by)
         self._held_ids = SpillMap()  # the subject's ids in the target
-        self._ids = SpillMap()  # the file's fact id -> the target's
+        self._ids = SpillMap()  # the file's fact id -> (the target's, None)
         self._waiting: dict[int, list[tuple[int, float | None]]] = {}
         self._chunks: dict[tuple[str, int], list[Chunk]] = {}  # by namespace and vector size
         self._pending = 0
@@ -109,15 +108,16 @@ class Importer:
         else:
             fresh = replace(fact, id=None, superseded_by=None, superseded_at=None)
             target, superseded_by = self.store.add(fresh), None
-            self._held.put(fingerprint, [target, None])
+            self._held.put(fingerprint, (target, None))
             if str(target) in self._held_ids:  # the target's active fact of that text, kept
                 self.counts.kept += 1
             else:
-                self._held_ids.put(str(target), 1)
+                self._held_ids.put(str(target), (target, None))
                 self.counts.add("fact")
-        self._ids.put(str(file_id), target)
+        self._ids.put(str(file_id), (target, None))
         if fact.superseded_by is not None:
-            newer = self._ids.get(str(fact.superseded_by))
+            known = self._ids.get(str(fact.superseded_by))
+            newer = None if known is None else known[0]
             if newer is None:
                 self._waiting.setdefault(fact.superseded_by, []).append((target, fact.superseded_at))
             elif superseded_by != newer:
@@ -140,8 +140,8 @@ class Importer:
         for page in subject_pages(self.store, *subject, size=BATCH):
             for fact in page:
                 assert fact.id is not None
-                self._held_ids.put(str(fact.id), 1)
-                self._held.put(_fingerprint(fact), [fact.id, fact.superseded_by])
+                self._held_ids.put(str(fact.id), (fact.id, None))
+                self._held.put(_fingerprint(fact), (fact.id, fact.superseded_by))
 
     def _close_subject(self) -> None:
         orphans = sum(len(older) for older in self._waiting.values())
