@@ -271,3 +271,4 @@ def test_messages_of_many_namespaces_wait_in_one_bounded_batch(tmp_path: Path, m
     export_memory(source, path)
     assert import_memory(_target(tmp_path), path, everything=True).recall == 23
     assert max(flushed) <= 5  # never more than a batch waits, whatever the namespaces
+

@@ -40,7 +40,7 @@ from fastaiagent.facts.items import ItemWrite, check_write
 from fastaiagent.facts.transfer.records import Header, chunk_of, fact_of, item_of, window_of
 from fastaiagent.facts.vectors import recall_namespace
 from fastaiagent.facts.windows import WindowKey
-from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, check_chunk
+from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, check_chunk, namespace_key
 
 KEPT_SOURCES = {SOURCE_MANUAL: 1.0, SOURCE_CONVERSATION: LEARNED_CONFIDENCE, SOURCE_TRACES: 1.0}
 """The sources a user's import keeps, each with the highest confidence a live write
@@ -171,7 +171,7 @@ class LineCheck:
             )
 
     def _chunk(self, namespace: str, chunk: Chunk) -> None:
-        filed = chunk.metadata.get("namespace")
+        filed = namespace_key(chunk.metadata)  # what files it ("" when untagged)
         if filed != namespace:
             raise InvalidValueError(
                 f"a recalled message whose metadata files it under {filed!r} but whose line says "
