@@ -235,6 +235,7 @@ def test_a_subject_bigger_than_memory_s_share_is_spilled_and_stays_exact(
     from fastaiagent.facts.transfer import spill, writing
 
     monkeypatch.setattr(spill, "SPILL_AFTER", 10)
+    monkeypatch.setattr(spill, "WRITE_BATCH", 3)  # most lookups go to the table on disk
     monkeypatch.setattr(writing, "BATCH", 7)  # the target's subject is read in pages of 7
     source = _target(tmp_path, "big")
     previous = source.add(Fact("v0", scope="user", scope_id="ann", created_at=1.0))

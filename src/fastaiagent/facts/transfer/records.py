@@ -222,20 +222,15 @@ def fact_of(line: dict[str, Any]) -> Fact:
         values = {name: line[name] for name in _FACT_FIELDS}
     except KeyError as exc:
         raise InvalidValueError(f"a fact without {exc.args[0]!r}") from None
-    _typed(values, int, ("id",))
-    _typed(values, (int, type(None)), ("superseded_by",))
-    _typed(values, (int, float), ("created_at", "confidence"))
-    _typed(values, (int, float, type(None)), ("superseded_at", "valid_from", "valid_to"))
-    _typed(values, str, ("scope", "scope_id", "project_id", "fact", "source"))
-    _typed(values, (str, type(None)), ("source_trace_id",))
-    _typed(values, dict, ("metadata",))
+    for name, kind in _TYPES:  # the fields validate_for_write does not check
+        if isinstance(values[name], bool) or not isinstance(values[name], kind):
+            raise InvalidValueError(f"a fact whose {name} is {type(values[name]).__name__}")
     return Fact(**values)
 
 
-def _typed(values: dict[str, Any], kind: Any, names: tuple[str, ...]) -> None:
-    for name in names:
-        if isinstance(values[name], bool) or not isinstance(values[name], kind):
-            raise InvalidValueError(f"a fact whose {name} is {type(values[name]).__name__}")
+_NONE = type(None)
+_TYPES = (("id", int), ("superseded_by", (int, _NONE)), ("created_at", (int, float)),
+          ("superseded_at", (int, float, _NONE)), ("source", str), ("source_trace_id", (str, _NONE)))  # fmt: skip
 
 
 def chunk_of(line: dict[str, Any]) -> tuple[str, Chunk]:
