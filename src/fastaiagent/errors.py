@@ -29,6 +29,9 @@ class FactNotFoundError(NotFoundError, KeyError):
     """No fact has the given id (a ``KeyError`` too, as a store's ``update`` and
     ``supersede`` always raised for an unknown id)."""
 
+    def __str__(self) -> str:  # the message as written, not quoted as KeyError's is
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
 
 class MissingFileError(FastAIAgentError, FileNotFoundError):
     """A file or directory the call reads does not exist (a saved memory, a model)."""

@@ -43,7 +43,7 @@ def test_export_import_export_gives_the_same_file(backend: str, store_at: Any, t
     counts = export_memory(source, first)
     assert (counts.facts, counts.recall, counts.windows, counts.items) == (7, 10, 3, 3)
     _, target = store_at(backend)  # an empty location of the same kind
-    assert import_memory(target, first).facts == 7
+    assert import_memory(target, first, everything=True).facts == 7
     export_memory(target, second)
     assert lines(second) == lines(first)
 
@@ -87,9 +87,9 @@ def test_a_second_import_adds_nothing(store_at: Any, target_backend: str, tmp_pa
     path = tmp_path / "all.jsonl"
     export_memory(source, path)
     _, target = store_at(target_backend)
-    import_memory(target, path)
+    import_memory(target, path, everything=True)
     before = [(s.scope, s.scope_id, s.project_id, s.count) for s in target.subjects(include_superseded=True)]
-    again = import_memory(target, path)
+    again = import_memory(target, path, everything=True)
     assert (again.facts, again.recall, again.windows, again.items, again.kept) == (0, 0, 0, 0, 23)
     assert [(s.scope, s.scope_id, s.project_id, s.count) for s in target.subjects(include_superseded=True)] == before
     assert target.vector_store().count() == 10

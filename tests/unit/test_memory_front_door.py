@@ -8,6 +8,7 @@ import threading
 import warnings
 
 import pytest
+from _vector_fakes import WordHashEmbedder
 
 from fastaiagent import Agent, Memory
 from fastaiagent.learn import Fact, MemoryStore
@@ -257,10 +258,12 @@ def test_update_cannot_cross_users_or_tiers():  # acceptance H4
     mem = Memory(agent_id="a")
     alice = mem.persist("Alice fact", tier="user", id="alice")
     glob = mem.persist("Global fact", tier="global")
-    with pytest.raises(ValueError, match=r"\(user:bob\) cannot supersede #\d+ \(user:alice\)"):
+    with pytest.raises(ValueError, match=rf"no fact #{alice} in user:bob: a fact can only replace") as crossed:
         mem.update("Bob takes over", old=alice, tier="user", id="bob")
-    with pytest.raises(ValueError, match=r"\(user:bob\) cannot supersede #\d+ \(agent:a\)"):
+    assert "alice" not in str(crossed.value)
+    with pytest.raises(ValueError, match=rf"no fact #{glob} in user:bob:") as crossed:
         mem.update("User takes over", old=glob, tier="user", id="bob")
+    assert "agent" not in str(crossed.value) and "Global" not in str(crossed.value)
     assert mem.location.get(alice).superseded_by is None
     assert mem.location.get(glob).superseded_by is None
     assert mem.retrieve(tier="user", id="bob") == []
@@ -422,6 +425,20 @@ def test_retrieve_is_bounded_by_default_and_pages_with_offset(tmp_path):
         mem.retrieve(tier="user", id="alice", offset=-1)
     with pytest.raises(TypeError, match="offset must be an int"):
         mem.retrieve(tier="user", id="alice", offset="50")  # type: ignore[arg-type]
+
+
+def test_retrieve_limit_none_returns_every_fact_as_the_store_does(tmp_path):
+    store = MemoryStore(tmp_path / "facts.db")
+    mem = Memory(location=store, semantic="auto", embedder=WordHashEmbedder())
+    for i in range(120):
+        store.add(Fact(f"fact {i}", scope="user", scope_id="alice", created_at=1000.0 + i))
+    every = mem.retrieve(tier="user", id="alice", limit=None)
+    assert [f.id for f in every] == [f.id for f in store.list_active("user", "alice", limit=None)]
+    assert len(every) == 120 and len(mem.retrieve(tier="user", id="alice")) == 50
+    assert len(mem.retrieve(tier="user", id="alice", limit=None, offset=100)) == 20
+    assert len(mem.retrieve("fact", tier="user", id="alice")) == 10  # by meaning: 10 by default
+    with pytest.raises(ValueError, match=r"a search by meaning returns its closest facts.*pass limit=N"):
+        mem.retrieve("fact", tier="user", id="alice", limit=None)
 
 
 def test_update_by_text_finds_the_old_fact_by_index(tmp_path):

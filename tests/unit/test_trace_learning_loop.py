@@ -229,7 +229,8 @@ def test_cli_supersede_and_show_superseded(tmp_path, cli):
     history = cli("learn", "list", "--location", location, "--show-superseded").output
     assert "Prefers email" in history and f"superseded → #{new}" in history
     cross = cli("learn", "supersede", str(new), str(other), "--location", location)
-    assert cross.exit_code == 1 and "cannot supersede" in cross.output
+    assert cross.exit_code == 1 and f"no fact #{new} in user:bob" in cross.output  # NEW's subject
+    assert "alice" not in cross.output and "Slack" not in cross.output
     missing = cli("learn", "supersede", "999", str(new), "--location", location)
     assert missing.exit_code == 1 and "no fact #999" in missing.output
     assert store.get(new).superseded_by is None and store.get(other).superseded_by is None

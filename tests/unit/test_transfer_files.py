@@ -37,15 +37,14 @@ def _target(tmp_path: Path, name: str = "target") -> Any:
     return make_fact_store(f"sqlite:///{tmp_path / name}.db")
 
 
-def test_a_cut_off_file_imports_what_came_before_and_says_so(sample: tuple[str, Path], tmp_path: Path) -> None:
+def test_a_cut_off_file_is_refused_before_anything_is_written(sample: tuple[str, Path], tmp_path: Path) -> None:
     _, path = sample
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(path.read_text().splitlines()[:5]) + "\n")
     target = _target(tmp_path)
-    with pytest.raises(InvalidValueError, match="no end line after line 5: the export was cut off"):
-        import_memory(target, cut)
-    held = {(s.scope, s.scope_id): s.count for s in target.subjects(include_superseded=True)}
-    assert held == {("agent", ""): 1, ("user", "ann"): 3}  # lines 2-5: the rule, tea, coffee, tea
+    with pytest.raises(InvalidValueError, match="no end line after line 5: the export was cut off, so nothing"):
+        import_memory(target, cut, everything=True)
+    assert target.subjects(include_superseded=True) == []
 
 
 @pytest.mark.parametrize(
@@ -62,7 +61,7 @@ def test_a_damaged_file_is_refused_with_its_line(tmp_path: Path, text: str, mess
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
     with pytest.raises(InvalidValueError, match=message):
-        import_memory(_target(tmp_path), path)
+        import_memory(_target(tmp_path), path, everything=True)
 
 
 def test_a_newer_format_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -70,7 +69,7 @@ def test_a_newer_format_is_refused_before_anything_is_written(tmp_path: Path) ->
     path.write_text('{"kind": "fastaiagent-memory", "version": 99}\n{"kind": "end"}\n')
     target = _target(tmp_path)
     with pytest.raises(SchemaVersionError, match=r"format version 99.*pip install -U fastaiagent"):
-        import_memory(target, path)
+        import_memory(target, path, everything=True)
     assert target.subjects() == []
 
 
@@ -80,7 +79,7 @@ def test_vectors_of_another_size_go_to_that_size_s_index(sample: tuple[str, Path
     Memory(target, recall="auto", embedder=WordHashEmbedder(dimension=8)).add_history(
         [UserMessage("hello there")]
     )
-    import_memory(target, path)
+    import_memory(target, path, everything=True)
     assert sorted(target.vector_dimensions()) == [8, 16]
     assert target.vector_store().count_rows(None) == 1  # the 8-size index keeps its one message
     assert target.vector_store(16).count_rows(None) > 0
@@ -100,7 +99,7 @@ def test_a_subject_longer_than_a_page_keeps_its_order_and_history(
     times = [json.loads(line)["created_at"] for line in buffer.getvalue().splitlines()[1:-1]]
     assert times == sorted(times) and len(times) == 30
     target = _target(tmp_path)
-    import_memory(target, io.StringIO(buffer.getvalue()))
+    import_memory(target, io.StringIO(buffer.getvalue()), everything=True)
     (active,) = target.list_active("user", "ann")
     assert (active.fact, active.created_at) == ("v29", 30.0)
     chain = [active]
@@ -162,7 +161,7 @@ def test_an_export_to_a_stream_round_trips(sample: tuple[str, Path], tmp_path: P
     stream = io.StringIO()
     export_memory(location, stream)
     stream.seek(0)
-    import_memory(_target(tmp_path), stream)
+    import_memory(_target(tmp_path), stream, everything=True)
     again = tmp_path / "again.jsonl"
     export_memory(_target(tmp_path), again)
     assert lines(again) == lines(path)
@@ -174,6 +173,103 @@ def test_a_text_the_target_holds_under_another_time_is_kept_not_counted(
     _, path = sample
     target = _target(tmp_path)
     mine = target.add(Fact("is vegan", scope="user", scope_id="bob", created_at=5.0))
-    counts = import_memory(target, path)
+    counts = import_memory(target, path, everything=True)
     assert (counts.facts, counts.kept) == (6, 1)
     assert [f.id for f in target.list_active("user", "bob")] == [mine]
+
+
+def _ann_lines(sample: tuple[str, Path]) -> list[str]:
+    location, _ = sample
+    buffer = io.StringIO()
+    export_memory(location, buffer, user_id="ann", project_id="")
+    return buffer.getvalue().splitlines(keepends=True)
+
+
+def test_a_bad_vector_is_refused_naming_the_file_and_line(sample: tuple[str, Path], tmp_path: Path) -> None:
+    raw = _ann_lines(sample)
+    number = next(n for n, line in enumerate(raw, 1) if '"kind":"recall"' in line)
+    bad = json.loads(raw[number - 1])
+    bad["vector"] = bad["vector"][:-8] + "AAA="  # 3 bytes short of a float32
+    raw[number - 1] = json.dumps(bad) + "\n"
+    path = tmp_path / "bad-vector.jsonl"
+    path.write_text("".join(raw))
+    target = _target(tmp_path)
+    with pytest.raises(InvalidValueError) as refused:
+        Memory(target).import_user(path)
+    assert str(refused.value) == (
+        f"{path}, line {number}: a recalled message whose vector is not float32 values in base64, "
+        "as an export writes it"
+    )
+    assert "buffer" not in str(refused.value) and target.subjects() == []
+
+
+def test_an_upload_read_once_is_spooled_and_its_bytes_checked_by_line(sample: tuple[str, Path], tmp_path: Path) -> None:
+    raw = "".join(_ann_lines(sample)).encode("utf-8")
+    with pytest.raises(InvalidValueError, match=r"upload, line 2: not UTF-8 text"):
+        import_memory(_target(tmp_path), _Upload(raw.replace(b"likes tea", b"likes t\xe9a", 1)))
+    counts = import_memory(_target(tmp_path), _Upload(raw))  # read twice: spooled, not re-read
+    assert (counts.facts, counts.recall, counts.windows, counts.items) == (4, 5, 2, 1)
+
+
+class _Upload(io.RawIOBase):
+    """An upload's body: bytes read once, no seeking back."""
+
+    name = "upload"
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def read(self, size: int = -1) -> bytes:
+        return self._data.read(size)
+
+
+def test_a_subject_bigger_than_memory_s_share_is_spilled_and_stays_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastaiagent.facts.transfer import spill, writing
+
+    monkeypatch.setattr(spill, "SPILL_AFTER", 10)
+    monkeypatch.setattr(spill, "WRITE_BATCH", 3)  # most lookups go to the table on disk
+    monkeypatch.setattr(writing, "BATCH", 7)  # the target's subject is read in pages of 7
+    source = _target(tmp_path, "big")
+    previous = source.add(Fact("v0", scope="user", scope_id="ann", created_at=1.0))
+    for n in range(1, 60):
+        previous = source.update(Fact(f"v{n}", scope="user", scope_id="ann", created_at=1.0 + n), previous)
+    for n in range(40):
+        source.add(Fact(f"other {n}", scope="user", scope_id="ann", created_at=100.0 + n))
+    path = tmp_path / "ann.jsonl"
+    export_memory(source, path, user_id="ann")
+    target = _target(tmp_path)
+    assert Memory(target).import_user(path).facts == 100
+    again = Memory(target).import_user(path)  # the held facts are looked up on disk now
+    assert (again.facts, again.kept) == (0, 100)
+    active = target.list_active("user", "ann", limit=None)
+    assert len(active) == 41 and len(target.replaced(next(f.id for f in active if f.fact == "v59"))) == 1
+
+
+def test_messages_of_many_namespaces_wait_in_one_bounded_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from _memory_sample import message
+    from fastaiagent.facts.transfer import writing
+
+    monkeypatch.setattr(writing, "BATCH", 5)
+    flushed: list[int] = []
+    real = writing.Importer._flush
+
+    def counting(self: Any, key: Any) -> None:
+        flushed.append(self._pending)
+        real(self, key)
+
+    monkeypatch.setattr(writing.Importer, "_flush", counting)
+    source = _target(tmp_path, "many")
+    source.vector_store().add([message(f"user:u{n}", 0, f"hello {n}") for n in range(23)])
+    path = tmp_path / "all.jsonl"
+    export_memory(source, path)
+    assert import_memory(_target(tmp_path), path, everything=True).recall == 23
+    assert max(flushed) <= 5  # never more than a batch waits, whatever the namespaces
+

@@ -42,7 +42,7 @@ from fastaiagent.agent.memory_config import (
 )
 from fastaiagent.agent.memory_stack import MemoryStack
 from fastaiagent.agent.memory_users import Turn, UserCache, UserResolution, UserState, current_user
-from fastaiagent.agent.verbs import FactPage, FactWrite, MemoryVerbs, by_name
+from fastaiagent.agent.verbs import DEFAULT_PAGE, FactPage, FactWrite, MemoryVerbs, by_name
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
 from fastaiagent.agent.windows.sync import shared_windows
 from fastaiagent.errors import InvalidValueError, UsageError
@@ -249,7 +249,7 @@ class Memory:
         *,
         tier: str = "user",
         id: str | None = None,
-        limit: int | None = None,
+        limit: int | None = DEFAULT_PAGE,
         offset: int = 0,
         as_of: datetime | float | None = None,
         include_expired: bool = False,
@@ -262,9 +262,11 @@ class Memory:
         (a fact updated since comes back in its old version).
         ``include_expired=True`` also returns facts whose validity has ended.
 
-        Bounded by default: ``limit=None`` returns at most 50 facts
+        Bounded by default: without ``limit``, at most 50 facts
         (:data:`fastaiagent.facts.store.DEFAULT_LIMIT`; 10 with ``query``).
-        Page with ``offset``: ``offset=50`` is the next 50, and so on."""
+        Page with ``offset``: ``offset=50`` is the next 50, and so on.
+        ``limit=None`` returns every fact, as the stores' ``limit=None`` does (a
+        search by meaning takes a number only)."""
         return self._verbs.retrieve(query, tier, id, FactPage(limit, offset, as_of, include_expired))
 
     def update(
@@ -406,15 +408,32 @@ class Memory:
         checked = optional_id("user_id", user_id)
         return export_memory(self.location, out, user_id=checked, project_id=self.config.project_id)
 
-    def import_user(self, source: str | os.PathLike[str] | IO[str]) -> Counts:
-        """Add a file written by :meth:`export_user` (or ``fastaiagent memory export``)
-        to this location; what it already holds is kept, so a repeat adds nothing.
-        Recalled messages keep their vectors: nothing is embedded again. Facts and
-        recall are read from the store, so the next turn sees them; a user's
-        window held in this process stays as it is (the stored one is imported)."""
+    def import_user(
+        self, source: str | os.PathLike[str] | IO[str] | IO[bytes], *, user_id: str | None = None
+    ) -> Counts:
+        """Add a file written by :meth:`export_user` (or ``fastaiagent memory export
+        --user``) to this location; what it already holds is kept, so a repeat adds
+        nothing. Recalled messages keep their vectors: nothing is embedded again.
+        Facts and recall are read from the store, so the next turn sees them; a
+        user's window held in this process stays as it is (the stored one is imported).
+
+        The file is checked whole before anything is written: it must hold one
+        user's memory in this Memory's project, and every line must be theirs
+        (``user_id``, when given, is the user it must hold: pass it when the file
+        comes from the user, e.g. an upload). Its facts keep the library's sources
+        only, at most at the confidence each is written with live, pass the size
+        limits of live writes, and are judged by this Memory's ``fact_policy``
+        (a dropped fact is counted in ``Counts.skipped``). A line outside any of it
+        refuses the whole file with :class:`~fastaiagent.errors.InvalidValueError`
+        naming the line. See docs/backends.md, "Moving memory between stores"."""
+        from fastaiagent.agent.memory_blocks.fact_policy import imported_fact_check
         from fastaiagent.facts.transfer import import_memory
 
-        return import_memory(self.location, source)
+        checked = optional_id("user_id", user_id)
+        return import_memory(
+            self.location, source, user_id=checked, project_id=self.config.project_id,
+            fact_check=imported_fact_check(self.config.fact_policy),
+        )  # fmt: skip
 
     def warm(self) -> None:
         """Do now what the first turn would otherwise pay for: read the fact store

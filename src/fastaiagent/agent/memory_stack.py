@@ -19,14 +19,14 @@ from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.recall_options import AUTO
 from fastaiagent.agent.memory_config import MemoryConfig
 from fastaiagent.errors import MissingExtraError, UsageError
+from fastaiagent.facts.fact import LEARNED_CONFIDENCE
 from fastaiagent.facts.index.reembed import carry_over, stop_background_job
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
-from fastaiagent.facts.vectors import every_vector_index
+from fastaiagent.facts.vectors import every_vector_index, recall_namespace
 
 logger = logging.getLogger("fastaiagent.memory")
 
-LEARNED_CONFIDENCE = 0.6
 GLOBAL_HEADING = "Facts true for everyone using this agent:"
 USER_HEADING = "Facts about this user:"
 
@@ -170,10 +170,7 @@ class MemoryStack:
 
     def recall_namespace(self, user_id: str | None) -> str:
         """``user:<id>`` (``<project>:user:<id>`` with a project); ``default`` without a user."""
-        if user_id is None:
-            return "default"
-        base = f"user:{user_id}"
-        return f"{self.config.project_id}:{base}" if self.config.project_id else base
+        return "default" if user_id is None else recall_namespace(self.config.project_id, user_id)
 
     def warm(self) -> None:
         """See :meth:`fastaiagent.agent.memory.Memory.warm`."""

@@ -29,7 +29,7 @@ from fastaiagent.errors import (
     UnsupportedTierError,
 )
 from fastaiagent.facts.fact import Fact
-from fastaiagent.facts.scoping import WILDCARD
+from fastaiagent.facts.scoping import WILDCARD, not_in_subject
 from fastaiagent.facts.store import DEFAULT_LIMIT, FactStore
 from fastaiagent.facts.timeline import versions
 from fastaiagent.facts.validity import read_clock
@@ -53,12 +53,24 @@ class FactWrite:
     ttl: timedelta | float | None = None
 
 
+class _DefaultPage:
+    """``retrieve``'s ``limit`` when none is passed: a page of :data:`DEFAULT_LIMIT`
+    facts (:data:`DEFAULT_SEARCH_LIMIT` by meaning); ``limit=None`` is every fact."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_PAGE"
+
+
+DEFAULT_PAGE: Any = _DefaultPage()
+
+
 @dataclass(frozen=True)
 class FactPage:
-    """Which facts a read returns: ``limit`` / ``offset`` (a page; ``limit=None``
-    is the default bound), ``as_of`` (what was held then) and ``include_expired``."""
+    """Which facts a read returns: ``limit`` / ``offset`` (a page: :data:`DEFAULT_PAGE`
+    when not given, ``None`` for every fact), ``as_of`` (what was held then) and
+    ``include_expired``."""
 
-    limit: int | None = None
+    limit: int | None = DEFAULT_PAGE
     offset: int = 0
     as_of: datetime | float | None = None
     include_expired: bool = False
@@ -192,8 +204,14 @@ class MemoryVerbs:
         limit, offset, include_expired = page.limit, page.offset, page.include_expired
         scope, scope_id = self._subject("retrieve", tier, id)
         # The checks run every turn: the usual values pass without a call.
-        if limit is not None and (type(limit) is not int or limit < 0):
+        if limit is not None and limit is not DEFAULT_PAGE and (type(limit) is not int or limit < 0):
             integer("limit", limit, minimum=0)
+        if limit is None and query is not None:
+            raise InvalidValueError(
+                "retrieve(query, limit=None): a search by meaning returns its closest facts, "
+                f"not every fact: pass limit=N (default {DEFAULT_SEARCH_LIMIT}), or leave out "
+                "the query to read every fact (limit=None)"
+            )
         if type(offset) is not int or offset < 0:
             integer("offset", offset, minimum=0)
         at = None if page.as_of is None else moment("as_of", page.as_of)
@@ -233,12 +251,13 @@ class MemoryVerbs:
         """One page of a subject's facts: by meaning, as of a moment, or newest first."""
         project = self.config.project_id
         if query is not None:
-            wanted = DEFAULT_SEARCH_LIMIT if limit is None else limit
+            wanted = DEFAULT_SEARCH_LIMIT if limit is DEFAULT_PAGE else limit
+            assert wanted is not None  # refused by retrieve
             return self.stack.semantic_index().search(
                 query, scope, scope_id, project, limit=offset + wanted,
                 now=self.now(), include_expired=include_expired,
             )[offset:]  # fmt: skip
-        wanted = DEFAULT_LIMIT if limit is None else limit
+        wanted = DEFAULT_LIMIT if limit is DEFAULT_PAGE else limit  # None: every fact
         if at is not None:
             return self.store.list_as_of(scope, scope_id, project, at, wanted, offset)
         now = None if self.config.clock is None else self.now()  # None: the store reads the time
@@ -281,13 +300,24 @@ class MemoryVerbs:
             )
             try:
                 new_id = self.store.update(fact, old_id)
-            except KeyError as exc:
+            except (KeyError, InvalidValueError) as exc:
+                if not self._owns(old_id, scope, scope_id):
+                    # whatever the store said (a store of your own may name the other
+                    # subject): an id outside the caller's subject reads as missing
+                    raise not_in_subject(old_id, scope, scope_id, self.config.project_id) from None
                 raise InvalidValueError(f"cannot update: {exc.args[0] if exc.args else exc}") from exc
             index = self.stack.semantic_index_if_built
             if new_id != old_id and index is not None:
                 index.remove([old_id])
             trace.annotate({"memory.fact_id": new_id, "memory.old_fact_id": old_id})
         return new_id
+
+    def _owns(self, fact_id: int, scope: str, scope_id: str) -> bool:
+        """Whether fact ``fact_id`` is the subject's (read on a refused update only)."""
+        found = self.store.get(fact_id)
+        return found is not None and (found.scope, found.scope_id, found.project_id) == (
+            scope, scope_id, self.config.project_id,
+        )  # fmt: skip
 
     def history(self, fact: int | str, tier: str = "user", id: str | None = None) -> list[Fact]:
         """:meth:`Memory.history <fastaiagent.agent.memory.Memory.history>`."""

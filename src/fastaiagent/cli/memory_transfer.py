@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -106,18 +107,31 @@ def export_command(
 def import_command(
     source: Path = typer.Argument(..., help="A file written by `fastaiagent memory export`."),
     location: str = LOCATION,
+    everything: bool = typer.Option(
+        False, "--all", help="Import a whole location's file, every line as written (an operator's move)."
+    ),
+    user_id: str | None = typer.Option(None, "--user", help="The user the file must hold (refused otherwise)."),
+    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="The project the file must hold."),
     progress: bool | None = PROGRESS,
 ) -> None:
-    """Add a file's memory to a location; what it already holds is kept."""
+    """Add a file's memory to a location; what it already holds is kept. A file of one
+    user writes that user's memory only (checked line by line before anything is
+    written); a whole location's file needs --all."""
+    from fastaiagent.agent.memory_blocks.fact_policy import imported_fact_check
     from fastaiagent.facts.transfer import import_memory
 
     with checking_options():
         if not source.is_file():
             raise InvalidValueError(f"{source}: no such file")
+        user = _user(user_id)
+        if everything and (user is not None or project is not None):
+            raise InvalidValueError("--all imports every line of the file: give it without --user or --project-id")
+    scope: dict[str, Any] = {"everything": everything, "user_id": user, "project_id": project}
+    check = None if everything else imported_fact_check(None)
     _run(
         progress,
         lambda: _lines(source) - 2,
-        lambda bar: import_memory(location, source, progress=bar),
+        lambda bar: import_memory(location, source, **scope, fact_check=check, progress=bar),
         f"imported into {location}:",
     )
 

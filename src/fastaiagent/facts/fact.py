@@ -17,6 +17,9 @@ SOURCE_TRACES = "learn"  # mined from past traces by `fastaiagent learn`
 # told it: what a run learned from the user is "user said"; what `fastaiagent
 # learn` mined from past traces is "learned"; a direct write is "manual".
 SOURCE_WORDS = {SOURCE_MANUAL: "manual", SOURCE_CONVERSATION: "user said", SOURCE_TRACES: "learned"}
+LEARNED_CONFIDENCE = 0.6
+"""The confidence of what a Memory's learning (``learn=``) stores: a fact a user said,
+rewritten by a model, stands below one written directly (1.0)."""
 
 _FLAT = (str, int, float, bool, type(None))
 _PARSED: dict[str, dict[str, Any]] = {}  # stored metadata text -> its flat value

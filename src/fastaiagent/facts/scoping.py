@@ -75,7 +75,8 @@ def expect(value: object, kind: type[_K], what: str) -> _K:
     return value
 
 
-def _text_problem(value: str) -> str | None:
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text (a NUL, a lone surrogate), or None."""
     if "\x00" in value:
         return "cannot contain NUL characters"
     try:
@@ -89,7 +90,7 @@ def id_problem(value: str) -> str | None:
     """Why ``value`` cannot be written as an id (NUL, a lone surrogate, over
     :data:`MAX_ID_CHARS`, the ``"*"`` wildcard), or None when it can. The one
     rule for ids given to a verb and ids a ``user_id`` resolver returns."""
-    problem = _text_problem(value)
+    problem = text_problem(value)
     if problem is not None:
         return problem
     if len(value) > MAX_ID_CHARS:
@@ -110,7 +111,7 @@ def validate_for_write(fact: Fact) -> Fact:
         raise InvalidValueError("fact text is empty")
     if len(text) > MAX_FACT_CHARS:
         raise _too_big("fact text", f"{len(text):,} characters", "MAX_FACT_CHARS")
-    problem = _text_problem(text)
+    problem = text_problem(text)
     if problem is not None:
         raise InvalidValueError(f"fact {problem}")
     for name, value in (("scope_id", fact.scope_id), ("project_id", fact.project_id)):
@@ -234,19 +235,28 @@ def check_limit(limit: int | None) -> None:
         integer("limit", limit, minimum=0)
 
 
+def not_in_subject(fact_id: object, scope: str, scope_id: str, project_id: str) -> FactNotFoundError:
+    """The refusal of a fact id that is not the caller's subject's: the same words
+    whether the id is another subject's or nobody's, naming the caller's subject
+    only (an error that named the other subject would let ids be walked to list
+    users)."""
+    where = f"{scope}:{scope_id}" + (f" (project {project_id!r})" if project_id else "")
+    return FactNotFoundError(
+        f"no fact #{fact_id} in {where}: a fact can only replace one of its own subject "
+        "(same scope, id and project)"
+    )
+
+
 def check_supersede(old: Fact | None, new: Fact | None, old_id: int, new_id: int) -> None:
-    """The rules of ``supersede``: both exist, same subject, new active, no self or cycle."""
+    """The rules of ``supersede``: both exist, same subject, new active, no self or
+    cycle. An ``old`` of another subject is refused as if it did not exist, in the
+    words of ``new``'s subject (see :func:`not_in_subject`)."""
     if old_id == new_id:
         raise InvalidValueError(f"fact #{old_id} cannot supersede itself")
-    if old is None:
-        raise FactNotFoundError(f"no fact #{old_id}")
     if new is None:
         raise FactNotFoundError(f"no fact #{new_id}")
-    if (old.scope, old.scope_id, old.project_id) != (new.scope, new.scope_id, new.project_id):
-        raise InvalidValueError(
-            f"fact #{new_id} ({new.subject}) cannot supersede #{old_id} ({old.subject}): "
-            "a fact can only replace one of the same scope, id and project"
-        )
+    if old is None or (old.scope, old.scope_id, old.project_id) != (new.scope, new.scope_id, new.project_id):
+        raise not_in_subject(old_id, new.scope, new.scope_id, new.project_id)
     if new.superseded_by is not None:
         raise InvalidValueError(f"fact #{new_id} is itself superseded and cannot replace another")
     if old.superseded_by is not None and old.superseded_by != new_id:

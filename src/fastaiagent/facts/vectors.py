@@ -200,6 +200,12 @@ def every_vector_index(store: object) -> list[Any]:
     return [store.vector_store()] if isinstance(store, HoldsVectors) else []
 
 
+def recall_namespace(project_id: str, user_id: str) -> str:
+    """The recall namespace of a user: ``user:<id>``, ``<project>:user:<id>`` in a project."""
+    base = f"user:{user_id}"
+    return f"{project_id}:{base}" if project_id else base
+
+
 __all__ = [
     "HoldsVectors",
     "ListsDimensions",
@@ -211,6 +217,7 @@ __all__ = [
     "every_vector_index",
     "keyword_text",
     "keyword_tokens",
+    "recall_namespace",
     "text_key",
     "with_question",
 ]

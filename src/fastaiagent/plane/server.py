@@ -253,13 +253,15 @@ def _add_health(app: Any, store: FactStore) -> None:
 
 
 def _add_unexpected_errors(app: Any) -> None:
-    """A bug answers 500 with one line of JSON; the traceback goes to the server log only."""
+    """A bug answers 500 with one fixed line of JSON; the error and its traceback go to
+    the server log only (an exception's text may hold any data it was handed)."""
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Any:
-        return JSONResponse({"detail": f"internal error: {one_line(exc)}"}, status_code=500)
+        logger.error("plane: %s failed", request.url.path, exc_info=exc)
+        return JSONResponse({"detail": "internal error (logged on the plane server)"}, status_code=500)
 
 
 def _check_key(keys: list[str], authorization: str | None, x_api_key: str | None) -> None:

@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Protocol
 
+from fastaiagent.agent.memory_blocks.framing import USER_SAID
 from fastaiagent.errors import InvalidTypeError
+from fastaiagent.facts.fact import Fact
 
 logger = logging.getLogger("fastaiagent.memory")
 
@@ -132,6 +135,22 @@ def check_policy(policy: FactPolicy | None) -> FactPolicy:
     return policy
 
 
+def imported_fact_check(policy: FactPolicy | None) -> Callable[[Fact], Fact | None]:
+    """What a user's import does with each of its active facts: ``policy`` (None: the
+    default) judges the text as a learned fact's ("user said"); a kept fact is
+    written as it is, a flagged one with ``metadata["flagged"]`` (stored, never
+    shown), a dropped one not at all (the version it replaced stays active)."""
+    chosen = check_policy(policy)
+
+    def check(fact: Fact) -> Fact | None:
+        verdict = judge(chosen, fact.fact, USER_SAID)
+        if verdict == DROP:
+            return None
+        return fact.with_metadata({**fact.metadata, FLAGGED_KEY: "fact_policy"}) if verdict == FLAG else fact
+
+    return check
+
+
 __all__ = [
     "DROP",
     "FLAG",
@@ -141,6 +160,7 @@ __all__ = [
     "FactPolicy",
     "check_policy",
     "default_fact_policy",
+    "imported_fact_check",
     "judge",
     "reads_as_instruction",
 ]

@@ -183,8 +183,8 @@ return new
 # ARGV: prefix, project, scope, scope_id, old id, score, row head, row tail,
 # digest, valid_to, fields... The old fact is superseded at the new one's score.
 # Adds the new fact (or reuses the active one with its text) and supersedes the
-# old one, in one step; a refusal writes nothing. In a cluster an old id of
-# another subject is not found here ('missing'): the store tells the two apart.
+# old one, in one step; a refusal writes nothing. An old id of another subject
+# is refused as one that does not exist ('elsewhere'): nothing of it is told.
 UPDATE = (
     LIBRARY
     + """
@@ -193,9 +193,8 @@ local h = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
                      'superseded_by', 'row', 'digest')
 local existing = active_id(s, s.key .. ARGV[9])
 if existing == old then return old end
-if not h[1] then return {'missing', old} end
-if esc(h[3]) ~= ARGV[2] or h[1] ~= ARGV[3] or esc(h[2]) ~= ARGV[4] then
-  return {'subject', old, h[1] .. ':' .. h[2], h[3]}
+if not h[1] or esc(h[3]) ~= ARGV[2] or h[1] ~= ARGV[3] or esc(h[2]) ~= ARGV[4] then
+  return {'elsewhere', old}
 end
 local by = h[4] or ''
 if by ~= '' and by ~= existing then return {'taken', old, by} end
@@ -215,10 +214,9 @@ local o = redis.call('HMGET', fact_key(old), 'scope', 'scope_id', 'project_id',
                      'superseded_by', 'row', 'digest')
 local n = redis.call('HMGET', fact_key(new), 'scope', 'scope_id', 'project_id',
                      'superseded_by')
-if not o[1] then return {'missing', old} end
 if not n[1] then return {'missing', new} end
-if o[1] ~= n[1] or o[2] ~= n[2] or o[3] ~= n[3] then
-  return {'subject', old, o[1] .. ':' .. o[2], o[3], new, n[1] .. ':' .. n[2], n[3]}
+if not o[1] or o[1] ~= n[1] or o[2] ~= n[2] or o[3] ~= n[3] then
+  return {'elsewhere', old, n[1], n[2], n[3]}
 end
 if (n[4] or '') ~= '' then return {'inactive', new} end
 local by = o[4] or ''

@@ -67,22 +67,19 @@ class SpreadOps:
 
     def _cluster_supersede(self, old_id: int, new_id: int, when: str) -> Any:
         """Supersede in a cluster: two ids of different slots are facts of different
-        subjects (the usual refusal, read here); else one script call in their slot."""
+        subjects, or missing (the usual refusal: only the new fact is read, for its
+        subject's name); else one script call in their slot."""
         if old_id % SLOTS == new_id % SLOTS:
             return self._slot_write(self._supersede, old_id % SLOTS, [self.prefix, old_id, new_id, when])
-        o, n = self._read_fact(self._client, old_id), self._read_fact(self._client, new_id)
-        if o is None or n is None:
-            return ["missing", old_id if o is None else new_id]
-        return ["subject", old_id, f"{o.scope}:{o.scope_id}", o.project_id,
-                new_id, f"{n.scope}:{n.scope_id}", n.project_id]  # fmt: skip
+        n = self._read_fact(self._client, new_id)
+        if n is None:
+            return ["missing", new_id]
+        return ["elsewhere", old_id, n.scope, n.scope_id, n.project_id]
 
     def _elsewhere(self, fact_id: int) -> list[Any]:
         """Cluster: the refusal of an update whose old fact is in another slot than
-        the new one's subject (so of another subject), or missing."""
-        fact = self._read_fact(self._client, fact_id)
-        if fact is None:
-            return ["missing", fact_id]
-        return ["subject", fact_id, f"{fact.scope}:{fact.scope_id}", fact.project_id]
+        the new one's subject: another subject's, or missing (nothing of it is read)."""
+        return ["elsewhere", fact_id]
 
     def _slot_write(self, script: Any, slot: int, args: list[Any]) -> Any:
         """A write script in ``slot`` (its counter as KEYS[1]), waited for by replicas."""

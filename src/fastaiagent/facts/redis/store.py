@@ -105,6 +105,7 @@ from fastaiagent.facts.scoping import (
     check_fact_text,
     delete_selector,
     normalize_text,
+    not_in_subject,
     read_selector,
     validate_for_write,
 )
@@ -132,7 +133,9 @@ def _held_at(fact: Fact, when: float) -> bool:
 
 def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
     """The exception for a write a script refused (the rules of
-    :func:`~fastaiagent.facts.scoping.check_supersede`, checked on the server)."""
+    :func:`~fastaiagent.facts.scoping.check_supersede`, checked on the server). An
+    old fact of another subject reads as a missing one, in the words of the new
+    fact's subject (``new``, or the subject the script sent back)."""
     code, fact_id = reply[0], reply[1]
     if code == "missing":
         return FactNotFoundError(f"no fact #{fact_id}")
@@ -140,15 +143,9 @@ def _refusal(reply: list[Any], new: Fact | None = None) -> Exception:
         return InvalidValueError(f"fact #{fact_id} is itself superseded and cannot replace another")
     if code == "taken":
         return InvalidValueError(f"fact #{fact_id} is already superseded by #{reply[2]}")
-    old = f"#{fact_id} ({reply[2]}, project {reply[3]!r})"
     if new is not None:
-        replacement = f"the new fact ({new.subject}, project {new.project_id!r})"
-    else:
-        replacement = f"fact #{reply[4]} ({reply[5]}, project {reply[6]!r})"
-    return InvalidValueError(
-        f"{replacement} cannot supersede {old}: a fact can only replace one of the "
-        "same scope, id and project"
-    )
+        return not_in_subject(fact_id, new.scope, new.scope_id, new.project_id)
+    return not_in_subject(fact_id, reply[2], reply[3], reply[4])
 
 
 class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):

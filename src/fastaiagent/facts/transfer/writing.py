@@ -7,13 +7,19 @@ messages keep their ids, text, metadata (the embedder's identity among it)
 and vectors: nothing is embedded again, and an id the target holds is
 left as it is. A window is written only where the target has none for that
 key; an item only where it has no live item of that key.
+
+Records arrive checked (:class:`~fastaiagent.facts.transfer.scope.LineCheck`).
+What the writer remembers of a subject (the target's facts by fingerprint,
+the file's ids as the target's) is in :class:`SpillMap` tables, and pending
+messages are written a batch at a time: memory is bounded by a page, whatever
+the size of a subject or the number of namespaces.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import replace
 from typing import Any
@@ -24,79 +30,77 @@ from fastaiagent.facts.items import HoldsItems, ItemWrite
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.store import FactStore
 from fastaiagent.facts.transfer.reading import subject_pages
-from fastaiagent.facts.transfer.records import (
-    Counts,
-    Header,
-    chunk_of,
-    fact_of,
-    item_of,
-    window_of,
-)
+from fastaiagent.facts.transfer.records import Counts
+from fastaiagent.facts.transfer.scope import LineCheck
+from fastaiagent.facts.transfer.spill import SpillMap
 from fastaiagent.facts.vectors import HoldsVectors, ListsDimensions
 from fastaiagent.facts.windows import HoldsWindows
-from fastaiagent.kb.protocols import Chunk, DimensionMismatchError
+from fastaiagent.kb.protocols import Chunk
 
 logger = logging.getLogger(__name__)
 
-BATCH = 500  # recalled messages one vector write takes
+BATCH = 500  # recalled messages one vector write takes (and at most this many wait)
 Subject = tuple[str, str, str]
-Fingerprint = tuple[str, float]  # (normalised text, created_at)
+FactCheck = Callable[[Fact], "Fact | None"]
+"""What a user's import does with each active fact before writing it (the fact
+policy): the fact to write (e.g. flagged), or None to leave it out."""
+DROPPED = "facts the fact policy dropped"
+
+
+def _fingerprint(fact: Fact) -> str:
+    return f"{float(fact.created_at)!r} {normalize_text(fact.fact)}"
 
 
 class Importer:
-    """Applies records to ``store`` in file order; :meth:`finish` flushes the rest."""
+    """Applies checked records to ``store`` in file order; :meth:`finish` flushes the rest.
+    ``fact_check`` judges each active fact first (see :data:`FactCheck`)."""
 
-    def __init__(self, store: FactStore, header: Header, counts: Counts) -> None:
-        self.store, self.counts = store, counts
+    def __init__(self, store: FactStore, counts: Counts, fact_check: FactCheck | None = None) -> None:
+        self.store, self.counts, self.fact_check = store, counts, fact_check
         self.vectors = store.vector_store() if isinstance(store, HoldsVectors) else None
         self.windows = store.window_store() if isinstance(store, HoldsWindows) else None
         self.items = store.item_store() if isinstance(store, HoldsItems) else None
         # A store with an index per vector size takes every size: each message goes
-        # to its own size's index. A store of one size takes the file's size only.
+        # to its own size's index. A store of one size takes its size only (checked).
         self.sized = isinstance(store, ListsDimensions)
-        if not self.sized:
-            self._check_dimension(header.dimension)
         self._subject: Subject | None = None
-        self._held: dict[Fingerprint, tuple[int, int | None]] = {}  # target id, superseded by
-        self._held_ids: set[int] = set()  # the subject's ids in the target
-        self._ids: dict[int, int] = {}  # the file's fact id -> the target's
+        self._held = SpillMap()  # fingerprint -> (target id, superseded by)
+        self._held_ids = SpillMap()  # the subject's ids in the target
+        self._ids = SpillMap()  # the file's fact id -> (the target's, None)
         self._waiting: dict[int, list[tuple[int, float | None]]] = {}
         self._chunks: dict[tuple[str, int], list[Chunk]] = {}  # by namespace and vector size
+        self._pending = 0
 
-    def _check_dimension(self, size: int | None) -> None:
-        have = self.vectors.dimension if self.vectors is not None else None
-        if size is not None and have is not None and size != have:
-            raise DimensionMismatchError(
-                f"the file's recalled messages have {size}-dimensional vectors, but the target "
-                f"index holds {have}-dimensional ones (another embedder): import into a "
-                "location whose vector index is empty or of the same embedder"
-            )
-
-    def apply(self, line: dict[str, Any]) -> None:
-        kind = line["kind"]
+    def apply(self, kind: str, record: Any) -> None:
         if kind == "fact":
-            self._fact(fact_of(line))
+            self._fact(record)
         elif kind == "recall":
-            self._chunk(*chunk_of(line))
+            self._chunk(*record)
         elif kind == "window":
-            self._window(*window_of(line))
+            self._window(*record)
         elif kind == "item":
-            self._item(*item_of(line))
+            self._item(*record)
 
     def finish(self) -> None:
         self._close_subject()
-        for key in list(self._chunks):
-            self._flush(key)
+        self._flush_all()
 
     # -- facts ----------------------------------------------------------------
 
     def _fact(self, fact: Fact) -> None:
-        if fact.id is None:
-            raise InvalidValueError("a fact line without an id")
+        file_id = fact.id
+        assert file_id is not None  # LineCheck: every fact line has an int id
         subject = (fact.scope, fact.scope_id, fact.project_id)
         if subject != self._subject:
             self._open_subject(subject)
-        fingerprint = (normalize_text(fact.fact), float(fact.created_at))
+        if fact.superseded_by is None and self.fact_check is not None:
+            judged = self.fact_check(fact)
+            if judged is None:  # as a dropped update live: the version before stays active
+                self.counts.skip(DROPPED)
+                self._waiting.pop(file_id, None)
+                return
+            fact = judged
+        fingerprint = _fingerprint(fact)
         held = self._held.get(fingerprint)
         if held is not None:
             target, superseded_by = held
@@ -104,20 +108,21 @@ class Importer:
         else:
             fresh = replace(fact, id=None, superseded_by=None, superseded_at=None)
             target, superseded_by = self.store.add(fresh), None
-            self._held[fingerprint] = (target, None)
-            if target in self._held_ids:  # the target's active fact of that text, kept
+            self._held.put(fingerprint, (target, None))
+            if str(target) in self._held_ids:  # the target's active fact of that text, kept
                 self.counts.kept += 1
             else:
-                self._held_ids.add(target)
+                self._held_ids.put(str(target), (target, None))
                 self.counts.add("fact")
-        self._ids[fact.id] = target
+        self._ids.put(str(file_id), (target, None))
         if fact.superseded_by is not None:
-            newer = self._ids.get(fact.superseded_by)
+            known = self._ids.get(str(fact.superseded_by))
+            newer = None if known is None else known[0]
             if newer is None:
                 self._waiting.setdefault(fact.superseded_by, []).append((target, fact.superseded_at))
             elif superseded_by != newer:
                 self._supersede(target, newer, fact.superseded_at)
-        for older, at in self._waiting.pop(fact.id, []):
+        for older, at in self._waiting.pop(file_id, []):
             self._supersede(older, target, at)
 
     def _supersede(self, old: int, new: int, at: float | None) -> None:
@@ -131,20 +136,20 @@ class Importer:
 
     def _open_subject(self, subject: Subject) -> None:
         self._close_subject()
-        self._subject, self._ids, self._held, self._held_ids = subject, {}, {}, set()
+        self._subject = subject
         for page in subject_pages(self.store, *subject, size=BATCH):
             for fact in page:
                 assert fact.id is not None
-                self._held_ids.add(fact.id)
-                self._held[(normalize_text(fact.fact), float(fact.created_at))] = (
-                    fact.id, fact.superseded_by,
-                )  # fmt: skip
+                self._held_ids.put(str(fact.id), (fact.id, None))
+                self._held.put(_fingerprint(fact), (fact.id, fact.superseded_by))
 
     def _close_subject(self) -> None:
         orphans = sum(len(older) for older in self._waiting.values())
         if orphans:  # their newer version was not in the file (deleted before the export)
             self.counts.skip("superseded facts whose newer version was not exported", orphans)
         self._waiting = {}
+        for table in (self._held, self._held_ids, self._ids):
+            table.close()
 
     # -- recalled messages --------------------------------------------------------
 
@@ -155,11 +160,19 @@ class Importer:
         key = (namespace, len(chunk.vector or ()))
         pending = self._chunks.setdefault(key, [])
         pending.append(chunk)
+        self._pending += 1
         if len(pending) >= BATCH:
+            self._flush(key)
+        elif self._pending >= BATCH:  # many namespaces, a few messages each
+            self._flush_all()
+
+    def _flush_all(self) -> None:
+        for key in list(self._chunks):
             self._flush(key)
 
     def _flush(self, key: tuple[str, int]) -> None:
         pending = self._chunks.pop(key, [])
+        self._pending -= len(pending)
         if not pending or self.vectors is None:
             return
         vectors = self.store.vector_store(key[1]) if self.sized else self.vectors  # type: ignore[attr-defined]
@@ -197,20 +210,22 @@ class Importer:
 
 def run_import(
     store: FactStore,
-    header: Header,
-    lines: Any,
+    lines: Iterable[dict[str, Any]],
+    check: LineCheck,
+    fact_check: FactCheck | None = None,
     progress: Callable[[Counts], None] | None = None,
     every: int = 1000,
 ) -> Counts:
-    """Apply ``lines`` (records after the header, up to the end line) to ``store``."""
+    """Apply ``lines`` (records after the header, up to the end line), each read by
+    ``check``, to ``store``."""
     counts = Counts()
-    importer = Importer(store, header, counts)
+    importer = Importer(store, counts, fact_check)
     seen = 0
     try:
         for line in lines:
             if line.get("kind") == "end":
                 break
-            importer.apply(line)
+            importer.apply(*check(line))
             seen += 1
             if progress is not None and seen % every == 0:
                 progress(counts)
