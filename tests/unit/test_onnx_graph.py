@@ -105,13 +105,20 @@ def test_onnx_and_torch_vectors_agree_on_1000_mixed_texts(fresh_cache):
     assert list(fresh_cache.glob("onnx/*.onnx"))  # built here, from the weights, not a stale graph
 
 
-def test_the_built_graph_is_valid_onnx():
+def test_the_built_graph_is_valid_onnx(tmp_path):
     onnx = pytest.importorskip("onnx")  # the dev extra; the library writes the format itself
-    model = onnx.load_from_string(b"".join(onnx_graph.build_graph(model_files.packaged_model())))
+    files = model_files.packaged_model()
+    model = onnx.load_from_string(b"".join(onnx_graph.build_graph(files)))  # weights inside
     onnx.checker.check_model(model, full_check=True)  # shapes inferred through every node
     assert [i.name for i in model.graph.input] == list(onnx_graph.INPUTS)
     assert [o.name for o in model.graph.output] == [onnx_graph.OUTPUT]
     assert model.opset_import[0].version == 17 and model.ir_version == 8
+    onnx_embedding.write_graph(files, tmp_path / "g.onnx")  # weights beside it, as cached
+    onnx.checker.check_model(str(tmp_path / "g.onnx"), full_check=True)
+    beside = onnx.load(str(tmp_path / "g.onnx"))
+    assert [onnx.numpy_helper.to_array(t).tolist() for t in beside.graph.initializer[:3]] == [
+        onnx.numpy_helper.to_array(t).tolist() for t in model.graph.initializer[:3]
+    ]
 
 
 @pytest.mark.parametrize("source", ["folder", "archive"])
@@ -127,13 +134,18 @@ def test_both_packages_hold_the_one_known_model(source):
 
 
 def test_graph_is_built_once_per_machine_and_reused(fresh_cache):
-    LocalEmbedder(backend="onnx").embed(["first"])
-    (graph,) = fresh_cache.glob("onnx/*")  # one graph, no temporary left behind
-    assert graph == onnx_embedding.graph_path(model_files.packaged_model())
+    expected = LocalEmbedder(backend="onnx").embed(["first"])
+    graph = onnx_embedding.graph_path(model_files.packaged_model())
+    weights = onnx_embedding.weights_path(graph)
+    assert sorted(fresh_cache.glob("onnx/*")) == [weights, graph]  # no temporary left behind
     written = graph.stat().st_mtime_ns
     onnx_embedding._MODELS.clear()  # a new process
-    LocalEmbedder(backend="onnx").embed(["second"])
+    assert LocalEmbedder(backend="onnx").embed(["first"]) == expected
     assert graph.stat().st_mtime_ns == written
+    weights.unlink()  # a cache half cleaned: built again, not a broken load
+    onnx_embedding._MODELS.clear()
+    assert LocalEmbedder(backend="onnx").embed(["first"]) == expected
+    assert weights.exists() and graph.stat().st_mtime_ns != written
 
 
 def test_both_backends_are_one_embedder_identity():

@@ -2,10 +2,11 @@
 
 ``LocalEmbedder(backend="onnx")`` (or ``"auto"``: when ``onnxruntime`` is installed)
 runs the model's weights through ONNX Runtime. The ONNX graph is built from
-those weights without torch (:mod:`fastaiagent.kb.onnx_graph`, with ``onnx``)
-once per machine into ``$FASTAIAGENT_CACHE_DIR`` (default ``~/.cache/fastaiagent``),
-written to a temporary file and renamed, so concurrent processes never read half
-a file. Later processes load just the graph and the tokenizer.
+those weights without torch or ``onnx`` (:mod:`fastaiagent.kb.onnx_graph`) once
+per machine into ``$FASTAIAGENT_CACHE_DIR`` (default ``~/.cache/fastaiagent``): the
+graph and, beside it, its weights (which ONNX Runtime maps rather than copies),
+each written to a temporary file and renamed, so concurrent processes never read
+half a file. Later processes load just the graph and the tokenizer.
 
 The pipeline is the model's own (sentence-transformers' modules.json): the BERT
 encoder, mean pooling over the attention mask, L2 normalisation, inputs cut at
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.kb import onnx_graph
+from fastaiagent.kb import onnx_graph, onnx_proto
 from fastaiagent.kb.model_files import ModelFiles
 
 CACHE_ENV = "FASTAIAGENT_CACHE_DIR"
@@ -45,14 +46,26 @@ def graph_path(files: ModelFiles) -> Path:
     return cache_dir() / "onnx" / f"encoder-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.onnx"
 
 
+def weights_path(graph: Path) -> Path:
+    """The file of the graph's large weights, beside it (ONNX Runtime maps it)."""
+    return graph.with_suffix(".data")
+
+
 def write_graph(files: ModelFiles, target: Path) -> None:
-    """Build the graph of ``files`` and write it to ``target`` (atomically)."""
-    graph = onnx_graph.build_graph(files)
+    """Build the graph of ``files`` into ``target`` and its weights beside it, each written
+    to a temporary file and renamed, the weights first: a graph that exists has its weights."""
+    external = onnx_proto.ExternalData(weights_path(target).name)
+    graph = onnx_graph.build_graph(files, external)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
+    _write_atomically(weights_path(target), external.chunks)
+    _write_atomically(target, graph)
+
+
+def _write_atomically(target: Path, chunks: onnx_proto.Chunks) -> None:
+    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
-            out.writelines(graph)
+            out.writelines(chunks)
         os.replace(temporary, target)
     finally:
         if os.path.exists(temporary):
@@ -135,7 +148,7 @@ def load_onnx_model(files: ModelFiles) -> OnnxModel:
         model = _MODELS.get(key)
         if model is None:
             graph = graph_path(files)
-            if not graph.exists():
+            if not (graph.exists() and weights_path(graph).exists()):
                 write_graph(files, graph)
             model = _MODELS[key] = OnnxModel(files, graph)
     return model
@@ -154,5 +167,6 @@ __all__ = [
     "graph_path",
     "load_onnx_model",
     "onnx_runtime_installed",
+    "weights_path",
     "write_graph",
 ]

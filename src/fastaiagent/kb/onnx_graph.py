@@ -24,7 +24,7 @@ from fastaiagent.errors import InvalidValueError
 from fastaiagent.kb import onnx_proto
 from fastaiagent.kb.model_files import WEIGHTS, ModelFiles
 
-GRAPH_VERSION = 1  # part of the cached graph's name: bump when the graph built changes
+GRAPH_VERSION = 2  # part of the cached graph's name: bump when the graph built changes
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT = "hidden"
 _OPSET = 17  # LayerNormalization; ONNX Runtime >= 1.14 runs it
@@ -68,14 +68,14 @@ def readable(files: ModelFiles) -> dict[str, Any]:
     return config
 
 
-def build_graph(files: ModelFiles) -> onnx_proto.Chunks:
+def build_graph(files: ModelFiles, external: onnx_proto.ExternalData | None = None) -> onnx_proto.Chunks:
     """The ONNX model of the encoder in ``files``, serialised as chunks to write in order
     (inputs :data:`INPUTS`, int64 ``[batch, tokens]``; output :data:`OUTPUT`, float32
-    ``[batch, tokens, hidden]``)."""
+    ``[batch, tokens, hidden]``); its large weights go to ``external`` when given."""
     config = readable(files)
     np = require("numpy", "local")
     weights = {name.removeprefix("bert."): value for name, value in files.tensors().items()}
-    graph = _Builder(np, weights)
+    graph = _Builder(np, weights, external)
     hidden = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     eps = float(config.get("layer_norm_eps", 1e-12))
@@ -101,8 +101,8 @@ def build_graph(files: ModelFiles) -> onnx_proto.Chunks:
 class _Builder:
     """Appends nodes and initialisers; each helper returns the name of its output."""
 
-    def __init__(self, np: Any, weights: dict[str, Any]) -> None:
-        self.np, self.weights = np, weights
+    def __init__(self, np: Any, weights: dict[str, Any], external: onnx_proto.ExternalData | None) -> None:
+        self.np, self.weights, self.external = np, weights, external
         self.nodes: list[bytes] = []
         self.initializers: list[onnx_proto.Chunks] = []
         self._count = 0
@@ -113,7 +113,7 @@ class _Builder:
 
     def const(self, value: Any, hint: str = "const") -> str:
         name = self._name(hint)
-        self.initializers.append(onnx_proto.tensor(name, self.np.asarray(value)))
+        self.initializers.append(onnx_proto.tensor(name, self.np.asarray(value), self.external))
         return name
 
     def scalar(self, value: float) -> str:
