@@ -1,8 +1,9 @@
 """Embedders: text to vectors, in batches.
 
 ``get_embedder("auto")`` picks the offline MiniLM model when the ``[local]``
-extra (ONNX Runtime, no torch) or the ``[torch]`` extra is installed, else OpenAI when ``OPENAI_API_KEY`` is set, and otherwise
-raises saying what to install. There is deliberately no hashing or random
+extra (ONNX Runtime, no torch) or the ``[torch]`` extra is installed, else
+OpenAI when ``OPENAI_API_KEY`` is set, and otherwise raises saying what to
+install. There is deliberately no hashing or random
 fallback: vectors that carry no meaning would make recall silently useless.
 """
 
@@ -26,6 +27,7 @@ from fastaiagent.errors import (
     MissingExtraError,
     MissingFileError,
 )
+from fastaiagent.kb import onnx_embedding
 from fastaiagent.kb.model_files import (
     model_files,
     packaged_archive,
@@ -199,8 +201,6 @@ class LocalEmbedder:
             return self._onnx_model
         if self.backend == "torch" or self.device != "cpu" or self._onnx_failed:
             return None
-        from fastaiagent.kb import onnx_embedding
-
         if self.backend == "auto" and not onnx_runtime_installed():
             return None
         files = model_files(self._model_path)  # a missing model: the clear error, either backend
