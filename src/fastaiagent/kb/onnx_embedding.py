@@ -1,33 +1,34 @@
-"""The offline MiniLM on ONNX Runtime: the same vectors, faster on a CPU, lighter to start.
+"""The offline MiniLM on ONNX Runtime: the same vectors as torch, faster on a CPU, no torch.
 
 ``LocalEmbedder(backend="onnx")`` (or ``"auto"``: when ``onnxruntime`` is installed)
-runs the bundled all-MiniLM-L6-v2 weights through ONNX Runtime. The ONNX graph is exported
-from those same weights once per machine (torch and ``onnx`` are needed for that
-step only) into ``$FASTAIAGENT_CACHE_DIR`` (default ``~/.cache/fastaiagent``),
-written to a temporary file and renamed, so concurrent processes never read half
-a file. Later processes load just the graph and the tokenizer: no torch import.
+runs the model's weights through ONNX Runtime. The ONNX graph is built from
+those weights without torch or ``onnx`` (:mod:`fastaiagent.kb.onnx_graph`) once
+per machine into ``$FASTAIAGENT_CACHE_DIR`` (default ``~/.cache/fastaiagent``): the
+graph and, beside it, its weights (which ONNX Runtime maps rather than copies),
+each written to a temporary file and renamed, so concurrent processes never read
+half a file. Later processes load just the graph and the tokenizer.
 
 The pipeline is the model's own (sentence-transformers' modules.json): the BERT
 encoder, mean pooling over the attention mask, L2 normalisation, inputs cut at
-the model's ``max_seq_length``; vectors match sentence-transformers' to ~1e-7.
+the model's ``max_seq_length``; vectors match sentence-transformers' to ~1e-6.
 Texts are embedded shortest first, so a batch pads to a similar length.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import importlib.util
 import os
 import tempfile
 import threading
-import warnings
 from pathlib import Path
 from typing import Any
 
 from fastaiagent._optional import require
+from fastaiagent.kb import onnx_graph, onnx_proto
+from fastaiagent.kb.model_files import ModelFiles
 
 CACHE_ENV = "FASTAIAGENT_CACHE_DIR"
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _LOCK = threading.Lock()
 _MODELS: dict[str, OnnxModel] = {}
 
@@ -38,46 +39,33 @@ def cache_dir() -> Path:
     return Path(given).expanduser() if given else Path.home() / ".cache" / "fastaiagent"
 
 
-def graph_path(model_dir: str) -> Path:
-    """Where the ONNX graph of the weights in ``model_dir`` is kept (named by their hash,
-    so other weights never load a stale graph)."""
-    weights = Path(model_dir) / "model.safetensors"
-    stamp = f"{weights.resolve()}:{weights.stat().st_size}:{weights.stat().st_mtime_ns}"
-    return cache_dir() / "onnx" / f"minilm-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.onnx"
+def graph_path(files: ModelFiles) -> Path:
+    """Where the ONNX graph of the weights in ``files`` is kept (named by their stamp and
+    the builder's version, so other weights or another builder never load a stale graph)."""
+    stamp = f"{files.stamp()}:graph-v{onnx_graph.GRAPH_VERSION}"
+    return cache_dir() / "onnx" / f"encoder-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.onnx"
 
 
-def export_graph(model_dir: str, target: Path, sentence_model: Any) -> None:
-    """Export ``sentence_model``'s encoder (loaded from ``model_dir``) to ``target``."""
-    torch = require("torch", "local")
-    require("onnx", "local")
-    encoder = sentence_model[0].auto_model.eval()
+def weights_path(graph: Path) -> Path:
+    """The file of the graph's large weights, beside it (ONNX Runtime maps it)."""
+    return graph.with_suffix(".data")
 
-    module: Any = torch.nn.Module
 
-    class Encoder(module):  # keyword arguments: BertModel's positional order varies
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            out = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            )
-            return out.last_hidden_state
-
-    sample = sentence_model.tokenizer(["an example", "another example text"], padding=True, return_tensors="pt")
+def write_graph(files: ModelFiles, target: Path) -> None:
+    """Build the graph of ``files`` into ``target`` and its weights beside it, each written
+    to a temporary file and renamed, the weights first: a graph that exists has its weights."""
+    external = onnx_proto.ExternalData(weights_path(target).name)
+    graph = onnx_graph.build_graph(files, external)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
-    os.close(handle)
+    _write_atomically(weights_path(target), external.chunks)
+    _write_atomically(target, graph)
+
+
+def _write_atomically(target: Path, chunks: onnx_proto.Chunks) -> None:
+    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
     try:
-        axes = {name: {0: "batch", 1: "tokens"} for name in (*_INPUTS, "hidden")}
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the exporter's notes are for model authors
-            torch.onnx.export(
-                Encoder(), tuple(sample[name] for name in _INPUTS), temporary,
-                input_names=list(_INPUTS), output_names=["hidden"], dynamic_axes=axes,
-                opset_version=17, dynamo=False,
-            )  # fmt: skip
+        with os.fdopen(handle, "wb") as out:
+            out.writelines(chunks)
         os.replace(temporary, target)
     finally:
         if os.path.exists(temporary):
@@ -88,19 +76,21 @@ ONE_THREAD_TEXTS = 4  # a call with this many texts or fewer runs on one thread
 
 
 class OnnxModel:
-    """The exported encoder, its tokenizer and the pooling, ready to embed."""
+    """The encoder's graph, its tokenizer and the pooling, ready to embed."""
 
-    def __init__(self, model_dir: str, graph: Path) -> None:
+    def __init__(self, files: ModelFiles, graph: Path) -> None:
         ort = require("onnxruntime", "local")
         tokenizers = require("tokenizers", "local")
         self._np = require("numpy", "local")
-        # Batches on every core; a query (up to ONE_THREAD_TEXTS texts) on one thread of
-        # its own session: it gains little from a second one and, on a busy machine,
-        # waits for it.
-        self.session = _session(ort, graph, os.cpu_count() or 1)
+        # A query (up to ONE_THREAD_TEXTS texts) runs on one thread of its own session: it
+        # gains little from a second one and, on a busy machine, waits for it. Batches run
+        # on every core, in a session made on the first batch (a query never waits for it).
+        self._ort, self._graph = ort, graph
         self.single = _session(ort, graph, 1)
-        config = json.loads((Path(model_dir) / "sentence_bert_config.json").read_text())
-        self.tokenizer = tokenizers.Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+        self._batches: Any = None
+        self._batches_lock = threading.Lock()
+        config = files.read_json("sentence_bert_config.json", default={})
+        self.tokenizer = tokenizers.Tokenizer.from_str(files.read_bytes("tokenizer.json").decode())
         self.tokenizer.enable_truncation(max_length=int(config.get("max_seq_length", 256)))
         self.tokenizer.enable_padding()
 
@@ -117,9 +107,17 @@ class OnnxModel:
             out[rows] = vectors
         return out
 
+    def _batch_session(self) -> Any:
+        if self._batches is None:
+            with self._batches_lock:
+                if self._batches is None:
+                    threads = os.cpu_count() or 1
+                    self._batches = self.single if threads == 1 else _session(self._ort, self._graph, threads)
+        return self._batches
+
     def _batch(self, texts: list[str]) -> Any:
         np = self._np
-        session = self.single if len(texts) <= ONE_THREAD_TEXTS else self.session
+        session = self.single if len(texts) <= ONE_THREAD_TEXTS else self._batch_session()
         encoded = self.tokenizer.encode_batch(texts)
         feeds = {
             "input_ids": np.array([e.ids for e in encoded], dtype="int64"),
@@ -139,27 +137,36 @@ def _session(ort: Any, graph: Path, threads: int) -> Any:
     return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
 
-def load_onnx_model(model_dir: str, load_sentence_model: Any) -> OnnxModel:
-    """The process-wide ONNX model of ``model_dir``, exported first if this machine
-    has no graph yet (``load_sentence_model()`` gives the torch model to export)."""
-    model = _MODELS.get(model_dir)
+def load_onnx_model(files: ModelFiles) -> OnnxModel:
+    """The process-wide ONNX model of ``files``, its graph built first if this machine
+    has none yet."""
+    key = files.stamp()
+    model = _MODELS.get(key)
     if model is not None:
         return model
     with _LOCK:
-        model = _MODELS.get(model_dir)
+        model = _MODELS.get(key)
         if model is None:
-            graph = graph_path(model_dir)
-            if not graph.exists():
-                export_graph(model_dir, graph, load_sentence_model())
-            model = _MODELS[model_dir] = OnnxModel(model_dir, graph)
+            graph = graph_path(files)
+            if not (graph.exists() and weights_path(graph).exists()):
+                write_graph(files, graph)
+            model = _MODELS[key] = OnnxModel(files, graph)
     return model
 
 
 def onnx_runtime_installed() -> bool:
     """Whether ONNX Runtime and the tokenizers package can be imported."""
-    import importlib.util
-
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
 
 
-__all__ = ["CACHE_ENV", "ONE_THREAD_TEXTS", "OnnxModel", "cache_dir", "graph_path", "load_onnx_model", "onnx_runtime_installed"]
+__all__ = [
+    "CACHE_ENV",
+    "ONE_THREAD_TEXTS",
+    "OnnxModel",
+    "cache_dir",
+    "graph_path",
+    "load_onnx_model",
+    "onnx_runtime_installed",
+    "weights_path",
+    "write_graph",
+]
