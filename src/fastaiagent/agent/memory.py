@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from fastaiagent import trace
-from fastaiagent._validate import optional_id
+from fastaiagent._validate import identifier, optional_id
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.deprecation import UNSET
 from fastaiagent.agent.forgetting import PEERS, attributed, drop_stored_windows
@@ -401,9 +401,9 @@ class Memory:
         reads it back, here or in another location. Returns the counts written."""
         from fastaiagent.facts.transfer import export_memory
 
-        if not isinstance(user_id, str) or not user_id.strip() or user_id == WILDCARD:
+        if user_id is None or user_id == "" or user_id == WILDCARD:
             raise InvalidValueError('export_user() needs one user\'s id, e.g. mem.export_user("alice", path)')
-        checked = optional_id("user_id", user_id)
+        checked = identifier("user_id", user_id)
         return export_memory(self.location, out, user_id=checked, project_id=self.config.project_id)
 
     def import_user(self, source: str | os.PathLike[str] | IO[str]) -> Counts:
@@ -479,6 +479,7 @@ class Memory:
     def drop_user(self, user_id: str) -> bool:
         """Drop a user's in-process state (window, summary, recall index), and with
         ``window_store=`` their stored window too, for every worker. Facts stay."""
+        identifier("user_id", user_id, allow_empty=True)  # "": the window of a Memory without users
         stored = self._windows.drop(user_id) if self._windows is not None else False
         state = self._users.pop(user_id)
         if state is None:

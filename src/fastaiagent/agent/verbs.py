@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._validate import boolean, duration, fraction, integer, moment
+from fastaiagent._validate import boolean, duration, fraction, identifier, integer, moment
 from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.forgetting import delete_agent_facts, same_text_ids
 from fastaiagent.agent.memory_config import MemoryConfig
@@ -137,7 +137,9 @@ class MemoryVerbs:
             )
         if tier not in TIERS:
             raise InvalidValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
-        if id is not None and not isinstance(id, str):
+        if id:  # "*" here is a read or delete of every subject; writes refuse it below
+            identifier("id", id, allow_wildcard=True)
+        elif id is not None and not isinstance(id, str):
             raise InvalidTypeError(f"id must be a str, got {type(id).__name__}")
         if tier == "global":
             return "agent", id or self.config.agent_id

@@ -24,7 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fastaiagent._validate import fraction, integer, number
+# The id rule is one for every layer (the faces check ids with it too); kept importable here.
+from fastaiagent._validate import MAX_ID_CHARS, fraction, id_problem, integer, number  # noqa: F401
+from fastaiagent._validate import text_problem as _text_problem
 from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
@@ -38,7 +40,6 @@ MAX_MESSAGE_CHARS = 65_536
 MAX_RECALL_CHARS = 16_384
 """Longest text one recalled message stores; a longer message is recalled by its
 start (embedders read a few hundred tokens; the rest would only fill the store)."""
-MAX_ID_CHARS = 512  # ids are keys in every backend's indexes; keep them bounded
 _K = TypeVar("_K")
 
 
@@ -73,30 +74,6 @@ def expect(value: object, kind: type[_K], what: str) -> _K:
     if not isinstance(value, kind):
         raise InvalidTypeError(f"{what}, got {type(value).__name__}")
     return value
-
-
-def _text_problem(value: str) -> str | None:
-    if "\x00" in value:
-        return "cannot contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"is not valid Unicode text: {exc.reason}"
-    return None
-
-
-def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be written as an id (NUL, a lone surrogate, over
-    :data:`MAX_ID_CHARS`, the ``"*"`` wildcard), or None when it can. The one
-    rule for ids given to a verb and ids a ``user_id`` resolver returns."""
-    problem = _text_problem(value)
-    if problem is not None:
-        return problem
-    if len(value) > MAX_ID_CHARS:
-        return f"is {len(value)} characters; the limit is {MAX_ID_CHARS}"
-    if value == WILDCARD:
-        return 'is "*": "*" is a read/delete wildcard and cannot be written as an id'
-    return None
 
 
 def validate_for_write(fact: Fact) -> Fact:

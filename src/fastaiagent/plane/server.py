@@ -180,6 +180,8 @@ def select_facts(
     """The facts the plane serves for one request (see the module docstring)."""
     if not agent_id or agent_id == WILDCARD:
         raise InvalidValueError("agent_id must name one agent")
+    check.identifier("agent_id", agent_id)
+    check.identifier("project_id", project_id, allow_empty=True)
     facts = store.list_active("agent", agent_id, project_id, limit=candidates)
     return rank_facts(facts, request or FactRequest(), ranker)
 
@@ -231,6 +233,7 @@ def create_plane_app(
     keys = [api_key] if isinstance(api_key, str) else list(api_key)
     if not keys or not all(isinstance(k, str) and k.strip() for k in keys):
         raise InvalidValueError("the plane needs at least one non-empty API key")
+    check.identifier("project_id", project_id, allow_empty=True)
     store = make_fact_store(location)
     app = fastapi.FastAPI(title="fastaiagent plane", docs_url=None, redoc_url=None)
     _add_health(app, store)
@@ -292,6 +295,9 @@ def _add_facts_route(
         _check_key(keys, authorization, x_api_key)
         if agent_id == WILDCARD:
             raise HTTPException(400, 'agent_id must name one agent ("*" is not allowed)')
+        problem = check.id_problem(agent_id)
+        if problem is not None:  # a bad id is the reader's mistake, not an outage (503)
+            raise HTTPException(400, f"agent_id {problem}")
         try:
             found = store.list_active("agent", agent_id, project_id, limit=candidates)
         except Exception as exc:  # an outage or a damaged store: readers back off on 503

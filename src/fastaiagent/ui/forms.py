@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from fastaiagent._validate import id_problem
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.store import FactStore
 from fastaiagent.facts.timeline import versions
@@ -125,11 +126,15 @@ def add_forget_user(app: Any, site: Any) -> None:
             return form
         if not user_id or user_id == views.EVERY:
             return site.error(400, "Name one user to forget: the UI does not forget every user at once.")
+        project = form.get("project_id", "")
+        for name, value in (("the user id", user_id), ("the project id", project)):
+            problem = id_problem(value)
+            if problem is not None:  # the one id rule: nothing is forgotten, the reason is said
+                return site.error(400, f"Nothing was forgotten: {name} {problem}.")
         if form.get("confirm", "") != user_id:
             return site.error(
                 400, f"Nothing was forgotten: type the user id {user_id!r} exactly to confirm."
             )
-        project = form.get("project_id", "")
         try:
             count = await run_in_threadpool(forget_user, site.store, site.traces, user_id, project)
         except Exception as exc:
