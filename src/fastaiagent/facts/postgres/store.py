@@ -30,6 +30,7 @@ from fastaiagent.errors import (
 from fastaiagent.facts import outage
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.locations import check_postgres_url, redacted_url
 from fastaiagent.facts.postgres.schema import FactTable
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.scoping import (
@@ -86,14 +87,19 @@ def _connect_kwargs(url: str, connect_timeout: int | None) -> tuple[dict[str, An
         return {"connect_timeout": seconds}, seconds
     try:
         given = psycopg.conninfo.conninfo_to_dict(url).get("connect_timeout")
-    except psycopg.Error:
-        given = None  # an unparsable URL fails with psycopg's own message on first use
+    except psycopg.Error as exc:  # parsed here, not by a server: the URL is wrong
+        raise InvalidValueError(
+            f"{redacted_url(url)} is not a Postgres URL libpq can read ({redacted_url(str(exc))}): "
+            "use postgresql://user:password@host:port/database"
+        ) from None
     if given is None:
         return {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}, DEFAULT_CONNECT_TIMEOUT
     try:
-        return {}, int(float(given))
+        return {}, int(given)
     except ValueError:
-        return {}, DEFAULT_CONNECT_TIMEOUT
+        raise InvalidValueError(
+            f"{redacted_url(url)}: connect_timeout={given!r} must be whole seconds, e.g. 5"
+        ) from None
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
@@ -173,6 +179,7 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidValueError("url must be a non-empty postgres:// or postgresql:// URL")
+        check_postgres_url(url, own=())  # a typo is named here, never reported as an outage
         if not isinstance(table, str) or not _IDENTIFIER.match(table):
             raise InvalidValueError(
                 f"table {table!r} must be a plain identifier (letters, digits, _; <= 41 chars)"
@@ -785,6 +792,3 @@ def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
     )
 
 
-def redacted_url(url: str) -> str:
-    """The URL without its password, for error messages."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)

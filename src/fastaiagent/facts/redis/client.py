@@ -11,11 +11,13 @@ from typing import Any
 from fastaiagent._optional import require
 from fastaiagent.errors import (
     FastAIAgentError,
+    InvalidValueError,
     StoreConfigError,
     StoreCorruptError,
     StoreUnavailableError,
 )
 from fastaiagent.facts import outage
+from fastaiagent.facts.locations import redacted_url
 
 redis_lib = require("redis", "redis")
 
@@ -148,12 +150,23 @@ def _answer_failure(exc: Exception, what: str, at: str, reason: str) -> FastAIAg
     )
 
 
+@contextmanager
+def parsing(url: str) -> Iterator[None]:
+    """redis-py's ValueError for a URL it cannot read (a port or an option value
+    that is no number) as the library's InvalidValueError naming the URL."""
+    try:
+        yield
+    except ValueError as exc:
+        raise InvalidValueError(f"{redacted_url(url)}: {exc}") from None
+
+
 def guarded_client(url: str, **options: Any) -> Any:
     """A ``redis.Redis`` for ``url`` whose connections consult the server's shared
     :class:`~fastaiagent.facts.outage.StoreHealth` before connecting: while the
     server is paused a call raises at once instead of waiting out a timeout
     (options in the URL's query, e.g. ``socket_connect_timeout``, win)."""
-    pool = redis_lib.ConnectionPool.from_url(url, **options)
+    with parsing(url):
+        pool = redis_lib.ConnectionPool.from_url(url, **options)
     name = outage.server_name("Redis", url)
     pool.connection_class = _guarded_class(pool.connection_class, outage.health(name), name)
     client = redis_lib.Redis(connection_pool=pool)
