@@ -190,6 +190,7 @@ class Memory:
         # Writes go through a view that records the writing agent on user facts.
         facts = attributed(self.location, self.config.agent_id)
         self._stack = MemoryStack(self.config, facts)
+        self._stack.check_extras()  # a missing extra for what was asked: now, not at a turn
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
         # window_store=None keeps windows in process; else the user cache fronts a shared store.
@@ -417,13 +418,16 @@ class Memory:
         return import_memory(self.location, source)
 
     def warm(self) -> None:
-        """Do now what the first turn would otherwise pay for: read the fact store
-        once (connection, schema) and, with ``recall=`` or ``semantic=``, load the
-        embedding model (2-20 s in a fresh process; an embedder without a
-        ``warm()`` method, such as a remote API, is left alone). ``fastaiagent
-        mcp`` calls it before serving; call it at an application's start.
-        The store's errors are raised; an embedder that cannot load is logged
-        (the turns that need it log it again and go on without)."""
+        """Check the Memory works and do now what the first turn would otherwise pay
+        for: read the fact store once (connection, schema) and, with ``recall=`` or
+        ``semantic=``, load the embedding model (2-20 s in a fresh process; an
+        embedder without a ``warm()`` method, such as a remote API, is left alone)
+        and open the store's vector index. Call it at an application's start to
+        fail there: every error is raised (a
+        :class:`~fastaiagent.errors.StoreConfigError` for a location configured
+        wrong, a :class:`~fastaiagent.errors.StoreUnavailableError` for a store
+        that is down, a model that cannot load). ``fastaiagent mcp`` calls it
+        before serving."""
         self._stack.warm()
 
     # -- runs ------------------------------------------------------------------

@@ -34,8 +34,10 @@ from fastaiagent._optional import require
 from fastaiagent.errors import (
     InvalidTypeError,
     InvalidValueError,
+    StoreConfigError,
     StoreUnavailableError,
     UsageError,
+    is_configuration_error,
 )
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
@@ -213,11 +215,12 @@ def rank_facts(
 
 def check_store(store: FactStore) -> None:
     """Read ``store`` once (a fact by id): StoreUnavailableError, caused by the driver's error,
-    when it cannot be read."""
+    when it cannot be read (StoreConfigError when it is configured wrong)."""
     try:
         store.get(1)
     except Exception as exc:  # any failure of the store is the answer here
-        raise StoreUnavailableError(f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
+        kind = StoreConfigError if is_configuration_error(exc) else StoreUnavailableError
+        raise kind(f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
 
 
 def create_plane_app(
@@ -250,7 +253,7 @@ def _add_health(app: Any, store: FactStore) -> None:
     def healthz() -> Any:
         try:
             check_store(store)
-        except StoreUnavailableError as exc:
+        except (StoreUnavailableError, StoreConfigError) as exc:
             return JSONResponse({"ok": False, "reason": str(exc)}, status_code=503)
         return {"ok": True}
 

@@ -268,18 +268,21 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         pool.open(wait=False)
         return pool
 
-    def _cannot_connect(self, exc: BaseException) -> StoreUnavailableError:
-        """The error for a failed connect, naming the server's reason; pauses the server.
-        A server that answered and refused the URL's user, password or database
-        raises :class:`~fastaiagent.errors.StoreConfigError`."""
+    def _cannot_connect(self, exc: BaseException) -> StoreUnavailableError | StoreConfigError:
+        """The error for a failed connect, naming the server's reason. A server that
+        answered and refused the URL's user, password or database, or a value libpq
+        refused, is :class:`~fastaiagent.errors.StoreConfigError` (retrying will not
+        fix it: the server is not paused); the rest pauses the server."""
         reason = " ".join(redacted_url(str(exc)).split())
-        self._health.failed(reason)
         said = f"cannot connect to Postgres for the fact store ({redacted_url(self.url)}): {reason}"
         if any(words in reason for words in _REFUSED_CONFIG):
             return StoreConfigError(
                 f"{said}; check the URL's user, password and database (and the server's "
                 "pg_hba.conf for this client)"
             )
+        if _REFUSED_VALUE.search(reason):
+            return StoreConfigError(f"{said}; correct that value in the URL")
+        self._health.failed(reason)
         return StoreUnavailableError(
             f"{said}; check that the server is up and the URL's host, port, user, "
             "password and database"
@@ -749,7 +752,10 @@ _REFUSED_CONFIG = (
     "no pg_hba.conf entry",
     "permission denied",
     "password is required",
+    "unrecognized configuration parameter",  # the URL's options=-c ...
 )
+# A value of the URL libpq refused when connecting (a port or an sslmode it cannot use).
+_REFUSED_VALUE = re.compile(r"invalid (?:\w+ )*value|invalid port|invalid .* option", re.IGNORECASE)
 
 
 def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
