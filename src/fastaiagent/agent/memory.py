@@ -335,9 +335,20 @@ class Memory:
         window. ``id="*"`` on a Memory with ``agent_id`` is that, for every
         user: other agents' facts and windows stay. Without ``agent_id``,
         ``id="*"`` deletes every user fact of the project. See
-        ``docs/how-memory-works.md``.
+        ``docs/how-memory-works.md``. :meth:`forget_user` says how many of each
+        kind went.
         """
-        return self._verbs.forget(tier, id, fact, agent_only)
+        return self._verbs.forget(tier, id, fact, agent_only)["facts"]
+
+    def forget_user(self, user_id: str, *, agent_only: bool = False) -> dict[str, int]:
+        """``forget(tier="user", id=user_id)``, returning how many of each kind it
+        removed: ``facts`` (history included), ``fact_vectors``, ``windows`` (stored
+        windows, summaries in them), ``recall`` (recalled messages) and ``traces``
+        (the user's runs in the local trace store). What ``fastaiagent memory
+        forget --user`` and the Memory page report."""
+        if not user_id or user_id == WILDCARD:
+            raise InvalidValueError('forget_user() forgets one user: forget_user("alice")')
+        return self._verbs.forget("user", user_id, None, agent_only)
 
     # -- background learning ---------------------------------------------------
 
@@ -377,7 +388,7 @@ class Memory:
         naming a time find them. Nothing is learned and the window is left as it
         is; importing the same messages again adds nothing. ``user_id`` names the
         user (needed with a resolver). Needs ``recall=``. Returns how many
-        messages recall stored."""
+        messages recall did not hold yet (0 for a history imported before)."""
         from fastaiagent.agent.memory_blocks.vector import VectorBlock
 
         if self.config.recall_options is None:

@@ -265,15 +265,22 @@ class MemoryStack:
         when one of them is among them; returns how many there were.
 
         Every re-embedding job writing the user's entries to one of them is
-        cancelled first, then ``before_delete`` runs (a forget empties the blocks'
-        own indexes there): no job reads a half-emptied source or writes back
-        into an emptied index."""
+        cancelled first (no job reads a half-emptied source or writes back into an
+        emptied index). The entries are deleted and counted, then ``before_delete``
+        runs (a forget empties the blocks' own indexes and queues there), then what
+        a turn wrote in between is deleted too.
+        Two store objects on one table count its entries once (the second delete
+        finds none)."""
         namespace, purges = self.recall_namespace(user_id), self._recall_purges(stores)
         for store in purges:
             stop_background_job(store, namespace)
+        deleted = sum(int(store.delete_namespace(namespace) or 0) for store in purges)
         if before_delete is not None:
             before_delete()
-        return sum(int(store.delete_namespace(namespace) or 0) for store in purges)
+        for store in purges:  # what a turn wrote meanwhile (a read first: usually nothing)
+            if int(store.count(namespace)):
+                deleted += int(store.delete_namespace(namespace) or 0)
+        return deleted
 
     def _recall_purges(self, stores: Iterable[Any]) -> list[Any]:
         """``stores`` that can delete a namespace, each once, plus every size's index

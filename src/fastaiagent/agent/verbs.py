@@ -318,8 +318,10 @@ class MemoryVerbs:
             trace.annotate({"memory.fact_id": fact_id, "memory.expired": done})
         return done
 
-    def forget(self, tier: str, id: str | None, fact: str | None, agent_only: bool) -> int:
-        """:meth:`Memory.forget <fastaiagent.agent.memory.Memory.forget>`."""
+    def forget(self, tier: str, id: str | None, fact: str | None, agent_only: bool) -> dict[str, int]:
+        """:meth:`Memory.forget <fastaiagent.agent.memory.Memory.forget>`, saying how
+        many of each kind went: ``facts``, ``fact_vectors`` and, for a whole user,
+        ``windows``, ``recall`` (recalled messages) and ``traces`` (their runs)."""
         scope, scope_id = self._subject("forget", tier, id)
         if not scope_id:
             if tier == "user":
@@ -342,7 +344,7 @@ class MemoryVerbs:
                 deleted.update(self._forget_user_state(scope_id, not by_agent))
             trace.annotate({"memory.count": count, "memory.agent_only": by_agent})
         self._audit(tier, scope, scope_id, fact is not None, by_agent, deleted)
-        return count
+        return deleted
 
     def _audit(
         self, tier: str, scope: str, scope_id: str, one_fact: bool, by_agent: bool,

@@ -174,8 +174,9 @@ def stdin_is_terminal() -> bool:
 
 
 def forget_user(user_id: str, *, yes: bool, location: str, project: str) -> None:
-    """``forget --user``: ``Memory(location, project_id=project).forget(tier="user",
-    id=user_id)`` once the person confirmed (or ``yes``); prints the facts deleted."""
+    """``forget --user``: ``Memory(location, project_id=project).forget_user(user_id)``
+    once the person confirmed (or ``yes``); prints how many of each kind went."""
+    from fastaiagent.agent.forgetting import forgotten_words
     from fastaiagent.agent.memory import Memory
 
     where = f" in project {project!r}" if project else ""
@@ -197,8 +198,8 @@ def forget_user(user_id: str, *, yes: bool, location: str, project: str) -> None
     if not yes and not typer.confirm(question, default=False):
         typer.echo("nothing forgotten")
         raise typer.Exit(code=1)
-    count = memory.forget(tier="user", id=user_id)
-    typer.echo(f"forgot user {user_id!r}{where}: {count} fact(s) deleted")
+    counts = memory.forget_user(user_id)
+    typer.echo(f"forgot user {user_id!r}{where}: {forgotten_words(counts)} deleted")
 
 
 @memory_app.command("expire")
