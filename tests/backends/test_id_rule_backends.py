@@ -81,3 +81,30 @@ def test_a_resolver_returning_a_bad_id_gets_no_user_memory_and_a_warning(any_loc
     assert memory.location.subjects() == []
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "user_id" in warned and (fix in warned or "not a user id" in warned), warned
+
+
+@pytest.mark.parametrize(("bad", "fix"), BAD_IDS[:3])
+def test_the_stores_own_reads_and_deletes_apply_the_rule_too(any_location, bad, fix):
+    # A driver never sees the id: no UnicodeEncodeError, no Postgres "outage" for a NUL.
+    from fastaiagent.facts.factory import make_fact_store
+
+    store = make_fact_store(any_location)
+    calls = {
+        "list_active": lambda: store.list_active("user", bad),
+        "list_as_of": lambda: store.list_as_of("user", bad, "", 1.0),
+        "delete": lambda: store.delete("user", bad),
+        "expire": lambda: store.expire("user", bad, "", 1, 1.0),
+        "find_active": lambda: store.find_active("user", bad, "", "Likes tea"),
+        "browse": lambda: store.browse(scope="user", scope_id=bad),
+        "project": lambda: store.list_active("user", "alice", bad),
+    }
+    for call_name, call in calls.items():
+        with pytest.raises(InvalidValueError) as info:
+            call()
+        assert fix in str(info.value), (call_name, str(info.value)[:200])
+    text_fix = "remove them" if "\x00" in bad else "decoded from its bytes"
+    if len(bad) < 100:
+        for call in (lambda: store.find_active("user", "alice", "", bad), lambda: store.delete("user", "alice", fact=bad)):
+            with pytest.raises(InvalidValueError, match=text_fix):
+                call()
+    store.close()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 # The id rule is one for every layer (the faces check ids with it too); kept importable here.
-from fastaiagent._validate import MAX_ID_CHARS, fraction, id_problem, integer, number  # noqa: F401
+from fastaiagent._validate import MAX_ID_CHARS, fraction, id_problem, integer, number
 from fastaiagent._validate import text_problem as _text_problem
 from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
@@ -159,11 +159,26 @@ class Selector:
     project_id: str
 
 
+def _check_id(name: str, value: object) -> None:
+    """The id rule (:func:`~fastaiagent._validate.id_problem`) on a read or a delete
+    of a store, so a bad id is the library's InvalidValueError, never a driver's
+    UnicodeEncodeError or an outage. The usual id (short ASCII text, no NUL, not
+    starting with a space) passes in a few tens of ns: this runs on every read."""
+    text = _check_str(name, value)
+    if text.isascii() and "\x00" not in text and len(text) <= MAX_ID_CHARS and not text[:1].isspace():
+        return
+    if text == WILDCARD:
+        return
+    problem = id_problem(text)
+    if problem is not None:
+        raise InvalidValueError(f"{name} {problem}")
+
+
 def read_selector(scope: str, scope_id: str, project_id: str = "") -> Selector | None:
     """The subjects a read covers, or None when it must read nothing."""
     check_scope(scope)
-    _check_str("scope_id", scope_id)
-    _check_str("project_id", project_id)
+    _check_id("scope_id", scope_id)
+    _check_id("project_id", project_id)
     if scope_id == WILDCARD:
         return Selector(scope, None, project_id)
     if not scope_id:
@@ -185,8 +200,8 @@ def page_selector(
 def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector:
     """The subjects a delete covers; an empty id is refused at every scope."""
     check_scope(scope)
-    _check_str("scope_id", scope_id)
-    _check_str("project_id", project_id)
+    _check_id("scope_id", scope_id)
+    _check_id("project_id", project_id)
     if not scope_id:
         raise InvalidValueError(
             f"refusing to delete {scope}-scope facts with an empty id; "
@@ -201,8 +216,14 @@ def check_fact_id(value: object) -> int:
 
 
 def check_fact_text(value: object) -> str:
-    """The ``fact=`` filter of delete: a str, compared normalised."""
-    return normalize_text(_check_str("fact", value))
+    """The ``fact=`` filter of delete (and a text looked up): a str every backend can
+    compare (no NUL, no lone surrogate), normalised."""
+    text = _check_str("fact", value)
+    if not text.isascii() or "\x00" in text:
+        problem = _text_problem(text)
+        if problem is not None:
+            raise InvalidValueError(f"fact {problem}")
+    return normalize_text(text)
 
 
 def check_limit(limit: int | None) -> None:
