@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from fastaiagent.errors import MissingExtraError
@@ -16,3 +17,16 @@ def require(module: str, extra: str) -> ModuleType:
         raise MissingExtraError(
             f"{module!r} is not installed; install it with: pip install 'fastaiagent[{extra}]'"
         ) from exc
+
+
+def installed(module: str, extra: str) -> None:
+    """Raise MissingExtraError as :func:`require` does when ``module`` is not
+    installed, without importing it (a check at construction, cheap)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingExtraError(
+            f"{module!r} is not installed; install it with: pip install 'fastaiagent[{extra}]'"
+        )

@@ -120,17 +120,73 @@ def text(name: str, value: Any, *, allow_empty: bool = False) -> str:
     return value
 
 
-def optional_id(name: str, value: Any) -> str | None:
-    """An id that may be left out: None, or a non-blank str other than ``"*"``."""
-    if value is None:
-        return None
+MAX_ID_CHARS = 512  # ids are keys in every backend's indexes; keep them bounded
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text by every backend (a NUL character, a
+    lone surrogate), or None when it can."""
+    if "\x00" in value:
+        return "cannot contain NUL characters (\\x00): remove them"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"is not valid Unicode text ({exc.reason} at position {exc.start}): pass text "
+            "decoded from its bytes (e.g. data.decode('utf-8'))"
+        )
+    return None
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an id (a user, agent, project or thread id), or None
+    when it can: the ONE rule every door applies (the verbs, resolver results,
+    ``add_history``, ``export_user``, the CLI, the Memory page, MCP, the plane, the
+    adapters). Refused: NUL, a lone surrogate, only whitespace, over
+    :data:`MAX_ID_CHARS` characters, the ``"*"`` wildcard. ``""`` passes here: it
+    means "no id", which each caller allows or not."""
+    problem = text_problem(value)
+    if problem is not None:
+        return problem
+    if len(value) > MAX_ID_CHARS:
+        return (
+            f"is {len(value)} characters; the limit is {MAX_ID_CHARS}: use a shorter id "
+            "(e.g. a hash of the long one)"
+        )
+    if value and not value.strip():
+        return "is only whitespace: give a real id, or leave it out"
+    if value == WILDCARD:
+        return 'is "*": "*" is a read/delete wildcard and cannot be written as an id'
+    return None
+
+
+def identifier(
+    name: str, value: Any, *, allow_wildcard: bool = False, allow_empty: bool = False
+) -> str:
+    """An id (see :func:`id_problem`): a str, ``"*"`` only when ``allow_wildcard``
+    (a read or a delete of every subject), ``""`` only when ``allow_empty``."""
     if not isinstance(value, str):
         raise InvalidTypeError(f"{name} must be a str, got {_got(value)}")
-    if not value.strip():
+    if value == WILDCARD and allow_wildcard:
+        return value
+    if not value:
+        if allow_empty:
+            return value
         raise InvalidValueError(f"{name} cannot be empty; leave it out (None) instead")
-    if value == WILDCARD:
-        raise InvalidValueError(f'{name} cannot be "*" (the wildcard is for reads and deletes)')
+    problem = id_problem(value)
+    if problem is not None:
+        raise InvalidValueError(f"{name} {problem}")
     return value
+
+
+def optional_id(name: str, value: Any) -> str | None:
+    """An id that may be left out: None, or an id by :func:`id_problem` (not blank,
+    not ``"*"``)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value == WILDCARD:
+        raise InvalidValueError(f'{name} cannot be "*" (the wildcard is for reads and deletes)')
+    return identifier(name, value)
 
 
 def port(name: str, value: Any) -> int:

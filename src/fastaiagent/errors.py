@@ -61,12 +61,15 @@ class StoreUnavailableError(FastAIAgentError, ConnectionError):
     URL (password masked) and the fix; the driver's error is the ``__cause__``."""
 
 
-class StoreConfigError(StoreUnavailableError):
+class StoreConfigError(FastAIAgentError, RuntimeError):
     """The store cannot be used as configured: the location or the credentials are
     wrong (a Redis DB index out of range, rejected credentials, a missing database
-    or role, no permission on the file or table). The message names the location
-    and what to change. A :class:`StoreUnavailableError` too, so code that runs on
-    without memory through an outage does so here as well."""
+    or role, no permission on the file or table, something other than Redis at a
+    ``redis://`` address, a value the driver refuses). The message names the
+    location and what to change. Deliberately not a
+    :class:`StoreUnavailableError`: waiting will not fix it, so it is never
+    retried in the background and agent runs raise it instead of answering
+    without memory (see :func:`is_configuration_error`)."""
 
 
 class UnreplicatedWriteWarning(UserWarning):
@@ -98,6 +101,15 @@ class SchemaVersionError(FastAIAgentError, RuntimeError):
     """A store was written by a newer fastaiagent than this one: upgrade the package."""
 
 
+def is_configuration_error(exc: BaseException) -> bool:
+    """True for an error that retrying will not fix and that memory must not run
+    without: a store configured wrong (:class:`StoreConfigError`), one written by a
+    newer fastaiagent (:class:`SchemaVersionError`), a missing extra
+    (:class:`MissingExtraError`). Where an outage degrades memory (a block's render,
+    a shared window's load), these are raised to the caller instead."""
+    return isinstance(exc, (StoreConfigError, SchemaVersionError, MissingExtraError))
+
+
 __all__ = [
     "ConflictError",
     "FactNotFoundError",
@@ -115,4 +127,5 @@ __all__ = [
     "StoreUnavailableError",
     "UnsupportedTierError",
     "UsageError",
+    "is_configuration_error",
 ]

@@ -22,7 +22,7 @@ import pytest
 
 from _wait import wait_until
 from fastaiagent import Agent, Memory, RunContext
-from fastaiagent.errors import StoreUnavailableError
+from fastaiagent.errors import StoreConfigError, StoreUnavailableError
 from fastaiagent.facts import outage
 from fastaiagent.llm.message import Message
 from fastaiagent.testing import FunctionLLM, echo_llm
@@ -183,7 +183,7 @@ def test_a_refused_server_fails_verbs_at_once_naming_the_cause(scheme: str) -> N
 @pytest.mark.postgres
 def test_a_rejected_role_is_named_in_the_error(postgres_url: str) -> None:
     url = re.sub(r"://[^@/]*@", "://no_such_role_fa15@", postgres_url, count=1)
-    with pytest.raises(StoreUnavailableError, match='role "no_such_role_fa15" does not exist'):
+    with pytest.raises(StoreConfigError, match='role "no_such_role_fa15" does not exist'):
         Memory(location=url).persist("x", tier="user", id="alice")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from _env import require_module
-from fastaiagent.errors import SchemaVersionError, StoreUnavailableError
+from fastaiagent.errors import SchemaVersionError, StoreConfigError, StoreUnavailableError
 from fastaiagent.learn import SOURCE_CONVERSATION, Fact
 
 pytestmark = pytest.mark.redis
@@ -264,10 +264,10 @@ def test_every_write_survives_a_flushed_script_cache(own_redis_url: str, redis_p
     }
 
 
-def test_wrong_credentials_are_store_unavailable_naming_the_fix(redis_url: str) -> None:
+def test_wrong_credentials_are_a_config_error_naming_the_fix(redis_url: str) -> None:
     rest = redis_url.split("://", 1)[1]
     store = RedisFactStore(f"redis://nobody:wrong@{rest}", prefix="never-written")
-    with pytest.raises(StoreUnavailableError, match="check the user and password") as info:
+    with pytest.raises(StoreConfigError, match="check the user and password") as info:
         store.add(Fact("x", scope="user", scope_id="u"))
     assert isinstance(info.value.__cause__, redis.exceptions.AuthenticationError)
     store.close()

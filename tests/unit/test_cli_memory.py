@@ -107,12 +107,12 @@ def test_forget_user_with_yes_forgets_everything_of_theirs_and_no_one_elses(cli,
     tenant = store.add(Fact("Tenant B prefers tea", scope="user", scope_id="alice", project_id="b"))
     out = cli("memory", "forget", "--user", "alice", "--yes", "-l", _location(store))
     assert out.exit_code == 0, out.output
-    assert "forgot user 'alice': 3 fact(s) deleted" in out.output  # two versions and the expired promo
+    assert "forgot user 'alice': 3 facts, 0 fact vectors, 0 recalled messages, 0 stored windows" in out.output  # two versions and the expired promo
     assert store.browse(scope="user", scope_id="alice", project_id="", include_superseded=True,
                         include_expired=True) == []  # fmt: skip
     assert store.list_active("user", "bob") != [] and store.get(tenant) is not None
     in_b = cli("memory", "forget", "--user", "alice", "-y", "--project-id", "b", "-l", _location(store))
-    assert in_b.exit_code == 0 and "in project 'b': 1 fact(s) deleted" in in_b.output
+    assert in_b.exit_code == 0 and "in project 'b': 1 fact, " in in_b.output
     assert store.get(tenant) is None and store.list_active("user", "bob") != []
 
 
@@ -128,7 +128,7 @@ def test_forget_user_without_yes_asks_and_refuses_without_a_terminal(cli, store:
     assert declined.exit_code == 1 and "Forget everything of user 'alice'" in declined.output
     assert "nothing forgotten" in declined.output and store.list_active("user", "alice") != []
     agreed = runner.invoke(app, ["memory", "forget", "--user", "alice", "-l", _location(store)], input="y\n")
-    assert agreed.exit_code == 0 and "2 fact(s) deleted" in agreed.output
+    assert agreed.exit_code == 0 and "2 facts, " in agreed.output
     assert store.list_active("user", "alice") == [] and store.list_active("user", "bob") != []
 
 

@@ -22,7 +22,12 @@ from fastaiagent.agent.memory_blocks.base import (
 )
 from fastaiagent.agent.memory_budget import pack
 from fastaiagent.agent.window import AgentMemory, MemoryTurn
-from fastaiagent.errors import InvalidTypeError, InvalidValueError, MissingFileError
+from fastaiagent.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    MissingFileError,
+    is_configuration_error,
+)
 from fastaiagent.llm.message import Message
 
 logger = logging.getLogger("fastaiagent.memory")
@@ -49,7 +54,9 @@ class ComposableMemory:
 
     Blocks render in declaration order, before the window. A block that
     raises (in ``on_message`` or ``render``) is logged and skipped; its state
-    is kept and the run goes on. With ``max_memory_tokens`` what the blocks
+    is kept and the run goes on. A configuration error (a store configured
+    wrong, a missing extra: :func:`~fastaiagent.errors.is_configuration_error`)
+    is raised instead: it is no outage, and memory does not run without it. With ``max_memory_tokens`` what the blocks
     inject is packed into that many tokens (see :mod:`~fastaiagent.agent.memory_budget`);
     the window is never cut.
     """
@@ -127,6 +134,8 @@ class ComposableMemory:
                 try:
                     result, error = block.render_with_context(query, shared), None
                 except Exception as exc:
+                    if is_configuration_error(exc):
+                        raise  # not an outage: the caller must see it (and fix it)
                     result, error = None, exc
                 shared._add(block.name, self._rendered(block, block_span, result, error))
         return shared
@@ -138,6 +147,8 @@ class ComposableMemory:
                 try:
                     result, error = await block.arender_with_context(query, shared), None
                 except Exception as exc:
+                    if is_configuration_error(exc):
+                        raise
                     result, error = None, exc
                 shared._add(block.name, self._rendered(block, block_span, result, error))
         return shared
@@ -184,6 +195,8 @@ class ComposableMemory:
                     try:
                         block.on_message(message)
                     except Exception as exc:
+                        if is_configuration_error(exc):
+                            raise
                         self._feed_failed(block, exc)
 
     add = add_message
@@ -197,6 +210,8 @@ class ComposableMemory:
                     try:
                         await block.aon_message(message)
                     except Exception as exc:
+                        if is_configuration_error(exc):
+                            raise
                         self._feed_failed(block, exc)
 
     def record(self, messages: Sequence[Message]) -> None:

@@ -164,3 +164,24 @@ __all__ = [
     "AGENT_KEY", "PEERS", "AttributedFacts", "Peers", "attributed", "delete_agent_facts",
     "drop_stored_windows", "same_text_ids",
 ]  # fmt: skip
+
+
+# What a forget removed, in words: (count key, singular, plural), in report order.
+_KINDS = (
+    ("facts", "fact", "facts"),
+    ("fact_vectors", "fact vector", "fact vectors"),
+    ("recall", "recalled message", "recalled messages"),
+    ("windows", "stored window", "stored windows"),
+    ("traces", "run", "runs"),
+)
+
+
+def forgotten_words(counts: dict[str, int]) -> str:
+    """``"3 facts, 0 fact vectors, 6 recalled messages, 1 stored window, 2 runs"``:
+    every kind :meth:`~fastaiagent.agent.memory.Memory.forget_user` reports, zeros
+    included (a kind not counted is left out)."""
+    return ", ".join(
+        f"{counts[key]} {one if counts[key] == 1 else many}"
+        for key, one, many in _KINDS
+        if key in counts
+    )

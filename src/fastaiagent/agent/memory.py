@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from fastaiagent import trace
-from fastaiagent._validate import optional_id
+from fastaiagent._validate import identifier, optional_id
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.deprecation import UNSET
 from fastaiagent.agent.forgetting import PEERS, attributed, drop_stored_windows
@@ -190,6 +190,7 @@ class Memory:
         # Writes go through a view that records the writing agent on user facts.
         facts = attributed(self.location, self.config.agent_id)
         self._stack = MemoryStack(self.config, facts)
+        self._stack.check_extras()  # a missing extra for what was asked: now, not at a turn
         self._resolution = UserResolution(user_id)
         self._users = UserCache(self.config.per_user, max_users, self._new_state)
         # window_store=None keeps windows in process; else the user cache fronts a shared store.
@@ -336,9 +337,20 @@ class Memory:
         window. ``id="*"`` on a Memory with ``agent_id`` is that, for every
         user: other agents' facts and windows stay. Without ``agent_id``,
         ``id="*"`` deletes every user fact of the project. See
-        ``docs/how-memory-works.md``.
+        ``docs/how-memory-works.md``. :meth:`forget_user` says how many of each
+        kind went.
         """
-        return self._verbs.forget(tier, id, fact, agent_only)
+        return self._verbs.forget(tier, id, fact, agent_only)["facts"]
+
+    def forget_user(self, user_id: str, *, agent_only: bool = False) -> dict[str, int]:
+        """``forget(tier="user", id=user_id)``, returning how many of each kind it
+        removed: ``facts`` (history included), ``fact_vectors``, ``windows`` (stored
+        windows, summaries in them), ``recall`` (recalled messages) and ``traces``
+        (the user's runs in the local trace store). What ``fastaiagent memory
+        forget --user`` and the Memory page report."""
+        if not user_id or user_id == WILDCARD:
+            raise InvalidValueError('forget_user() forgets one user: forget_user("alice")')
+        return self._verbs.forget("user", user_id, None, agent_only)
 
     # -- background learning ---------------------------------------------------
 
@@ -378,7 +390,7 @@ class Memory:
         naming a time find them. Nothing is learned and the window is left as it
         is; importing the same messages again adds nothing. ``user_id`` names the
         user (needed with a resolver). Needs ``recall=``. Returns how many
-        messages recall stored."""
+        messages recall did not hold yet (0 for a history imported before)."""
         from fastaiagent.agent.memory_blocks.vector import VectorBlock
 
         if self.config.recall_options is None:
@@ -403,9 +415,9 @@ class Memory:
         reads it back, here or in another location. Returns the counts written."""
         from fastaiagent.facts.transfer import export_memory
 
-        if not isinstance(user_id, str) or not user_id.strip() or user_id == WILDCARD:
+        if user_id is None or user_id == "" or user_id == WILDCARD:
             raise InvalidValueError('export_user() needs one user\'s id, e.g. mem.export_user("alice", path)')
-        checked = optional_id("user_id", user_id)
+        checked = identifier("user_id", user_id)
         return export_memory(self.location, out, user_id=checked, project_id=self.config.project_id)
 
     def import_user(
@@ -436,13 +448,16 @@ class Memory:
         )  # fmt: skip
 
     def warm(self) -> None:
-        """Do now what the first turn would otherwise pay for: read the fact store
-        once (connection, schema) and, with ``recall=`` or ``semantic=``, load the
-        embedding model (2-20 s in a fresh process; an embedder without a
-        ``warm()`` method, such as a remote API, is left alone). ``fastaiagent
-        mcp`` calls it before serving; call it at an application's start.
-        The store's errors are raised; an embedder that cannot load is logged
-        (the turns that need it log it again and go on without)."""
+        """Check the Memory works and do now what the first turn would otherwise pay
+        for: read the fact store once (connection, schema) and, with ``recall=`` or
+        ``semantic=``, load the embedding model (2-20 s in a fresh process; an
+        embedder without a ``warm()`` method, such as a remote API, is left alone)
+        and open the store's vector index. Call it at an application's start to
+        fail there: every error is raised (a
+        :class:`~fastaiagent.errors.StoreConfigError` for a location configured
+        wrong, a :class:`~fastaiagent.errors.StoreUnavailableError` for a store
+        that is down, a model that cannot load). ``fastaiagent mcp`` calls it
+        before serving."""
         self._stack.warm()
 
     # -- runs ------------------------------------------------------------------
@@ -498,6 +513,7 @@ class Memory:
     def drop_user(self, user_id: str) -> bool:
         """Drop a user's in-process state (window, summary, recall index), and with
         ``window_store=`` their stored window too, for every worker. Facts stay."""
+        identifier("user_id", user_id, allow_empty=True)  # "": the window of a Memory without users
         stored = self._windows.drop(user_id) if self._windows is not None else False
         state = self._users.pop(user_id)
         if state is None:

@@ -77,9 +77,9 @@ class MemoryConfig:
                 "plane= is the connection the plane's facts are read from: set plane_agent_id= "
                 "(the agent's id on that plane) too"
             )
-        check.text("project_id", self.project_id, allow_empty=True)
         if self.project_id == WILDCARD:
             raise InvalidValueError('project_id cannot be "*": a tenant is one exact id')
+        check.identifier("project_id", self.project_id, allow_empty=True)
         check.positive_int("window", self.window)
         check.positive_int("max_learned_facts", self.max_learned_facts, allow_none=True)
         check.positive_int("max_users", self.max_users, allow_none=True)

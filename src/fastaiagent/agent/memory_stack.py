@@ -13,12 +13,13 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from fastaiagent._optional import installed
 from fastaiagent.agent.memory_blocks.background import AfterReplyBlock, BackgroundQueue
 from fastaiagent.agent.memory_blocks.base import MemoryBlock
 from fastaiagent.agent.memory_blocks.persistent import PersistentFactBlock
 from fastaiagent.agent.memory_blocks.recall_options import AUTO
 from fastaiagent.agent.memory_config import MemoryConfig
-from fastaiagent.errors import MissingExtraError, UsageError
+from fastaiagent.errors import MissingExtraError, StoreUnavailableError, UsageError
 from fastaiagent.facts.fact import LEARNED_CONFIDENCE
 from fastaiagent.facts.index.reembed import carry_over, stop_background_job
 from fastaiagent.facts.scoping import WILDCARD
@@ -32,8 +33,10 @@ USER_HEADING = "Facts about this user:"
 
 
 class MemoryStack:
-    """Builds a Memory's blocks from its config; a block that cannot start is
-    logged and left out (it degrades memory, never the run)."""
+    """Builds a Memory's blocks from its config. What the config asks for is
+    checked at construction (:meth:`check_extras`); a block that cannot start
+    because its store is down is logged and left out (an outage degrades memory,
+    never the run); any other failure to build one is raised."""
 
     def __init__(self, config: MemoryConfig, store: FactStore) -> None:
         self.config = config
@@ -46,13 +49,31 @@ class MemoryStack:
         self._vector_index_checked = False
         self.queue: BackgroundQueue | None = None
 
+    def check_extras(self) -> None:
+        """Raise :class:`~fastaiagent.errors.MissingExtraError` now for an extra that
+        what this Memory was asked to do needs: the embedder of ``recall=`` /
+        ``semantic=``, and for ``"auto"`` the store's vector index (numpy) or, for a
+        store that keeps no vectors, the in-process FAISS index ``"auto"`` means
+        there. Nothing is loaded or connected: the model loads at the first turn
+        (or :meth:`warm`), the index opens at its first use."""
+        options, semantic = self.config.recall_options, self.config.semantic
+        if options is None and semantic is None:
+            return
+        self.embedder()
+        if (options is not None and options.store == AUTO) or semantic == AUTO:
+            make = getattr(self.store, "vector_store", None)
+            if callable(make):
+                make()  # the index object only: its first use reads the database
+            else:
+                installed("faiss", "faiss")
+
     # -- blocks ----------------------------------------------------------------
 
     @staticmethod
     def _build(label: str, factory: Callable[[], MemoryBlock]) -> MemoryBlock | None:
         try:
             return factory()
-        except Exception as exc:  # a block that cannot start degrades memory, not the run
+        except StoreUnavailableError as exc:  # an outage degrades memory, not the run
             logger.warning("memory block %s could not be built; running without it: %s", label, exc)
             return None
 
@@ -175,14 +196,14 @@ class MemoryStack:
     def warm(self) -> None:
         """See :meth:`fastaiagent.agent.memory.Memory.warm`."""
         self.store.get(1)
-        if self.config.recall_options is None and self.config.semantic is None:
+        options, semantic = self.config.recall_options, self.config.semantic
+        if options is None and semantic is None:
             return
-        try:
-            warm = getattr(self.embedder(), "warm", None)
-            if callable(warm):
-                warm()
-        except Exception as exc:  # recall and semantic degrade per turn; the process goes on
-            logger.warning("the embedder could not be loaded ahead of the first turn: %s", exc)
+        warm = getattr(self.embedder(), "warm", None)
+        if callable(warm):
+            warm()
+        if (options is not None and options.store == AUTO) or semantic == AUTO:
+            self.vector_index()  # opens it at the embedder's size: its schema, its size
 
     def embedder(self) -> Any:
         """The embedder shared by recall and semantic retrieval, made on first use."""
@@ -196,22 +217,19 @@ class MemoryStack:
     def vector_index(self) -> Any:
         """The fact store's own vector index (:class:`~fastaiagent.facts.vectors.HoldsVectors`)
         of the embedder's size, which ``"auto"`` recall and semantic facts use so they
-        outlive the process; None when the store has none (``"auto"`` is then an
-        in-process FAISS index). Agents whose embedders differ in size share the
-        store: each size has an index of its own."""
+        outlive the process; None when the store keeps no vectors (``"auto"`` is then
+        an in-process FAISS index, as documented). Agents whose embedders differ in
+        size share the store: each size has an index of its own.
+
+        An index that fails to open raises (never an in-process index in its place:
+        its entries would die with the process and a forget elsewhere would miss
+        them); the next call tries again."""
         with self._lock:
             if not self._vector_index_checked:
-                self._vector_index_checked = True
                 make = getattr(self.store, "vector_store", None)
                 if callable(make):
-                    try:
-                        self._vector_index = self._open_vector_index(make)
-                    except Exception as exc:  # degrade to in-process recall, never fail the run
-                        logger.warning(
-                            "the fact store's vector index could not be opened; recall and "
-                            "semantic facts use an in-process index instead: %s",
-                            exc,
-                        )
+                    self._vector_index = self._open_vector_index(make)
+                self._vector_index_checked = True
             return self._vector_index
 
     def _open_vector_index(self, make: Callable[..., Any]) -> Any:
@@ -244,15 +262,22 @@ class MemoryStack:
         when one of them is among them; returns how many there were.
 
         Every re-embedding job writing the user's entries to one of them is
-        cancelled first, then ``before_delete`` runs (a forget empties the blocks'
-        own indexes there): no job reads a half-emptied source or writes back
-        into an emptied index."""
+        cancelled first (no job reads a half-emptied source or writes back into an
+        emptied index). The entries are deleted and counted, then ``before_delete``
+        runs (a forget empties the blocks' own indexes and queues there), then what
+        a turn wrote in between is deleted too.
+        Two store objects on one table count its entries once (the second delete
+        finds none)."""
         namespace, purges = self.recall_namespace(user_id), self._recall_purges(stores)
         for store in purges:
             stop_background_job(store, namespace)
+        deleted = sum(int(store.delete_namespace(namespace) or 0) for store in purges)
         if before_delete is not None:
             before_delete()
-        return sum(int(store.delete_namespace(namespace) or 0) for store in purges)
+        for store in purges:  # what a turn wrote meanwhile (a read first: usually nothing)
+            if int(store.count(namespace)):
+                deleted += int(store.delete_namespace(namespace) or 0)
+        return deleted
 
     def _recall_purges(self, stores: Iterable[Any]) -> list[Any]:
         """``stores`` that can delete a namespace, each once, plus every size's index

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._validate import boolean, duration, fraction, integer, moment
+from fastaiagent._validate import boolean, duration, fraction, identifier, integer, moment
 from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.forgetting import delete_agent_facts, same_text_ids
 from fastaiagent.agent.memory_config import MemoryConfig
@@ -149,7 +149,9 @@ class MemoryVerbs:
             )
         if tier not in TIERS:
             raise InvalidValueError(f"unknown tier {tier!r}; expected one of {TIERS}")
-        if id is not None and not isinstance(id, str):
+        if id:  # "*" here is a read or delete of every subject; writes refuse it below
+            identifier("id", id, allow_wildcard=True)
+        elif id is not None and not isinstance(id, str):
             raise InvalidTypeError(f"id must be a str, got {type(id).__name__}")
         if tier == "global":
             return "agent", id or self.config.agent_id
@@ -346,8 +348,10 @@ class MemoryVerbs:
             trace.annotate({"memory.fact_id": fact_id, "memory.expired": done})
         return done
 
-    def forget(self, tier: str, id: str | None, fact: str | None, agent_only: bool) -> int:
-        """:meth:`Memory.forget <fastaiagent.agent.memory.Memory.forget>`."""
+    def forget(self, tier: str, id: str | None, fact: str | None, agent_only: bool) -> dict[str, int]:
+        """:meth:`Memory.forget <fastaiagent.agent.memory.Memory.forget>`, saying how
+        many of each kind went: ``facts``, ``fact_vectors`` and, for a whole user,
+        ``windows``, ``recall`` (recalled messages) and ``traces`` (their runs)."""
         scope, scope_id = self._subject("forget", tier, id)
         if not scope_id:
             if tier == "user":
@@ -370,7 +374,7 @@ class MemoryVerbs:
                 deleted.update(self._forget_user_state(scope_id, not by_agent))
             trace.annotate({"memory.count": count, "memory.agent_only": by_agent})
         self._audit(tier, scope, scope_id, fact is not None, by_agent, deleted)
-        return count
+        return deleted
 
     def _audit(
         self, tier: str, scope: str, scope_id: str, one_fact: bool, by_agent: bool,

@@ -26,6 +26,7 @@ from fastaiagent._format import MAX_REASON, one_line
 from fastaiagent.errors import (
     FastAIAgentError,
     PolicyError,
+    StoreConfigError,
     StoreCorruptError,
     StoreUnavailableError,
 )
@@ -88,7 +89,7 @@ def _names_its_fix(exc: BaseException) -> bool:
 
     A pool that gave no connection in time is the exception: its message says
     what happened, not what to do."""
-    if not isinstance(exc, (StoreCorruptError, StoreUnavailableError)):
+    if not isinstance(exc, (StoreCorruptError, StoreConfigError, StoreUnavailableError)):
         return False
     cause = exc.__cause__
     if cause is None or not isinstance(cause, _driver_errors()):

@@ -18,9 +18,9 @@ from typing import Any
 import typer
 
 from fastaiagent._format import format_time
-from fastaiagent._validate import moment, positive_int
+from fastaiagent._validate import identifier, moment, positive_int
 from fastaiagent.cli.failures import OptionsError, checking_options
-from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
+from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS, checked_project
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
@@ -56,7 +56,7 @@ def parse_subject(value: str | None, *, required: bool) -> tuple[str | None, str
         raise InvalidValueError(f"--subject {value!r}: expected {SUBJECT_HELP}, scope one of {SCOPES}")
     if not colon or scope_id == "*":
         return scope, None
-    return scope, scope_id
+    return scope, identifier("--subject's id", scope_id)
 
 
 def _store(location: str) -> Any:
@@ -86,6 +86,7 @@ def search(
 
     with checking_options():
         scope, scope_id = parse_subject(subject, required=False)
+        checked_project(project)
         positive_int("--limit", limit)
         store = _store(location)
     facts = store.browse(
@@ -158,6 +159,7 @@ def forget(
         raise OptionsError(f"give a fact id and --subject ({SUBJECT_HELP}), or --user ID")
     with checking_options():
         scope, scope_id = parse_subject(subject, required=True)
+        checked_project(project)
         store = _store(location)
     assert scope is not None
     if not store.delete(scope, scope_id or "*", project, fact_id=fact_id):
@@ -172,14 +174,17 @@ def stdin_is_terminal() -> bool:
 
 
 def forget_user(user_id: str, *, yes: bool, location: str, project: str) -> None:
-    """``forget --user``: ``Memory(location, project_id=project).forget(tier="user",
-    id=user_id)`` once the person confirmed (or ``yes``); prints the facts deleted."""
+    """``forget --user``: ``Memory(location, project_id=project).forget_user(user_id)``
+    once the person confirmed (or ``yes``); prints how many of each kind went."""
+    from fastaiagent.agent.forgetting import forgotten_words
     from fastaiagent.agent.memory import Memory
 
     where = f" in project {project!r}" if project else ""
     with checking_options():
-        if not user_id.strip() or user_id == "*":
+        if user_id in ("", "*"):
             raise InvalidValueError("--user needs one user id (every user is not forgotten from the shell)")
+        identifier("--user", user_id)
+        checked_project(project)
         if not yes and not stdin_is_terminal():
             raise InvalidValueError(
                 f"forgetting user {user_id!r} cannot be undone and there is no terminal to "
@@ -193,8 +198,8 @@ def forget_user(user_id: str, *, yes: bool, location: str, project: str) -> None
     if not yes and not typer.confirm(question, default=False):
         typer.echo("nothing forgotten")
         raise typer.Exit(code=1)
-    count = memory.forget(tier="user", id=user_id)
-    typer.echo(f"forgot user {user_id!r}{where}: {count} fact(s) deleted")
+    counts = memory.forget_user(user_id)
+    typer.echo(f"forgot user {user_id!r}{where}: {forgotten_words(counts)} deleted")
 
 
 @memory_app.command("expire")
@@ -208,6 +213,7 @@ def expire(
     """End one active fact of SUBJECT now (or --at): it stays, as history."""
     with checking_options():
         scope, scope_id = parse_subject(subject, required=True)
+        checked_project(project)
         when = time.time() if at is None else moment("--at", _iso(at))
         store = _store(location)
     assert scope is not None and when is not None
@@ -235,6 +241,7 @@ def prune(
     """Delete facts that expired or were superseded more than --older-than ago, in steps."""
     with checking_options():
         cutoff = time.time() - parse_duration(older_than)
+        checked_project(project)
         positive_int("--batch", batch)
         positive_int("--max", max_facts, allow_none=True)
         store = _store(location)

@@ -15,8 +15,9 @@ from typing import Any
 
 import typer
 
+from fastaiagent._validate import identifier
 from fastaiagent.cli.failures import checking_options
-from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
+from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS, checked_project
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.transfer import Counts
 
@@ -64,9 +65,9 @@ def _summary(verb: str, counts: Counts) -> str:
 
 
 def _user(user_id: str | None) -> str | None:
-    if user_id is not None and (not user_id.strip() or user_id == "*"):
+    if user_id in ("", "*"):
         raise InvalidValueError("--user needs one user id (leave it out for everyone)")
-    return user_id
+    return None if user_id is None else identifier("--user", user_id)
 
 
 USER = typer.Option(None, "--user", help=USER_HELP)
@@ -95,7 +96,7 @@ def export_command(
     from fastaiagent.facts.transfer import count_records, export_memory
 
     with checking_options():
-        user = _user(user_id)
+        user, project = _user(user_id), checked_project(project)
     _run(
         progress,
         lambda: count_records(location, user_id=user, project_id=project),
@@ -147,7 +148,7 @@ def copy_command(
     from fastaiagent.facts.transfer import copy_memory, count_records
 
     with checking_options():
-        user = _user(user_id)
+        user, project = _user(user_id), checked_project(project)
         if source == target:
             raise InvalidValueError("--from and --to name the same location")
     _run(

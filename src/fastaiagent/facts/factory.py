@@ -6,6 +6,12 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.locations import (
+    check_postgres_url,
+    check_redis_url,
+    check_sqlite_options,
+    unsupported,
+)
 from fastaiagent.facts.store import FactStore
 
 POSTGRES_SCHEMES = ("postgres://", "postgresql://")
@@ -61,6 +67,12 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
     (``?wait_replicas=N``: replicas each write waits for, default 1; see
     :class:`~fastaiagent.facts.redis.store.RedisFactStore`).
 
+    Every query option is checked here, before a driver sees the URL (see
+    :mod:`fastaiagent.facts.locations`): an unknown one raises InvalidValueError
+    naming it, the closest option that exists and all of them; SQLite locations
+    take none. A string of no supported form names the form it resembles
+    (``sqlite://x.db`` -> ``sqlite:///x.db``).
+
     An explicit SQLite path whose folder does not exist raises
     :class:`~fastaiagent.errors.NotFoundError` (a ValueError) at first use.
 
@@ -68,31 +80,7 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
     ImportError naming the extra when a backend's driver is missing.
     """
     if isinstance(location, str):
-        if location == "sqlite":
-            from fastaiagent.facts.sqlite.store import SQLiteFactStore
-
-            return SQLiteFactStore()
-        if location.startswith(SQLITE_PREFIX):
-            from fastaiagent.facts.sqlite.store import SQLiteFactStore
-
-            return SQLiteFactStore(sqlite_url_path(location))
-        if location.startswith(POSTGRES_SCHEMES):
-            from fastaiagent.facts.postgres.store import DEFAULT_TABLE, PostgresFactStore
-
-            url, table = split_location_option(location, "table")
-            url, pooler = split_location_option(url, "pooler")
-            return PostgresFactStore(url, table=table or DEFAULT_TABLE, pooler=pooler)
-        if location.startswith(REDIS_SCHEMES):
-            from fastaiagent.facts.redis.store import RedisFactStore
-
-            url, prefix = split_location_option(location, "prefix")
-            return RedisFactStore(url) if prefix is None else RedisFactStore(url, prefix=prefix)
-        raise InvalidValueError(
-            f"unsupported location {location!r}: use 'sqlite', 'sqlite:///relative/path.db', "
-            "'sqlite:////absolute/path.db', "
-            "'postgres://...', 'postgresql://...', 'redis://...', 'rediss://...' "
-            "or a FactStore instance"
-        )
+        return _store_at(location)
     if isinstance(location, FactStore):
         return location
     missing = _missing_methods(location)
@@ -104,6 +92,33 @@ def make_fact_store(location: Any = "sqlite") -> FactStore:
     raise InvalidTypeError(
         f"location must be a string or a FactStore instance, got {type(location).__name__}"
     )
+
+
+def _store_at(location: str) -> FactStore:
+    """The store a location string names, its options checked first."""
+    if location == "sqlite":
+        from fastaiagent.facts.sqlite.store import SQLiteFactStore
+
+        return SQLiteFactStore()
+    if location.startswith(SQLITE_PREFIX):
+        from fastaiagent.facts.sqlite.store import SQLiteFactStore
+
+        check_sqlite_options(location)
+        return SQLiteFactStore(sqlite_url_path(location))
+    if location.startswith(POSTGRES_SCHEMES):
+        from fastaiagent.facts.postgres.store import DEFAULT_TABLE, PostgresFactStore
+
+        check_postgres_url(location)  # every option, before libpq sees the URL
+        url, table = split_location_option(location, "table")
+        url, pooler = split_location_option(url, "pooler")
+        return PostgresFactStore(url, table=table or DEFAULT_TABLE, pooler=pooler)
+    if location.startswith(REDIS_SCHEMES):
+        from fastaiagent.facts.redis.store import RedisFactStore
+
+        check_redis_url(location)  # every option, before redis-py sees the URL
+        url, prefix = split_location_option(location, "prefix")
+        return RedisFactStore(url) if prefix is None else RedisFactStore(url, prefix=prefix)
+    raise unsupported(location)
 
 
 _PROTOCOL_METHODS = sorted(

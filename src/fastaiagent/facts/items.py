@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
-from fastaiagent._validate import integer, positive_number
+from fastaiagent._validate import integer, positive_number, text_problem
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.scoping import expect
 
@@ -86,6 +86,9 @@ def encode_namespace(namespace: Namespace) -> str:
             raise InvalidTypeError(f"namespace parts must be str, got {type(part).__name__}")
         if SEPARATOR in part:
             raise InvalidValueError(f"namespace part {part!r} contains the reserved character \\x1f")
+        problem = text_problem(part)
+        if problem is not None:
+            raise InvalidValueError(f"namespace part {part[:40]!a} {problem}")
     return "".join(part + SEPARATOR for part in namespace)
 
 
@@ -102,8 +105,11 @@ def prefix_range(prefix: Namespace) -> tuple[str, str]:
 
 
 def check_key(key: str) -> str:
-    """A key is a str (any text, the empty one included)."""
-    return expect(key, str, "an item key is a str")
+    """A key is a str (any text every backend stores, the empty one included)."""
+    problem = text_problem(expect(key, str, "an item key is a str"))
+    if problem is not None:
+        raise InvalidValueError(f"item key {key[:40]!a} {problem}")
+    return key
 
 
 def check_write(write: ItemWrite) -> ItemWrite:

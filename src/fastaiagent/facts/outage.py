@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
 
 from fastaiagent.errors import StoreUnavailableError
+from fastaiagent.facts.locations import redacted_url
 
 PAUSE_SECONDS = 5.0
 MAX_PAUSE_SECONDS = 60.0
@@ -147,7 +147,7 @@ class StoreHealth:
 def server_name(kind: str, url: str) -> str:
     """How a server is named in messages and keyed here: ``"<kind> at <url>"``,
     the URL without its password."""
-    return kind + " at " + re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+    return kind + " at " + redacted_url(url)
 
 
 _registry: dict[str, StoreHealth] = {}

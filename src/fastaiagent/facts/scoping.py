@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fastaiagent._validate import fraction, integer, number
+# The id rule is one for every layer (the faces check ids with it too); kept importable here.
+from fastaiagent._validate import MAX_ID_CHARS, fraction, id_problem, integer, number, text_problem
 from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 
@@ -38,7 +39,6 @@ MAX_MESSAGE_CHARS = 65_536
 MAX_RECALL_CHARS = 16_384
 """Longest text one recalled message stores; a longer message is recalled by its
 start (embedders read a few hundred tokens; the rest would only fill the store)."""
-MAX_ID_CHARS = 512  # ids are keys in every backend's indexes; keep them bounded
 _K = TypeVar("_K")
 
 
@@ -73,31 +73,6 @@ def expect(value: object, kind: type[_K], what: str) -> _K:
     if not isinstance(value, kind):
         raise InvalidTypeError(f"{what}, got {type(value).__name__}")
     return value
-
-
-def text_problem(value: str) -> str | None:
-    """Why ``value`` cannot be stored as text (a NUL, a lone surrogate), or None."""
-    if "\x00" in value:
-        return "cannot contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"is not valid Unicode text: {exc.reason}"
-    return None
-
-
-def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be written as an id (NUL, a lone surrogate, over
-    :data:`MAX_ID_CHARS`, the ``"*"`` wildcard), or None when it can. The one
-    rule for ids given to a verb and ids a ``user_id`` resolver returns."""
-    problem = text_problem(value)
-    if problem is not None:
-        return problem
-    if len(value) > MAX_ID_CHARS:
-        return f"is {len(value)} characters; the limit is {MAX_ID_CHARS}"
-    if value == WILDCARD:
-        return 'is "*": "*" is a read/delete wildcard and cannot be written as an id'
-    return None
 
 
 def validate_for_write(fact: Fact) -> Fact:
@@ -183,11 +158,26 @@ class Selector:
     project_id: str
 
 
+def _check_id(name: str, value: object) -> None:
+    """The id rule (:func:`~fastaiagent._validate.id_problem`) on a read or a delete
+    of a store, so a bad id is the library's InvalidValueError, never a driver's
+    UnicodeEncodeError or an outage. The usual id (short ASCII text, no NUL, not
+    starting with a space) passes in a few tens of ns: this runs on every read."""
+    text = _check_str(name, value)
+    if text.isascii() and "\x00" not in text and len(text) <= MAX_ID_CHARS and not text[:1].isspace():
+        return
+    if text == WILDCARD:
+        return
+    problem = id_problem(text)
+    if problem is not None:
+        raise InvalidValueError(f"{name} {problem}")
+
+
 def read_selector(scope: str, scope_id: str, project_id: str = "") -> Selector | None:
     """The subjects a read covers, or None when it must read nothing."""
     check_scope(scope)
-    _check_str("scope_id", scope_id)
-    _check_str("project_id", project_id)
+    _check_id("scope_id", scope_id)
+    _check_id("project_id", project_id)
     if scope_id == WILDCARD:
         return Selector(scope, None, project_id)
     if not scope_id:
@@ -209,8 +199,8 @@ def page_selector(
 def delete_selector(scope: str, scope_id: str, project_id: str = "") -> Selector:
     """The subjects a delete covers; an empty id is refused at every scope."""
     check_scope(scope)
-    _check_str("scope_id", scope_id)
-    _check_str("project_id", project_id)
+    _check_id("scope_id", scope_id)
+    _check_id("project_id", project_id)
     if not scope_id:
         raise InvalidValueError(
             f"refusing to delete {scope}-scope facts with an empty id; "
@@ -225,8 +215,14 @@ def check_fact_id(value: object) -> int:
 
 
 def check_fact_text(value: object) -> str:
-    """The ``fact=`` filter of delete: a str, compared normalised."""
-    return normalize_text(_check_str("fact", value))
+    """The ``fact=`` filter of delete (and a text looked up): a str every backend can
+    compare (no NUL, no lone surrogate), normalised."""
+    text = _check_str("fact", value)
+    if not text.isascii() or "\x00" in text:
+        problem = text_problem(text)
+        if problem is not None:
+            raise InvalidValueError(f"fact {problem}")
+    return normalize_text(text)
 
 
 def check_limit(limit: int | None) -> None:

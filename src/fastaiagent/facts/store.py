@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, cast, runtime_checkable
 
-from fastaiagent._validate import integer
+from fastaiagent._validate import identifier, integer, text_problem
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.scoping import (
     Selector,
@@ -174,6 +175,11 @@ class FactStore(Protocol):
         expired ones (at ``now``) only with ``include_expired``; ``text`` keeps facts
         containing it (case-insensitive)."""
         integer("limit", limit, minimum=0)  # a page of a browse has a size (no None)
+        for name, value in (("scope_id", scope_id), ("project_id", project_id)):
+            if value is not None:
+                identifier(name, value, allow_wildcard=True, allow_empty=True)
+        if text is not None and text_problem(text) is not None:
+            raise InvalidValueError(f"text {text_problem(text)}")
         valid_at = None if include_expired else moment_or_now(now)
         wanted = BrowseFilter(
             scope, scope_id, project_id, include_superseded, valid_at, text, limit, max(0, int(offset))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent._validate import text
+from fastaiagent._validate import identifier, text
 from fastaiagent.agent.memory import Memory
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.factory import make_fact_store
@@ -34,8 +34,6 @@ def item_store_for(location: Any) -> ItemStore:
 def root_namespace(kind: str, project_id: str) -> Namespace:
     """The namespace an adapter files everything under: ``(kind, project_id)``,
     so two projects sharing a database never see each other's items."""
-    if not isinstance(project_id, str):
-        raise InvalidTypeError(f"project_id must be a str, got {type(project_id).__name__}")
-    root = (text("kind", kind), project_id)
+    root = (text("kind", kind), identifier("project_id", project_id, allow_empty=True))
     encode_namespace(root)  # rejects the reserved separator
     return root

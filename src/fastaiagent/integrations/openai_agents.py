@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent._validate import positive_int, positive_number, text
+from fastaiagent._validate import identifier, positive_int, positive_number
 from fastaiagent.agent.memory import Memory
 from fastaiagent.facts.items import ItemWrite, Namespace
 from fastaiagent.integrations.items import item_store_for, root_namespace
@@ -65,7 +65,7 @@ class FastAIAgentSession:
         session_settings: SessionSettings | None = None,
         ttl_seconds: float | None = None,
     ) -> None:
-        self.session_id = text("session_id", session_id)
+        self.session_id = identifier("session_id", session_id)
         self.session_settings = session_settings
         self.ttl_seconds = positive_number("ttl_seconds", ttl_seconds, allow_none=True)
         self.items = item_store_for(location)
@@ -133,13 +133,16 @@ class FastAIAgentSession:
 def _user_of(user_id: UserId, context: RunContextWrapper[Any] | None) -> str | None:
     """The user a run acts for: fixed, computed from the run context, or read from
     it (a mapping's ``"user_id"`` or an object's ``user_id`` attribute)."""
-    if isinstance(user_id, str):
-        return user_id
     ctx = context.context if context is not None else None
-    if callable(user_id):
-        return user_id(ctx)
-    found = ctx.get("user_id") if isinstance(ctx, dict) else getattr(ctx, "user_id", None)
-    return found if isinstance(found, str) and found else None
+    if isinstance(user_id, str):
+        found: Any = user_id
+    elif callable(user_id):
+        found = user_id(ctx)
+    else:
+        found = ctx.get("user_id") if isinstance(ctx, dict) else getattr(ctx, "user_id", None)
+    if found is None or found == "":
+        return None
+    return identifier("the run's user_id", found)  # the one id rule, whichever way it came
 
 
 def user_facts_instructions(

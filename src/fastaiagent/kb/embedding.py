@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent import _validate as check
-from fastaiagent._optional import require
+from fastaiagent._optional import installed, require
 from fastaiagent.errors import (
     InvalidTypeError,
     InvalidValueError,
@@ -371,6 +371,7 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
             packaged_model()  # not installed: the extra to install, now
             return LocalEmbedder()
         if spec == "openai" or spec.startswith("openai:"):
+            installed("openai", "openai")  # named now, not at the first turn's embed
             model = spec.split(":", 1)[1] if ":" in spec else OPENAI_DEFAULT_MODEL
             return OpenAIEmbedder(model)
         raise InvalidValueError(

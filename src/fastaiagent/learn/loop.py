@@ -120,6 +120,8 @@ def check_target(scope: str, scope_id: str | None, *, allow_personal: bool) -> N
         raise InvalidValueError("refusing an empty scope id: name the subject the facts are about")
     if scope_id == WILDCARD:
         raise InvalidValueError('"*" is a read/delete wildcard, not a scope id to write under')
+    if scope_id is not None:
+        check.identifier("scope_id", scope_id)
     if scope in ("user", "project") and scope_id is None:
         raise InvalidValueError(f"{scope} scope needs a scope id (--scope-id)")
 

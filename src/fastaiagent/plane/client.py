@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from fastaiagent import _validate as check
-from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.errors import FastAIAgentError, InvalidTypeError, InvalidValueError
 
 DEFAULT_TIMEOUT = 5.0
 MAX_TIMEOUT = 300.0  # seconds; a read that slow would stall every turn
@@ -35,7 +35,7 @@ ENV_API_KEY = "FASTAIAGENT_API_KEY"
 ENV_TARGET = "FASTAIAGENT_TARGET"
 
 
-class PlaneTimeout(httpx.TimeoutException):
+class PlaneTimeout(httpx.TimeoutException, FastAIAgentError):
     """A plane read did not finish within its total deadline."""
 
 

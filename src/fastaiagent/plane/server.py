@@ -34,8 +34,10 @@ from fastaiagent._optional import require
 from fastaiagent.errors import (
     InvalidTypeError,
     InvalidValueError,
+    StoreConfigError,
     StoreUnavailableError,
     UsageError,
+    is_configuration_error,
 )
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
@@ -180,6 +182,8 @@ def select_facts(
     """The facts the plane serves for one request (see the module docstring)."""
     if not agent_id or agent_id == WILDCARD:
         raise InvalidValueError("agent_id must name one agent")
+    check.identifier("agent_id", agent_id)
+    check.identifier("project_id", project_id, allow_empty=True)
     facts = store.list_active("agent", agent_id, project_id, limit=candidates)
     return rank_facts(facts, request or FactRequest(), ranker)
 
@@ -211,11 +215,12 @@ def rank_facts(
 
 def check_store(store: FactStore) -> None:
     """Read ``store`` once (a fact by id): StoreUnavailableError, caused by the driver's error,
-    when it cannot be read."""
+    when it cannot be read (StoreConfigError when it is configured wrong)."""
     try:
         store.get(1)
     except Exception as exc:  # any failure of the store is the answer here
-        raise StoreUnavailableError(f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
+        kind = StoreConfigError if is_configuration_error(exc) else StoreUnavailableError
+        raise kind(f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
 
 
 def create_plane_app(
@@ -231,6 +236,7 @@ def create_plane_app(
     keys = [api_key] if isinstance(api_key, str) else list(api_key)
     if not keys or not all(isinstance(k, str) and k.strip() for k in keys):
         raise InvalidValueError("the plane needs at least one non-empty API key")
+    check.identifier("project_id", project_id, allow_empty=True)
     store = make_fact_store(location)
     app = fastapi.FastAPI(title="fastaiagent plane", docs_url=None, redoc_url=None)
     _add_health(app, store)
@@ -247,7 +253,7 @@ def _add_health(app: Any, store: FactStore) -> None:
     def healthz() -> Any:
         try:
             check_store(store)
-        except StoreUnavailableError as exc:
+        except (StoreUnavailableError, StoreConfigError) as exc:
             return JSONResponse({"ok": False, "reason": str(exc)}, status_code=503)
         return {"ok": True}
 
@@ -294,6 +300,9 @@ def _add_facts_route(
         _check_key(keys, authorization, x_api_key)
         if agent_id == WILDCARD:
             raise HTTPException(400, 'agent_id must name one agent ("*" is not allowed)')
+        problem = check.id_problem(agent_id)
+        if problem is not None:  # a bad id is the reader's mistake, not an outage (503)
+            raise HTTPException(400, f"agent_id {problem}")
         try:
             found = store.list_active("agent", agent_id, project_id, limit=candidates)
         except Exception as exc:  # an outage or a damaged store: readers back off on 503

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 from fastaiagent._format import MAX_REASON, one_line
 from fastaiagent._optional import require
-from fastaiagent.errors import StoreUnavailableError
+from fastaiagent.errors import StoreConfigError, StoreUnavailableError, is_configuration_error
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.store import FactStore
 from fastaiagent.trace.redaction import RedactionPolicy, get_redaction_policy
@@ -123,16 +123,18 @@ def check_stores(app: Any) -> None:
     """Read each of the UI's stores once (a fact by id, the newest run).
 
     Raises :class:`~fastaiagent.errors.StoreUnavailableError` naming the store
-    that failed, with the driver's error as its cause.
+    that failed, with the driver's error as its cause
+    (:class:`~fastaiagent.errors.StoreConfigError` when it is configured wrong).
     """
-    try:
-        app.state.fact_store.get(1)
-    except Exception as exc:  # any failure of the store is the answer here
-        raise StoreUnavailableError(f"the fact store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
-    try:
-        app.state.trace_store.list_runs(limit=1)
-    except Exception as exc:
-        raise StoreUnavailableError(f"the trace store failed: {one_line(exc, 2 * MAX_REASON)}") from exc
+    for what, read in (
+        ("fact store", lambda: app.state.fact_store.get(1)),
+        ("trace store", lambda: app.state.trace_store.list_runs(limit=1)),
+    ):
+        try:
+            read()
+        except Exception as exc:  # any failure of the store is the answer here
+            kind = StoreConfigError if is_configuration_error(exc) else StoreUnavailableError
+            raise kind(f"the {what} failed: {one_line(exc, 2 * MAX_REASON)}") from exc
 
 
 def create_app(
@@ -264,7 +266,7 @@ def _add_health(app: Any) -> None:
     def healthz() -> Any:
         try:
             check_stores(app)
-        except StoreUnavailableError as exc:
+        except (StoreUnavailableError, StoreConfigError) as exc:
             return JSONResponse({"status": "unavailable", "reason": str(exc)}, status_code=503)
         return {"status": "ok"}
 

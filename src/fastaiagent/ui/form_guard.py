@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastaiagent.errors import FastAIAgentError
+
 MAX_FORM_BYTES = 64 * 1024
 """The largest body a post may have: the UI's forms hold a few short fields."""
 
@@ -37,7 +39,7 @@ ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 Refusal = Callable[[int, str], ASGIApp]
 
 
-class ClientGone(Exception):
+class ClientGone(FastAIAgentError, ConnectionError):
     """The client disconnected before its body was complete: nothing to answer."""
 
 

@@ -19,6 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from fastaiagent._validate import id_problem
+from fastaiagent.agent.forgetting import forgotten_words
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.store import FactStore
 from fastaiagent.facts.timeline import versions
@@ -39,24 +41,21 @@ async def read_form(request: Request, site: Any) -> dict[str, str] | Response:
     return form
 
 
-def forget_user(store: FactStore, traces: TraceStore, user_id: str, project_id: str) -> int:
-    """Forget ``user_id`` everywhere, as ``Memory(store).forget(tier="user")`` does
+def forget_user(store: FactStore, traces: TraceStore, user_id: str, project_id: str) -> dict[str, int]:
+    """Forget ``user_id`` everywhere, as ``Memory(store).forget_user()`` does
     (facts, windows, summaries, recall, traces), and erase their runs from the
-    UI's own trace store too (it may not be the default one). Returns the facts deleted."""
+    UI's own trace store too (it may not be the default one). Returns how many of
+    each kind went (see :meth:`~fastaiagent.agent.memory.Memory.forget_user`)."""
     from fastaiagent.agent.memory import Memory
 
-    count = Memory(store, project_id=project_id).forget(tier="user", id=user_id)
-    traces.erase_user(user_id)
-    return count
+    counts = Memory(store, project_id=project_id).forget_user(user_id)
+    counts["traces"] = counts.get("traces", 0) + traces.erase_user(user_id)
+    return counts
 
 
-def forgot_message(user_id: str, project_id: str, count: int) -> str:
+def forgot_message(user_id: str, project_id: str, counts: dict[str, int]) -> str:
     where = f" in project {project_id}" if project_id else ""
-    facts = f"{count} fact{'' if count == 1 else 's'}"
-    return (
-        f"Forgot user {user_id}{where}: {facts} deleted, with their stored windows, "
-        "summaries, recall entries and runs."
-    )
+    return f"Forgot user {user_id}{where}: {forgotten_words(counts)} deleted."
 
 
 def add_fact_pages(app: Any, site: Any) -> None:
@@ -125,14 +124,18 @@ def add_forget_user(app: Any, site: Any) -> None:
             return form
         if not user_id or user_id == views.EVERY:
             return site.error(400, "Name one user to forget: the UI does not forget every user at once.")
+        project = form.get("project_id", "")
+        for name, value in (("the user id", user_id), ("the project id", project)):
+            problem = id_problem(value)
+            if problem is not None:  # the one id rule: nothing is forgotten, the reason is said
+                return site.error(400, f"Nothing was forgotten: {name} {problem}.")
         if form.get("confirm", "") != user_id:
             return site.error(
                 400, f"Nothing was forgotten: type the user id {user_id!r} exactly to confirm."
             )
-        project = form.get("project_id", "")
         try:
-            count = await run_in_threadpool(forget_user, site.store, site.traces, user_id, project)
+            counts = await run_in_threadpool(forget_user, site.store, site.traces, user_id, project)
         except Exception as exc:
             return site.failed("fact store", exc, "memory")
-        notice = site.notify(forgot_message(user_id, project, count))
+        notice = site.notify(forgot_message(user_id, project, counts))
         return RedirectResponse(f"/memory?notice={notice}", status_code=303)

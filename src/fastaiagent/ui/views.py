@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from fastaiagent._format import format_time
-from fastaiagent._validate import integer
+from fastaiagent._validate import identifier, integer
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES, Fact
 from fastaiagent.facts.store import FactStore, SubjectCount
@@ -61,7 +61,15 @@ def parse_subject(key: str) -> Subject:
     if not sep or scope not in SCOPES:
         raise InvalidValueError(f"scope filter must look like 'user:alice' or 'user:*', got {key!r}")
     scope_id, _, project = rest.rpartition("@") if "@" in rest else (rest, "", "")
-    return Subject(scope, unquote(scope_id), unquote(project))
+    # The one id rule: a NUL, a lone surrogate or an id too long is a 400 with the reason.
+    scope_id = identifier(
+        "the scope filter's id", unquote(scope_id, errors="surrogateescape"),
+        allow_wildcard=True, allow_empty=True,
+    )  # fmt: skip
+    project = identifier(
+        "the scope filter's project", unquote(project, errors="surrogateescape"), allow_empty=True
+    )
+    return Subject(scope, scope_id, project)
 
 
 EVERY = "*"  # the scope_id that means every subject of a scope

@@ -30,6 +30,7 @@ from fastaiagent.errors import (
     InvalidValueError,
     MemoryIsolationError,
     StoreUnavailableError,
+    is_configuration_error,
 )
 from fastaiagent.facts.fact import SCOPES, SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.scoping import WILDCARD, normalize_text
@@ -216,6 +217,8 @@ class FactExtractionBlock(MemoryBlock):
             except StoreUnavailableError:
                 raise  # nothing learned could be stored: on_message skips the extraction
             except Exception as exc:
+                if is_configuration_error(exc):
+                    raise
                 logger.warning("FactExtractionBlock: could not read known facts: %s", exc)
         with self._lock:
             return [KnownFact(text) for text in reversed(self.facts[-MAX_KNOWN_FACTS:])]
@@ -299,6 +302,8 @@ class FactExtractionBlock(MemoryBlock):
                 self.store.update(fact, old.store_id)
                 return True
             except Exception as exc:  # e.g. superseded meanwhile: keep the new fact anyway
+                if is_configuration_error(exc):
+                    raise
                 logger.warning(
                     "FactExtractionBlock: could not supersede fact #%s (%s); adding the new "
                     "fact without replacing it",
@@ -309,6 +314,8 @@ class FactExtractionBlock(MemoryBlock):
             self.store.add(fact)
             return True
         except Exception as exc:
+            if is_configuration_error(exc):
+                raise
             logger.warning("FactExtractionBlock: could not persist a learned fact: %s", exc)
             return False
 
@@ -328,6 +335,8 @@ class FactExtractionBlock(MemoryBlock):
                     self.scope, self.scope_id, self.project_id, keep=self.max_persisted
                 )
             except Exception as exc:
+                if is_configuration_error(exc):
+                    raise
                 logger.warning("FactExtractionBlock: could not prune learned facts: %s", exc)
         return written
 

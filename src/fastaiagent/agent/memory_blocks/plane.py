@@ -91,7 +91,7 @@ class PlaneFactBlock(MemoryBlock):
         plane: PlaneConnection | None = None,
     ) -> None:
         # agent_id is the agent's id on the plane; it has no default.
-        self.agent_id = check.text("agent_id", agent_id).strip()
+        self.agent_id = check.identifier("agent_id", check.text("agent_id", agent_id).strip())
         self.category = None if category is None else check.text("category", category)
         self.max_facts = check.integer("max_facts", max_facts, minimum=1, maximum=MAX_FACTS_LIMIT)
         self.query_conditioned = check.boolean("query_conditioned", query_conditioned)

@@ -505,7 +505,8 @@ class VectorBlock(MemoryBlock):
         stored as if said at ``at[i]`` (epoch seconds or aware datetimes; default
         now), indexed with the messages before it, ``batch_size`` at a time.
         Importing the same messages again stores nothing new (ids derive from
-        the content: :mod:`.vector_history`). Returns how many were stored."""
+        the content: :mod:`.vector_history`). Returns how many the store did not
+        hold yet."""
         now = time.time() if self.clock is None else read_clock(self.clock)
         times = said_times(len(messages), at, now)
         return embed_and_store(self, past_chunks(self, messages, times))

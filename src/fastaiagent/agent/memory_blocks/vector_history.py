@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastaiagent.agent.memory_blocks.vector_following import asks
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, holds_cache, identity_of
 from fastaiagent.facts.vectors import REPLIES_TO_KEY
 from fastaiagent.kb.protocols import Chunk
 from fastaiagent.llm.message import Message
@@ -153,10 +154,26 @@ def past_chunks(block: VectorBlock, messages: Sequence[Message], times: Sequence
 
 
 def embed_and_store(block: Any, chunks: list[Chunk]) -> int:
-    """Embed and store ``chunks`` through ``block``'s own batch path, a batch at a time."""
-    for first in range(0, len(chunks), block.batch_size):
-        block.store_batch(chunks[first : first + block.batch_size])
-    return len(chunks)
+    """Embed and store ``chunks`` through ``block``'s own batch path, a batch at a time;
+    returns how many the store did not hold. A chunk it holds as is (the same text,
+    links and embedder) is neither embedded nor written again: importing the same
+    history twice costs one read and returns 0."""
+    held = {found.id: found for found in block.store.get([c.id for c in chunks])} if chunks else {}
+    identity = identity_of(block.embedder) if held and holds_cache(block.store) else None
+    changed = [c for c in chunks if not _held_as_is(held.get(c.id), c, identity)]
+    for first in range(0, len(changed), block.batch_size):
+        block.store_batch(changed[first : first + block.batch_size])
+    return sum(1 for chunk in chunks if chunk.id not in held)
+
+
+def _held_as_is(stored: Chunk | None, chunk: Chunk, identity: str | None) -> bool:
+    """Whether ``stored`` is ``chunk`` as the store would hold it now (a chunk whose
+    successor changed, e.g. a longer history imported, is written again)."""
+    if stored is None or stored.text != chunk.text:
+        return False
+    if identity is not None and stored.metadata.get(EMBEDDER_KEY) != identity:
+        return False
+    return all(stored.metadata.get(key) == value for key, value in chunk.metadata.items())
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from typing import Any
 from fastaiagent import trace
 from fastaiagent._io import decode_json
 from fastaiagent.agent.windows import check_ttl, make_window_store
-from fastaiagent.errors import ConflictError, InvalidValueError
+from fastaiagent.errors import ConflictError, InvalidValueError, is_configuration_error
 from fastaiagent.facts.windows import WindowKey, WindowStore
 from fastaiagent.llm.message import Message
 
@@ -136,6 +136,8 @@ class SharedWindows:
             try:
                 stored = self.store.load(self.key(state.user_id), sync.version)
             except Exception as exc:
+                if is_configuration_error(exc):
+                    raise  # not an outage: no process's copy stands in for it
                 self._outage("load", exc)
                 return
             if stored is None:
@@ -166,6 +168,8 @@ class SharedWindows:
                     self._reload(state, sync)
                     state.memory.record(messages)
             except Exception as exc:
+                if is_configuration_error(exc):
+                    raise  # not an outage: no process's copy stands in for it
                 self._outage("save", exc)
                 return
             logger.error(

@@ -31,6 +31,7 @@ from fastaiagent.errors import (
 from fastaiagent.facts import outage
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.locations import check_postgres_url, redacted_url
 from fastaiagent.facts.postgres.schema import FactTable
 from fastaiagent.facts.schema import Schema, migrate_postgres
 from fastaiagent.facts.scoping import (
@@ -89,14 +90,19 @@ def _connect_kwargs(url: str, connect_timeout: int | None) -> tuple[dict[str, An
         return {"connect_timeout": seconds}, seconds
     try:
         given = psycopg.conninfo.conninfo_to_dict(url).get("connect_timeout")
-    except psycopg.Error:
-        given = None  # an unparsable URL fails with psycopg's own message on first use
+    except psycopg.Error as exc:  # parsed here, not by a server: the URL is wrong
+        raise InvalidValueError(
+            f"{redacted_url(url)} is not a Postgres URL libpq can read ({redacted_url(str(exc))}): "
+            "use postgresql://user:password@host:port/database"
+        ) from None
     if given is None:
         return {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}, DEFAULT_CONNECT_TIMEOUT
     try:
-        return {}, int(float(given))
+        return {}, int(given)
     except ValueError:
-        return {}, DEFAULT_CONNECT_TIMEOUT
+        raise InvalidValueError(
+            f"{redacted_url(url)}: connect_timeout={given!r} must be whole seconds, e.g. 5"
+        ) from None
 
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
@@ -179,6 +185,7 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidValueError("url must be a non-empty postgres:// or postgresql:// URL")
+        check_postgres_url(url, own=())  # a typo is named here, never reported as an outage
         if not isinstance(table, str) or not _IDENTIFIER.match(table):
             raise InvalidValueError(
                 f"table {table!r} must be a plain identifier (letters, digits, _; <= 41 chars)"
@@ -292,18 +299,21 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
             redacted_url(self.url),
         )
 
-    def _cannot_connect(self, exc: BaseException) -> StoreUnavailableError:
-        """The error for a failed connect, naming the server's reason; pauses the server.
-        A server that answered and refused the URL's user, password or database
-        raises :class:`~fastaiagent.errors.StoreConfigError`."""
+    def _cannot_connect(self, exc: BaseException) -> StoreUnavailableError | StoreConfigError:
+        """The error for a failed connect, naming the server's reason. A server that
+        answered and refused the URL's user, password or database, or a value libpq
+        refused, is :class:`~fastaiagent.errors.StoreConfigError` (retrying will not
+        fix it: the server is not paused); the rest pauses the server."""
         reason = " ".join(redacted_url(str(exc)).split())
-        self._health.failed(reason)
         said = f"cannot connect to Postgres for the fact store ({redacted_url(self.url)}): {reason}"
         if any(words in reason for words in _REFUSED_CONFIG):
             return StoreConfigError(
                 f"{said}; check the URL's user, password and database (and the server's "
                 "pg_hba.conf for this client)"
             )
+        if _REFUSED_VALUE.search(reason):
+            return StoreConfigError(f"{said}; correct that value in the URL")
+        self._health.failed(reason)
         return StoreUnavailableError(
             f"{said}; check that the server is up and the URL's host, port, user, "
             "password and database"
@@ -773,7 +783,10 @@ _REFUSED_CONFIG = (
     "no pg_hba.conf entry",
     "permission denied",
     "password is required",
+    "unrecognized configuration parameter",  # the URL's options=-c ...
 )
+# A value of the URL libpq refused when connecting (a port or an sslmode it cannot use).
+_REFUSED_VALUE = re.compile(r"invalid (?:\w+ )*value|invalid port|invalid .* option", re.IGNORECASE)
 
 
 def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
@@ -816,6 +829,3 @@ def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
     )
 
 
-def redacted_url(url: str) -> str:
-    """The URL without its password, for error messages."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)

@@ -11,11 +11,13 @@ from typing import Any
 from fastaiagent._optional import require
 from fastaiagent.errors import (
     FastAIAgentError,
+    InvalidValueError,
     StoreConfigError,
     StoreCorruptError,
     StoreUnavailableError,
 )
 from fastaiagent.facts import outage
+from fastaiagent.facts.locations import redacted_url
 
 redis_lib = require("redis", "redis")
 
@@ -41,12 +43,13 @@ def redis_failure(exc: Exception, what: str, url: str = "") -> FastAIAgentError:
     """The library's error for a redis-py error, naming the server and the fix.
 
     :class:`~fastaiagent.errors.StoreConfigError`: rejected credentials or
-    permissions, a DB index the server does not have.
+    permissions, a DB index the server does not have, something other than Redis
+    at the address, a cluster URL at a single server (or the other way round).
     :class:`~fastaiagent.errors.StoreCorruptError`: a key of the store holding
     another type (another program writes under its prefix).
     :class:`~fastaiagent.errors.StoreUnavailableError`: the rest: refused or lost
-    connections, timeouts, something other than Redis at the address, a server
-    still loading, a read-only replica, out of memory, a failed call.
+    connections, timeouts, a server still loading, a read-only replica, out of
+    memory, a failed call.
     """
     errors = redis_lib.exceptions
     at = outage.server_name("Redis", url) if url else getattr(exc, _LOCATION, "") or "Redis"
@@ -121,7 +124,7 @@ def _answer_failure(exc: Exception, what: str, at: str, reason: str) -> FastAIAg
     """:func:`redis_failure` for a server that answered, but not as asked."""
     errors = redis_lib.exceptions
     if isinstance(exc, errors.InvalidResponse):
-        return StoreUnavailableError(
+        return StoreConfigError(
             f"the server for {what} does not answer as Redis does ({at}: {reason}): check "
             "that the URL's host and port are a Redis server's (redis:// for plain TCP, "
             "rediss:// for TLS)"
@@ -148,12 +151,23 @@ def _answer_failure(exc: Exception, what: str, at: str, reason: str) -> FastAIAg
     )
 
 
+@contextmanager
+def parsing(url: str) -> Iterator[None]:
+    """redis-py's ValueError for a URL it cannot read (a port or an option value
+    that is no number) as the library's InvalidValueError naming the URL."""
+    try:
+        yield
+    except ValueError as exc:
+        raise InvalidValueError(f"{redacted_url(url)}: {exc}") from None
+
+
 def guarded_client(url: str, **options: Any) -> Any:
     """A ``redis.Redis`` for ``url`` whose connections consult the server's shared
     :class:`~fastaiagent.facts.outage.StoreHealth` before connecting: while the
     server is paused a call raises at once instead of waiting out a timeout
     (options in the URL's query, e.g. ``socket_connect_timeout``, win)."""
-    pool = redis_lib.ConnectionPool.from_url(url, **options)
+    with parsing(url):
+        pool = redis_lib.ConnectionPool.from_url(url, **options)
     name = outage.server_name("Redis", url)
     pool.connection_class = _guarded_class(pool.connection_class, outage.health(name), name)
     client = redis_lib.Redis(connection_pool=pool)
@@ -170,8 +184,10 @@ def guarded_cluster_class(base: type) -> type:
 def _guarded_class(base: type, shared: outage.StoreHealth | None, name: str) -> type:
     """``base`` (plain, TLS or unix-socket connection) whose connect is gated by
     ``shared`` (None: the health of the connection's own host and port); errors of
-    the connect carry the server's name (see :data:`_LOCATION`). Something other
-    than Redis at the address counts as unreachable."""
+    the connect carry the server's name (see :data:`_LOCATION`). A refused or lost
+    connection pauses the server; rejected credentials or something other than
+    Redis at the address (:class:`~fastaiagent.errors.StoreConfigError`) do not:
+    waiting will not fix them."""
     errors = redis_lib.exceptions
     failures = (errors.ConnectionError, errors.TimeoutError, errors.InvalidResponse)
 
@@ -185,7 +201,8 @@ def _guarded_class(base: type, shared: outage.StoreHealth | None, name: str) -> 
             base.connect_check_health(self, *args, **kwargs)  # type: ignore[attr-defined]
         except errors.RedisError as exc:
             setattr(exc, _LOCATION, where)
-            if isinstance(exc, failures):
+            # A configuration error (credentials, not Redis) is no outage: not paused.
+            if isinstance(exc, failures) and not isinstance(redis_failure(exc, ""), StoreConfigError):
                 health.failed(" ".join(str(exc).split()))
             raise
         health.succeeded()

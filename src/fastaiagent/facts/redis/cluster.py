@@ -33,7 +33,7 @@ from fastaiagent.errors import (
     StoreConfigError,
     UnreplicatedWriteWarning,
 )
-from fastaiagent.facts.redis.client import guarded_cluster_class, redis_lib
+from fastaiagent.facts.redis.client import guarded_cluster_class, parsing, redis_lib
 
 WAIT_TIMEOUT_MS = 2000
 """How long a write waits for its replicas before it returns unreplicated."""
@@ -95,7 +95,8 @@ def cluster_client(url: str, **options: Any) -> Any:
     node's outage health (see :func:`~fastaiagent.facts.redis.client.guarded_client`)."""
     base = redis_lib.SSLConnection if url.startswith("rediss://") else redis_lib.Connection
     options.setdefault("connection_class", guarded_cluster_class(base))
-    return _cluster_mod.RedisCluster.from_url(url, **options)
+    with parsing(url):
+        return _cluster_mod.RedisCluster.from_url(url, **options)
 
 
 def wait_replicas_option(value: str | None, cluster: bool) -> int | None:

@@ -72,6 +72,7 @@ from fastaiagent.errors import FactNotFoundError, InvalidValueError, UsageError
 from fastaiagent.facts.capabilities import StoreCapabilities
 from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
 from fastaiagent.facts.factory import split_location_option
+from fastaiagent.facts.locations import check_redis_url
 from fastaiagent.facts.redis import lua
 from fastaiagent.facts.redis.client import guarded_client, unavailable
 from fastaiagent.facts.redis.cluster import (
@@ -181,6 +182,7 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
     ) -> None:
         text("url", url)
         text("prefix", prefix)
+        check_redis_url(url, own=("cluster", "wait_replicas"))  # before redis-py sees it
         if client is not None and not client.get_encoder().decode_responses:
             raise InvalidValueError("pass a redis.Redis created with decode_responses=True")
         url, flag = split_location_option(url, "cluster")

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequen
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fastaiagent._optional import require
-from fastaiagent._validate import one_of
+from fastaiagent._validate import identifier, one_of
 from fastaiagent.facts.items import ItemWrite, Namespace, StoredItem
 from fastaiagent.integrations.items import item_store_for, root_namespace
 
@@ -131,9 +131,13 @@ class FastAIAgentSaver(BaseCheckpointSaver[int]):
     # -- namespaces ---------------------------------------------------------
 
     def _checkpoints(self, *parts: str) -> Namespace:
+        if parts:  # parts[0] is the thread id: the one id rule, as for every id
+            identifier("thread_id", parts[0], allow_empty=True)
         return (*self._root, "checkpoints", *parts)
 
     def _writes(self, *parts: str) -> Namespace:
+        if parts:
+            identifier("thread_id", parts[0], allow_empty=True)
         return (*self._root, "writes", *parts)
 
     # -- records ------------------------------------------------------------
