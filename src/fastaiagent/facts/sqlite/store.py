@@ -304,9 +304,17 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
         if not self.path.exists():
             return 0
-        with self._write() as conn:
-            dropped = drop_components(conn)
         self._db.close()
+        # A connection of its own: the store's first would set the fact table up.
+        conn = sqlite3.connect(str(self.path), timeout=self._timeout, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            dropped = drop_components(conn)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+        finally:
+            conn.close()  # a transaction left open is rolled back
         self._db = self._connections()
         self._forget_vector_indexes()
         return dropped
