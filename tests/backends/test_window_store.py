@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from _env import drop_tables
 from _wait import wait_until
 from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
 from fastaiagent.facts.sqlite.store import MemoryStore
@@ -35,8 +34,7 @@ def windows(request, tmp_path) -> Iterator[WindowStore]:
         reach = request.getfixturevalue("pgbouncer_url") if pooled else url
         facts = PostgresFactStore(reach, table=table, max_pool_size=4, pooler="transaction" if pooled else None)
         yield window_store_for(facts)
-        facts.close()
-        drop_tables(url, f"{table}_windows")
+        facts.close()  # pg_table destroys its store
     else:
         from fastaiagent.facts.redis.store import RedisFactStore
 
@@ -261,7 +259,6 @@ def test_postgres_windows_survive_dropped_connections(postgres_url, pg_table) ->
         assert windows.save(ALICE, "after", version, None)
     finally:
         facts.close()
-        drop_tables(postgres_url, f"{pg_table}_windows")
 
 
 def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg_table) -> None:
@@ -292,6 +289,3 @@ def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg
         assert version == (2,)
     finally:
         facts.close()
-        drop_tables(postgres_url, table)
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(f"DELETE FROM {VERSION_TABLE} WHERE component = %s", (component,))
