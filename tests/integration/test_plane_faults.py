@@ -287,7 +287,7 @@ def test_a_trickling_plane_is_cut_off_by_the_total_deadline(connected, clock):
 
 
 def test_unreachable_plane_serves_last_facts_and_pauses(clock, server):
-    fa.connect(api_key="k", target=server.url, timeout=0.5)
+    fa.connect(api_key="k", target=server.url, timeout=TIMEOUT)  # the first read must be answered
     block = PlaneFactBlock("agent")
     assert facts_of(block.render("q")) == ["fact for q"]
     server.stop()  # nothing listens any more
