@@ -125,6 +125,11 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The run id, which every table and key prefix of this run carries."""
+    return f"test run id: {RUN_ID} (in every test table and key prefix: fa_<kind>_{RUN_ID}_...)"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Take the snapshot before any test runs."""
     if not _is_worker(session.config):

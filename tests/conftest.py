@@ -22,10 +22,10 @@ from _env import (
     start_redis_server,
     unique_name,
 )
-from _guard import _guard_each_test, pytest_sessionfinish, pytest_sessionstart
+from _guard import _guard_each_test, pytest_report_header, pytest_sessionfinish, pytest_sessionstart
 from _process_state import before_teardown, reset
 
-__all__ = ["_guard_each_test", "pytest_sessionfinish", "pytest_sessionstart"]
+__all__ = ["_guard_each_test", "pytest_report_header", "pytest_sessionfinish", "pytest_sessionstart"]
 
 # The ONNX graph of the local embedder is exported once into a cache of the tests'
 # own (kept between runs: the export takes ~10 s), never the user's ~/.cache;

@@ -186,6 +186,30 @@ def test_postgres_destroy_drops_the_table_family_of_every_size(
 
 
 @pytest.mark.postgres
+def test_postgres_destroy_leaves_what_another_owner_built_on_a_table_and_says_so(
+    postgres_url: str, pg_stores: Callable[[str], Any]
+) -> None:
+    import psycopg
+
+    from fastaiagent.errors import UsageError
+
+    name = unique_name("destroy")
+    store = pg_stores(name)
+    fill(store)
+    view = name + "_report"  # a user's view over the facts: not the store's to drop
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE VIEW {view} AS SELECT fact FROM {name}")
+    try:
+        with pytest.raises(UsageError, match=f"depend on a table.*{view}.*drop them"):
+            store.destroy()
+        assert holds_everything(store)  # one transaction: nothing went
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP VIEW {view}")
+    assert store.destroy() == 3 + 2 * 5
+
+
+@pytest.mark.postgres
 def test_postgres_destroy_through_a_transaction_pooler(
     postgres_url: str, pgbouncer_url: str
 ) -> None:

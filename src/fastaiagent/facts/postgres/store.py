@@ -26,6 +26,7 @@ from fastaiagent.errors import (
     StoreConfigError,
     StoreCorruptError,
     StoreUnavailableError,
+    UsageError,
 )
 from fastaiagent.facts import outage
 from fastaiagent.facts.capabilities import StoreCapabilities
@@ -806,6 +807,11 @@ def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
             f"the fact store's connections to {where} do not keep their session {said}: "
             "behind a transaction-mode pooler such as PgBouncer, pass pooler='transaction' "
             "(or ?pooler=transaction in the location URL)"
+        )
+    if state == "2BP01":  # destroy(): something of another owner's is built on a table
+        return UsageError(
+            f"other objects in the database {where} depend on a table of the fact store "
+            f"{said}: drop them (or make them independent) first, then destroy again"
         )
     if state == "25006":
         return StoreUnavailableError(

@@ -70,8 +70,10 @@ def drop_family(conn: Any, table: str) -> int:
             "AND tablename = ANY(%s)",
             (tables,),
         ).fetchone()[0]
+        # No CASCADE: what another owner built on a table of the store (a view, a
+        # foreign key) makes the drop fail, naming it, instead of going with it.
         for name in tables:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
         for name in functions:
             conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}").format(sql.Identifier(name)))
         if conn.execute("SELECT to_regclass(%s)", (VERSION_TABLE,)).fetchone()[0] is not None:
