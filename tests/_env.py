@@ -211,6 +211,10 @@ def require_chromium() -> tuple[str, str]:
 # controller sets it before the xdist workers start, so they (and any process a test
 # starts) share it, and the guard finds what the run left behind by it.
 RUN_ID = os.environ.setdefault("FASTAIAGENT_TEST_RUN", uuid.uuid4().hex[:8])
+# The process that owns the run (the controller): only it checks the run's leftovers
+# at the end. A pytest session a test starts inherits the id but not the ownership,
+# so it never takes what the run's other tests still hold for leftovers.
+RUN_OWNER = os.environ.setdefault("FASTAIAGENT_TEST_RUN_OWNER", str(os.getpid())) == str(os.getpid())
 CREATED: list[str] = []
 """Every name :func:`unique_name` made in this process, in order (the guard checks
 that nothing under them outlives the test that made them)."""

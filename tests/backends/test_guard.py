@@ -22,16 +22,16 @@ TESTS = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 
-def run_session(tmp_path: Path, body: str, run_id: str) -> subprocess.CompletedProcess[str]:
+def run_session(tmp_path: Path, body: str, run_id: str | None) -> subprocess.CompletedProcess[str]:
     """``body`` as a test file beside a copy of the suite's conftest, run with
-    ``run_id`` as the run's id."""
+    ``run_id`` as the id of a run of its own (None: a session inside this run, as
+    any test that starts pytest makes)."""
     (tmp_path / "conftest.py").write_text((TESTS / "conftest.py").read_text())
     (tmp_path / "test_case.py").write_text(textwrap.dedent(body))
-    env = {
-        **os.environ,
-        "FASTAIAGENT_TEST_RUN": run_id,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    if run_id is not None:
+        env.pop("FASTAIAGENT_TEST_RUN_OWNER", None)
+        env["FASTAIAGENT_TEST_RUN"] = run_id
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
          "-n", "0", "-o", "addopts=", str(tmp_path)],
@@ -124,3 +124,20 @@ def test_a_pause_one_test_tripped_is_lifted_for_the_next(tmp_path: Path) -> None
         uuid.uuid4().hex[:8],
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.postgres
+def test_a_session_a_test_starts_leaves_the_tables_the_run_uses_alone(
+    tmp_path: Path, postgres_url: str, pg_table: str
+) -> None:
+    import psycopg
+
+    from fastaiagent.facts.postgres.store import PostgresFactStore
+
+    store = PostgresFactStore(postgres_url, table=pg_table)
+    store.list_active("user", "u")  # a table of this run, in use while the session runs
+    store.close()
+    result = run_session(tmp_path, "def test_nothing():\n    pass\n", None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (pg_table,)).fetchone()[0] is not None
