@@ -14,7 +14,10 @@ Per backend it measures
   the longest single server call (one delete step: a SQLite write transaction,
   a Postgres statement, a Redis script, timed at the client) and the longest
   answer a second client got meanwhile (SQLite: a write, which needs the lock;
-  Postgres: SELECT 1; Redis: PING);
+  Postgres: SELECT 1; Redis: PING; target <= 50 ms: the bound
+  tests/backends/test_big_subjects.py checks by counts instead); before it, on
+  that user, ``update(old=<text>)``, ``forget(fact=<text>)`` and the default
+  ``retrieve()`` page (by index: milliseconds at any size);
 - forget of recall: ``Memory(location).forget`` of one user holding 100k
   recalled messages (chunks with vectors and keyword postings in the store's
   own vector index), with the longest answer of the same second client
@@ -247,10 +250,31 @@ def second_client(name: str, store: Any) -> tuple[Callable[[], Any], Callable[[]
     return client.ping, client.close
 
 
+def measure_one_text(store: Any) -> dict[str, float]:
+    """On the loaded user ``doomed``: ``update(new, old=<text>)``, ``forget(fact=<text>)``
+    and the default ``retrieve()`` page, each timed once (all by index: they cost the
+    same for 10k or 100k facts). Leaves as many facts as it found."""
+    from fastaiagent import Memory
+
+    mem = Memory(location=store)
+    timed = {}
+    for key, call in (
+        ("update_old_ms", lambda: mem.update("Doomed moved", old="Doomed fact 5", id="doomed")),
+        ("forget_text_ms", lambda: mem.forget(tier="user", id="doomed", fact="Doomed fact 6")),
+        ("page_ms", lambda: mem.retrieve(tier="user", id="doomed")),
+    ):
+        started = time.perf_counter()
+        call()
+        timed[key] = round((time.perf_counter() - started) * 1000, 2)
+    return timed
+
+
 def measure_forget(name: str, store: Any, count: int) -> dict[str, float]:
-    """Delete one user of ``count`` facts while a second client is timed."""
+    """The one-text paths on one user of ``count`` facts (:func:`measure_one_text`),
+    then the delete of that user while a second client is timed."""
     loader = {"sqlite": load_user_sqlite, "postgres": load_user_postgres, "redis": load_user_redis}
     loader[name](store, count)
+    one_text = measure_one_text(store)
     step = {
         "sqlite": ("_write", True),
         "postgres": ("_run", False),
@@ -261,9 +285,10 @@ def measure_forget(name: str, store: Any, count: int) -> dict[str, float]:
         deleted, elapsed, worst = while_probed(name, store, lambda: store.delete("user", "doomed"))
     finally:
         timer.remove()
-    assert deleted == count, (deleted, count)
+    assert deleted == count, (deleted, count)  # one added by the update, one forgotten
     return {
         "facts": count,
+        **one_text,
         "forget_s": round(elapsed, 3),
         "steps": timer.calls,
         "longest_call_ms": round(timer.longest * 1000, 2),
@@ -537,7 +562,9 @@ def main() -> int:
             print(
                 f"[{name}] forget of {f['facts']:,} facts {f['forget_s']:.2f} s in "
                 f"{f['steps']} steps | longest call {f['longest_call_ms']:.1f} ms | "
-                f"second client max {f['second_client_max_ms']:.1f} ms",
+                f"second client max {f['second_client_max_ms']:.1f} ms | one text: update(old=) "
+                f"{f['update_old_ms']:.1f} ms, forget(fact=) {f['forget_text_ms']:.1f} ms, "
+                f"page {f['page_ms']:.1f} ms",
                 flush=True,
             )
         if args.forget_only:

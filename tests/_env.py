@@ -207,12 +207,25 @@ def require_chromium() -> tuple[str, str]:
     return browser, driver
 
 
-RUN_ID = uuid.uuid4().hex[:8]  # keeps tables and keys apart from other people's runs
+# Keeps tables and keys apart from other people's runs, and names this run's: the
+# controller sets it before the xdist workers start, so they (and any process a test
+# starts) share it, and the guard finds what the run left behind by it.
+RUN_ID = os.environ.setdefault("FASTAIAGENT_TEST_RUN", uuid.uuid4().hex[:8])
+# The process that owns the run (the controller): only it checks the run's leftovers
+# at the end. A pytest session a test starts inherits the id but not the ownership,
+# so it never takes what the run's other tests still hold for leftovers.
+RUN_OWNER = os.environ.setdefault("FASTAIAGENT_TEST_RUN_OWNER", str(os.getpid())) == str(os.getpid())
+CREATED: list[str] = []
+"""Every name :func:`unique_name` made in this process, in order (the guard checks
+that nothing under them outlives the test that made them)."""
 
 
 def unique_name(kind: str) -> str:
-    """A table name / key prefix no other test (or concurrent test run) uses."""
-    return f"fa_{kind}_{RUN_ID}_{uuid.uuid4().hex[:8]}"
+    """A table name / key prefix no other test (or concurrent test run) uses:
+    ``fa_<kind>_<RUN_ID>_<random>``."""
+    name = f"fa_{kind}_{RUN_ID}_{uuid.uuid4().hex[:8]}"
+    CREATED.append(name)
+    return name
 
 
 def postgres_location(url: str, table: str) -> str:
@@ -225,46 +238,26 @@ def redis_location(url: str, prefix: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
 
 
-def drop_table_family(url: str, table: str) -> None:
-    """Drop ``table`` and every table whose name starts with it (the companions a
-    store makes beside it, ``<table>_windows`` and the like, and tables a test
-    derived from the name), with their schema-version rows. Safe because test
-    table names are unique (:func:`unique_name`)."""
-    import psycopg
-    from psycopg import sql
+def destroy_postgres(url: str, table: str) -> None:
+    """Drop everything a Postgres store on ``table`` made (``store.destroy()``)."""
+    from fastaiagent.facts.postgres.store import PostgresFactStore
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        names = conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-            "AND starts_with(tablename, %s)",
-            (table,),
-        ).fetchall()
-        for (name,) in names:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-        if conn.execute("SELECT to_regclass('fastaiagent_schema')").fetchone()[0]:  # type: ignore[index]
-            conn.execute("DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{table}%",))
+    store = PostgresFactStore(url, table=table)
+    try:
+        store.destroy()
+    finally:
+        store.close()
 
 
-def drop_tables(url: str, *tables: str) -> None:
-    """Drop test tables from the test Postgres (missing ones are fine)."""
-    import psycopg
-    from psycopg import sql
+def destroy_redis(url: str, prefix: str) -> None:
+    """Delete every key a Redis store under ``prefix`` wrote (``store.destroy()``)."""
+    from fastaiagent.facts.redis.store import RedisFactStore
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        for table in tables:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-
-
-def drop_prefix(url: str, prefix: str) -> None:
-    """Delete every key of a test key prefix (and of prefixes a test derived from it
-    by appending, e.g. ``<prefix>new``) from the test Redis."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=prefix + "*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
-    client.close()
+    store = RedisFactStore(url, prefix=prefix)
+    try:
+        store.destroy()
+    finally:
+        store.close()
 
 
 class RedisCluster:

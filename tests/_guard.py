@@ -1,18 +1,30 @@
 """The suite leaves shared places as it found them.
 
-Before the run it takes a snapshot of what a real user of this machine's
-servers and working folder owns: the default Postgres table ``learned_memory``
-(its companion tables, the default item table ``namespaced_items``, their
-schema-version rows), the Redis keys under the
-default prefix ``fastaiagent`` and the files of ``./.fastaiagent``. After the run
-it takes another; any difference fails the run and names what changed. Tests
-own their state (a table, key prefix or file of their own), so there is none.
+Two checks:
 
-Only the controlling process checks (with pytest-xdist the workers do not).
-To find the test that did it, set ``FASTAIAGENT_GUARD_EACH_TEST=1``: every test
-is then checked on its own (slow; one process, ``-n 0``, is clearest). An
-unreachable server is left out of the snapshot, not failed: the backend tests
-themselves fail under CI=true when their server is missing.
+- **Default locations.** Before the run a snapshot is taken of what a real user
+  of this machine's servers and working folder owns: the default Postgres table
+  ``learned_memory`` (its companion tables, the default item table
+  ``namespaced_items``, their schema-version rows), the Redis keys under the
+  default prefix ``fastaiagent`` and the files of ``./.fastaiagent``. After the
+  run it takes another; any difference fails the run and names what changed.
+- **Leftovers.** Every table name and key prefix a test makes comes from
+  ``_env.unique_name`` (``fa_<kind>_<run id>_<random>``). After each test (its
+  fixtures torn down) whatever still exists under a name it made, in the test
+  Postgres (tables, indexes, sequences, functions, schema-version rows) or the
+  test Redis (keys), fails that test, naming it, and is removed. At the end of
+  the run anything named with the run's id fails the run (what a process the
+  test started, or a background thread, left after its test). The run id is
+  this run's own, so a concurrent run's tables and keys are never counted; a
+  pytest session a test starts shares it but leaves this check to the run
+  that owns it (its other tests may still be using their tables).
+
+Only the controlling process checks the run (with pytest-xdist the workers do
+not; they check their tests). To find the test that touched a default location,
+set ``FASTAIAGENT_GUARD_EACH_TEST=1``: every test is then checked on its own
+(slow; one process, ``-n 0``, is clearest). An unreachable server is left out,
+not failed: the backend tests themselves fail under CI=true when their server
+is missing.
 """
 
 from __future__ import annotations
@@ -25,7 +37,8 @@ from typing import Any
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL
+import _env
+from _env import POSTGRES_URL, REDIS_URL, RUN_ID, RUN_OWNER
 
 DEFAULT_TABLE = "learned_memory"
 DEFAULT_ITEMS_TABLE = "namespaced_items"  # what a store on the default table keeps items in
@@ -114,6 +127,11 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The run id, which every table and key prefix of this run carries."""
+    return f"test run id: {RUN_ID} (in every test table and key prefix: fa_<kind>_{RUN_ID}_...)"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Take the snapshot before any test runs."""
     if not _is_worker(session.config):
@@ -131,30 +149,141 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for name, was in before.items()
         if was is not None and after.get(name) is not None and after[name] != was
     ]
-    if not changed:
+    # Anything named with this run's id: a test's leftovers its own check missed.
+    left = leftovers([f"_{RUN_ID}_"]) if RUN_OWNER else []
+    if not changed and not left:
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    if reporter is not None and changed:
         reporter.write_sep("=", "the run touched a default location", red=True, bold=True)
         for name in changed:
             reporter.write_line(f"{name} changed: tests must use a table, prefix or file of their own")
             reporter.write_line(f"  before: {_short(before[name])}")
             reporter.write_line(f"  after:  {_short(after[name])}")
+    if reporter is not None and left:
+        reporter.write_sep("=", f"the run (id {RUN_ID}) left tables or keys behind", red=True, bold=True)
+        reporter.write_line(f"now removed: {_short(left)}")
+    remove(left)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)
 def _guard_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    """With FASTAIAGENT_GUARD_EACH_TEST=1, fail the test that touched a default location."""
-    if os.environ.get("FASTAIAGENT_GUARD_EACH_TEST") != "1":
-        yield
-        return
-    before = _snapshot(request.config)
+    """Fail the test that left tables or keys under a name it made (see the module
+    doc); with FASTAIAGENT_GUARD_EACH_TEST=1, also the test that touched a default
+    location. Autouse, so torn down after the test's other fixtures."""
+    made = len(_env.CREATED)
+    each = os.environ.get("FASTAIAGENT_GUARD_EACH_TEST") == "1"
+    before = _snapshot(request.config) if each else None
     yield
-    after = _snapshot(request.config)
-    changed = [n for n, was in before.items() if None not in (was, after.get(n)) and after[n] != was]
-    if changed:
-        pytest.fail(f"this test touched a default location: {', '.join(changed)}")
+    names = _env.CREATED[made:]
+    left = leftovers(names) if names else []
+    if left:
+        remove(left)
+        pytest.fail(f"this test left behind (now removed): {_short(left)}", pytrace=False)
+    if before is not None:
+        after = _snapshot(request.config)
+        changed = [n for n, was in before.items() if None not in (was, after.get(n)) and after[n] != was]
+        if changed:
+            pytest.fail(f"this test touched a default location: {', '.join(changed)}")
+
+
+# -- leftovers ---------------------------------------------------------------------
+
+_servers: dict[str, Any] = {}  # this process's connections for the checks
+
+
+def _pg_connection() -> Any:
+    """A Postgres connection of the guard's own (None: no server or driver)."""
+    conn = _servers.get("postgres")
+    if conn is not None and not conn.closed:
+        return conn
+    try:
+        import psycopg
+
+        conn = _servers["postgres"] = psycopg.connect(POSTGRES_URL, connect_timeout=3, autocommit=True)
+    except Exception:
+        return None
+    return conn
+
+
+def _redis_client() -> Any:
+    if "redis" not in _servers:
+        try:
+            import redis
+        except ImportError:
+            return None
+        _servers["redis"] = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3, decode_responses=True)
+    return _servers["redis"]
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "%"
+
+
+def leftovers(names: list[str]) -> list[str]:
+    """What exists under any of ``names`` (a name anywhere in a Postgres relation,
+    function or schema-version row, or in a Redis key), each as ``"<kind> <name>"``."""
+    found: list[str] = []
+    conn = _pg_connection()
+    if conn is not None:
+        patterns = [_like(name) for name in names]
+        try:
+            found += [
+                f"{kind} {name}"
+                for kind, name in conn.execute(
+                    "SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' "
+                    "ELSE 'table' END, c.relname FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE ANY(%s) "
+                    "UNION ALL SELECT 'function', p.proname FROM pg_proc p JOIN pg_namespace n "
+                    "ON n.oid = p.pronamespace WHERE n.nspname = 'public' AND p.proname LIKE ANY(%s)",
+                    (patterns, patterns),
+                ).fetchall()
+            ]
+            if conn.execute("SELECT to_regclass('fastaiagent_schema')").fetchone()[0]:
+                found += [
+                    f"version {row[0]}"
+                    for row in conn.execute(
+                        "SELECT component FROM fastaiagent_schema WHERE component LIKE ANY(%s)",
+                        (patterns,),
+                    ).fetchall()
+                ]
+        except Exception:
+            _servers.pop("postgres", None)
+    client = _redis_client()
+    if client is not None:
+        try:
+            for name in names:
+                keys = client.scan_iter(match=f"*{name}*", count=1000)
+                found += [f"key {key}" for key in sorted(set(keys))]  # SCAN may repeat a key
+        except Exception:
+            pass
+    return found
+
+
+def remove(found: list[str]) -> None:
+    """Drop what :func:`leftovers` listed (tables with their indexes and sequences)."""
+    by_kind: dict[str, list[str]] = {}
+    for each in found:
+        kind, name = each.split(" ", 1)
+        by_kind.setdefault(kind, []).append(name)
+    conn = _pg_connection()
+    if conn is not None:
+        from psycopg import sql
+
+        for kind, statement in (
+            ("table", "DROP TABLE IF EXISTS {} CASCADE"),
+            ("sequence", "DROP SEQUENCE IF EXISTS {} CASCADE"),
+            ("function", "DROP FUNCTION IF EXISTS {} CASCADE"),
+        ):
+            for name in by_kind.get(kind, []):
+                conn.execute(sql.SQL(statement).format(sql.Identifier(name)))
+        if by_kind.get("version"):
+            conn.execute("DELETE FROM fastaiagent_schema WHERE component = ANY(%s)", (by_kind["version"],))
+    keys = by_kind.get("key", [])
+    client = _redis_client()
+    for i in range(0, len(keys), 500):
+        client.unlink(*keys[i : i + 500])
 
 
 def _short(value: Any) -> str:

@@ -13,8 +13,8 @@ import pytest
 from _env import (
     POSTGRES_URL,
     REDIS_URL,
-    drop_prefix,
-    drop_table_family,
+    destroy_postgres,
+    destroy_redis,
     postgres_location,
     redis_location,
     require_postgres,
@@ -22,14 +22,31 @@ from _env import (
     start_redis_server,
     unique_name,
 )
-from _guard import _guard_each_test, pytest_sessionfinish, pytest_sessionstart
+from _guard import _guard_each_test, pytest_report_header, pytest_sessionfinish, pytest_sessionstart
+from _process_state import before_teardown, reset
 
-__all__ = ["_guard_each_test", "pytest_sessionfinish", "pytest_sessionstart"]
+__all__ = ["_guard_each_test", "pytest_report_header", "pytest_sessionfinish", "pytest_sessionstart"]
 
 # The ONNX graph of the local embedder is exported once into a cache of the tests'
 # own (kept between runs: the export takes ~10 s), never the user's ~/.cache;
 # subprocesses the tests start inherit it.
 os.environ["FASTAIAGENT_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / f"fastaiagent-test-cache-{os.getuid()}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Each test starts with a fresh process's state (tests/_process_state.py)."""
+    reset()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Pauses lifted and background jobs stopped before the fixtures are torn down
+    (their destroy() must reach the server and stay done), the rest after."""
+    before_teardown()
+    try:
+        return (yield)
+    finally:
+        reset()
 
 
 @pytest.fixture(autouse=True)
@@ -54,19 +71,22 @@ def redis_url() -> str:
 
 @pytest.fixture
 def pg_table(postgres_url: str) -> Iterator[str]:
-    """A fresh table name of this test's own, dropped afterwards with every table a
-    store made beside it (windows, items, vectors) and their schema-version rows."""
+    """A fresh table name of this test's own; afterwards a store on it is destroyed
+    (its table, windows, items, vectors of every size, schema-version rows). A
+    store the test makes on another name is the test's to destroy (the guard
+    fails a test that leaves one behind)."""
     table = unique_name("lm")
     yield table
-    drop_table_family(postgres_url, table)
+    destroy_postgres(postgres_url, table)
 
 
 @pytest.fixture
 def redis_prefix(redis_url: str) -> Iterator[str]:
-    """A fresh key prefix of this test's own, its keys deleted afterwards."""
+    """A fresh key prefix of this test's own; afterwards a store under it is
+    destroyed (every key ``<prefix>:*``)."""
     prefix = unique_name("mem")
     yield prefix
-    drop_prefix(redis_url, prefix)
+    destroy_redis(redis_url, prefix)
 
 
 @pytest.fixture
@@ -94,9 +114,9 @@ def own_location(tmp_path: Path) -> Iterator[Callable[[str], str]]:
     yield make
     for backend, url, name in made:
         if backend == "postgres":
-            drop_table_family(url, name)
+            destroy_postgres(url, name)
         else:
-            drop_prefix(url, name)
+            destroy_redis(url, name)
 
 
 @pytest.fixture(scope="session")

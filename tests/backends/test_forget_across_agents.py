@@ -45,10 +45,7 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Any]:
         url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
         pg = PostgresFactStore(url, table=table, max_pool_size=4)
         yield pg
-        pg.close()
-        from _env import drop_tables
-
-        drop_tables(url, f"{table}_windows")
+        pg.close()  # pg_table destroys the store
     else:
         from fastaiagent.facts.redis.store import RedisFactStore
 

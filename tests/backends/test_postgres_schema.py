@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -74,18 +72,9 @@ def _old_windows_table(conn, table: str) -> None:  # type: ignore[no-untyped-def
 
 
 @pytest.fixture
-def table(postgres_url: str) -> Iterator[str]:
-    """A fresh fact table; it, its windows table and their version rows go afterwards."""
-    name = f"fa_sv_{uuid.uuid4().hex[:12]}"
-    yield name
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        for each in (name, f"{name}_windows"):
-            admin.execute(f"DROP TABLE IF EXISTS {each}")
-        if admin.execute("SELECT to_regclass('fastaiagent_schema')").fetchone()[0]:
-            admin.execute(
-                "DELETE FROM fastaiagent_schema WHERE component IN (%s, %s)",
-                (f"facts:{name}", f"windows:{name}_windows"),
-            )
+def table(pg_table: str) -> str:
+    """A fresh fact table (pg_table destroys its store afterwards)."""
+    return pg_table
 
 
 def _versions(url: str, table: str) -> dict[str, int]:

@@ -199,12 +199,10 @@ def test_existing_indexes_are_skipped_without_taking_locks(
     PostgresFactStore(postgres_url, table=pg_table).list_active("user", "u")
     with psycopg.connect(postgres_url) as locker:
         locker.execute(f"LOCK TABLE {pg_table} IN ROW EXCLUSIVE MODE")  # like a busy writer
-        # If the store tried CREATE INDEX it would wait on the lock and fail after 2 s.
+        # If the store tried CREATE INDEX it would wait on the lock and fail (lock_timeout).
         timed = f"{postgres_url}?options=-c%20lock_timeout%3D2000"
         store = PostgresFactStore(timed, table=pg_table)
-        started = time.monotonic()
         assert store.list_active("user", "u") == []
-        assert time.monotonic() - started < 2
         locker.rollback()
     store.close()
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from _env import drop_tables, require_module
+from _env import require_module
 from fastaiagent.errors import SchemaVersionError, StoreUnavailableError
 from fastaiagent.facts.vectors import HoldsVectors, StoredVectorIndex, text_key
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, VectorStore
@@ -27,17 +27,12 @@ require_module("numpy")
 from fastaiagent.facts.postgres.store import PostgresFactStore  # noqa: E402
 from fastaiagent.facts.postgres.vectors import PostgresVectorIndex  # noqa: E402
 
-SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms")
-
 
 @pytest.fixture
 def facts(postgres_url: str, pg_table: str) -> Iterator[PostgresFactStore]:
     store = PostgresFactStore(postgres_url, table=pg_table)
     yield store
-    store.close()
-    drop_tables(postgres_url, *(pg_table + s for s in SUFFIXES))
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute("DELETE FROM fastaiagent_schema WHERE component = %s", (f"vectors:{pg_table}_vectors",))
+    store.close()  # pg_table destroys the store
 
 
 def _reopen(facts: PostgresFactStore, **kwargs: object) -> PostgresVectorIndex:

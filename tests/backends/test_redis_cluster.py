@@ -19,15 +19,14 @@ pytestmark = pytest.mark.redis
 
 
 def drop_cluster_prefix(cluster: RedisCluster, prefix: str) -> None:
-    """Delete a test prefix's keys from every primary of the cluster."""
-    from redis.cluster import RedisCluster as Client
+    """Destroy a store under a test prefix on the cluster (its keys on every primary)."""
+    from fastaiagent.facts.redis.store import RedisFactStore
 
-    client = Client(host="127.0.0.1", port=cluster.ports[0])
+    store = RedisFactStore(cluster.url, prefix=prefix)
     try:
-        for key in list(client.scan_iter(match=prefix + "*", count=1000)):
-            client.delete(key)
+        store.destroy()
     finally:
-        client.close()
+        store.close()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from _env import require_module
+from _env import destroy_redis, require_module
 from fastaiagent.errors import StoreUnavailableError
 from fastaiagent.learn import SOURCE_CONVERSATION, Fact, make_fact_store
 
@@ -157,8 +157,8 @@ def test_prefix_with_glob_characters_reindexes_only_itself(
         assert store.reindex() == 0
         assert store.list_active("user", "alice") == []
     finally:
-        for key in list(raw.scan_iter(match=redis_prefix + "*")):
-            raw.delete(key)
+        destroy_redis(redis_url, redis_prefix + "x")
+        destroy_redis(redis_url, redis_prefix + "*")
 
 
 def test_dead_port_is_a_clear_connection_error() -> None:

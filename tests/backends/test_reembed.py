@@ -79,15 +79,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 
     yield opener
     for store in stores:
-        _drop(store)
+        store.destroy()
         store.close()
-
-
-def _drop(store: Any) -> None:
-    if hasattr(store, "table"):  # Postgres: pg_table drops only the base name's tables
-        from _env import drop_tables
-
-        drop_tables(store.url, *(store.table + s for s in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms")))
 
 
 TEXTS = [f"note {i} about {word}" for i, word in enumerate(["lisbon", "peanuts", "biscuit", "tennis"] * 10)]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from _env import drop_tables, require_module
+from _env import require_module
 from fastaiagent.facts.conformance import StoredVectorIndexConformance
 
 BACKENDS = [
@@ -57,25 +57,13 @@ def _postgres(
     url, table = request.getfixturevalue(server), request.getfixturevalue("pg_table")
     pgvector = server == "pgvector_url"
     pooler = "transaction" if server == "pgbouncer_url" else None
-    reach = url  # where the store connects; the cleanup goes straight to the server
-    url = request.getfixturevalue("postgres_url") if pooler else url
 
     def opener() -> Any:
-        stores.append(PostgresFactStore(reach, max_pool_size=4, table=table, pooler=pooler))
+        stores.append(PostgresFactStore(url, max_pool_size=4, table=table, pooler=pooler))
         index = stores[-1].vector_store()
         assert index.uses_pgvector is pgvector  # the extension is used exactly when present
         return index
 
-    def drop() -> None:  # pg_table drops the fact table only
-        import psycopg
-
-        drop_tables(url, *(table + s for s in PG_SUFFIXES))
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(
-                "DELETE FROM fastaiagent_schema WHERE component = %s", (f"vectors:{table}_vectors",)
-            )
-
-    cleanups.append(drop)
     return opener
 
 
@@ -92,7 +80,7 @@ def _redis(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Cal
     return opener
 
 
-PG_SUFFIXES = ("_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms")
+
 def _pgvector(request: pytest.FixtureRequest, stores: list[Any], cleanups: list[Callable[[], None]]) -> Callable[[], Any]:
     return _postgres(request, stores, cleanups, server="pgvector_url")
 
@@ -110,6 +98,8 @@ class TestStoredVectorIndex(StoredVectorIndexConformance):
         stores: list[Any] = []
         cleanups: list[Callable[[], None]] = []
         yield OPENERS[request.param](request, stores, cleanups)
+        if stores:  # all on one location (on the pgvector server too)
+            stores[0].destroy()
         for store in stores:
             store.close()
         for cleanup in cleanups:

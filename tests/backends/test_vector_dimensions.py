@@ -50,16 +50,17 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
             from fastaiagent.facts.postgres.store import PostgresFactStore
 
             url, table = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_table")
-            stores.append(PostgresFactStore(url, table=table + name))  # pg_table drops these too
+            stores.append(PostgresFactStore(url, table=table + name))
         else:
             from fastaiagent.facts.redis.store import RedisFactStore
 
             url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
-            stores.append(RedisFactStore(url, prefix=prefix + name))  # so does redis_prefix
+            stores.append(RedisFactStore(url, prefix=prefix + name))
         return stores[-1]
 
     yield opener
     for store in stores:
+        store.destroy()  # a second store on the same location finds nothing left: fine
         store.close()
 
 

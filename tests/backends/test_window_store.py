@@ -7,12 +7,10 @@ fact store's own connections. Names are unique per run (tables, key prefixes).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from _env import drop_tables
 from _wait import wait_until
 from fastaiagent.agent.windows import WindowKey, WindowStore, window_store_for
 from fastaiagent.facts.sqlite.store import MemoryStore
@@ -35,8 +33,7 @@ def windows(request, tmp_path) -> Iterator[WindowStore]:
         reach = request.getfixturevalue("pgbouncer_url") if pooled else url
         facts = PostgresFactStore(reach, table=table, max_pool_size=4, pooler="transaction" if pooled else None)
         yield window_store_for(facts)
-        facts.close()
-        drop_tables(url, f"{table}_windows")
+        facts.close()  # pg_table destroys its store
     else:
         from fastaiagent.facts.redis.store import RedisFactStore
 
@@ -174,13 +171,21 @@ def test_idle_windows_expire_and_can_start_again(windows: WindowStore) -> None:
 
 
 def test_each_write_extends_the_ttl(windows: WindowStore) -> None:
-    # 1.8 s of writes outlive one 1.5 s TTL; each gap leaves 0.9 s to spare, which a
-    # loaded CI machine (a cluster failing over beside it) needs
+    # Alice's window and a control saved after it, both for 1.5 s; alice's is saved
+    # again and again until the control expires. Without the extension alice's would
+    # have expired first; with it, it lives on: the two clocks are the store's own,
+    # and no sleep has to fit in the TTL (only a load between two of alice's saves).
+    control = WindowKey("agent", "proj", "control")
     version = windows.save(ALICE, "a", None, 1.5)
-    for _ in range(3):
-        time.sleep(0.6)
+    assert windows.save(control, "c", None, 1.5)
+
+    def control_expired() -> bool:
+        nonlocal version
         version = windows.save(ALICE, "a", version, 1.5)
         assert version
+        return windows.load(control) is None
+
+    wait_until(control_expired, "the control window expires", timeout=30, interval=0.05)
     assert windows.load(ALICE) is not None
 
 
@@ -261,7 +266,6 @@ def test_postgres_windows_survive_dropped_connections(postgres_url, pg_table) ->
         assert windows.save(ALICE, "after", version, None)
     finally:
         facts.close()
-        drop_tables(postgres_url, f"{pg_table}_windows")
 
 
 def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg_table) -> None:
@@ -292,6 +296,3 @@ def test_a_version_1_postgres_windows_table_gets_the_user_index(postgres_url, pg
         assert version == (2,)
     finally:
         facts.close()
-        drop_tables(postgres_url, table)
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(f"DELETE FROM {VERSION_TABLE} WHERE component = %s", (component,))

@@ -16,7 +16,6 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to hang before answering
     trickle: float = 0.0  # seconds between body bytes
+    hold: threading.Event | None = None  # answer once it is set (10 s at most)
 
 
 @dataclass
@@ -77,6 +77,8 @@ class FaultPlane:
                 reply = owner.script.popleft() if owner.script else owner.default(query)
                 if reply.delay:
                     owner.release.wait(reply.delay)
+                if reply.hold is not None:
+                    reply.hold.wait(10)
                 body = reply.body
                 if body is None:
                     body = owner.facts_for_question(query).body
@@ -262,9 +264,9 @@ def test_outage_serves_last_facts_and_pauses_30_seconds(connected, clock, kind):
     block = PlaneFactBlock("agent")
     assert facts_of(block.render("q")) == ["fact for q"]
     connected.then(OUTAGES[kind])
-    started = time.monotonic()
+    # A 5 s hang is cut by the timeout: answered, it would start no pause, and the
+    # turns below would each ask again.
     assert facts_of(block.render("q")) == ["fact for q"]  # last facts, same question
-    assert time.monotonic() - started < TIMEOUT + 1.0  # a 5 s hang is cut by the timeout
     assert connected.count == 2
     for _ in range(50):
         clock.advance(0.5)  # 25 s of turns: no request
@@ -280,14 +282,12 @@ def test_a_trickling_plane_is_cut_off_by_the_total_deadline(connected, clock):
     assert facts_of(block.render("q")) == ["fact for q"]
     # Each byte arrives well within the read timeout, but the whole answer would take ~10 s.
     connected.then(Reply(trickle=0.2))
-    started = time.monotonic()
     assert facts_of(block.render("q")) == ["fact for q"]
-    assert time.monotonic() - started < TIMEOUT + 1.0
-    assert plane.backoff().gate((connected.url, "agent")) == plane.PAUSED
+    assert plane.backoff().gate((connected.url, "agent")) == plane.PAUSED  # cut, not answered
 
 
 def test_unreachable_plane_serves_last_facts_and_pauses(clock, server):
-    fa.connect(api_key="k", target=server.url, timeout=0.5)
+    fa.connect(api_key="k", target=server.url, timeout=TIMEOUT)  # the first read must be answered
     block = PlaneFactBlock("agent")
     assert facts_of(block.render("q")) == ["fact for q"]
     server.stop()  # nothing listens any more
@@ -538,30 +538,27 @@ def test_query_conditioned_false_never_sends_the_question(connected):
 
 
 def test_arun_reads_the_plane_off_the_event_loop(connected):
-    connected.default = lambda q: Reply(body={"facts": [{"fact": "Refunds take 30 days"}]}, delay=0.6)
+    # The plane answers only once a coroutine on the event loop has seen the request:
+    # a read holding the loop would wait for it until the read timeout, and fail.
+    seen = threading.Event()
+    connected.default = lambda q: Reply(body={"facts": [{"fact": "Refunds take 30 days"}]}, hold=seen)
     llm = CannedLLM("ok")
     agent = fa.Agent("a", llm, memory=ComposableMemory(blocks=[PlaneFactBlock("agent")]))
 
-    async def main() -> tuple[float, Any]:
-        lag = 0.0
-        done = asyncio.Event()
+    async def main() -> Any:
+        async def answer_when_asked() -> None:
+            while not connected.count:
+                await asyncio.sleep(0.005)
+            seen.set()
 
-        async def ticker() -> None:
-            nonlocal lag
-            while not done.is_set():
-                before = time.perf_counter()
-                await asyncio.sleep(0.01)
-                lag = max(lag, time.perf_counter() - before - 0.01)
-
-        tick = asyncio.create_task(ticker())
+        answering = asyncio.create_task(answer_when_asked())
         result = await agent.arun("refunds?")
-        done.set()
-        await tick
-        return lag, result
+        answering.cancel()
+        return result
 
-    lag, result = asyncio.run(main())
+    result = asyncio.run(main())
     assert result.output == "ok"
-    assert lag < 0.3  # the 0.6 s read happened in a worker thread
+    assert seen.is_set()
     assert any(
         t.startswith("Curated facts:\n") and '- "Refunds take 30 days' in t for t in texts(llm.calls[0])
     )

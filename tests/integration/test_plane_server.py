@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import fastaiagent as fa
-from _env import POSTGRES_URL, REDIS_URL, missing
+from _env import POSTGRES_URL, REDIS_URL, missing, unique_name
 from fastaiagent.agent.composable import ComposableMemory
 from fastaiagent.agent.memory_blocks import PlaneFactBlock
 from fastaiagent.learn import Fact, MemoryStore
@@ -204,7 +204,7 @@ def test_the_plane_refuses_to_start_without_a_key(store):
 
 def server_store(kind: str):
     """A Postgres or Redis store on the local server, isolated by a unique table/prefix."""
-    name = f"fa_plane_{uuid.uuid4().hex[:10]}"
+    name = unique_name("plane")
     try:
         if kind == "postgres":
             from fastaiagent.learn import PostgresFactStore
@@ -234,21 +234,8 @@ def test_the_plane_serves_any_fact_store(kind):
             ]
             assert fact_texts(get(running, agent_id="srv", category="top")) == ["Most important"]
     finally:
-        store.delete("agent", "*")
+        store.destroy()
         store.close()
-        if kind == "postgres":
-            import psycopg
-
-            with psycopg.connect(store.url, autocommit=True) as conn:
-                conn.execute(f"DROP TABLE IF EXISTS {store.table}")
-        else:  # the store's own bookkeeping keys (layout marker, id sequence) go too
-            import redis
-
-            client = redis.Redis.from_url(os.environ.get("FASTAIAGENT_TEST_REDIS", "redis://127.0.0.1:6379/0"))
-            leftovers = list(client.scan_iter(match=f"{store.prefix}:*"))
-            if leftovers:
-                client.delete(*leftovers)
-            client.close()
 
 
 # -- the block and Memory reading it ------------------------------------------------------------

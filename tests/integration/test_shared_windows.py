@@ -20,14 +20,21 @@ import queue
 import signal
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL, require_postgres, require_redis
+from _env import (
+    POSTGRES_URL,
+    REDIS_URL,
+    destroy_postgres,
+    destroy_redis,
+    require_postgres,
+    require_redis,
+    unique_name,
+)
 from fastaiagent.agent.agent import Agent
 from fastaiagent.agent.memory import Memory
 from fastaiagent.llm.message import Message
@@ -49,22 +56,12 @@ def _require(kind: str) -> None:
 
 
 def _cleanup(spec: tuple[str, str, str]) -> None:
+    """Destroy the store of ``spec``: its facts, windows and vector tables (or keys)."""
     kind, url, name = spec
     if kind == "postgres":
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            for table in (name, f"{name}_windows"):
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+        destroy_postgres(url, name)
     elif kind == "redis":
-        import redis
-
-        client = redis.Redis.from_url(url)
-        keys = list(client.scan_iter(match=f"{name}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        destroy_redis(url, name)
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])
@@ -72,7 +69,7 @@ def spec(request, tmp_path) -> Iterator[tuple[str, str, str]]:
     """(backend, url, unique table / key prefix): what a worker needs to build its Memory."""
     kind = request.param
     _require(kind)
-    name = f"fa_sw_{uuid.uuid4().hex[:12]}"
+    name = unique_name("sw")
     url = {"sqlite": str(tmp_path / "shared.db"), "postgres": POSTGRES_URL, "redis": REDIS_URL}[kind]
     yield kind, url, name
     _cleanup((kind, url, name))

@@ -4,21 +4,20 @@ laptop and fails under CI=true (see tests/_env.py)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _env import POSTGRES_URL, REDIS_URL, drop_prefix, drop_tables, require_postgres, require_redis
+from _env import POSTGRES_URL, REDIS_URL, require_postgres, require_redis, unique_name
 
 BACKENDS = ("sqlite", "postgres", "redis")
 
 
 def make_store(backend: str, tmp_path: Path, cleanups: list[Any]) -> Any:
     """A new fact store on ``backend``; ``cleanups`` collects what removes its data."""
-    name = f"fa_int_{uuid.uuid4().hex[:10]}"
+    name = unique_name("int")
     if backend == "sqlite":
         from fastaiagent.facts.sqlite.store import SQLiteFactStore
 
@@ -28,14 +27,12 @@ def make_store(backend: str, tmp_path: Path, cleanups: list[Any]) -> Any:
 
         url = require_postgres(POSTGRES_URL)
         store = PostgresFactStore(url, table=name)
-        cleanups.append(store.close)
-        cleanups.append(lambda: drop_tables(url, name, f"{name}_items", f"{name}_windows"))
-        return store
-    from fastaiagent.facts.redis.store import RedisFactStore
+    else:
+        from fastaiagent.facts.redis.store import RedisFactStore
 
-    url = require_redis(REDIS_URL)
-    store = RedisFactStore(url, prefix=name)
-    cleanups.append(lambda: drop_prefix(url, name))
+        store = RedisFactStore(require_redis(REDIS_URL), prefix=name)
+    cleanups.append(store.close)
+    cleanups.append(store.destroy)  # run in reverse: destroyed, then closed
     return store
 
 

@@ -465,17 +465,20 @@ def test_llm_is_required():
 
 
 class SlowAsyncExtractor(BaseLLM):
-    """An async-native model that takes a while, like a real provider."""
+    """An async-native model that takes a while, like a real provider: it answers
+    once ``go`` is set (by another task of the loop; 10 s at most)."""
 
-    def __init__(self, reply: str, delay: float = 0.1) -> None:
-        self.reply, self.delay, self.async_calls = reply, delay, 0
+    def __init__(self, reply: str) -> None:
+        self.reply, self.async_calls = reply, 0
+        self.go: asyncio.Event | None = None
 
     def complete(self, messages, *, tools=None):  # type: ignore[no-untyped-def]
         raise AssertionError("aon_message must use acomplete")
 
     async def acomplete(self, messages, *, tools=None):  # type: ignore[no-untyped-def]
         self.async_calls += 1
-        await asyncio.sleep(self.delay)
+        assert self.go is not None
+        await asyncio.wait_for(self.go.wait(), 10)
         return LLMResponse(content=self.reply)
 
 
@@ -483,45 +486,36 @@ def test_aon_message_awaits_acomplete_and_leaves_the_loop_free(store):
     llm = SlowAsyncExtractor('["Likes tea"]')
     block = FactExtractionBlock(llm, persist=True, scope_id="alice", store=store)
 
-    async def main() -> int:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.create_task(ticker())
+    async def main() -> None:
+        llm.go = asyncio.Event()
+        asyncio.get_running_loop().call_soon(llm.go.set)  # runs only while the loop is free
         await block.aon_message(UserMessage("I like tea"))
-        task.cancel()
-        return ticks
 
-    assert asyncio.run(main()) >= 10
+    asyncio.run(main())
     assert llm.async_calls == 1 and active(store, "alice") == ["Likes tea"]
 
 
 def test_arun_with_a_slow_sync_extractor_does_not_block_other_runs(store):
-    """A slow extraction model in arun runs off the loop: another coroutine keeps going."""
-    block = FactExtractionBlock(CannedLLM('["Likes tea"]', delay=0.2), persist=True,
-                                scope_id="alice", store=store)
+    """A slow extraction model in arun runs off the loop: the loop goes on meanwhile
+    (the model answers once a callback of the loop has run, 10 s at most)."""
+    loop_ran: list[bool] = []
+    held: dict[str, asyncio.AbstractEventLoop] = {}
+
+    def extract(messages: list[Message]) -> str:
+        answered = threading.Event()
+        held["loop"].call_soon_threadsafe(answered.set)
+        loop_ran.append(answered.wait(10))
+        return '["Likes tea"]'
+
+    block = FactExtractionBlock(FunctionLLM(extract), persist=True, scope_id="alice", store=store)
     agent = Agent("a", echo_llm(), memory=ComposableMemory(blocks=[block]))
 
-    async def main() -> int:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.create_task(ticker())
+    async def main() -> None:
+        held["loop"] = asyncio.get_running_loop()
         await agent.arun("I like tea")
-        task.cancel()
-        return ticks
 
-    assert asyncio.run(main()) >= 10
+    asyncio.run(main())
+    assert loop_ran and all(loop_ran), loop_ran  # the loop went on during each extraction
     assert active(store, "alice") == ["Likes tea"]
 
 

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -399,7 +398,7 @@ def test_400_raises_bad_request_without_retrying(server: FakeLLMServer, provider
     assert "HTTP 400" in str(caught.value) and "messages: field required" in str(caught.value)
 
 
-# The client timeout of the timing tests: short, so a hang is cut quickly, but
+# The client timeout of the hang tests: short, so a hang is cut quickly, but
 # with room for a loaded CI machine to answer a healthy read in time.
 TIMEOUT = 0.3
 
@@ -411,11 +410,10 @@ def test_hanging_server_raises_timeout_error(
 ) -> None:
     server.default = Hang(10)
     llm = client_for(server, provider, timeout=TIMEOUT, max_retries=0)
-    assert llm.backend is not None  # import the SDK before timing
-    started = time.monotonic()
+    # Cut by the timeout: a hang that ran its 10 s out would end in a dropped
+    # connection (LLMConnectionError), not this error.
     with pytest.raises(LLMTimeoutError, match=rf"{provider}: no answer within the {TIMEOUT:g}s timeout") as caught:
         complete(llm, mode, [UserMessage("hi")])
-    assert time.monotonic() - started < TIMEOUT + 1.7  # a 10 s hang is cut
     assert f"{TIMEOUT:g}s timeout" in str(caught.value) and caught.value.provider == provider
 
 
@@ -445,11 +443,10 @@ def test_stream_stalling_midway_raises_timeout_error(
     # Stall after the first two text deltas (Anthropic opens with three framing events).
     server.script(Say("one two three four", stall_after=5 if provider == "anthropic" else 3))
     llm = client_for(server, provider, timeout=TIMEOUT, max_retries=0)
-    assert llm.backend is not None  # import the SDK before timing
-    started = time.monotonic()
+    # Cut by the timeout: a stall that ran its 10 s out would end the stream
+    # without an error ("the stream did not fail").
     texts, error = _stream_until_error(llm, mode)
     assert isinstance(error, LLMTimeoutError), repr(error)
-    assert time.monotonic() - started < TIMEOUT + 1.7
     assert texts == ["one", " two"]  # the deltas before the stall were delivered
 
 

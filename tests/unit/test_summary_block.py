@@ -197,36 +197,31 @@ def test_agent_prompt_carries_the_summary_before_the_window():
 
 def test_aon_message_awaits_acomplete_without_holding_the_loop():
     class SlowAsyncLLM(BaseLLM):
+        """Answers once another task of the loop has said go (10 s at most)."""
+
         def __init__(self) -> None:
             self.async_calls = 0
+            self.go: asyncio.Event | None = None
 
         def complete(self, messages, *, tools=None):  # type: ignore[no-untyped-def]
             raise AssertionError("the sync path must not be used in aon_message")
 
         async def acomplete(self, messages, *, tools=None):  # type: ignore[no-untyped-def]
             self.async_calls += 1
-            await asyncio.sleep(0.1)
+            assert self.go is not None
+            await asyncio.wait_for(self.go.wait(), 10)
             return LLMResponse(content="async summary")
 
     llm = SlowAsyncLLM()
     block = SummaryBlock(llm, keep_last=1, summarize_every=1)
 
-    async def main() -> int:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.create_task(ticker())
+    async def main() -> None:
+        llm.go = asyncio.Event()
+        asyncio.get_running_loop().call_soon(llm.go.set)  # runs only while the loop is free
         for message in conversation(2):
             await block.aon_message(message)
-        task.cancel()
-        return ticks
 
-    assert asyncio.run(main()) >= 10
+    asyncio.run(main())
     assert llm.async_calls == 1 and block.summary == "async summary"
 
 

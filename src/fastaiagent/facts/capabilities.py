@@ -68,6 +68,13 @@ class StoreCapabilities:
                 index = sized[size] = _sized(default, size)
             return index
 
+    def _forget_vector_indexes(self) -> None:
+        """Let go of the vector indexes made so far (``destroy()`` dropped their
+        tables or keys): the next :meth:`vector_store` makes them anew."""
+        with _lock:
+            self.__dict__.pop("_vector_index", None)
+            self.__dict__.pop("_vector_indexes", None)
+
     def vector_dimensions(self) -> list[int]:
         """The vector sizes this store's indexes hold, read from the database (so the
         indexes other processes opened are listed), smallest first."""

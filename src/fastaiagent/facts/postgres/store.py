@@ -27,6 +27,7 @@ from fastaiagent.errors import (
     StoreConfigError,
     StoreCorruptError,
     StoreUnavailableError,
+    UsageError,
 )
 from fastaiagent.facts import outage
 from fastaiagent.facts.capabilities import StoreCapabilities
@@ -337,6 +338,38 @@ class PostgresFactStore(StoreFront, StoreCapabilities):
         """Release every connection; the store reopens on its next use."""
         with self._lock:
             _close_holder(self._holder)
+
+    def destroy(self) -> int:
+        """Drop everything this store made in the database, in one transaction: its
+        fact table, the windows, items and vector tables beside it (every vector
+        size), their functions and schema-version rows (the names are listed in
+        :mod:`fastaiagent.facts.postgres.teardown`); other stores' tables are never
+        touched. Returns how many of its tables there were.
+
+        For tearing down a tenant: stop the processes using the store first (a
+        call running meanwhile fails, or makes its table again). This store can be
+        used again afterwards and starts empty; window, item and vector stores
+        taken from it before must be taken again."""
+        from fastaiagent.facts.postgres.teardown import drop_family
+
+        self.close()
+        self._health.check(_PAUSED)
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, **self._connect_kwargs)
+        except psycopg.Error as exc:
+            raise self._cannot_connect(exc) from exc
+        try:
+            with conn:
+                dropped = drop_family(conn, self.table)
+        except Exception as exc:
+            mapped = self._unavailable(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        self._health.succeeded()
+        self._schema_ready = False
+        self._forget_vector_indexes()
+        return dropped
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -818,6 +851,11 @@ def statement_failure(exc: Exception, where: str) -> FastAIAgentError:
             f"the fact store's connections to {where} do not keep their session {said}: "
             "behind a transaction-mode pooler such as PgBouncer, pass pooler='transaction' "
             "(or ?pooler=transaction in the location URL)"
+        )
+    if state == "2BP01":  # destroy(): something of another owner's is built on a table
+        return UsageError(
+            f"other objects in the database {where} depend on a table of the fact store "
+            f"{said}: drop them (or make them independent) first, then destroy again"
         )
     if state == "25006":
         return StoreUnavailableError(

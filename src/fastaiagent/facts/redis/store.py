@@ -364,6 +364,24 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
             if node.redis_connection is not None:
                 node.redis_connection.connection_pool.disconnect()
 
+    def destroy(self) -> int:
+        """Delete every key under this store's prefix: its facts, windows, items and
+        vector indexes of every size, and their layout versions (see
+        :mod:`fastaiagent.facts.redis.teardown`); other stores' keys are never
+        touched, on one server or a Redis Cluster. Returns how many keys it deleted.
+
+        For tearing down a tenant: stop the processes using the store first (a key
+        written meanwhile may stay). This store can be used again afterwards and
+        starts empty; window, item and vector stores taken from it before must be
+        taken again."""
+        from fastaiagent.facts.redis.teardown import delete_prefix
+
+        with unavailable("the fact store", self.url):
+            deleted = delete_prefix(self._client, self.prefix)
+        self._layout_checked = False
+        self._forget_vector_indexes()
+        return deleted
+
     # -- writes ------------------------------------------------------------
 
     def _fields(self, fact: Fact, key: str) -> dict[str, str]:

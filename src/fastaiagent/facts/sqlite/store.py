@@ -261,11 +261,16 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         self._lock = threading.Lock()
         self._usual = UsualMetadata()
         self._reads = SubjectReads()
+        self._timeout = timeout
+        self._db = self._connections()
+
+    def _connections(self) -> ThreadConnections:
+        """The per-thread connections, the fact table checked on the first."""
         # mmap: reads straight from the OS page cache, no extra syscalls on a large table.
-        self._db = ThreadConnections(
+        return ThreadConnections(
             lambda: self.path,
             [FACTS_SCHEMA],
-            timeout=timeout,
+            timeout=self._timeout,
             pragmas=["PRAGMA mmap_size=1073741824"],
             create_folder=self._explicit_path is None,
         )
@@ -282,6 +287,37 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
                     chosen = self._explicit_path or default_db_path()
                     self._path = chosen.resolve()
         return self._path
+
+    def destroy(self) -> int:
+        """Drop every table this store made in its file, in one transaction: the
+        facts, windows, items and vector tables of every size, and their
+        schema-version rows (see :mod:`fastaiagent.facts.sqlite.teardown`); the
+        file stays, and so do tables of anything else in it (traces).
+        Returns how many tables there were (0, and no file made, when the file
+        does not exist).
+
+        For tearing down a tenant: stop the processes using the file first. This
+        store's connections are closed (those of its other threads too) and it
+        can be used again afterwards, starting empty; window, item and vector
+        stores taken from it before must be taken again."""
+        from fastaiagent.facts.sqlite.teardown import drop_components
+
+        if not self.path.exists():
+            return 0
+        self._db.close()
+        # A connection of its own: the store's first would set the fact table up.
+        conn = sqlite3.connect(str(self.path), timeout=self._timeout, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            dropped = drop_components(conn)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+        finally:
+            conn.close()  # a transaction left open is rolled back
+        self._db = self._connections()
+        self._forget_vector_indexes()
+        return dropped
 
     # -- writes ------------------------------------------------------------
 

@@ -132,6 +132,11 @@ _V5 = (
 )
 
 
+VECTOR_COMPANIONS = ("vec", "fts", "keys", "kw", "cache", "ns", "meta", "dropping")
+"""The tables made beside a vector table ``<table>``, ``<table>_<name>`` (FTS5's own
+shadow tables go with ``<table>_fts``)."""
+
+
 def vectors_schema(table: str) -> Schema:
     """The migrations of a vector table set (component ``vectors:<table>``)."""
 
@@ -157,4 +162,4 @@ def fts_match(nskey: str, terms: Sequence[str]) -> str:
     return f'nskey : "{nskey}" AND keywords : ({words})'
 
 
-__all__ = ["RECORDED", "fts_match", "vectors_schema"]
+__all__ = ["RECORDED", "VECTOR_COMPANIONS", "fts_match", "vectors_schema"]
