@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent._validate import text as check_text
 from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.kb.identity import embedder_identity
 from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore, check_top_k, wanted_keys
 
 # A span holding more of a namespace's chunks than this is too broad to rank on its own
@@ -88,11 +89,6 @@ def recorded_at(chunk: Chunk) -> float | None:
     if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
         return None
     return float(at)
-
-
-def embedder_identity(model: str, dimension: int) -> str:
-    """``<model>@<dimension>``: vectors are cached and searched per identity."""
-    return f"{model}@{dimension}"
 
 
 @runtime_checkable

@@ -28,6 +28,7 @@ from fastaiagent.errors import (
     MissingFileError,
 )
 from fastaiagent.kb import onnx_embedding
+from fastaiagent.kb.identity import LOCAL_DIMENSION, PACKAGED_IDENTITY, embedder_identity
 from fastaiagent.kb.model_files import (
     model_files,
     packaged_archive,
@@ -36,7 +37,6 @@ from fastaiagent.kb.model_files import (
 )
 from fastaiagent.kb.onnx_embedding import ONE_THREAD_TEXTS, onnx_runtime_installed
 
-LOCAL_DIMENSION = 384
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 _OPENAI_DIMENSIONS = {
     "text-embedding-3-small": 1536,
@@ -167,10 +167,12 @@ class LocalEmbedder:
         batch_size: int = 64,
         backend: str = "auto",
         understands_cjk: bool | None = None,
+        identity: str | None = None,
     ) -> None:
         if model_path is not None:
             check.text("model_path", model_path)
         self._model_path = model_path
+        self._identity = None if identity is None else check.text("identity", identity)
         # A model of the user's own is taken to read every script unless they say not.
         self.understands_cjk = (
             model_path is not None
@@ -190,6 +192,22 @@ class LocalEmbedder:
             f"LocalEmbedder(model_path={self._model_path!r}, device={self.device!r}, "
             f"backend={self.backend!r})"
         )
+
+    @property
+    def identity(self) -> str:
+        """Names the model for embedding caches and stored vectors, so two models never
+        share either: ``<folder name>#<digest>@384`` (:meth:`ModelFiles.digest
+        <fastaiagent.kb.model_files.ModelFiles.digest>`), :data:`PACKAGED_IDENTITY`
+        for the packaged one. The same on ONNX Runtime and torch (their vectors
+        agree). ``identity=`` at construction names it yourself."""
+        if self._identity is None:
+            if self._model_path is None:
+                self._identity = PACKAGED_IDENTITY
+            else:
+                name = Path(self._model_path).name
+                digest = model_files(self._model_path).digest()
+                self._identity = embedder_identity(f"{name}#{digest}", self.dimension)
+        return self._identity
 
     def _model(self) -> Any:
         path = self._model_path or local_model_path()

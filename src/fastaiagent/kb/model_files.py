@@ -15,10 +15,12 @@ Both are located without importing them (the first prints on import).
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import struct
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,42 @@ class ModelFiles:
         weights = self.folder / WEIGHTS if self.folder is not None else self.location
         stat = weights.stat()
         return f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+
+    def digest(self) -> str:
+        """A short content digest naming this model for embedding caches and stored
+        vectors: the packaged weights by their known hash; others by their config,
+        the weights' size and 64 slices spread across the weights (any retrained or
+        rescaled model differs in them; a model edited in one tensor may not:
+        give such a model an ``identity`` of its own)."""
+        if self.packaged:
+            return PACKAGED_WEIGHTS_SHA256[:16]
+        digest = hashlib.sha256()
+        for name in ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json"):
+            if self.exists(name):
+                digest.update(name.encode() + b"\0" + self.read_bytes(name))
+        weights = next((w for w in (WEIGHTS, "pytorch_model.bin") if self.exists(w)), None)
+        if weights is not None:
+            for part in self._samples(weights):
+                digest.update(part)
+        return digest.hexdigest()[:16]
+
+    def _samples(self, name: str, count: int = 64, size: int = 16_384) -> Iterator[bytes]:
+        """The file's name and length, then ``count`` slices spread across it (read in
+        place from a folder: the weights are not read whole)."""
+        if self.folder is None:
+            data = self.read_bytes(name)
+            yield f"{name}:{len(data)}".encode()
+            step = max(1, len(data) // count)
+            yield from (data[start : start + size] for start in range(0, len(data), step))
+            return
+        path = self.folder / name
+        length = path.stat().st_size
+        yield f"{name}:{length}".encode()
+        step = max(1, length // count)
+        with path.open("rb") as file:
+            for start in range(0, length, step):
+                file.seek(start)
+                yield file.read(size)
 
     def tensors(self) -> dict[str, Any]:
         """The weights as numpy arrays by name (a safetensors file: an 8-byte header size,

@@ -22,6 +22,7 @@ from fastaiagent.agent.memory_blocks.vector_following import asks
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, holds_cache, identity_of
 from fastaiagent.facts.vectors import REPLIES_TO_KEY
+from fastaiagent.kb.identity import same_embedder
 from fastaiagent.kb.protocols import Chunk
 from fastaiagent.llm.message import Message
 
@@ -171,7 +172,8 @@ def _held_as_is(stored: Chunk | None, chunk: Chunk, identity: str | None) -> boo
     successor changed, e.g. a longer history imported, is written again)."""
     if stored is None or stored.text != chunk.text:
         return False
-    if identity is not None and stored.metadata.get(EMBEDDER_KEY) != identity:
+    made_by = stored.metadata.get(EMBEDDER_KEY)
+    if identity is not None and (made_by is None or not same_embedder(made_by, identity)):
         return False
     return all(stored.metadata.get(key) == value for key, value in chunk.metadata.items())
 

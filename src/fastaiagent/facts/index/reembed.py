@@ -36,6 +36,7 @@ from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, identity_of
 from fastaiagent.facts.vectors import embedded_text
+from fastaiagent.kb.identity import same_embedder
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, namespace_key
 
 logger = logging.getLogger("fastaiagent.facts.index.reembed")
@@ -141,7 +142,9 @@ class Reembedding:
         for namespace in sources:
             held = self._held(namespace)
             for chunk in self.index.chunks(namespace):
-                if into_itself and chunk.metadata.get(EMBEDDER_KEY) == self.identity:
+                if into_itself and chunk.metadata.get(EMBEDDER_KEY) is not None and same_embedder(
+                    chunk.metadata.get(EMBEDDER_KEY), self.identity
+                ):
                     continue  # done by an earlier (interrupted) run
                 if chunk.id in held:
                     continue  # in another index: already there (an earlier run, another process)
@@ -302,8 +305,7 @@ def _drain() -> None:
 def foreign(hit_metadata: dict[str, Any], identity: str) -> bool:
     """True when a stored chunk was embedded by another embedder than ``identity``
     (chunks that record none are taken as this embedder's)."""
-    made_by = hit_metadata.get(EMBEDDER_KEY)
-    return made_by is not None and made_by != identity
+    return not same_embedder(hit_metadata.get(EMBEDDER_KEY), identity)
 
 
 __all__ = [
