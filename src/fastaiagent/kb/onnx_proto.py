@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from fastaiagent.errors import InvalidValueError
+
 FLOAT, INT64 = 1, 7  # TensorProto.DataType
 _DATA_TYPES = {"float32": FLOAT, "int64": INT64}
 _ATTR_FLOAT, _ATTR_INT, _ATTR_INTS = 1, 2, 7  # AttributeProto.AttributeType
@@ -80,7 +82,7 @@ def tensor(name: str, array: Any, external: ExternalData | None = None) -> Chunk
     """A TensorProto holding ``array`` (float32 or int64, C-contiguous, native little-endian):
     its own memory, not a copy, as raw data or, when large and ``external`` is given, there."""
     if str(array.dtype) not in _DATA_TYPES or not array.flags.c_contiguous or sys.byteorder != "little":
-        raise ValueError(f"tensor {name!r}: a C-contiguous float32 or int64 array on a little-endian machine")
+        raise InvalidValueError(f"tensor {name!r}: a C-contiguous float32 or int64 array on a little-endian machine")
     head = b"".join(_int(1, d) for d in array.shape) + _int(2, _DATA_TYPES[str(array.dtype)]) + _text(8, name)
     data = memoryview(array.reshape(-1)).cast("B")
     if external is None or len(data) < external.SMALLEST:
