@@ -72,7 +72,7 @@ class StoreConfigError(FastAIAgentError, RuntimeError):
     without memory (see :func:`is_configuration_error`)."""
 
 
-class UnreplicatedWriteWarning(UserWarning):
+class UnreplicatedWriteWarning(FastAIAgentError, UserWarning):
     """A Redis Cluster write reached the primary of its slot, and is stored, but fewer
     replicas than it waits for (``?wait_replicas=``) acknowledged it in time: a
     failover of that primary now could lose it. The call returned its result: do
@@ -125,6 +125,7 @@ __all__ = [
     "StoreConfigError",
     "StoreCorruptError",
     "StoreUnavailableError",
+    "UnreplicatedWriteWarning",
     "UnsupportedTierError",
     "UsageError",
     "is_configuration_error",
