@@ -102,17 +102,21 @@ def library_caches(memory: Memory) -> dict[str, Any]:
     from fastaiagent.agent.memory_blocks import message_ids
     from fastaiagent.facts import fact
 
-    index = memory.location.vector_store()  # type: ignore[attr-defined]
-    copies = index.copies
+    try:  # the process's shared budget (issue #45); before it, each index's own cache
+        from fastaiagent.facts.index.matrix import shared_held
+
+        matrices, matrix_bytes = shared_held()
+    except ImportError:
+        cache = memory.location.vector_store().copies.cache  # type: ignore[attr-defined]
+        matrices, matrix_bytes = len(cache), cache.held
     window_messages = sum(
         len(memory._users.get(user).memory.primary.get_messages()) for user in memory.cached_users[-50:]
     )
     return {
         "users_held": len(memory.cached_users),
         "window_messages_last_50_users": window_messages,
-        "namespace_matrices": len(copies.cache),
-        "namespace_matrix_mb": round(copies.cache.held / 2**20, 1),
-        "namespaces_too_big": len(copies.too_big),
+        "namespace_matrices": matrices,
+        "namespace_matrix_mb": round(matrix_bytes / 2**20, 1),
         "message_ids": len(message_ids._issued),
         "parsed_metadata": len(fact._PARSED),
     }
