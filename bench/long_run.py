@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     snapshots: dict[int, Any] = {}
     if args.diagnose:
         tracemalloc.start(12)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for turn in range(1, args.turns + 1):
         user = (turn - 1) % args.users
         agent.run(message(user, (turn - 1) // args.users), context=contexts[user])
@@ -194,6 +194,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     held["rss_mb_at"] = {t: by_turns[t]["rss_mb"] for t in marks}
     held["anon_mb_at"] = {t: by_turns[t]["anon_mb"] for t in marks}
     held["turns_per_s"] = round(args.turns / (time.perf_counter() - started), 1)
+    held["cpu_ms_per_turn"] = round((time.process_time() - cpu) * 1000 / args.turns, 3)
     return held
 
 

@@ -360,9 +360,11 @@ class _Shared:
         self.lock = threading.Lock()
         self.cache: MatrixCache[NamespaceMatrix] = MatrixCache(None)
 
-    def drop_owner(self, owner: object) -> None:
-        with self.lock:
-            self.cache.pop_where(lambda key: key[0] is owner)  # type: ignore[index]
+
+def _forget_owner(lock: threading.Lock, cache: MatrixCache[NamespaceMatrix], owner: object) -> None:
+    """Drop the copies of one index (keys ``(owner, namespace)``) from ``cache``."""
+    with lock:
+        cache.pop_where(lambda key: isinstance(key, tuple) and key[0] is owner)
 
 
 SHARED = _Shared()
@@ -390,7 +392,7 @@ class NamespaceCopies:
         self._owner = owner = object()
         if limit is None:
             self.lock, self.cache = SHARED.lock, SHARED.cache
-            weakref.finalize(self, SHARED.drop_owner, owner)
+            weakref.finalize(self, _forget_owner, self.lock, self.cache, owner).atexit = False
         else:
             self.lock = threading.Lock()
             self.cache = MatrixCache(limit)
@@ -480,9 +482,7 @@ class NamespaceCopies:
 
     def clear(self) -> None:
         """Forget this index's copies (only its own, in the shared cache)."""
-        owner = self._owner
-        with self.lock:
-            self.cache.pop_where(lambda key: key[0] is owner)  # type: ignore[index]
+        _forget_owner(self.lock, self.cache, self._owner)
 
 
 def _whole(change: Change) -> NamespaceMatrix:
