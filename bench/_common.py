@@ -52,6 +52,20 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def rss_parts_mb() -> dict[str, float]:
+    """The resident set by kind, in MB (Linux /proc; empty elsewhere): ``anon`` is the
+    heap (what the process's own objects and caches hold), ``file`` the mapped files
+    (a SQLite database read through mmap: the OS page cache, reclaimable)."""
+    parts: dict[str, float] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("RssAnon:", "RssFile:")):
+                parts[line[3:7].lower()] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return parts
+
+
 def write_results(name: str, results: dict[str, Any]) -> Path:
     RESULTS.mkdir(exist_ok=True)
     payload = {"bench": name, "machine": platform.platform(), "python": platform.python_version(), **results}

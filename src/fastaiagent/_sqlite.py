@@ -1,7 +1,10 @@
 """Per-thread SQLite connections shared by the local stores (facts, windows, traces).
 
 Each thread reuses one connection (sqlite3 connections are cheap to keep and
-costly to open per call); a forked child opens its own; the database runs in
+costly to open per call) and a thread that has ended gives its connection
+back (closed when the next one opens: a server that starts a thread per
+request would otherwise keep a connection, a file handle and a page cache
+per request it ever served); a forked child opens its own; the database runs in
 WAL mode so readers never wait for the writer. The first connection brings
 each component's tables to the version this code knows (see
 :mod:`fastaiagent._schema`); a database already at that version runs no DDL.
@@ -130,7 +133,9 @@ class ThreadConnections:
         self._create_folder = create_folder
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        # Every connection open, with the thread it belongs to (for close(), and to
+        # close those of threads that have ended).
+        self._connections: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._schema_ready = False
         self._forks = _forks[0]
 
@@ -153,7 +158,12 @@ class ThreadConnections:
                     conn.close()
                     raise
                 self._schema_ready = True
-            self._connections.append(conn)
+            ended = [held for thread, held in self._connections if not thread.is_alive()]
+            self._connections = [pair for pair in self._connections if pair[0].is_alive()]
+            self._connections.append((threading.current_thread(), conn))
+        for held in ended:
+            with contextlib.suppress(sqlite3.Error):
+                held.close()
         self._local.conn = conn
         return conn
 
@@ -195,6 +205,6 @@ class ThreadConnections:
         with self._lock:
             connections, self._connections = self._connections, []
             self._local = threading.local()
-        for conn in connections:
+        for _, conn in connections:
             with contextlib.suppress(sqlite3.Error):  # already closed by its thread
                 conn.close()

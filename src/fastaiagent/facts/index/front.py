@@ -73,10 +73,10 @@ def bytes_vector(blob: bytes) -> list[float]:
 
 class MatrixIndex(NamespacedSearch, RecordedSearch):
     """The front of a vector index that ranks in its copies of namespaces
-    (``copies``, at most ``cache_bytes``; see :class:`NamespaceCopies` for
-    ``keep_newest``): see the module doc."""
+    (``copies``: in the process's shared budget, or at most ``cache_bytes`` of
+    its own; see :class:`NamespaceCopies`): see the module doc."""
 
-    def __init__(self, cache_bytes: int, *, keep_newest: bool = False) -> None:
+    def __init__(self, cache_bytes: int | None, *, keep_newest: bool = False) -> None:
         self.copies = NamespaceCopies(cache_bytes, keep_newest=keep_newest)
 
     # -- the copies of namespaces ---------------------------------------------

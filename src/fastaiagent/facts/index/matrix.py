@@ -14,11 +14,17 @@ rows are written before the matrix counts them, a removed row is only masked, an
 a compaction makes a new matrix, so a view stays valid while its copy moves on.
 numpy is imported where it is used: the indexes ``require`` it first, with the
 extra that brings it.
+
+The copies of every index made without a ``cache_bytes`` of its own are held in
+one cache for the whole process, :data:`CACHE_BYTES` in all (docs/production.md,
+"What a process keeps"): a process with several stores, or indexes of several
+vector sizes, holds no more than one alone would.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +33,16 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from fastaiagent.facts.index.sketch import BUILDER, SHORTLIST, SKETCH_FROM, Sketch, SketchView
 
-KEY_BYTES = 8  # what a row's key is counted as (the backends' keys are ids and row numbers)
+# What a row's key costs as Python holds it: its slot in ``keys``, the key (a row
+# number or an id) and its entry in ``where`` (measured ~90-150 bytes).
+KEY_BYTES = 100
+
+CACHE_BYTES = 256 * 2**20
+"""The bytes of namespace copies this process holds, every index's together (those
+made without a ``cache_bytes`` of their own), least recently searched out first.
+A module value read at every put: ``fastaiagent.facts.index.matrix.CACHE_BYTES = ...``."""
+
+TOO_BIG_HELD = 1024  # namespaces remembered as larger than the budget (then forgotten all at once)
 
 
 class Sized(Protocol):
@@ -41,19 +56,25 @@ M = TypeVar("M", bound=Sized)
 
 
 class MatrixCache(Generic[M]):
-    """Items by key, least recently used first out, at most ``limit`` bytes in all.
+    """Items by key, least recently used first out, at most ``limit`` bytes in all
+    (None: :data:`CACHE_BYTES`, read at every put).
 
     An item's size is read when it is put, so an item grown in place is
     measured again by putting it again. An item larger than the whole limit is
-    not kept (it is searched from a fresh read each time) unless ``keep_newest``:
-    then the item put last is always kept, whatever its size. Not thread-safe:
-    :class:`NamespaceCopies` calls it under its lock."""
+    not kept (it is searched from a fresh read each time) unless ``keep_newest``
+    (the cache's, or the put's): then the item put last is always kept, whatever
+    its size. Not thread-safe: :class:`NamespaceCopies` calls it under its lock."""
 
-    def __init__(self, limit: int, *, keep_newest: bool = False) -> None:
-        self.limit = limit
+    def __init__(self, limit: int | None, *, keep_newest: bool = False) -> None:
+        self._limit = limit
         self.keep_newest = keep_newest
-        self._items: OrderedDict[str, tuple[M, int]] = OrderedDict()
+        self._items: OrderedDict[Hashable, tuple[M, int]] = OrderedDict()
         self._held = 0  # bytes of the items, as measured when each was put
+
+    @property
+    def limit(self) -> int:
+        """The budget in bytes now."""
+        return CACHE_BYTES if self._limit is None else self._limit
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
@@ -66,32 +87,32 @@ class MatrixCache(Generic[M]):
         """Bytes held, as measured when each item was put."""
         return self._held
 
-    def get(self, key: str) -> M | None:
+    def get(self, key: Hashable) -> M | None:
         """The item of ``key`` (its place in the eviction order unchanged), else None."""
         entry = self._items.get(key)
         return entry[0] if entry is not None else None
 
-    def touch(self, key: str) -> None:
+    def touch(self, key: Hashable) -> None:
         """Mark ``key`` as just used: it is evicted last."""
         if key in self._items:
             self._items.move_to_end(key)
 
-    def put(self, key: str, item: M) -> bool:
+    def put(self, key: Hashable, item: M, *, keep_newest: bool | None = None) -> bool:
         """Hold ``item`` as the most recently used, evicting the least recently used
         beyond the limit; False (and nothing held for ``key``) when ``item`` alone
         is larger than the limit (and not ``keep_newest``)."""
         self.pop(key)
-        size = int(item.nbytes)
-        if size > self.limit and not self.keep_newest:
+        size, limit = int(item.nbytes), self.limit
+        if size > limit and not (self.keep_newest if keep_newest is None else keep_newest):
             return False
         self._items[key] = (item, size)
         self._held += size
-        while self._held > self.limit and len(self._items) > 1:
+        while self._held > limit and len(self._items) > 1:
             _, (_, evicted) = self._items.popitem(last=False)
             self._held -= evicted
         return True
 
-    def pop(self, key: str) -> None:
+    def pop(self, key: Hashable) -> None:
         """Forget ``key``'s item, if held."""
         entry = self._items.pop(key, None)
         if entry is not None:
@@ -100,6 +121,11 @@ class MatrixCache(Generic[M]):
     def clear(self) -> None:
         self._items.clear()
         self._held = 0
+
+    def pop_where(self, test: Callable[[Hashable], bool]) -> None:
+        """Forget the items whose key passes ``test``."""
+        for key in [key for key in self._items if test(key)]:
+            self.pop(key)
 
 
 def unit_rows(vectors: Any, *, in_place: bool = False) -> Any:
@@ -211,7 +237,8 @@ class NamespaceMatrix:
     ``version`` and ``epoch`` are the store's change markers this copy reflects
     (a backend with one marker leaves ``epoch`` at 0). Rows are appended in the
     order given, with 1/8 headroom (not doubling: a 100k x 384 namespace is
-    150 MB already)."""
+    150 MB already), at least 16 rows (a new user's few messages do not hold
+    the room of 64)."""
 
     def __init__(self, dimension: int, version: int = 0, epoch: int = 0) -> None:
         import numpy as np
@@ -251,7 +278,7 @@ class NamespaceMatrix:
 
         n, need = self.n, self.n + len(keys)
         if need > len(self.buffer):
-            capacity = max(need + need // 8, 64)
+            capacity = need + max(need // 8, 16)
             buffer = np.empty((capacity, self.buffer.shape[1]), dtype=np.float32)
             buffer[:n] = self.buffer[:n]
             alive = np.ones(capacity, dtype=bool)
@@ -326,24 +353,61 @@ class Change:
 Report = Callable[[NamespaceMatrix | None], Change | None]
 
 
-class NamespaceCopies:
-    """The namespace matrices of one index, under one lock, at most ``limit``
-    bytes (least recently searched out first; see :class:`MatrixCache` for
-    ``keep_newest``). ``too_big`` names the namespaces that did not fit."""
+class _Shared:
+    """The cache the copies of every index without a budget of its own share."""
 
-    def __init__(self, limit: int, *, keep_newest: bool = False) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.cache: MatrixCache[NamespaceMatrix] = MatrixCache(limit, keep_newest=keep_newest)
+        self.cache: MatrixCache[NamespaceMatrix] = MatrixCache(None)
+
+
+def _forget_owner(lock: threading.Lock, cache: MatrixCache[NamespaceMatrix], owner: object) -> None:
+    """Drop the copies of one index (keys ``(owner, namespace)``) from ``cache``."""
+    with lock:
+        cache.pop_where(lambda key: isinstance(key, tuple) and key[0] is owner)
+
+
+SHARED = _Shared()
+
+
+def shared_held() -> tuple[int, int]:
+    """``(copies, bytes)`` the process's shared cache holds now (see :data:`CACHE_BYTES`)."""
+    with SHARED.lock:
+        return len(SHARED.cache), SHARED.cache.held
+
+
+class NamespaceCopies:
+    """The namespace matrices of one index, under one lock, least recently searched
+    out first (see :class:`MatrixCache` for ``keep_newest``). ``limit`` None:
+    in the process's shared cache (:data:`CACHE_BYTES` for every such index
+    together, under its lock); an int: a cache of this index's own of that many
+    bytes. ``too_big`` names namespaces that did not fit (at most
+    :data:`TOO_BIG_HELD`)."""
+
+    def __init__(self, limit: int | None, *, keep_newest: bool = False) -> None:
+        self.keep_newest = keep_newest
         self.too_big: set[str] = set()
+        # This index's keys in the cache are (owner, namespace): the shared cache
+        # holds every index's, and an index dropped unclosed leaves nothing there.
+        self._owner = owner = object()
+        if limit is None:
+            self.lock, self.cache = SHARED.lock, SHARED.cache
+            weakref.finalize(self, _forget_owner, self.lock, self.cache, owner).atexit = False
+        else:
+            self.lock = threading.Lock()
+            self.cache = MatrixCache(limit)
+
+    def _key(self, key: str) -> tuple[object, str]:
+        return (self._owner, key)
 
     def __contains__(self, key: str) -> bool:
         with self.lock:
-            return key in self.cache
+            return self._key(key) in self.cache
 
     def held(self, key: str) -> NamespaceMatrix | None:
         """The copy of ``key``, if held (to report against)."""
         with self.lock:
-            return self.cache.get(key)
+            return self.cache.get(self._key(key))
 
     def refresh(self, key: str, report: Report) -> MatrixView | None:
         """``key``'s rows as of now: ``report(copy or None)`` asks the store what
@@ -368,12 +432,13 @@ class NamespaceCopies:
         """Apply ``change`` to ``key``'s copy (a new one for a whole namespace) and
         hold it; None when it is a delta from a copy no longer held. A copy already
         at least as new is kept as it is (a thread that refreshed meanwhile)."""
+        held = self._key(key)
         with self.lock:
-            current = self.cache.get(key)
+            current = self.cache.get(held)
             if current is not None and current.epoch != change.epoch:
                 current = None  # of another epoch: neither kept nor brought up to date
             if current is not None and current.version >= change.version:
-                self.cache.touch(key)
+                self.cache.touch(held)
                 return current.view()
             if change.since is None:
                 matrix = _whole(change)
@@ -381,9 +446,13 @@ class NamespaceCopies:
                 matrix = _applied(current, change)
             else:
                 return None
-            if not self.cache.put(key, matrix):
+            if not self.cache.put(held, matrix, keep_newest=self.keep_newest):
+                if len(self.too_big) >= TOO_BIG_HELD:
+                    self.too_big.clear()
                 self.too_big.add(key)  # searched from this read, then dropped
-            elif matrix.n >= SKETCH_FROM and not matrix.sketching:
+                return matrix.view()
+            self.too_big.discard(key)
+            if matrix.n >= SKETCH_FROM and not matrix.sketching:
                 matrix.sketching = True
                 BUILDER.submit(partial(self._sketch, key, matrix))
             return matrix.view()
@@ -404,16 +473,16 @@ class NamespaceCopies:
             if matrix.n > fitted:
                 sketch.extend(matrix.buffer[fitted : matrix.n])
             matrix.sketch = sketch
-            if self.cache.get(key) is matrix:
-                self.cache.put(key, matrix)  # measured again, with the sketch
+            if self.cache.get(self._key(key)) is matrix:
+                self.cache.put(self._key(key), matrix, keep_newest=self.keep_newest)  # measured again
 
     def drop(self, key: str) -> None:
         with self.lock:
-            self.cache.pop(key)
+            self.cache.pop(self._key(key))
 
     def clear(self) -> None:
-        with self.lock:
-            self.cache.clear()
+        """Forget this index's copies (only its own, in the shared cache)."""
+        _forget_owner(self.lock, self.cache, self._owner)
 
 
 def _whole(change: Change) -> NamespaceMatrix:
@@ -444,11 +513,13 @@ def _applied(matrix: NamespaceMatrix, change: Change) -> NamespaceMatrix:
 
 
 __all__ = [
+    "CACHE_BYTES",
     "Change",
     "MatrixCache",
     "MatrixView",
     "NamespaceCopies",
     "NamespaceMatrix",
+    "shared_held",
     "unit_rows",
     "unit_vector",
 ]

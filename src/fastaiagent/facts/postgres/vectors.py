@@ -15,7 +15,7 @@ Tables (schema component ``vectors:<fact table>_vectors``), on the fact store's 
 - ``<t>_vector_meta``: the index's dimension, fixed by the first add.
 
 Search is exact cosine over one namespace with numpy: each process keeps the
-namespace's matrix in memory (LRU, bounded by ``cache_bytes``) and checks it
+namespace's matrix in memory (LRU, within the process's budget) and checks it
 with one indexed statement per search, which also returns what was written
 since (a removal reloads the namespace). A per-user namespace is small, so
 exact search stays in milliseconds. With the pgvector extension
@@ -46,7 +46,6 @@ from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 
 logger = logging.getLogger("fastaiagent.facts.postgres.vectors")
 
-DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 DROP_STEP = 1000  # rows one step of a namespace delete removes, each its own transaction
 _NONE = -1  # an epoch no namespace has (the sequence starts at 1): read everything
 
@@ -175,10 +174,11 @@ class PostgresVectorIndex(MatrixIndex):
 
     Thread-safe, and safe across processes and hosts: each search checks its
     in-memory copy of the namespace against the database first. ``dimension``
-    fixes the size up front (None: the first add, in any process, fixes it);
-    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU).
-    ``pgvector``: None uses the ``vector`` extension when the server has it,
-    True requires it, False never uses it. ``base``: the name the tables are
+    fixes the size up front (None: the first add, in any process, fixes it).
+    The namespace matrices kept in memory (LRU) share the process's budget
+    (:data:`fastaiagent.facts.index.matrix.CACHE_BYTES`), or with
+    ``cache_bytes`` have one of this index's own. ``pgvector``: None uses the
+    ``vector`` extension when the server has it, True requires it, False never uses it. ``base``: the name the tables are
     named after (``<base>_vectors``, ...; default: the fact table's). Errors
     of the server are classified as the fact store's are
     (:class:`~fastaiagent.errors.StoreUnavailableError` for an outage). Needs numpy.
@@ -189,7 +189,7 @@ class PostgresVectorIndex(MatrixIndex):
         store: PostgresFactStore,
         *,
         dimension: int | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_bytes: int | None = None,
         pgvector: bool | None = None,
         base: str | None = None,
     ) -> None:
@@ -198,7 +198,7 @@ class PostgresVectorIndex(MatrixIndex):
                 f"PostgresVectorIndex needs a PostgresFactStore, got {type(store).__name__}"
             )
         self._sizes = Dimension(dimension, "another fact table")
-        self.cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        self.cache_bytes = None if cache_bytes is None else integer("cache_bytes", cache_bytes, minimum=0)
         super().__init__(self.cache_bytes)
         self._asked_pgvector = None if pgvector is None else boolean("pgvector", pgvector)
         self._pgvector = False

@@ -265,12 +265,13 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
     :class:`RedisFactStore`'s facts, on its client (the
     :class:`~fastaiagent.facts.vectors.StoredVectorIndex` contract).
 
-    Searches keep each namespace's vectors in this process (``cache_bytes`` at
-    most, least recently searched dropped first) and catch up on other
-    processes' writes with one round trip before ranking."""
+    Searches keep each namespace's vectors in this process (within the process's
+    budget, :data:`fastaiagent.facts.index.matrix.CACHE_BYTES`, or ``cache_bytes``
+    of this index's own; least recently searched dropped first) and catch up
+    on other processes' writes with one round trip before ranking."""
 
     def __init__(
-        self, store: RedisFactStore, *, cache_bytes: int = 256 * 2**20, keys: str = "vec"
+        self, store: RedisFactStore, *, cache_bytes: int | None = None, keys: str = "vec"
     ) -> None:
         if not isinstance(store, RedisFactStore):
             raise InvalidTypeError(
@@ -280,8 +281,7 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
         self.keys = keys  # the index's part of the key prefix: ``<store prefix>:<keys>:``
         self.prefix = f"{store.prefix}:{keys}:"
         self.cluster = store.cluster
-        positive_int("cache_bytes", cache_bytes)
-        self.cache_bytes = cache_bytes
+        self.cache_bytes = positive_int("cache_bytes", cache_bytes, allow_none=True)
         # The namespace searched last is kept whatever its size: reading it again
         # would cost a whole HGETALL a search.
         super().__init__(cache_bytes, keep_newest=True)

@@ -150,6 +150,11 @@ _INSERT_NEW = (
 )
 _DELETE_PAUSE = 0.002  # seconds the write lock is left free between delete steps, at least
 STEP_BUDGET = 0.008  # seconds a step of a long write job aims to hold the write lock
+MMAP_BYTES = 1024 * 2**20
+"""The part of the database file each connection reads through mmap (SQLite's
+``mmap_size``): reads straight from the OS page cache, no syscall per page, and
+pages read stay mapped (RSS of the file, reclaimable by the OS). Read when a
+store is made; 0 turns mmap off."""
 _MIN_STEP, _MAX_STEP = 20, 2_000  # rows a step of it removes, at least and at most
 
 
@@ -271,7 +276,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             lambda: self.path,
             [FACTS_SCHEMA],
             timeout=self._timeout,
-            pragmas=["PRAGMA mmap_size=1073741824"],
+            pragmas=[f"PRAGMA mmap_size={integer('MMAP_BYTES', MMAP_BYTES, minimum=0)}"],
             create_folder=self._explicit_path is None,
         )
 

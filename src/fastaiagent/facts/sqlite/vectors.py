@@ -37,7 +37,6 @@ from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_tokens
 from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked_batch
 
 DEFAULT_TABLE = "memory_vectors"
-DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # in-process namespace matrices, LRU beyond this
 _MAX_PARAMS = 500  # ids per IN (...) list
 _SPANS_PER_STATEMENT = 100  # SQLite allows 500 terms in a compound SELECT
 
@@ -54,8 +53,9 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
     transactions) and safe across processes sharing the file: each search
     checks its in-memory copy of the namespace against the file first.
     ``dimension`` fixes the size up front (None: the first add fixes it);
-    ``cache_bytes`` bounds the namespace matrices kept in memory (LRU).
-    Needs numpy.
+    The namespace matrices kept in memory (LRU) share the process's budget
+    (:data:`fastaiagent.facts.index.matrix.CACHE_BYTES`), or with
+    ``cache_bytes`` have one of this index's own. Needs numpy.
     """
 
     def __init__(
@@ -64,11 +64,11 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         *,
         table: str = DEFAULT_TABLE,
         dimension: int | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_bytes: int | None = None,
     ) -> None:
         SQLiteTable.__init__(self, store, table, vectors_schema(table))
         self._sizes = Dimension(dimension, "another table")
-        self.cache_bytes = integer("cache_bytes", cache_bytes, minimum=0)
+        self.cache_bytes = None if cache_bytes is None else integer("cache_bytes", cache_bytes, minimum=0)
         MatrixIndex.__init__(self, self.cache_bytes)
         self._secrets = NamespaceSecrets(table)
         self._np = require("numpy", "local")
