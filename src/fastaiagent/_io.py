@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,15 +29,54 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
         raise
 
 
+# Deeper JSON is refused before the C encoder or decoder recurse into it: run
+# near the interpreter's recursion limit, any finaliser the garbage collector
+# calls meanwhile fails with an unraisable RecursionError of its own.
+MAX_JSON_DEPTH = 200
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_text_too_deep(text: str, start: int = 0) -> bool:
+    """Whether the JSON in ``text`` from ``start`` nests deeper than
+    :data:`MAX_JSON_DEPTH` (strings skipped; counting brackets settles most texts)."""
+    if text.count("[", start) + text.count("{", start) <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text, start):
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        elif bracket in "]}":
+            depth -= 1
+            if depth <= 0:
+                return False
+    return False
+
+
+def json_value_too_deep(value: Any) -> bool:
+    """Whether dicts and lists in ``value`` nest deeper than :data:`MAX_JSON_DEPTH`."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return False
+
+
 def decode_json(text: str | bytes) -> Any:
     """``json.loads(text)``; a value nested too deeply to decode raises
-    ``json.JSONDecodeError`` like any other bad input (the decoder's own
-    RecursionError would escape every handler written for bad JSON)."""
-    try:
+    ``json.JSONDecodeError`` like any other bad input."""
+    if isinstance(text, bytes) and text.count(b"[") + text.count(b"{") <= MAX_JSON_DEPTH:
         return json.loads(text)
-    except RecursionError:
-        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
-        raise json.JSONDecodeError("nested too deeply", doc[:200], 0) from None
+    doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if json_text_too_deep(doc):
+        raise json.JSONDecodeError("nested too deeply", doc[:200], 0)
+    return json.loads(doc)
 
 
 def read_json(path: str | os.PathLike[str], *, what: str = "memory file") -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fastaiagent._io import MAX_JSON_DEPTH, decode_json, json_text_too_deep
 from fastaiagent.facts.scoping import (
     MAX_ID_CHARS,
     Selector,
@@ -47,7 +48,10 @@ def test_write_validation() -> None:
     bad = [
         (Fact("x", scope="user", scope_id="*"), wildcard),
         (Fact("x", scope="agent", scope_id="a", project_id="*"), wildcard),
-        (Fact("x", scope="project", scope_id=""), "a project-scope fact needs a non-empty scope_id"),
+        (
+            Fact("x", scope="project", scope_id=""),
+            "a project-scope fact needs a non-empty scope_id",
+        ),
         (Fact("x", scope="nope", scope_id="a"), "unknown scope 'nope'; expected one of"),
         (Fact(" ", scope="user", scope_id="a"), "fact text is empty"),
         (
@@ -67,6 +71,32 @@ def test_write_validation() -> None:
     with pytest.raises(TypeError, match="metadata must be JSON-serialisable: nested too deeply"):
         validate_for_write(Fact("x", scope="user", scope_id="a", metadata=deep))
     assert validate_for_write(Fact("x", scope="agent", scope_id="")).scope_id == ""
+
+
+def test_json_depth_is_refused_before_the_interpreter_limit() -> None:
+    """Depth is counted, not found by running into RecursionError: near that limit
+    any finaliser the garbage collector runs fails unraisably (a test once did)."""
+
+    def nested(depth: int) -> dict[str, object]:
+        value: dict[str, object] = {}
+        for _ in range(depth - 1):
+            value = {"d": value}
+        return value
+
+    assert validate_for_write(
+        Fact("x", scope="user", scope_id="a", metadata=nested(MAX_JSON_DEPTH))
+    )
+    with pytest.raises(TypeError, match="nested too deeply"):
+        validate_for_write(
+            Fact("x", scope="user", scope_id="a", metadata=nested(MAX_JSON_DEPTH + 1))
+        )
+    text = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert json_text_too_deep(text) is False
+    assert json_text_too_deep("[" + text + "]") is True
+    assert json_text_too_deep('["' + "[" * 500 + '"]') is False  # brackets inside a string
+    assert decode_json('{"a": "' + "{" * 500 + '"}') == {"a": "{" * 500}
+    with pytest.raises(ValueError, match="nested too deeply"):
+        decode_json(b"[" * 100_000)
 
 
 def test_ids_and_limits() -> None:

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from fastaiagent._io import json_value_too_deep
+
 # The id rule is one for every layer (the faces check ids with it too); kept importable here.
 from fastaiagent._validate import MAX_ID_CHARS, fraction, id_problem, integer, number, text_problem
 from fastaiagent.errors import FactNotFoundError, InvalidTypeError, InvalidValueError
@@ -120,12 +122,12 @@ def _small_text_map(metadata: dict[Any, Any]) -> bool:
 
 def _check_metadata_json(metadata: dict[Any, Any]) -> None:
     """Raise unless ``metadata`` encodes as JSON within :data:`MAX_METADATA_BYTES`."""
+    if json_value_too_deep(metadata):
+        raise InvalidTypeError("metadata must be JSON-serialisable: nested too deeply")
     try:
         size = len(json.dumps(metadata)) if metadata else 0
     except (TypeError, ValueError) as exc:
         raise InvalidTypeError(f"metadata must be JSON-serialisable: {exc}") from None
-    except RecursionError:
-        raise InvalidTypeError("metadata must be JSON-serialisable: nested too deeply") from None
     if size > MAX_METADATA_BYTES:
         raise _too_big("metadata", f"{size:,} bytes of JSON", "MAX_METADATA_BYTES")
 

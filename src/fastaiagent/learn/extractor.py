@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fastaiagent._io import json_text_too_deep
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
 from fastaiagent.llm.errors import LLMBadRequestError
@@ -229,9 +230,11 @@ def _json_items(text: str) -> list[Any] | None:
         attempts += 1
         if attempts > _MAX_JSON_ATTEMPTS:
             break
+        if json_text_too_deep(text, match.start()):
+            continue
         try:
             value, _ = decoder.raw_decode(text, match.start())
-        except (ValueError, RecursionError):  # "[[[[..." deeper than the decoder goes
+        except ValueError:
             continue
         items = _items(value)
         if items is not None:
