@@ -21,8 +21,8 @@ from fastaiagent._optional import require
 require("pytest", "conformance")
 require("hypothesis", "conformance")
 
-from fastaiagent.facts.conformance.facts import FactStoreConformance
-from fastaiagent.facts.conformance.validity import ValidityConformance
+from fastaiagent.facts.conformance.facts import FactStoreConformance  # noqa: E402  (after the check)
+from fastaiagent.facts.conformance.validity import ValidityConformance  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:
