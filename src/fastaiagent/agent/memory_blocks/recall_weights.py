@@ -1,6 +1,6 @@
 """Every weight recall ranks with, in one place (the steps that use them are in
-:mod:`.vector_ranking`; how each was measured is in docs/semantic.md and the
-experiment log in bench/README.md).
+:mod:`.vector_ranking`; how each was measured is in docs/research/recall-history.md
+and the experiment log in bench/README.md).
 
 The weights are in standard deviations of the fused score (the dense and
 keyword sides are standardised and blended first), so they add up on one scale.
