@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.facts.index.keywords import query_terms
 from fastaiagent.facts.index.matrix import (
@@ -154,6 +155,20 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
     def read_vector_page(self, namespace: str, after: Any, limit: int) -> tuple[list[Chunk], Any]:
         """The backend's :meth:`vector_pages`: up to ``limit`` chunks with vectors after
         the cursor ``after`` (None: from the start), and the next cursor (None: done)."""
+        raise NotImplementedError
+
+    def newest(self, namespace: str, limit: int = 50, offset: int = 0) -> list[Chunk]:
+        """One page of ``namespace``'s chunks (without vectors), newest first by
+        ``metadata["created_at"]`` (recall's messages: when each was said), those
+        without a numeric time last; ``offset`` skips that many. What an operator's
+        list of a user's messages reads, through the time index (never the whole
+        namespace on SQLite and Postgres)."""
+        name = check_text("namespace", namespace)
+        size, skip = integer("limit", limit, minimum=0), integer("offset", offset, minimum=0)
+        return self.read_newest(name, size, skip) if size else []
+
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """The backend's :meth:`newest` (``limit`` >= 1, ``offset`` >= 0, checked)."""
         raise NotImplementedError
 
     def namespace_names(self) -> list[str]:

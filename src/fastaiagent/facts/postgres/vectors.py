@@ -532,6 +532,16 @@ class PostgresVectorIndex(MatrixIndex):
         chunks = [Chunk(row[1], row[2], bytes_vector(row[4]), dict(row[3])) for row in rows]
         return chunks, ((rows[-1][0], rows[-1][1]) if len(rows) == limit else None)
 
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """Newest first by the recorded time, a missing one last."""
+        query = sql.SQL(
+            "SELECT id, text, metadata FROM {} WHERE namespace = %s "
+            f"ORDER BY {_RECORDED} DESC NULLS LAST, gen DESC, id DESC LIMIT %s OFFSET %s"
+        ).format(sql.Identifier(self.table))
+        params = (namespace, limit, offset)
+        rows = self._run(lambda conn: conn.execute(query, params).fetchall())
+        return [Chunk(row[0], row[1], None, dict(row[2])) for row in rows]
+
     def read_namespace_names(self) -> list[str]:
         query = sql.SQL("SELECT DISTINCT namespace FROM {}").format(sql.Identifier(self.table))
         return [row[0] for row in self._run(lambda conn: conn.execute(query).fetchall())]

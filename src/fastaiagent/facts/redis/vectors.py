@@ -708,6 +708,28 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
             if not int(cursor):
                 return list(set(found))  # HSCAN may return an id twice
 
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """The page from ``rt:<ns>`` newest first; past its end, the chunks without a
+        numeric time, in id order (read only then: recall always records a time)."""
+        ns = self._ns(namespace)
+
+        def run() -> list[Chunk]:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zrevrange(self._k("rt:", ns), offset, offset + limit - 1)
+            pipe.zcard(self._k("rt:", ns))
+            ids, timed = pipe.execute()
+            if len(ids) < limit:
+                ids += self._untimed(ns)[max(0, offset - int(timed)) :][: limit - len(ids)]
+            docs = self._client.hmget(self._k("d:", ns), ids) if ids else []
+            return [_chunk(i, doc) for i, doc in zip(ids, docs, strict=True) if doc is not None]
+
+        return self._call(run)
+
+    def _untimed(self, ns: str) -> list[str]:
+        """The ids of ``ns`` missing from ``rt:<ns>``, sorted."""
+        timed = set(self._client.zrange(self._k("rt:", ns), 0, -1))
+        return sorted(i for i in self._scan_ids(self._k("d:", ns)) if i not in timed)
+
     def read_namespace_names(self) -> list[str]:
         return [self._name(ns) for ns in self._call(lambda: self._client.smembers(self._g("ns")))]
 

@@ -554,6 +554,15 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         chunks = [Chunk(i, text, bytes_vector(vec), json.loads(meta)) for _, i, text, meta, vec in rows]
         return chunks, (rows[-1][0] if len(rows) == limit else None)
 
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """Along the time index, newest first (SQLite sorts a missing time last)."""
+        rows = self._conn().execute(
+            f"SELECT id, text, metadata FROM {self.table} WHERE namespace = ? "
+            f"ORDER BY {RECORDED} DESC, rid DESC LIMIT ? OFFSET ?",
+            (namespace, limit, offset),
+        )
+        return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
+
     def read_namespace_names(self) -> list[str]:
         query = f"SELECT namespace FROM {self.table}_kw WHERE docs > 0"
         return [row[0] for row in self._conn().execute(query)]
