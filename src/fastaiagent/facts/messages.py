@@ -22,7 +22,7 @@ from typing import Any
 
 from fastaiagent._validate import identifier, integer, text
 from fastaiagent.facts.fact import SCOPES
-from fastaiagent.facts.vectors import every_vector_index, recall_namespace
+from fastaiagent.facts.vectors import ListsNewest, every_vector_index, recall_namespace
 from fastaiagent.kb.protocols import Chunk
 
 DEFAULT_PAGE = 50
@@ -72,7 +72,7 @@ def _namespace(user_id: str, project_id: str) -> str:
 
 
 def _indexes(store: Any) -> list[Any]:
-    return [index for index in every_vector_index(store) if callable(getattr(index, "newest", None))]
+    return [index for index in every_vector_index(store) if isinstance(index, ListsNewest)]
 
 
 def list_messages(

@@ -555,12 +555,23 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         return chunks, (rows[-1][0] if len(rows) == limit else None)
 
     def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
-        """Along the time index, newest first (SQLite sorts a missing time last)."""
-        rows = self._conn().execute(
-            f"SELECT id, text, metadata FROM {self.table} WHERE namespace = ? "
+        """Backwards along the time index (a number sorts below any text in SQLite, so
+        ``< ''`` is a range of the numeric times), then the chunks without one."""
+        t, conn, timed = self.table, self._conn(), f"{RECORDED} < ''"
+        rows = conn.execute(
+            f"SELECT id, text, metadata FROM {t} WHERE namespace = ? AND {timed} "
             f"ORDER BY {RECORDED} DESC, rid DESC LIMIT ? OFFSET ?",
             (namespace, limit, offset),
-        )
+        ).fetchall()
+        if len(rows) < limit:
+            (before,) = conn.execute(
+                f"SELECT count(*) FROM {t} WHERE namespace = ? AND {timed}", (namespace,)
+            ).fetchone()
+            rows += conn.execute(
+                f"SELECT id, text, metadata FROM {t} WHERE namespace = ? AND NOT "
+                f"coalesce({timed}, 0) ORDER BY rid LIMIT ? OFFSET ?",
+                (namespace, limit - len(rows), max(0, offset - before)),
+            ).fetchall()
         return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
 
     def read_namespace_names(self) -> list[str]:
