@@ -22,7 +22,7 @@ from typing import Any
 
 from fastaiagent._validate import identifier, integer, text
 from fastaiagent.facts.fact import SCOPES
-from fastaiagent.facts.vectors import ListsNewest, every_vector_index, recall_namespace
+from fastaiagent.facts.vectors import ListsNewest, every_vector_index, recall_namespace, recorded_at
 from fastaiagent.kb.protocols import Chunk
 
 DEFAULT_PAGE = 50
@@ -53,15 +53,12 @@ class MessageUser:
 
 
 def _message(chunk: Chunk) -> StoredMessage:
-    meta = chunk.metadata
-    at = meta.get("created_at")
-    timed = isinstance(at, int | float) and not isinstance(at, bool)
-    role, speaker = meta.get("role"), meta.get("speaker")
+    role, speaker = chunk.metadata.get("role"), chunk.metadata.get("speaker")
     return StoredMessage(
         id=chunk.id,
         text=chunk.text,
         role=role if isinstance(role, str) else "",
-        created_at=float(at) if timed else None,
+        created_at=recorded_at(chunk),
         speaker=speaker if isinstance(speaker, str) else "",
     )
 
@@ -90,7 +87,7 @@ def list_messages(
 
 
 def _newest_first(chunk: Chunk) -> tuple[int, float]:
-    at = _message(chunk).created_at
+    at = recorded_at(chunk)
     return (1, 0.0) if at is None else (0, -at)
 
 

@@ -361,7 +361,7 @@ class StoredVectorIndexConformance:
         pages = [[c.id for c in lister.newest("user:a", 2, offset)] for offset in (0, 2, 4, 6)]
         assert pages[:2] == [["user:a/2", "user:a/0"], ["user:a/3", "user:a/1"]]
         assert sorted(pages[2]) == ["a word", "no time"] and pages[3] == []  # no time: last
-        assert [c.id for c in lister.newest("user:a", 3, 3)][0] == "user:a/1"
+        assert lister.newest("user:a", 3, 3)[0].id == "user:a/1"
         assert lister.newest("user:a", 1)[0].text == "text of user:a/2" and lister.newest("user:a", 0) == []
         assert [c.id for c in lister.newest("user:a:b", 9)] == [f"user:a:b/{i}" for i in (2, 0, 3, 1)]
         assert lister.newest("nobody", 5) == []
