@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from fastaiagent._format import one_line
-from fastaiagent._validate import id_problem
 from fastaiagent.facts.messages import delete_message
 from fastaiagent.ui import people, views
 from fastaiagent.ui.forms import read_form
@@ -55,14 +54,10 @@ def add_people_pages(app: Any, site: Any) -> None:
         if isinstance(form, Response):
             return form
         user, project, message_id = (form.get(k, "") for k in ("user", "project_id", "message_id"))
-        for name, value, empty in (("the user id", user, False), ("the project id", project, True)):
-            problem = None if empty and not value else id_problem(value)
-            if problem is not None:
-                return site.error(400, f"Nothing was deleted: {name} {problem}.")
-        if not message_id.strip():
-            return site.error(400, "Nothing was deleted: the form names no message.")
         try:
             done = await run_in_threadpool(delete_message, site.store, user, message_id, project)
+        except ValueError as exc:  # a bad id (the one id rule): nothing deleted, the reason said
+            return site.error(400, f"Nothing was deleted: {one_line(exc)}.")
         except Exception as exc:
             return site.failed("fact store", exc, "memory")
         if not done:
