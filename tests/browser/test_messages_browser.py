@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _recalled_sample import ANN, BOB, recalled, seeded_memory
 from live_server import LiveServer, navigate
 
+from _recalled_sample import ANN, BOB, recalled, seeded_memory
 from fastaiagent.ui import create_app
 
 pytestmark = pytest.mark.browser

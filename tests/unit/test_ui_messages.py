@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from _recalled_sample import seeded_memory
 from fastapi.testclient import TestClient
 
+from _recalled_sample import seeded_memory
 from fastaiagent.facts import messages
 from fastaiagent.ui import create_app
 
