@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from _recalled_sample import ANN, BOB, recalled, seeded_memory
+from _recalled_sample import ANN, BOB, WordHashEmbedder, recalled, seeded_memory
 from fastaiagent.cli import _register, app
 from fastaiagent.facts import messages
+from fastaiagent.facts.index.embedding_cache import identity_of
+from fastaiagent.facts.vectors import text_key
 
 NEWEST_FIRST = [m.content for m in reversed(ANN)]
 
@@ -35,17 +37,25 @@ def test_a_users_messages_are_listed_newest_first_paged_and_searched(any_locatio
     assert users == {("", "ann"): 3, ("", "bob"): 1}
 
 
+def _cached(store: object, text: str) -> dict[str, list[float]]:
+    """ann's cached embedding of ``text``, if the index keeps one."""
+    index = store.vector_store(32)  # type: ignore[attr-defined]
+    return dict(index.cached_embeddings(identity_of(WordHashEmbedder(32)), "user:ann", [text_key(text)]))
+
+
 def test_deleting_one_message_takes_it_out_of_recall_and_nothing_else(any_location):
     memory = seeded_memory(any_location)
     store = memory.store
     porto, bobs = messages.list_messages(store, "ann")[0], messages.list_messages(store, "bob")[0]
     assert porto.text == ANN[2].content and "Porto" in recalled(memory, "ann", "Where did I move to?")
+    assert list(_cached(store, porto.text)) == [text_key(porto.text)]
     assert not messages.delete_message(store, "ann", bobs.id)  # another user's id: nothing
     assert messages.delete_message(store, "ann", porto.id)
     assert not messages.delete_message(store, "ann", porto.id)
     assert "Porto" not in recalled(memory, "ann", "Where did I move to?")
     assert porto.id not in {m.id for m in messages.search_messages(store, "ann", "Porto April job")}
     assert porto.id not in {m.id for m in messages.list_messages(store, "ann")}
+    assert _cached(store, porto.text) == {}  # its embedding is not kept either
     assert "Miso" in recalled(memory, "bob", "What is my cat called?")
     assert bobs.id in {m.id for m in messages.list_messages(store, "bob")}
     assert "Biscuit" in recalled(memory, "ann", "What is my dog called?")

@@ -9,7 +9,7 @@ index, and need no embedder: the list is read newest first from the time index
 (``newest``), a search is the index's own keyword side of recall
 (``keyword_search``), and a delete is the index's ``delete``, which removes the
 message's vector, its keyword postings and every process's in-memory copy of it
-(recall no longer finds it). A message id of another user changes nothing.
+(recall no longer finds it), then its cached embeddings (``forget_cached``). A message id of another user changes nothing.
 
 Messages kept in a VectorStore passed as ``recall=`` (FAISS, Qdrant, ...) are
 not in the fact store and are not seen here.
@@ -22,7 +22,14 @@ from typing import Any
 
 from fastaiagent._validate import identifier, integer, text
 from fastaiagent.facts.fact import SCOPES
-from fastaiagent.facts.vectors import ListsNewest, every_vector_index, recall_namespace, recorded_at
+from fastaiagent.facts.vectors import (
+    ListsNewest,
+    embedded_text,
+    every_vector_index,
+    recall_namespace,
+    recorded_at,
+    text_key,
+)
 from fastaiagent.kb.protocols import Chunk
 
 DEFAULT_PAGE = 50
@@ -121,9 +128,19 @@ def delete_message(store: Any, user_id: str, message_id: str, project_id: str = 
     wanted = text("message_id", message_id)
     deleted = 0
     for index in _indexes(store):
-        if any(chunk.namespace == namespace for chunk in index.get([wanted])):
-            deleted += int(index.delete([wanted]))
+        for chunk in index.get([wanted]):
+            if chunk.namespace == namespace:
+                deleted += int(index.delete([wanted]))
+                _forget_embedding(index, namespace, chunk)
     return deleted > 0
+
+
+def _forget_embedding(index: Any, namespace: str, chunk: Chunk) -> None:
+    """Drop the message's cached embeddings (of its text, and of the text it was
+    embedded as) from the user's embedding cache, where the index keeps one."""
+    forget = getattr(index, "forget_cached", None)
+    if callable(forget):
+        forget(namespace, [text_key(chunk.text), text_key(embedded_text(chunk))])
 
 
 def recall_user(namespace: str) -> tuple[str, str] | None:

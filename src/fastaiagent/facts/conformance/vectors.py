@@ -27,7 +27,8 @@ runs: cosine ranking, upsert by id (also moving a chunk to another
 namespace), namespace isolation of vector and keyword search (namespaces that
 are prefixes of each other or hold glob / SQL characters included), ``ids``,
 ``get``, ``delete``, ``delete_namespace`` (the namespace's cached embeddings
-too), the embedding cache per identity and namespace, dimension mismatch,
+too), ``forget_cached`` where the index has it, the embedding cache per
+identity and namespace, dimension mismatch,
 freshness between two objects on the same storage (what one writes or
 deletes the other sees at once), concurrent writers, and, for an index with
 the optional ``search_recorded`` (``ListsRecorded``), search among the
@@ -295,6 +296,21 @@ class StoredVectorIndexConformance:
         index.cache_embeddings(small, "bulk", many)
         assert index.cached_embeddings(small, "bulk", list(many)) == many
         assert index.count() == 0  # the cache is not chunks
+
+    def test_forget_cached_drops_those_texts_of_one_namespace(self, index: Index) -> None:
+        forget = getattr(index, "forget_cached", None)
+        if not callable(forget):
+            pytest.skip(f"{type(index).__name__} has no forget_cached (an optional capability)")
+        one, two = embedder_identity("model", DIM), embedder_identity("other", DIM)
+        keys = [text_key("kite"), text_key("lake")]
+        for ns in ("user:a", "user:a:b"):
+            for ident in (one, two):
+                index.cache_embeddings(ident, ns, {key: vec(1) for key in keys})
+        forget("user:a", [text_key("kite"), text_key("never cached")])
+        forget("user:a", [])
+        for ident in (one, two):  # every identity's copy of that text goes
+            assert list(index.cached_embeddings(ident, "user:a", keys)) == [text_key("lake")]
+            assert sorted(index.cached_embeddings(ident, "user:a:b", keys)) == sorted(keys)
 
     def test_dimension_is_fixed_by_the_first_add(self, index: Index) -> None:
         index.add([chunk("a", vec(1), "n")])

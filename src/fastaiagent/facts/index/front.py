@@ -233,6 +233,17 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         if blobs:
             self.write_cache(identity, namespace, blobs)
 
+    def forget_cached(self, namespace: str, keys: Sequence[str]) -> None:
+        """Drop the cached vectors of these text keys in ``namespace``, of every
+        identity (a deleted message's embedding goes with it)."""
+        wanted = list(dict.fromkeys(check_text("text key", key) for key in keys))
+        if wanted:
+            self.delete_cache(check_text("namespace", namespace), wanted)
+
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        """The backend's :meth:`forget_cached` (distinct keys, at least one)."""
+        raise NotImplementedError
+
     def read_cache(self, identity: str, namespace: str, keys: list[str]) -> Iterable[tuple[str, bytes]]:
         """The backend's cache read: ``(text key, float32 bytes)`` of the keys it holds."""
         raise NotImplementedError

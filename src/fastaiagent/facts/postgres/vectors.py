@@ -102,6 +102,7 @@ _QUERIES = {
     "delete_ns": "DELETE FROM {n} WHERE namespace = %s",
     "cached": "SELECT text_key, vector FROM {e} WHERE namespace = %s AND identity = %s "
     "AND text_key = ANY(%s)",
+    "uncache": "DELETE FROM {e} WHERE namespace = %s AND text_key = ANY(%s)",
     "cache": "INSERT INTO {e} (namespace, identity, text_key, vector) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (namespace, identity, text_key) DO UPDATE SET vector = excluded.vector",
 }
@@ -567,6 +568,9 @@ class PostgresVectorIndex(MatrixIndex):
     def read_cache(self, identity: str, namespace: str, keys: list[str]) -> list[tuple[str, bytes]]:
         params = (namespace, identity, keys)
         return list(self._run(lambda conn: conn.execute(self._q["cached"], params).fetchall()))
+
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        self._run(lambda conn: conn.execute(self._q["uncache"], (namespace, keys)))
 
     def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
         params = [(namespace, identity, key, blob) for key, blob in blobs.items()]

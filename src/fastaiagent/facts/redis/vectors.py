@@ -474,6 +474,20 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
         )
         return [(k, raw) for k, raw in zip(keys, found, strict=True) if raw is not None]
 
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        """HDEL from the hash of each identity ``ci:<ns>`` lists."""
+        ns = self._ns(namespace)
+
+        def run() -> None:
+            identities = self._client.smembers(self._k("ci:", ns))
+            if identities:
+                pipe = self._client.pipeline(transaction=False)
+                for identity in identities:
+                    pipe.hdel(self._k("c:", f"{ns}:{identity}"), *keys)
+                pipe.execute()
+
+        self._call(run)
+
     def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
         """One MULTI."""
         key = self._cache_key(identity, namespace)

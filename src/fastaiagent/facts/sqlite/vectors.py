@@ -632,6 +632,17 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             ).fetchall()
         return found
 
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        self._conn()
+        with self.store._table_write() as conn:
+            conn.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed
+            for batch in _batches(keys):
+                conn.execute(
+                    f"DELETE FROM {self.table}_cache WHERE namespace = ? "
+                    f"AND text_key IN ({', '.join('?' * len(batch))})",
+                    (namespace, *batch),
+                )
+
     def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
         self._conn()
         with self.store._table_write() as conn:
