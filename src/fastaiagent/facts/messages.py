@@ -162,10 +162,10 @@ def message_users(store: Any) -> list[MessageUser]:
     """Every user whose messages the store holds, with the count, by project then id."""
     counts: dict[tuple[str, str], int] = {}
     for index in _indexes(store):
-        for namespace in index.namespace_names():
+        for namespace, count in index.namespace_counts().items():
             owner = recall_user(namespace)
-            if owner is not None and owner[1]:
-                counts[owner] = counts.get(owner, 0) + int(index.count(namespace))
+            if owner is not None:
+                counts[owner] = counts.get(owner, 0) + count
     return [MessageUser(user, project, n) for (project, user), n in sorted(counts.items()) if n]
 
 

@@ -175,8 +175,8 @@ class ListsNewest(Protocol):
         without one after them."""
         ...
 
-    def namespace_names(self) -> list[str]:
-        """Every namespace that holds a chunk, sorted."""
+    def namespace_counts(self) -> dict[str, int]:
+        """Every namespace that holds a chunk, with how many, in one read."""
         ...
 
 

@@ -179,6 +179,15 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         """The backend's :meth:`namespace_names`."""
         raise NotImplementedError
 
+    def namespace_counts(self) -> dict[str, int]:
+        """Every namespace that holds a chunk, with how many (one read, not one per
+        namespace): what a list of every user's recalled messages counts."""
+        return {name: count for name, count in self.read_namespace_counts() if count > 0}
+
+    def read_namespace_counts(self) -> Iterable[tuple[str, int]]:
+        """The backend's :meth:`namespace_counts`."""
+        raise NotImplementedError
+
     def ids(self, namespace: str) -> set[str]:
         """Every chunk id ``namespace`` holds."""
         return self.read_ids(check_text("namespace", namespace))

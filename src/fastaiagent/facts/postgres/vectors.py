@@ -543,6 +543,12 @@ class PostgresVectorIndex(MatrixIndex):
         rows = self._run(lambda conn: conn.execute(query, params).fetchall())
         return [Chunk(row[0], row[1], None, dict(row[2])) for row in rows]
 
+    def read_namespace_counts(self) -> list[tuple[str, int]]:
+        query = sql.SQL("SELECT namespace, count(*) FROM {} GROUP BY namespace").format(
+            sql.Identifier(self.table)
+        )
+        return [(row[0], int(row[1])) for row in self._run(lambda conn: conn.execute(query).fetchall())]
+
     def read_namespace_names(self) -> list[str]:
         query = sql.SQL("SELECT DISTINCT namespace FROM {}").format(sql.Identifier(self.table))
         return [row[0] for row in self._run(lambda conn: conn.execute(query).fetchall())]

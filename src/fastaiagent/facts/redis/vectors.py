@@ -744,6 +744,18 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
         timed = set(self._client.zrange(self._k("rt:", ns), 0, -1))
         return sorted(i for i in self._scan_ids(self._k("d:", ns)) if i not in timed)
 
+    def read_namespace_counts(self) -> list[tuple[str, int]]:
+        """HLEN of each listed namespace, in one pipeline."""
+
+        def run() -> list[tuple[str, int]]:
+            names = sorted(self._client.smembers(self._g("ns")))
+            pipe = self._client.pipeline(transaction=False)
+            for ns in names:
+                pipe.hlen(self._k("d:", ns))
+            return [(self._name(ns), int(n)) for ns, n in zip(names, pipe.execute(), strict=True)]
+
+        return self._call(run)
+
     def read_namespace_names(self) -> list[str]:
         return [self._name(ns) for ns in self._call(lambda: self._client.smembers(self._g("ns")))]
 

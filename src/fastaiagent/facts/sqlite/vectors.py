@@ -574,6 +574,11 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             ).fetchall()
         return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
 
+    def read_namespace_counts(self) -> list[tuple[str, int]]:
+        """From the per-namespace keyword statistics, kept by triggers with every row."""
+        query = f"SELECT namespace, docs FROM {self.table}_kw WHERE docs > 0"
+        return [(name, int(docs)) for name, docs in self._conn().execute(query)]
+
     def read_namespace_names(self) -> list[str]:
         query = f"SELECT namespace FROM {self.table}_kw WHERE docs > 0"
         return [row[0] for row in self._conn().execute(query)]
