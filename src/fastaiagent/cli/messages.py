@@ -41,7 +41,7 @@ def _print(messages: list[Any]) -> None:
 def messages(
     user: str = typer.Option(..., "--user", help="The user whose recalled messages to show."),
     search: str | None = typer.Option(
-        None, "--search", "-q", help="Only messages recall finds by these words, best first."
+        None, "--search", help="Only messages recall finds by these words, best first."
     ),
     limit: int = typer.Option(20, help="At most this many messages (a page)."),
     page: int = typer.Option(1, "--page", help="Which page, newest first (1 is the newest)."),
@@ -51,8 +51,7 @@ def messages(
     location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
     project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
 ) -> None:
-    """A user's recalled messages (what recall and add_history stored), newest first, a
-    page at a time; --search TEXT finds them by keywords; --delete ID deletes one."""
+    """A user's recalled messages, newest first, a page at a time; --search, --delete one."""
     from fastaiagent.facts import messages as stored
     from fastaiagent.facts.factory import make_fact_store
 
