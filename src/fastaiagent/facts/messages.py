@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastaiagent._validate import identifier, integer, text
+from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES
 from fastaiagent.facts.vectors import (
     ListsNewest,
@@ -71,7 +72,9 @@ def _message(chunk: Chunk) -> StoredMessage:
 
 
 def _namespace(user_id: str, project_id: str) -> str:
-    user = identifier("user_id", user_id)  # "*" is refused: one user at a time
+    if user_id == "*":
+        raise InvalidValueError('name one user: messages are read and deleted one user at a time, not "*"')
+    user = identifier("user_id", user_id)
     return recall_namespace(identifier("project_id", project_id, allow_empty=True), user)
 
 
