@@ -257,7 +257,8 @@ def prune(
 
 def register(app: typer.Typer) -> None:
     """Add the ``memory`` sub-app to the ``fastaiagent`` CLI."""
-    from fastaiagent.cli import memory_transfer
+    from fastaiagent.cli import memory_transfer, messages
 
     memory_transfer.register(memory_app)
+    messages.register(memory_app)
     app.add_typer(memory_app, name="memory")
