@@ -49,7 +49,7 @@ def private_text_file(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
         return
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        os.fchmod(fd, 0o600)  # mkstemp's mode already; said here because it is the point
+        os.chmod(tmp, 0o600)  # mkstemp's mode already; said here because it is the point
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             yield stream
             stream.flush()
