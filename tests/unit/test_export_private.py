@@ -42,7 +42,9 @@ def test_export_user_writes_a_file_only_its_owner_can_read(memory: Memory, tmp_p
     assert "Lives in Paris" in out.read_text() and "Oslo" not in out.read_text()
 
 
-def test_an_export_over_a_readable_file_replaces_it_with_a_private_one(memory: Memory, tmp_path: Path) -> None:
+def test_an_export_over_a_readable_file_replaces_it_with_a_private_one(
+    memory: Memory, tmp_path: Path
+) -> None:
     out = tmp_path / "alice.jsonl"
     out.write_text("old\n")
     out.chmod(0o644)
@@ -83,6 +85,8 @@ def test_the_cli_export_is_private_too(memory: Memory, tmp_path: Path) -> None:
     out = tmp_path / "all.jsonl"
     out.write_text("")
     out.chmod(0o644)
-    done = CliRunner().invoke(app, ["memory", "export", "-l", f"sqlite:///{tmp_path / 'm.db'}", "-o", str(out)])
+    done = CliRunner().invoke(
+        app, ["memory", "export", "-l", f"sqlite:///{tmp_path / 'm.db'}", "-o", str(out)]
+    )
     assert done.exit_code == 0, done.output
     assert mode(out) == 0o600 and "Lives in Oslo" in out.read_text()
