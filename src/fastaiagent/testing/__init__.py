@@ -10,7 +10,9 @@ caller in text or with :func:`tool_call`, like a real model.
 ``RuleBasedLLM`` is a stand-in for a real model in examples and quick starts:
 it answers the fact-extraction prompt of ``Memory(learn=)`` by simple rules
 ("my name is Alice" -> "Name is Alice") and chat turns with a short reply
-(:mod:`fastaiagent.testing.rules`).
+(:mod:`fastaiagent.testing.rules`). :func:`remembered` gives a stand-in
+model of your own the facts memory put in its prompt, without the preamble
+around them, so it can answer like a chat model would.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from fastaiagent.errors import InvalidTypeError, InvalidValueError, UsageError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
 from fastaiagent.llm.message import Message, ToolCall
 from fastaiagent.testing import rules
+from fastaiagent.testing.rules import remembered
 
 #: What a test LLM may answer: text, a whole response, tool call(s), or an exception to raise.
 Reply = str | LLMResponse | ToolCall | list[ToolCall] | BaseException
@@ -216,4 +219,4 @@ class RuleBasedLLM(_RecordingLLM):
         return _to_response(answer, self.model)
 
 
-__all__ = ["CannedLLM", "FunctionLLM", "Reply", "RuleBasedLLM", "echo_llm", "tool_call"]
+__all__ = ["CannedLLM", "FunctionLLM", "Reply", "RuleBasedLLM", "echo_llm", "remembered", "tool_call"]

@@ -162,7 +162,12 @@ def extraction_answer(
 
 
 def remembered(messages: Sequence[Message]) -> list[str]:
-    """The remembered facts a prompt shows: the quoted notes of its fact sections."""
+    """The remembered facts a prompt shows, unquoted, in prompt order: the notes of
+    its fact sections (global, user, plane), without headings, the preamble or
+    sources. Summaries and recalled messages are not facts and are left out.
+
+    ``remembered(messages)`` is ``["Support hours are 9-17", "Has a beagle"]``
+    for a prompt holding those two facts: what a stand-in model answers from."""
     notes: list[str] = []
     for message in messages:
         if message.role != "system" or PREAMBLE not in (message.content or ""):
