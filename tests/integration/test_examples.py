@@ -50,6 +50,8 @@ def test_example_runs(script, backend, tmp_path, own_location):
     done = run_example(script, args, tmp_path)
     assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
     assert done.stdout.strip(), f"{script} printed nothing"
+    # The offline models answer from the facts, as a chat model would: no memory preamble.
+    assert "Remembered notes" not in done.stdout
 
 
 @pytest.mark.browser
@@ -57,6 +59,8 @@ def test_observability_examples_seed_traces_and_capture_the_pages(tmp_path):
     require_chromium()  # snapshot.py reads the same FASTAIAGENT_CHROMIUM* variables
     seeded = run_example("examples/memory_observability/companion.py", [], tmp_path)
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    assert "Remembered notes" not in seeded.stdout
+    assert "Here is what I remember: Support hours are 9:00-17:00 CET; Lives in Oslo" in seeded.stdout
     shots = tmp_path / "shots"
     captured = run_example("examples/memory_observability/snapshot.py", ["--out", str(shots)], tmp_path)
     assert captured.returncode == 0, captured.stdout + captured.stderr

@@ -102,3 +102,34 @@ def test_memory_learns_per_user_with_it():
     assert [f.fact for f in mem.retrieve(id="bob")] == ["Lives in Oslo"]
     answer = agent.run("What do you know about me?", context=alice).output
     assert "Name is Alice" in answer and "Oslo" not in answer and PREAMBLE not in answer
+
+
+def test_for_an_agent_s_knowledge_it_records_instructions_never_personal_facts():
+    from fastaiagent.learn.loop import extract_for_scope
+
+    said = "My name is Alice and I live in Paris. Please always answer in two sentences."
+    agent = extract_for_scope(RuleBasedLLM(), "agent", said, [])
+    assert [f.text for f in agent] == ["Always answer in two sentences"]
+    user = extract_for_scope(RuleBasedLLM(), "user", said, [])
+    assert [f.text for f in user] == ["Name is Alice", "Lives in Paris"]
+
+
+def test_remembered_gives_the_facts_of_a_prompt_without_preamble_summary_or_messages():
+    from fastaiagent.agent.memory_blocks.framing import MESSAGES_PREAMBLE, SUMMARY_PREAMBLE
+    from fastaiagent.testing import remembered
+
+    prompt = [
+        SystemMessage("Be brief."),
+        SystemMessage(
+            f'Facts true for everyone using this agent:\n{PREAMBLE}\n- "Open 9-17" (manual)'
+        ),
+        SystemMessage(f'Facts about this user:\n{PREAMBLE}\n- "Has a beagle" (learned, 0.6)'),
+        SystemMessage(
+            f'Summary of earlier conversation:\n{SUMMARY_PREAMBLE}\n- "Talked about dogs" (summary)'
+        ),
+        SystemMessage(
+            f'Relevant past messages:\n{MESSAGES_PREAMBLE}\n- "I adopted a puppy" (user said)'
+        ),
+        UserMessage('- "not a note" (user said)'),
+    ]
+    assert remembered(prompt) == ["Open 9-17", "Has a beagle"]

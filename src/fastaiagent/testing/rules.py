@@ -9,7 +9,10 @@
   email", "I'm a vegetarian", "call me Al", "I have two cats" ...), as a
   ``record_facts`` tool call when the tool is offered, else as JSON text. A
   new fact about the same thing as a known one ("Lives in Berlin" after "Lives
-  in Paris") is marked as replacing it.
+  in Paris") is marked as replacing it. Asked for an agent's operational
+  knowledge (``fastaiagent learn``'s agent scope, shown to every user), it
+  records standing instructions only ("please always cite sources" -> "Always
+  cite sources"), never a personal fact.
 - **Anything else** (a chat turn): a question is answered with the remembered
   facts the prompt shows, a statement with a short acknowledgement.
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 
 from fastaiagent.agent.memory_blocks.framing import PREAMBLE
 from fastaiagent.learn.extractor import RECORD_FACTS
+from fastaiagent.learn.loop import AGENT_KNOWLEDGE_PROMPT
 from fastaiagent.llm.base import ToolSpec
 from fastaiagent.llm.message import Message, ToolCall
 
@@ -45,6 +49,7 @@ _NOTE = re.compile(r'^- (?P<quoted>".*") \([^()]*\)$')
 _SENTENCES = re.compile(
     r"[.!;]+(?=\s|\Z)|\n+|,?\s+(?:and|but)\s+(?=(?:i|i'm|i've|my|call me)\b)", re.IGNORECASE
 )
+_OPENERS = r"^(?:hi|hello|hey|so|well|also|oh|ok|okay|actually)\b[,!]?\s*"
 _call_ids = itertools.count(1)
 _ONE_OFF = ("question", "problem", "issue", "request", "idea", "minute", "moment", "look")
 
@@ -87,6 +92,42 @@ _RULES = (
 )
 
 
+# Standing instructions, for an agent's operational knowledge (never personal).
+_INSTRUCTIONS = (
+    (re.compile(r"^(?:please )?always (?P<value>.+)$", re.IGNORECASE), "Always {value}"),
+    (
+        re.compile(r"^(?:please )?(?:never|don't|do not) (?P<value>.+)$", re.IGNORECASE),
+        "Never {value}",
+    ),
+)
+
+
+def instructions_in(text: str) -> list[str]:
+    """The standing instructions in ``text``: "please always X" -> "Always X",
+    "never X" / "please don't X" -> "Never X"; nothing personal."""
+    found: list[str] = []
+    for clause in _clauses(text):
+        for pattern, template in _INSTRUCTIONS:
+            match = pattern.match(clause)
+            if match and len(match.group("value")) <= MAX_VALUE_CHARS:
+                fact = template.format(value=match.group("value").strip())
+                if fact not in found:
+                    found.append(fact)
+                break
+    return found
+
+
+def _clauses(text: str) -> list[str]:
+    """The statements of ``text``, one per clause, greetings and questions dropped."""
+    clauses = []
+    for clause in _SENTENCES.split(text):
+        clause = clause.strip().strip("\"'").strip()
+        if not clause or clause.endswith("?"):
+            continue
+        clauses.append(re.sub(_OPENERS, "", clause, flags=re.IGNORECASE))
+    return clauses
+
+
 def facts_in(text: str) -> list[str]:
     """The durable facts the rules find in ``text`` (a user's message), in order.
 
@@ -95,13 +136,7 @@ def facts_in(text: str) -> list[str]:
     have a question") and anything the rules do not know give nothing.
     """
     found: list[str] = []
-    for clause in _SENTENCES.split(text):
-        clause = clause.strip().strip("\"'").strip()
-        if not clause or clause.endswith("?"):
-            continue
-        clause = re.sub(
-            r"^(?:hi|hello|hey|so|well|also|oh|ok|okay|actually)\b[,!]?\s*", "", clause, flags=re.I
-        )
+    for clause in _clauses(text):
         fact = _first_fact(clause)
         if fact and fact not in found:
             found.append(fact)
@@ -152,7 +187,14 @@ def extraction_answer(
     if match is None:
         return None
     known = {f"F{m.group('n')}": m.group("fact") for m in _KNOWN.finditer(match.group("known"))}
-    texts = facts_in(match.group("body")) if match.group("speaker") == "the user" else []
+    body, agent_scope = (
+        match.group("body"),
+        bool(messages) and messages[0].content == AGENT_KNOWLEDGE_PROMPT,
+    )
+    if match.group("speaker") != "the user":
+        texts = []
+    else:
+        texts = instructions_in(body) if agent_scope else facts_in(body)
     facts = [{"fact": text, "replaces": _replaced(text, known)} for text in texts]
     if any(tool.name == RECORD_FACTS for tool in tools):
         return ToolCall(
