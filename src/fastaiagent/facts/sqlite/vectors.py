@@ -7,7 +7,7 @@ per-namespace change generations that let a process keep a namespace's matrix
 in memory and check it with one indexed read.
 
 Search is exact cosine over one namespace with numpy (a per-user namespace is
-small; see docs/semantic.md for where an ANN index takes over), in the namespace
+small; see docs/research/recall-speed.md for where an ANN index takes over), in the namespace
 matrices of :mod:`fastaiagent.facts.index.matrix`, behind the shared front of
 :mod:`fastaiagent.facts.index.front`.
 """
