@@ -132,7 +132,7 @@ def show(
 
 
 def _source(fact: Fact) -> str:
-    """The source in words, with the run it came from: ``user said (trace 0af3...)``."""
+    """The source name, with the run it came from: ``learned (trace 0af3...)``."""
     words = fact.source_words
     return f"{words} (trace {fact.source_trace_id})" if fact.source_trace_id else words
 
