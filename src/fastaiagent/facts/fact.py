@@ -19,6 +19,15 @@ SOURCES = (SOURCE_MANUAL, SOURCE_CONVERSATION, SOURCE_TRACES)
 RENAMED_SOURCES = {"learn": SOURCE_TRACES}
 """Older names of a source, read as today's: a fact stored as ``"learn"`` (by
 ``fastaiagent learn`` before the rename) reads as ``"traces"``."""
+
+
+def current_source(source: str) -> str:
+    """``source`` under today's name (a store or export file written before a rename
+    reads as today's). The stores call it where they turn stored rows into facts, not
+    :class:`Fact` itself: the per-turn read builds many facts and maps in its query."""
+    return RENAMED_SOURCES.get(source, source)
+
+
 # Kept for callers of the old table: a source's words are its name.
 SOURCE_WORDS = {source: source for source in SOURCES}
 LEARNED_CONFIDENCE = 0.6
@@ -105,11 +114,6 @@ class Fact:
     valid_from: float | None = None
     valid_to: float | None = None
     superseded_at: float | None = None
-
-    def __post_init__(self) -> None:
-        # A store (or export file) written before a source was renamed reads as today's name.
-        if self.source in RENAMED_SOURCES:
-            self.source = RENAMED_SOURCES[self.source]
 
     @property
     def active(self) -> bool:

@@ -31,7 +31,7 @@ from fastaiagent.errors import (
 )
 from fastaiagent.facts import outage
 from fastaiagent.facts.capabilities import StoreCapabilities
-from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact
+from fastaiagent.facts.fact import SOURCE_CONVERSATION, Fact, current_source
 from fastaiagent.facts.locations import check_postgres_url, redacted_url
 from fastaiagent.facts.postgres.schema import FactTable
 from fastaiagent.facts.schema import Schema, migrate_postgres
@@ -65,9 +65,11 @@ logger = logging.getLogger("fastaiagent.facts.postgres")
 
 DEFAULT_TABLE = "learned_memory"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
-# One subject's active rows, the varying columns only (a subject read's parts).
+# One subject's active rows, the varying columns only (a subject read's parts); the
+# source's old name read as today's here (RENAMED_SOURCES), not per fact in Python.
 _SUBJECT_SELECT = (
-    "SELECT fact, confidence, source, source_trace_id, NULLIF(metadata, '{{}}'::jsonb), id, "
+    "SELECT fact, confidence, CASE source WHEN 'learn' THEN 'traces' ELSE source END, "
+    "source_trace_id, NULLIF(metadata, '{{}}'::jsonb), id, "
     "created_at, valid_from, valid_to FROM {} WHERE scope = %s AND scope_id = %s "
     "AND project_id = %s AND superseded_by IS NULL "
     "AND (valid_from IS NULL OR valid_from <= %s) "
@@ -111,7 +113,7 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     as NULL)."""
     superseded_by = None if row[10] is None else int(row[10])
     return Fact(
-        row[0], row[1], row[2], row[3], float(row[4]), row[5], row[6], dict(row[7] or {}),
+        row[0], row[1], row[2], row[3], float(row[4]), current_source(row[5]), row[6], dict(row[7] or {}),
         int(row[8]), float(row[9]), superseded_by, row[11], row[12], row[13],
     )  # fmt: skip
 

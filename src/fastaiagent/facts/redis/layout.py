@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from fastaiagent.errors import SchemaVersionError
-from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.fact import RENAMED_SOURCES, Fact, current_source
 
 # A row lists these Fact fields in the dataclass's own order, so building a
 # Fact from a row is one positional call (``superseded_by`` is None: rows are
@@ -37,6 +37,7 @@ ROW_FIELDS = (
 if tuple(f.name for f in dataclasses.fields(Fact))[: len(ROW_FIELDS)] != ROW_FIELDS:
     raise ImportError("Fact's fields changed: update ROW_FIELDS in fastaiagent.facts.redis.layout")
 ROW_LEN = len(ROW_FIELDS)
+SOURCE_AT = ROW_FIELDS.index("source")
 ID_WIDTH = 20  # digits of a sorted-set member; the Lua scripts hard-code it too
 
 
@@ -96,7 +97,7 @@ def parse_fact(fact_id: int, raw: dict[str, str]) -> Fact:
         scope_id=raw.get("scope_id", ""),
         project_id=raw.get("project_id", ""),
         confidence=float(raw.get("confidence") or 1.0),
-        source=raw.get("source") or "manual",
+        source=current_source(raw.get("source") or "manual"),
         source_trace_id=raw.get("source_trace_id") or None,
         created_at=float(raw.get("created_at") or 0.0),
         superseded_by=int(superseded) if superseded else None,
@@ -140,7 +141,24 @@ def row_parts(fact: Fact) -> tuple[str, str]:
 
 def parse_rows(entries: list[str]) -> list[Fact]:
     """The facts of a subject's row entries (no marker among them), in one JSON parse."""
-    return [Fact(*row) for row in json.loads("[" + ",".join([e[ID_WIDTH:] for e in entries]) + "]")]
+    return facts_of_rows("[" + ",".join([e[ID_WIDTH:] for e in entries]) + "]")
+
+
+def facts_of_rows(text: str) -> list[Fact]:
+    """The facts of a JSON list of rows; an old source name (rare: the text is
+    searched once, not each row) reads as today's."""
+    rows = json.loads(text)
+    if any(f'"{old}"' in text for old in RENAMED_SOURCES):
+        for row in rows:
+            if len(row) > SOURCE_AT:
+                row[SOURCE_AT] = current_source(row[SOURCE_AT])
+    return [Fact(*row) for row in rows]
+
+
+def fact_of_row(row: list[Any]) -> Fact:
+    """The fact of one parsed row, an old source name read as today's."""
+    row[SOURCE_AT] = current_source(row[SOURCE_AT])
+    return Fact(*row)
 
 
 def row_facts(entries: list[str], now: float) -> list[Fact]:

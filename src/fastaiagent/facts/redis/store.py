@@ -86,6 +86,7 @@ from fastaiagent.facts.redis.cluster import (
 from fastaiagent.facts.redis.layout import (
     ROW_LEN,
     escape_part,
+    fact_of_row,
     fact_row,
     glob_escape,
     parse_fact,
@@ -680,7 +681,7 @@ class RedisFactStore(StoreFront, StoreCapabilities, SpreadOps):
         facts = []
         for row in json.loads(reply):
             if len(row) >= ROW_LEN:
-                facts.append(Fact(*row))
+                facts.append(fact_of_row(row))
             elif (fact := self._read_fact(self._client, row[0])) is not None:
                 facts.append(fact)
         return facts

@@ -24,6 +24,7 @@ from fastaiagent.facts.fact import (
     SOURCE_MANUAL,
     Fact,
     UsualMetadata,
+    current_source,
     metadata_from_text,
 )
 from fastaiagent.facts.scoping import (
@@ -185,8 +186,9 @@ class WriteSteps:
 
 def _row_to_fact(row: tuple[Any, ...]) -> Fact:
     return Fact(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], metadata_from_text(row[7]), *row[8:]
-    )
+        row[0], row[1], row[2], row[3], row[4], current_source(row[5]), row[6],
+        metadata_from_text(row[7]), *row[8:],
+    )  # fmt: skip
 
 
 # The per-turn read: one subject's active facts valid at a moment, newest first,
@@ -194,8 +196,10 @@ def _row_to_fact(row: tuple[Any, ...]) -> Fact:
 # known, so only the varying columns come back, and the usual values come back as NULL
 # (or 0: the store's usual metadata, ?4): a NULL or a small int costs the sqlite3
 # module no object, a repeated 'manual' or '{"agent_id": ...}' costs a new str each row.
+# A source's old name is read as today's here (RENAMED_SOURCES), not per fact in Python.
 _SUBJECT_FIELDS = (
-    "SELECT fact, confidence, NULLIF(source, 'manual'), source_trace_id, "
+    "SELECT fact, confidence, CASE source WHEN 'manual' THEN NULL WHEN 'learn' THEN 'traces' "
+    "ELSE source END, source_trace_id, "
     "CASE metadata WHEN '{}' THEN NULL WHEN ?4 THEN 0 ELSE metadata END, id, created_at, "
     "valid_from, valid_to FROM learned_memory INDEXED BY idx_learned_memory_subject_live "
     "WHERE scope_id = ?1 AND scope = ?2 AND project_id = ?3 AND superseded_by IS NULL "

@@ -21,7 +21,7 @@ import numpy as np
 
 from fastaiagent._io import decode_json
 from fastaiagent.errors import InvalidValueError, SchemaVersionError
-from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.fact import Fact, current_source
 from fastaiagent.facts.items import StoredItem
 from fastaiagent.facts.windows import WindowKey
 from fastaiagent.kb.protocols import Chunk
@@ -226,6 +226,8 @@ def fact_of(line: dict[str, Any]) -> Fact:
     for name, kind in _TYPES:  # the fields validate_for_write does not check
         if isinstance(values[name], bool) or not isinstance(values[name], kind):
             raise InvalidValueError(f"a fact whose {name} is {type(values[name]).__name__}")
+    if isinstance(values["source"], str):  # a file of an older release: today's name
+        values["source"] = current_source(values["source"])
     return Fact(**values)
 
 
