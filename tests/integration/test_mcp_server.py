@@ -38,6 +38,7 @@ from _mcp_client import (  # noqa: E402
     stdio_session,
 )
 from fastaiagent import Memory  # noqa: E402
+from fastaiagent.agent.deprecation import REMOVED_IN  # noqa: E402
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
@@ -107,7 +108,9 @@ def test_the_deprecated_recall_tool_still_retrieves_and_says_it_is_deprecated(tm
         anyio.run(scenario, url)
     memory.location.close()
     said = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
-    assert said == ["MCP tool 'recall' is deprecated: clients should call 'retrieve'"]  # once
+    assert said == [
+        f"MCP tool 'recall' is deprecated: clients should call 'retrieve' (removed in fastaiagent {REMOVED_IN})"
+    ]  # once
 
 
 def test_the_tools_deprecated_recall_method_warns_and_retrieves(memory):
