@@ -63,7 +63,7 @@ def memory(tmp_path: Path) -> Memory:
 
 def test_stdio_lists_the_tools_with_their_input_schemas(tmp_path):
     async def scenario() -> None:
-        args = cli_args("--location", sqlite_location(tmp_path), "--user-id", "alice")
+        args = cli_args("--location", sqlite_location(tmp_path), "--user", "alice")
         async with stdio_session(args, str(tmp_path)) as session:
             listed = {tool.name: tool for tool in (await session.list_tools()).tools}
             assert set(listed) == LISTED
@@ -125,7 +125,7 @@ def test_the_tools_deprecated_recall_method_warns_and_retrieves(memory):
 
 def test_stdio_round_trip_and_the_facts_are_durable(tmp_path):
     location = sqlite_location(tmp_path)
-    args = cli_args("--location", location, "--user-id", "alice")
+    args = cli_args("--location", location, "--user", "alice")
 
     async def scenario() -> None:
         async with stdio_session(args, str(tmp_path)) as session:
@@ -147,7 +147,7 @@ def test_stdio_round_trip_and_the_facts_are_durable(tmp_path):
 def test_stdio_bad_arguments_are_tool_errors_and_the_server_keeps_running(tmp_path):
     async def scenario() -> None:
         args = cli_args(
-            "--location", sqlite_location(tmp_path), "--user-id", "alice", "--agent-id", "support"
+            "--location", sqlite_location(tmp_path), "--user", "alice", "--agent-id", "support"
         )
         async with stdio_session(args, str(tmp_path)) as session:
             await bad_arguments_are_tool_errors(session)
@@ -161,8 +161,8 @@ def test_stdio_without_a_user_has_no_user_tier(tmp_path):
             "--location", sqlite_location(tmp_path), "--agent-id", "support", "--global-writes"
         )
         async with stdio_session(args, str(tmp_path)) as session:
-            assert "--user-id" in await call_error(session, "remember", text="I like tea")
-            assert "--user-id" in await call_error(session, "retrieve")
+            assert "--user" in await call_error(session, "remember", text="I like tea")
+            assert "--user" in await call_error(session, "retrieve")
             await call(session, "remember", text="Support hours are 9 to 5", tier="global")
             assert await retrieved(session, tier="global") == ["Support hours are 9 to 5"]
 
@@ -341,7 +341,7 @@ def test_a_token_is_required_off_localhost(tmp_path):
         (("--transport", "http", "--token", "short=alice"), {}, "at least 16 characters"),
         (("--transport", "http", "--token", "no-user-in-this-token-spec"), {}, "TOKEN=USER"),
         (
-            ("--transport", "http", "--token", f"{TOKEN_ALICE}=alice", "--user-id", "bob"),
+            ("--transport", "http", "--token", f"{TOKEN_ALICE}=alice", "--user", "bob"),
             {},
             "not both",
         ),
@@ -363,7 +363,7 @@ def test_a_token_is_required_off_localhost(tmp_path):
         ),
         (
             (
-                "--user-id",
+                "--user",
                 "*",
             ),
             {},

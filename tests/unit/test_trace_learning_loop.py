@@ -192,9 +192,9 @@ def test_cli_mines_with_an_llm_client_and_a_progress_bar(tmp_path, cli):
 
 def test_cli_refuses_personal_scopes_and_empty_ids(tmp_path, cli):
     location = f"sqlite:///{tmp_path / 'facts.db'}"
-    result = cli("learn", "--location", location, "--scope", "user", "--scope-id", "alice", "--model", "m")
+    result = cli("learn", "--location", location, "--subject", "user:alice", "--model", "m")
     assert result.exit_code == 2 and "--allow-personal" in result.output
-    result = cli("learn", "--location", location, "--scope-id", "", "--model", "m")
+    result = cli("learn", "--location", location, "--subject", "agent:", "--model", "m")
     assert result.exit_code == 2 and "empty scope id" in result.output
     result = cli("learn", "--location", location)
     assert result.exit_code == 2 and "--model" in result.output
@@ -207,13 +207,13 @@ def test_cli_list_filters_before_it_limits(tmp_path, cli):
     for i in range(30):  # newer facts of someone else would crowd a limit-then-filter listing
         store.add(Fact(f"bob fact {i}", scope="user", scope_id="bob", created_at=1_000 + i))
     location = f"sqlite:///{tmp_path / 'facts.db'}"
-    result = cli("learn", "list", "--location", location, "--scope", "user:alice", "--limit", "2")
+    result = cli("learn", "list", "--location", location, "--subject", "user:alice", "--limit", "2")
     assert result.exit_code == 0, result.output
     assert re.findall(r"alice fact \d", result.output) == ["alice fact 2", "alice fact 1"]
     assert "bob" not in result.output
-    everyone = cli("learn", "list", "--location", location, "--scope", "user", "--limit", "40")
+    everyone = cli("learn", "list", "--location", location, "--subject", "user", "--limit", "40")
     assert len(re.findall(r"(?:alice|bob) fact \d+", everyone.output)) == 33
-    bad = cli("learn", "list", "--location", location, "--scope", "galaxy")
+    bad = cli("learn", "list", "--location", location, "--subject", "galaxy")
     assert bad.exit_code == 2
 
 

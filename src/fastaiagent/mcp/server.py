@@ -146,7 +146,7 @@ def unknown_arguments(tool: str, given: Any, accepted: tuple[str, ...]) -> str |
     )
     if any("user" in name.lower() for name in unknown):
         message += (
-            ". The user a call acts for is the connection's (the server's --user-id, "
+            ". The user a call acts for is the connection's (the server's --user, "
             "or the token), never an argument"
         )
     return message

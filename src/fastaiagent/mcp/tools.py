@@ -145,7 +145,7 @@ class MemoryTools:
             if not user:
                 raise PolicyError(
                     f"{verb}: this connection acts for no user, so it has no user tier; start the "
-                    "server with --user-id, or connect over HTTP with a token mapped to a user"
+                    "server with --user, or connect over HTTP with a token mapped to a user"
                 )
             return user
         agent_id = self.memory.config.agent_id
