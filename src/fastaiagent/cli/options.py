@@ -66,8 +66,8 @@ def user_option(help: str, default: str | None = None) -> Any:
     return typer.Option(default, USER_FLAG, help=help)
 
 
-def subject_option(default: str | None = None, help: str = SUBJECT_HELP) -> Any:
-    """``--subject`` / ``-s``: a scope and its id, ``user:alice``."""
+def subject_option(default: Any = None, help: str = SUBJECT_HELP) -> Any:
+    """``--subject`` / ``-s``: a scope and its id, ``user:alice`` (``...``: required)."""
     return typer.Option(default, SUBJECT_FLAG, "-s", help=help)
 
 
