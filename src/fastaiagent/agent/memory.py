@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from fastaiagent import trace
 from fastaiagent._validate import identifier, optional_id
 from fastaiagent.agent.composable import ComposableMemory
-from fastaiagent.agent.deprecation import UNSET
+from fastaiagent.agent.deprecation import UNSET, warn_renamed
 from fastaiagent.agent.forgetting import PEERS, attributed, drop_stored_windows
 from fastaiagent.agent.memory_blocks.background import flush_lane_everywhere
 from fastaiagent.agent.memory_blocks.base import described
@@ -217,7 +217,9 @@ class Memory:
 
     @property
     def store(self) -> FactStore:
-        """The fact store (an older name of :attr:`location`, kept for compatibility)."""
+        """Deprecated: the older name of :attr:`location` (the fact store), with a
+        DeprecationWarning; removed in :data:`~fastaiagent.agent.deprecation.REMOVED_IN`."""
+        warn_renamed("Memory.store", "Memory.location")
         return self.location
 
     # -- the direct verbs ------------------------------------------------------

@@ -254,5 +254,5 @@ def __getattr__(name: str) -> Any:
     new = _RENAMED.get(name)
     if new is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warn_renamed(f"{__name__}.{name}", f"{__name__}.{new}", stacklevel=2)
+    warn_renamed(f"{__name__}.{name}", f"{__name__}.{new}")
     return globals()[new]
