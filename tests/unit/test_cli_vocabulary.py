@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from fastaiagent.agent.deprecation import REMOVED_IN
 from fastaiagent.cli import _register, app
-from fastaiagent.cli.options import RENAMED_OPTIONS, renamed_args
+from fastaiagent.cli.old_spellings import renamed_args
+from fastaiagent.cli.options import RENAMED_OPTIONS
 from fastaiagent.learn import Fact, MemoryStore
 
 # Every spelling each idea has had (the oracle: what a user might have typed).

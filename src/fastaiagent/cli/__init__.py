@@ -13,7 +13,7 @@ import logging
 import typer
 
 from fastaiagent.cli.failures import DEBUG_ENV, guard_all, set_debug
-from fastaiagent.cli.options import use_renamed_spellings
+from fastaiagent.cli.old_spellings import use_renamed_spellings
 
 app = typer.Typer(help="fastaiagent: agent memory tools.", no_args_is_help=True)
 

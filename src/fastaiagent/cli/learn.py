@@ -13,10 +13,10 @@ import typer
 from fastaiagent._format import format_time
 from fastaiagent._validate import positive_int
 from fastaiagent.cli.failures import checking_options
+from fastaiagent.cli.old_spellings import deprecated_option
 from fastaiagent.cli.options import (
     SUBJECT_FLAG,
     agent_option,
-    deprecated_option,
     limit_option,
     location_option,
     parse_subject,

@@ -12,24 +12,20 @@ how many       ``--limit``                 ``limit=``
 trace store    ``--trace-db``              ``TraceStore(path)``
 =============  ==========================  ====================================
 
-An option renamed keeps its old spelling until :data:`REMOVED_IN`: every
-command that has the new spelling accepts the old one (hidden from ``--help``),
-runs as if given the new one and prints a note on stderr
-(:data:`RENAMED_OPTIONS`; :func:`use_renamed_spellings` applies it to every
-command). An old option that is not a plain rename (``learn --scope-id``) is a
-hidden :func:`deprecated_option` the command merges itself.
+An option renamed keeps its old spelling until :data:`REMOVED_IN`
+(:data:`RENAMED_OPTIONS`): every command that has the new spelling accepts the
+old one, hidden from ``--help``, with a note on stderr (see
+:mod:`fastaiagent.cli.old_spellings`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 
 from fastaiagent._validate import identifier
-from fastaiagent.agent.deprecation import REMOVED_IN, deprecation_note
+from fastaiagent.agent.deprecation import REMOVED_IN
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import SCOPES
 
@@ -91,23 +87,6 @@ def trace_db_option(help: str) -> Any:
     return typer.Option(None, TRACE_DB_FLAG, help=help)
 
 
-def deprecated_option(old: str, new: str) -> Any:
-    """A hidden option ``old`` that still works and prints a note naming ``new``
-    when given (the command merges its value into ``new``'s)."""
-
-    def note(value: Any) -> Any:
-        if value is not None:
-            say_renamed(old, new)
-        return value
-
-    return typer.Option(None, old, hidden=True, callback=note)
-
-
-def say_renamed(old: str, new: str) -> None:
-    """The note an old spelling prints on stderr (stdout stays the command's output)."""
-    typer.echo(f"note: {deprecation_note(old, new)}", err=True)
-
-
 def parse_subject(value: str | None, *, required: bool) -> tuple[str | None, str | None]:
     """``--subject``'s ``scope:id`` as (scope, id); id None for ``scope`` alone or
     ``scope:*`` (every subject of the scope, where a command reads)."""
@@ -129,80 +108,16 @@ def checked_project(project: str | None) -> str | None:
     return None if project is None else identifier(PROJECT_FLAG, project, allow_empty=True)
 
 
-def _spellings(params: Sequence[Any]) -> tuple[set[str], set[str]]:
-    """Every option string of ``params``, and those that take a value."""
-    every: set[str] = set()
-    valued: set[str] = set()
-    for param in params:
-        names = [*param.opts, *getattr(param, "secondary_opts", ())]
-        every.update(names)
-        if param.param_type_name == "option" and not param.is_flag and not param.count:
-            valued.update(param.opts)
-    return every, valued
-
-
-def renamed_args(params: Sequence[Any], args: list[str], *, stop_at_word: bool) -> list[str]:
-    """``args`` with each old spelling of :data:`RENAMED_OPTIONS` (``--old`` or
-    ``--old=value``) replaced by its new one, where ``params`` have the new one and
-    not the old; a note for each on stderr. Values and everything after ``--`` (and,
-    for a group, after its sub-command's name) are left as they are."""
-    every, valued = _spellings(params)
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--" or (stop_at_word and not arg.startswith("-")):
-            return out + args[i:]
-        name, equals, value = arg.partition("=")
-        new = RENAMED_OPTIONS.get(name)
-        if new is not None and new in every and name not in every:
-            say_renamed(name, new)
-            name, arg = new, new + equals + value
-        out.append(arg)
-        if name in valued and not equals and i + 1 < len(args):
-            out.append(args[i + 1])
-            i += 1
-        i += 1
-    return out
-
-
-class RenamingCommand(TyperCommand):
-    """A command that takes the old spellings of its options (see :func:`renamed_args`)."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, renamed_args(self.get_params(ctx), args, stop_at_word=False))
-
-
-class RenamingGroup(TyperGroup):
-    """A group (its own options, before the sub-command) that takes old spellings."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, renamed_args(self.get_params(ctx), args, stop_at_word=True))
-
-
-def use_renamed_spellings(app: typer.Typer) -> None:
-    """Make every command and sub-group of ``app`` accept the old spellings."""
-    for info in app.registered_commands:
-        if info.cls in (None, TyperCommand):  # typer's default; a command's own class is kept
-            info.cls = RenamingCommand
-    for group in app.registered_groups:
-        group.cls = RenamingGroup
-        if group.typer_instance is not None:
-            use_renamed_spellings(group.typer_instance)
-
-
 __all__ = [
     "REMOVED_IN",
     "RENAMED_OPTIONS",
     "agent_option",
     "checked_project",
-    "deprecated_option",
     "limit_option",
     "location_option",
     "parse_subject",
     "project_option",
     "subject_option",
     "trace_db_option",
-    "use_renamed_spellings",
     "user_option",
 ]
