@@ -290,3 +290,21 @@ def test_bad_loop_arguments_fail_before_any_work(tmp_path, kwargs, error, match)
     arguments = {"llm": _extractor(), "location": MemoryStore(tmp_path / "f.db"), **kwargs}
     with pytest.raises(error, match=match):
         learn_from_traces(arguments.pop("llm"), trace_store=tmp_path / "traces.db", **arguments)
+
+
+def test_cli_subject_says_where_facts_go_and_the_old_scope_pair_still_works(tmp_path, cli):
+    _seed_runs(tmp_path, "Keep reports under 800 words")
+    location = f"sqlite:///{tmp_path / 'facts.db'}"
+    common = ("--location", location, "--trace-db", str(tmp_path / "traces.db"), "--provider",
+              "openai-compatible", "--model", "fake-model", "--allow-personal", "--remine")  # fmt: skip
+    with FakeLLMServer() as server:
+        server.default = Say('{"facts": [{"fact": "Keep reports under 800 words", "replaces": null}]}')
+        new = cli("learn", *common, "--base-url", server.openai_url, "--subject", "user:alice")
+        old = cli("learn", *common, "--base-url", server.openai_url, "--scope", "user", "--scope-id", "bob")
+        other = cli("learn", *common, "--base-url", server.openai_url, "--agent-id", "someone-else")
+    assert new.exit_code == old.exit_code == other.exit_code == 0, (new.output, old.output, other.output)
+    assert "deprecated" not in new.output and "use --subject" in old.stderr
+    store = MemoryStore(tmp_path / "facts.db")
+    for user in ("alice", "bob"):
+        assert [f.fact for f in store.list_active("user", user)] == ["Keep reports under 800 words"]
+    assert "0 mined" in other.output and store.list_active("agent", "writer") == []  # only that agent's runs

@@ -16,8 +16,10 @@ from typing import Any, ParamSpec, TypeVar
 
 from fastaiagent.errors import InvalidValueError
 
-# The release that removes every deprecated alias (Python names, MCP tool, CLI spellings).
 REMOVED_IN = "2.0"
+"""The release that removes every deprecated alias: Python names, the MCP tool
+``recall`` and the command line's old option spellings (one constant, so every
+warning, note and help text names the same release)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
