@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fastaiagent import Agent, Memory, RunContext
 from fastaiagent.llm.message import Message
-from fastaiagent.testing import FunctionLLM
+from fastaiagent.testing import FunctionLLM, remembered
 
 
 @dataclass
@@ -25,9 +25,13 @@ class Session:
 
 
 def recall(messages: list[Message]) -> str:
+    """An offline 'model' that answers from the facts memory injected and the window."""
+    notes = remembered(messages)  # the facts, without the preamble around them
     said = [m.content for m in messages[:-1] if m.role == "user"]
-    facts = [m.content for m in messages if m.role == "system" and "Facts about this user" in (m.content or "")]
-    return f"window={said} facts={facts}"
+    reply = "I know: " + "; ".join(notes) + "." if notes else "I know nothing about you yet."
+    if said:
+        return reply + " Earlier you said: " + " / ".join(f"{text!r}" for text in said) + "."
+    return reply + " This is a new conversation."
 
 
 def main(folder: Path) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from fastaiagent import Agent, Memory, RunContext, trace
 from fastaiagent.learn.loop import learn_from_traces
 from fastaiagent.llm.message import Message
-from fastaiagent.testing import FunctionLLM
+from fastaiagent.testing import FunctionLLM, remembered
 
 # This example's own stores (the environment variable wins), read by snapshot.py too.
 os.environ.setdefault("FASTAIAGENT_LOCAL_DB", ".fastaiagent-examples/observability/local.db")
@@ -68,9 +68,11 @@ def offline_model(messages: list[Message]) -> str:
                 replaces = next((fid for fid, f in known if f.startswith("Lives in") and text.startswith("Lives in")), None)
                 facts.append({"fact": text, "replaces": replaces})
         return json.dumps({"facts": facts})
-    injected = [m.content for m in messages if m.role == "system" and m.content and "\n- " in m.content]
-    known = " / ".join(block.split("\n", 1)[1].replace("\n", " ") for block in injected)
-    return f"Got it. (I know: {known})" if known else "Got it."
+    # A chat answer from the facts memory injected: the notes, never the preamble.
+    notes = remembered(messages)
+    if (messages[-1].content or "").rstrip().endswith("?") and notes:
+        return "Here is what I remember: " + "; ".join(notes) + "."
+    return "Got it."
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fastaiagent import Agent, Memory, RunContext
 from fastaiagent.llm.message import Message
-from fastaiagent.testing import FunctionLLM
+from fastaiagent.testing import FunctionLLM, remembered
 
 
 @dataclass
@@ -24,15 +24,16 @@ class Session:
 
 
 def answer_from_prompt(messages: list[Message]) -> str:
-    """An offline 'model': lists the facts and earlier turns it was given."""
-    facts = [m.content for m in messages if m.role == "system" and m.content and "\n- " in m.content]
+    """An offline 'model' that answers as a chat model would, from the facts memory
+    put in its prompt (the notes, not the preamble around them) and the earlier turns."""
+    notes = remembered(messages)
     earlier = [m.content for m in messages[:-1] if m.role == "user"]
-    parts = [f"You asked: {messages[-1].content}"]
-    if facts:
-        parts.append("I know: " + " / ".join(f.split("\n", 1)[1].replace("\n", " ") for f in facts))
+    reply = "Happy to help!"
+    if notes:
+        reply += " I'm keeping in mind: " + "; ".join(notes) + "."
     if earlier:
-        parts.append("Earlier you said: " + "; ".join(earlier))
-    return " | ".join(parts)
+        reply += " Earlier you asked: " + " / ".join(f"{text!r}" for text in earlier) + "."
+    return reply
 
 
 DATA = Path(".fastaiagent-examples") / "memory_simple"
@@ -58,9 +59,12 @@ def main() -> None:
     )
     alice, bob = RunContext(state=Session("alice")), RunContext(state=Session("bob"))
 
-    print(agent.run("Any tips for my dog?", context=alice).output)
-    print(agent.run("What should I cook tonight?", context=bob).output)
-    print(agent.run("And a toy for him?", context=alice).output)
+    for question, who in [
+        ("Any tips for my dog?", alice),
+        ("What should I cook tonight?", bob),
+        ("And a toy for him?", alice),
+    ]:
+        print(f"{who.state.user_id}: {question}\n  -> {agent.run(question, context=who).output}")
 
     alice_facts = [f.fact for f in memory.retrieve(tier="user", id="alice")]
     bob_facts = [f.fact for f in memory.retrieve(tier="user", id="bob")]

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fastaiagent.errors import InvalidValueError, MissingFileError
 
@@ -23,6 +26,34 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
             json.dump(data, handle, ensure_ascii=False)
             handle.flush()
             os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def private_text_file(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
+    """A text stream whose content becomes the file ``path``, readable by its owner only.
+
+    For personal data (a user's exported memory): written to a temp file in the
+    same directory, created mode 0600, then renamed over ``path``, so the file is
+    0600 whether or not it existed before (its old mode and content are replaced
+    whole, never left half-written). A symlink is followed to the file it names.
+    A path that is not a regular file (``/dev/stdout``, a pipe) is written as it is.
+    """
+    target = Path(os.path.realpath(path))
+    if target.exists() and not stat.S_ISREG(target.stat().st_mode):
+        with open(target, "w", encoding="utf-8") as stream:
+            yield stream
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.chmod(tmp, 0o600)  # mkstemp's mode already; said here because it is the point
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -499,3 +499,24 @@ def test_a_redis_cluster_client_can_be_passed(redis_cluster: RedisCluster, clust
     assert pools and all(p.connection_class.__name__.startswith("Guarded") for p in pools)
     own.close()
     mine.close()
+
+
+def test_a_users_messages_are_listed_and_one_deleted_on_a_cluster(
+    redis_cluster: RedisCluster, cluster_prefix: str
+) -> None:
+    from _recalled_sample import ANN, recalled, seeded_memory
+    from fastaiagent.facts import messages
+
+    memory = seeded_memory(f"{redis_cluster.url}&prefix={cluster_prefix}")
+    store = memory.store
+    listed = messages.list_messages(store, "ann", limit=2)
+    assert [m.text for m in listed] == [ANN[2].content, ANN[1].content]
+    assert messages.count_messages(store, "ann") == 3
+    assert {(u.user_id, u.messages) for u in messages.message_users(store)} == {("ann", 3), ("bob", 1)}
+    assert [m.text for m in messages.search_messages(store, "ann", "Porto")] == [ANN[2].content]
+    bobs = messages.list_messages(store, "bob")[0].id
+    assert not messages.delete_message(store, "ann", bobs)
+    assert messages.delete_message(store, "ann", listed[0].id)
+    assert "Porto" not in recalled(memory, "ann", "Where did I move to?")
+    assert bobs in {m.id for m in messages.list_messages(store, "bob")}
+    store.close()

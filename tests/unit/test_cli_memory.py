@@ -144,7 +144,7 @@ def test_forget_takes_a_fact_or_a_user_not_both(cli, store: MemoryStore) -> None
     assert "--user" in cli("memory", "forget", "--help").output
 
 
-def test_search_and_show_name_the_source_in_words(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
+def test_search_and_show_name_the_source(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
     said = store.add(Fact("Has a beagle", scope="user", scope_id="carol", source=SOURCE_CONVERSATION,
                           source_trace_id="ab" * 16))  # fmt: skip
     store.add(Fact("Likes short answers", scope="user", scope_id="carol", source=SOURCE_TRACES))
@@ -153,10 +153,10 @@ def test_search_and_show_name_the_source_in_words(cli, store: MemoryStore) -> No
     lines = out.output.splitlines()
     assert "trace" in lines[0]
     beagle = next(line for line in lines if "Has a beagle" in line)
-    assert "user said" in beagle and "ab" * 16 in beagle
-    assert "learned" in next(line for line in lines if "Likes short answers" in line)
+    assert "learned" in beagle and "ab" * 16 in beagle
+    assert "traces" in next(line for line in lines if "Likes short answers" in line)
     assert "manual" in cli("memory", "search", "", "--subject", "user:bob", "-l", _location(store)).output
     shown = cli("memory", "show", str(said), "-l", _location(store))
-    assert f"source user said (trace {'ab' * 16})" in shown.output
+    assert f"source learned (trace {'ab' * 16})" in shown.output
     listed = cli("learn", "list", "--subject", "user:carol", "-l", _location(store))
-    assert "user said (trace abababab)" in listed.output and "learned" in listed.output
+    assert "learned (trace abababab)" in listed.output and "traces" in listed.output

@@ -99,7 +99,7 @@ def test_what_the_model_sees(mem_and_llm):
     agent.run("hello")
     assert systems(llm.calls[0]) == [
         "Be brief.",
-        f'{GLOBAL}\n{PREAMBLE}\n- "Refunds take 30 days" (global)',
+        f'{GLOBAL}\n{PREAMBLE}\n- "Refunds take 30 days" (manual)',
         f'{USER}\n{PREAMBLE}\n- "Prefers email" (manual, 0.6)',
     ]
 
@@ -166,7 +166,7 @@ def test_a_system_override_said_by_a_user_is_not_stored_or_injected(tmp_path):
     last = llm.calls[-1]
     assert not any("SYSTEM OVERRIDE" in text for text in systems(last))
     assert len(systems(last)) == 2
-    assert section(last, USER) == f'{USER}\n{PREAMBLE}\n- "Prefers email" (user said, 0.6)'
+    assert section(last, USER) == f'{USER}\n{PREAMBLE}\n- "Prefers email" (learned, 0.6)'
     # The user's own message stays in the conversation, as a user message.
     assert [m.role for m in last if "SYSTEM OVERRIDE" in (m.content or "")] == ["user"]
 
@@ -285,7 +285,7 @@ def test_fact_extraction_block_applies_the_policy_and_quotes_what_it_injects():
     block.on_message(UserMessage(OVERRIDE))
     block.on_message(UserMessage("Prefers email"))
     [message] = block.render("q")
-    assert message.content == f'Known facts:\n{PREAMBLE}\n- "Prefers email" (user said, 0.6)'
+    assert message.content == f'Known facts:\n{PREAMBLE}\n- "Prefers email" (learned, 0.6)'
 
 
 def test_a_saved_instruction_is_judged_again_on_load():

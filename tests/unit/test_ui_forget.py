@@ -258,21 +258,21 @@ def test_the_timeline_stays_readable_after_its_newest_version_is_deleted(store: 
 # -- sources in words --------------------------------------------------------------
 
 
-def test_sources_are_shown_in_words_with_the_run_as_a_link(store: MemoryStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sources_are_shown_by_name_with_the_run_as_a_link(store: MemoryStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
     said = _user(store, "Has a beagle", "alice", source=SOURCE_CONVERSATION, source_trace_id="ab" * 16)
     mined = _user(store, "Likes short answers", "alice", source=SOURCE_TRACES, source_trace_id="cd" * 16)
     manual = _user(store, "VIP customer", "alice")
     client = _client(store, tmp_path)
     listing = client.get("/memory").text
     cells = dict(re.findall(r'<tr id="fact-(\d+)".*?<td class="source">(.*?)</td>', listing, re.S))
-    assert cells[str(said)].startswith("user said · ") and f'href="/traces/{"ab" * 16}"' in cells[str(said)]
-    assert cells[str(mined)].startswith("learned · ") and "trace cdcdcdcd" in cells[str(mined)]
+    assert cells[str(said)].startswith("learned · ") and f'href="/traces/{"ab" * 16}"' in cells[str(said)]
+    assert cells[str(mined)].startswith("traces · ") and "trace cdcdcdcd" in cells[str(mined)]
     assert cells[str(manual)] == "manual"
     fact_page = client.get(f"/memory/facts/{said}").text
-    assert '<span class="source">user said</span>' in fact_page and f'/traces/{"ab" * 16}' in fact_page
+    assert '<span class="source">learned</span>' in fact_page and f'/traces/{"ab" * 16}' in fact_page
     assert (
         Fact("x", source=SOURCE_CONVERSATION).source_words,
         Fact("x", source=SOURCE_TRACES).source_words,
         Fact("x").source_words,
         Fact("x", source="import").source_words,
-    ) == ("user said", "learned", "manual", "import")
+    ) == ("learned", "traces", "manual", "import")

@@ -129,15 +129,15 @@ class Memory:
     - ``fact_ttl``: how long a fact ``learn=`` extracts holds (seconds or a
       ``timedelta``; default None: until replaced); a stated end ("until
       Friday") wins.
-
-    Renamed keywords keep working, with a DeprecationWarning: ``windows=`` is
-    ``window_store=`` and ``window_ttl_seconds=`` is ``window_ttl=`` (one word per
-    idea: ``window`` is the window's size, every ``*_ttl`` a time to live).
     - ``clock``: ``() -> datetime | UNIX seconds``, the time every read and
       write of this Memory uses (default: the system clock); tests inject one.
     - ``max_memory_tokens``: a token budget for what memory injects each turn
       (facts, summary, recalled messages), packed by priority and score; the
       window is never cut (default None: no budget; see ``docs/semantic.md``).
+
+    Renamed keywords keep working, with a DeprecationWarning: ``windows=`` is
+    ``window_store=`` and ``window_ttl_seconds=`` is ``window_ttl=`` (one word per
+    idea: ``window`` is the window's size, every ``*_ttl`` a time to live).
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.

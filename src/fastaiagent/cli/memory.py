@@ -126,7 +126,7 @@ def show(
 
 
 def _source(fact: Fact) -> str:
-    """The source in words, with the run it came from: ``user said (trace 0af3...)``."""
+    """The source name, with the run it came from: ``learned (trace 0af3...)``."""
     words = fact.source_words
     return f"{words} (trace {fact.source_trace_id})" if fact.source_trace_id else words
 
@@ -250,7 +250,8 @@ def prune(
 
 def register(app: typer.Typer) -> None:
     """Add the ``memory`` sub-app to the ``fastaiagent`` CLI."""
-    from fastaiagent.cli import memory_transfer
+    from fastaiagent.cli import memory_transfer, messages
 
     memory_transfer.register(memory_app)
+    messages.register(memory_app)
     app.add_typer(memory_app, name="memory")

@@ -16,6 +16,7 @@ from fastaiagent.facts.fact import (
     SOURCE_CONVERSATION,
     SOURCE_MANUAL,
     SOURCE_TRACES,
+    SOURCES,
     Fact,
 )
 from fastaiagent.facts.factory import make_fact_store
@@ -37,6 +38,7 @@ __getattr__ = LazyNames(
 
 __all__ = [
     "SCOPES",
+    "SOURCES",
     "SOURCE_CONVERSATION",
     "SOURCE_MANUAL",
     "SOURCE_TRACES",

@@ -9,14 +9,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 SCOPES = ("user", "project", "agent")
-SOURCE_MANUAL = "manual"  # written directly (Memory.persist, store.add)
-# learned during a run: Memory(learn=), FactExtractionBlock(persist=True)
-SOURCE_CONVERSATION = "learned"
-SOURCE_TRACES = "learn"  # mined from past traces by `fastaiagent learn`
-# Each source in words, for people (the Memory page, the CLI), as the model is
-# told it: what a run learned from the user is "user said"; what `fastaiagent
-# learn` mined from past traces is "learned"; a direct write is "manual".
-SOURCE_WORDS = {SOURCE_MANUAL: "manual", SOURCE_CONVERSATION: "user said", SOURCE_TRACES: "learned"}
+# Where a fact came from: one name per source, shown as it is everywhere (the
+# prompt, the CLI, the Memory page), listed in docs/how-memory-works.md.
+SOURCE_MANUAL = "manual"  # written directly (Memory.persist/update, store.add, the CLI, the page)
+SOURCE_CONVERSATION = "learned"  # learned during a run: Memory(learn=), FactExtractionBlock(persist=True)
+SOURCE_TRACES = "traces"  # mined from past runs' traces by `fastaiagent learn`
+SOURCES = (SOURCE_MANUAL, SOURCE_CONVERSATION, SOURCE_TRACES)
+"""The library's own source names. Another source (your own writes) is kept as given."""
+RENAMED_SOURCES = {"learn": SOURCE_TRACES}
+"""Older names of a source, read as today's: a fact stored as ``"learn"`` (by
+``fastaiagent learn`` before the rename) reads as ``"traces"``."""
+# Kept for callers of the old table: a source's words are its name.
+SOURCE_WORDS = {source: source for source in SOURCES}
 LEARNED_CONFIDENCE = 0.6
 """The confidence of what a Memory's learning (``learn=``) stores: a fact a user said,
 rewritten by a model, stands below one written directly (1.0)."""
@@ -102,6 +106,11 @@ class Fact:
     valid_to: float | None = None
     superseded_at: float | None = None
 
+    def __post_init__(self) -> None:
+        # A store (or export file) written before a source was renamed reads as today's name.
+        if self.source in RENAMED_SOURCES:
+            self.source = RENAMED_SOURCES[self.source]
+
     @property
     def active(self) -> bool:
         return self.superseded_by is None
@@ -134,10 +143,11 @@ class Fact:
 
     @property
     def source_words(self) -> str:
-        """Where the fact came from, in words: ``user said``, ``learned`` or
-        ``manual`` (see :data:`SOURCE_WORDS`), else the source's own name. The
-        run it came from, if any, is :attr:`source_trace_id`."""
-        return SOURCE_WORDS.get(self.source or SOURCE_MANUAL, self.source)
+        """Where the fact came from, as the prompt, the CLI and the Memory page show
+        it: its source name (``manual``, ``learned``, ``traces``; see
+        :data:`SOURCES`), ``manual`` when unset. The run it came from, if any, is
+        :attr:`source_trace_id`."""
+        return self.source or SOURCE_MANUAL
 
     def with_metadata(self, metadata: dict[str, Any]) -> Fact:
         """A copy carrying ``metadata`` instead (the other fields shared as they are;

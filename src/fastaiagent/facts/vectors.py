@@ -164,6 +164,23 @@ class ListsRecorded(Protocol):
 
 
 @runtime_checkable
+class ListsNewest(Protocol):
+    """A StoredVectorIndex that pages a namespace newest first and names its
+    namespaces (the shipped ones): what an operator's view of a user's recalled
+    messages reads (:mod:`fastaiagent.facts.messages`)."""
+
+    def newest(self, namespace: str, limit: int = 50, offset: int = 0) -> list[Chunk]:
+        """Up to ``limit`` chunks of ``namespace`` (without vectors) after skipping
+        ``offset``, newest first by a numeric ``metadata["created_at"]``, those
+        without one after them."""
+        ...
+
+    def namespace_counts(self) -> dict[str, int]:
+        """Every namespace that holds a chunk, with how many, in one read."""
+        ...
+
+
+@runtime_checkable
 class HoldsVectors(Protocol):
     """A store capability: durable vectors and keyword postings next to the facts."""
 
@@ -205,6 +222,7 @@ def recall_namespace(project_id: str, user_id: str) -> str:
 __all__ = [
     "HoldsVectors",
     "ListsDimensions",
+    "ListsNewest",
     "RecordedSearch",
     "Spans",
     "StoredVectorIndex",

@@ -11,8 +11,9 @@ so the two must be put on one scale before they are blended:
   one very strong keyword hit does not flatten every other keyword score and
   a flat dense side does not drown a decisive keyword side. A document found
   by one side only gets the other side's lowest candidate score. Recall uses
-  it (LoCoMo R@5 0.615 -> 0.632 with the same weights and candidates, see
-  docs/semantic.md); :func:`unit_score` maps its scores into (0, 1).
+  it (it measured better than :func:`fuse` with the same weights and
+  candidates; the figures are in bench/README.md); :func:`unit_score` maps its
+  scores into (0, 1).
 """
 
 from __future__ import annotations

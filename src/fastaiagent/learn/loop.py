@@ -2,7 +2,7 @@
 
 Each recent run in the local trace store is shown to an LLM extractor; the
 facts it finds are written to a fact store with confidence 1.0, source
-``"learn"`` and the run's trace id. A fact the model says replaces a known
+``"traces"`` and the run's trace id. A fact the model says replaces a known
 one supersedes it, so history is kept. The model is asked for a
 ``record_facts`` tool call; a text answer is read by the tolerant parser of
 :mod:`fastaiagent.learn.extractor`.

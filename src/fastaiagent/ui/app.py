@@ -186,6 +186,9 @@ def create_app(
     from fastaiagent.ui.forms import add_fact_pages  # needs the ui extra, checked above
 
     add_fact_pages(app, site)
+    from fastaiagent.ui.people_pages import add_people_pages
+
+    add_people_pages(app, site)
     _add_trace_pages(app, site)
     return app
 

@@ -89,7 +89,7 @@ class FactRow:
     fact: str
     subject: str
     source_trace_id: str | None
-    source: str  # in words: user said, learned, manual (Fact.source_words)
+    source: str  # the source name: manual, learned, traces (Fact.source_words)
     confidence: str
     created: str
     superseded_by: int | None

@@ -414,8 +414,7 @@ class FactExtractionBlock(MemoryBlock):
             facts = list(self.facts)
         if not facts:
             return []
-        source = framing.USER_SAID if self.roles == ("user",) else framing.LEARNED
-        suffix = framing.provenance(source, self.confidence)
+        suffix = framing.provenance(framing.LEARNED, self.confidence)
         return [SystemMessage(framing.notes_section(HEADING, facts, [suffix] * len(facts)))]
 
     def clear(self) -> None:

@@ -20,20 +20,13 @@ from fastaiagent.llm.message import Message, SystemMessage
 
 DEFAULT_HEADING = "Known facts:"
 
-# What the model is told about where a fact came from: by source, and for
-# facts written directly, by the tier they were written to.
+# What the model is told about where a fact came from: its source name, the
+# same word the CLI and the Memory page show (the section heading says the tier).
 _LABELS = {
-    scope: {
-        SOURCE_CONVERSATION: framing.USER_SAID,
-        SOURCE_TRACES: framing.LEARNED,
-        SOURCE_MANUAL: manual,
-        "": manual,
-    }
-    for scope, manual in (
-        ("user", framing.MANUAL),
-        ("agent", framing.GLOBAL),
-        ("project", framing.PROJECT),
-    )
+    SOURCE_CONVERSATION: framing.LEARNED,
+    SOURCE_TRACES: framing.TRACES,
+    SOURCE_MANUAL: framing.MANUAL,
+    "": framing.MANUAL,
 }
 # scope -> source -> confidence -> ' (label, confidence)': format_facts runs
 # every turn, and three dict lookups per fact cost less than formatting one.
@@ -42,9 +35,9 @@ _MAX_SUFFIXES = 4096  # a handful of distinct combinations in practice
 
 
 def source_label(fact: Fact) -> str:
-    """``user said`` / ``learned`` / ``manual`` / ``global`` / ``project``, or a
-    custom source name when it is one short plain word (else ``other``)."""
-    label = _LABELS.get(fact.scope, _LABELS["user"]).get(fact.source)
+    """``manual`` / ``learned`` / ``traces`` (the fact's source name), or a custom
+    source name when it is one short plain word (else ``other``)."""
+    label = _LABELS.get(fact.source)
     if label is not None:
         return label
     source = fact.source
@@ -66,7 +59,7 @@ def shown(facts: list[Fact]) -> list[Fact]:
 
 
 def fact_lines(facts: list[Fact], scope: str | None = None) -> list[str]:
-    """One line per fact not flagged: ``- "Prefers email" (user said, 0.6)``
+    """One line per fact not flagged: ``- "Prefers email" (learned, 0.6)``
     (quoted and escaped). ``scope``: the one scope every fact is filed under,
     when the caller knows it (a block does); it allows the fast path."""
     # This runs every turn for every tier: the common case (nothing flagged,

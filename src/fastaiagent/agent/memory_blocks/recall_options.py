@@ -12,8 +12,8 @@ passed through ``Memory``::
     VectorBlock(store, options=tuned)
 
 The block's keywords still work, and mean the same (``dedupe_against_upstream``
-is ``dedupe`` here, the word ``Memory`` uses). See ``docs/semantic.md`` for
-what each option does and how it was measured.
+is ``dedupe`` here, the word ``Memory`` uses). ``docs/semantic.md`` says
+what each option does, ``docs/research/recall-history.md`` how it was measured.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every weight recall ranks with, in one place (the steps that use them are in
-:mod:`.vector_ranking`; how each was measured is in docs/semantic.md and the
-experiment log in bench/README.md).
+:mod:`.vector_ranking`; how each was measured is in docs/research/recall-history.md
+and the experiment log in bench/README.md).
 
 The weights are in standard deviations of the fused score (the dense and
 keyword sides are standardised and blended first), so they add up on one scale.
@@ -26,7 +26,7 @@ DEFAULT_REPLY_DROP = 1.0
 # A query in Chinese, Japanese or Korean script, with an embedding model that was not
 # trained on it (``understands_cjk`` False: the packaged MiniLM), keeps this share of
 # ``dense_weight``: keywords lead. Half, not fitted: on the everyday Chinese chat the
-# dense side alone finds 53% of answers in the top 3 and the keyword side 88%.
+# keyword side alone finds far more answers than the dense side alone.
 UNREAD_SCRIPT_DENSE_SHARE = 0.5
 # A query that asks how things stand now ("... now?", "current", "现在") raises the
 # best TIME_ORDER_AMONG candidates by TIME_ORDER_WEIGHT times their standardised time
@@ -35,8 +35,8 @@ UNREAD_SCRIPT_DENSE_SHARE = 0.5
 TIME_ORDER_WEIGHT = 0.5
 TIME_ORDER_AMONG = 10
 # Share of a keyword hit's score lent to the next message: off by default. With 4
-# candidates per item it measured 0.9 / 1.0 points worse on the tuned half (it pays,
-# +1.2 / +0.2, with 8 candidates, which cost 0.9 ms more per recall at 10k).
+# candidates per item it measured worse on the tuned half (it pays only with 8
+# candidates, which cost about 1 ms more per recall at 10k; bench/README.md).
 DEFAULT_NEIGHBOUR_WEIGHT = 0.0
 
 # -- questions and the messages that follow a hit (vector_following) -----------------
@@ -67,9 +67,9 @@ class Signals(NamedTuple):
 
 # Fitted together (a pairwise logistic regression on conversations 0-2): dropping the
 # speaker or asks weight, which look like doubles of participant_boost and
-# QUESTION_DROP, loses 3.3 / 0.5 points of LoCoMo R@5 and everyday hit@1.
+# QUESTION_DROP, loses on both LoCoMo and the everyday bench.
 SIGNALS = Signals(
-    length=0.0,  # fitted 0.49 on LoCoMo; off: long replies crowded out short statements
+    length=0.0,  # fitted positive on LoCoMo; off: long replies crowded out short statements
     neighbour=0.30,
     conversation=0.14,
     by_meaning=0.42,

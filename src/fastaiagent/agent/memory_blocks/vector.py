@@ -81,8 +81,8 @@ from fastaiagent.llm.message import ROLES, Message, SystemMessage, storable_text
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
 # Candidates per wanted item from each side, before window and dedupe filtering.
-# 8 measured better on LoCoMo (R@5 / R@10 0.717 / 0.788 against 0.702 / 0.779) but
-# cost about 1 ms more CPU per recall over 10k messages: a recall stays as cheap as before.
+# 8 measured a little better on LoCoMo (bench/README.md) but cost about 1 ms more CPU
+# per recall over 10k messages: a recall stays as cheap as before.
 _FETCH_FACTOR = 4
 _MAX_PENDING = 1000
 MAX_SPEAKERS = 256  # participant names kept for query cues (Message.name values)
@@ -524,8 +524,8 @@ class VectorBlock(MemoryBlock):
         stored = Chunk(chunk.id, chunk.text, None, dict(chunk.metadata))
         self._keyword_chunks[chunk.id] = stored
         # The turn before often holds the words a question uses ("what did
-        # you adopt?" -> "a puppy!"): index them with the turn (LoCoMo R@5
-        # of BM25 0.527 -> 0.600), as the stores' postings do.
+        # you adopt?" -> "a puppy!"): index them with the turn (BM25 alone then
+        # finds much more of LoCoMo's evidence), as the stores' postings do.
         self._keywords.add(chunk.id, keyword_text(chunk))
 
     def _keyword_index(self) -> BM25Index:
@@ -577,8 +577,8 @@ class VectorBlock(MemoryBlock):
         return pairs, [(hit.chunk, hit.score) for hit in recorded], exhausted
 
     def _recorded(self, vector: list[float], fetch: int, spans: Sequence[Span]) -> list[SearchHit]:
-        # Half as many as the other side: within 0.2 points of as many on LoCoMo,
-        # for half the chunk reads.
+        # Half as many as the other side: the same within noise on LoCoMo, for half
+        # the chunk reads.
         return self.store.search_recorded(  # type: ignore[attr-defined]
             vector,
             max(1, fetch // 2),

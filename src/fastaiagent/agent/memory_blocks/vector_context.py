@@ -18,15 +18,14 @@ often candidates too. So each candidate gains a weighted sum of signals
 
 The weights were fitted on LoCoMo conversations 0-2 (a pairwise logistic
 regression; the options chosen by fitting on two of the three and scoring the
-third) and confirmed on 3-4: R@5 / R@10 0.762 / 0.847 -> 0.793 / 0.847 and
-0.710 / 0.773 -> 0.733 / 0.796 (docs/semantic.md). It reads only the
-candidates: no store access.
+third) and confirmed on 3-4, where they raised recall on both halves (the
+figures are in bench/README.md). It reads only the candidates: no store access.
 
-The fitted length weight (0.49) is off: LoCoMo's turns are all chat lines of
-similar length, where a longer one holds more; in a support or coding chat the
+The fitted length weight is off: LoCoMo's turns are all chat lines of similar
+length, where a longer one holds more; in a support or coding chat the
 assistant's long replies then outrank the user's short statements, which are
-what memory is for (bench/everyday_recall.py: hit@1 0.05 -> 0.61 on support,
-0.21 -> 0.61 on coding; LoCoMo dev R@5 / R@10 0.750 / 0.818 -> 0.741 / 0.812).
+what memory is for (bench/everyday_recall.py: support and coding gain far more
+than LoCoMo loses; docs/research/recall-history.md).
 """
 
 from __future__ import annotations

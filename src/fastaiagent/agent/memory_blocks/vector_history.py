@@ -45,9 +45,9 @@ def as_context(chunk: Chunk) -> str:
     its text, and of the agent's reply only its last question and last sentence. A
     user answers what a reply asks and ends on ("Which would suit you better? I'll
     book it straight away."); the rest of a long reply would bury their short
-    statement under words they never said. Measured on the everyday bench (support
-    and coding chats): hit@1 0.802 -> 0.815 (the last sentence), 0.823 -> 0.835
-    (its last question too); LoCoMo holds no replies."""
+    statement under words they never said. Both parts raised the everyday bench's
+    support and coding chats (docs/research/recall-history.md); LoCoMo holds no
+    replies."""
     if chunk.metadata.get("role") != "assistant":
         return chunk.text
     sentences = sentences_of(chunk.text)
@@ -83,9 +83,9 @@ def link_to_previous(
     agent's reply or its speaker asked the question, it is embedded with the
     last question of the message just before it (``metadata["replies_to"]``,
     :func:`~fastaiagent.facts.vectors.embedded_text`): "They're the Aura 300"
-    answers "Which headphones?". Everyday hit@3 0.940 -> 0.952 (support 0.860 ->
-    0.930), LoCoMo R@5 / R@10 0.743 / 0.820 -> 0.746 / 0.822. The whole previous
-    message embedded with it measured worse (hit@3 0.88-0.91): only the question.
+    answers "Which headphones?". It raised both benchmarks, support chats most
+    (docs/research/recall-history.md); the whole previous message embedded with it
+    measured worse: only the question.
     A turn's recall query is the same text (``VectorBlock._question_answered``),
     so a turn still embeds its message once."""
     if context_turns and recent:

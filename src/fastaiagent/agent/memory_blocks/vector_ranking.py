@@ -1,6 +1,6 @@
 """How hybrid recall orders its candidates, once the searches have answered.
 
-The steps, in order, each measured on LoCoMo (docs/semantic.md):
+The steps, in order, each measured on LoCoMo (docs/research/recall-history.md):
 
 1. a keyword hit lends ``neighbour_weight`` of its score to the message after
    it (off by default);

@@ -6,15 +6,23 @@
   index (namespaces, keyword postings, cached embeddings).
 
 Subclass one in your test module and give it a ``store`` (or ``index``) fixture;
-see docs/backends.md, "Writing your own store".
+see docs/backends.md, "Writing your own store". The suites need pytest and
+hypothesis: ``pip install 'fastaiagent[conformance]'``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastaiagent.facts.conformance.facts import FactStoreConformance
-from fastaiagent.facts.conformance.validity import ValidityConformance
+from fastaiagent._optional import require
+
+# The suites are pytest classes with hypothesis state machines: neither comes with the
+# library, so a missing one is named here, with the extra that brings both.
+require("pytest", "conformance")
+require("hypothesis", "conformance")
+
+from fastaiagent.facts.conformance.facts import FactStoreConformance  # noqa: E402  (after the check)
+from fastaiagent.facts.conformance.validity import ValidityConformance  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:

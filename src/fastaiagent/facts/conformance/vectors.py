@@ -27,11 +27,13 @@ runs: cosine ranking, upsert by id (also moving a chunk to another
 namespace), namespace isolation of vector and keyword search (namespaces that
 are prefixes of each other or hold glob / SQL characters included), ``ids``,
 ``get``, ``delete``, ``delete_namespace`` (the namespace's cached embeddings
-too), the embedding cache per identity and namespace, dimension mismatch,
+too), ``forget_cached`` where the index has it, the embedding cache per
+identity and namespace, dimension mismatch,
 freshness between two objects on the same storage (what one writes or
 deletes the other sees at once), concurrent writers, and, for an index with
 the optional ``search_recorded`` (``ListsRecorded``), search among the
-chunks recorded in spans of time. Reading a backend's
+chunks recorded in spans of time, and, for one with ``newest``
+(``ListsNewest``), a namespace's chunks paged newest first. Reading a backend's
 raw tables or keys after a delete is backend-specific: do it in your own tests.
 """
 
@@ -43,7 +45,13 @@ from typing import Any, Protocol
 
 import pytest
 
-from fastaiagent.facts.vectors import ListsRecorded, StoredVectorIndex, embedder_identity, text_key
+from fastaiagent.facts.vectors import (
+    ListsNewest,
+    ListsRecorded,
+    StoredVectorIndex,
+    embedder_identity,
+    text_key,
+)
 from fastaiagent.kb.protocols import Chunk, DimensionMismatchError, SearchHit, VectorStore
 
 __all__ = ["StoredVectorIndexConformance"]
@@ -289,6 +297,21 @@ class StoredVectorIndexConformance:
         assert index.cached_embeddings(small, "bulk", list(many)) == many
         assert index.count() == 0  # the cache is not chunks
 
+    def test_forget_cached_drops_those_texts_of_one_namespace(self, index: Index) -> None:
+        forget = getattr(index, "forget_cached", None)
+        if not callable(forget):
+            pytest.skip(f"{type(index).__name__} has no forget_cached (an optional capability)")
+        one, two = embedder_identity("model", DIM), embedder_identity("other", DIM)
+        keys = [text_key("kite"), text_key("lake")]
+        for ns in ("user:a", "user:a:b"):
+            for ident in (one, two):
+                index.cache_embeddings(ident, ns, {key: vec(1) for key in keys})
+        forget("user:a", [text_key("kite"), text_key("never cached")])
+        forget("user:a", [])
+        for ident in (one, two):  # every identity's copy of that text goes
+            assert list(index.cached_embeddings(ident, "user:a", keys)) == [text_key("lake")]
+            assert sorted(index.cached_embeddings(ident, "user:a:b", keys)) == sorted(keys)
+
     def test_dimension_is_fixed_by_the_first_add(self, index: Index) -> None:
         index.add([chunk("a", vec(1), "n")])
         assert index.dimension == DIM
@@ -340,6 +363,34 @@ class StoredVectorIndexConformance:
         assert timed.search_recorded(vec(1), 5, namespace="user:a", spans=[]) == []
         assert timed.search_recorded(vec(1), 0, namespace="user:a", spans=spans) == []
         assert timed.search_recorded(vec(1), 5, namespace="nobody", spans=spans) == []
+
+    def _lists_newest(self, index: Index) -> ListsNewest:
+        if not isinstance(index, ListsNewest):
+            pytest.skip(f"{type(index).__name__} has no newest() (an optional capability)")
+        return index
+
+    def test_newest_pages_one_namespace_newest_first(self, index: Index, open_index: Opener) -> None:
+        lister = self._lists_newest(index)
+        for ns in ("user:a", "user:a:b"):
+            index.add([chunk(f"{ns}/{i}", vec(1, i), ns, created_at=float(t)) for i, t in enumerate((30, 10, 50, 20))])
+        index.add([chunk("no time", vec(1), "user:a"), chunk("a word", vec(1), "user:a", created_at="3 days")])
+        pages = [[c.id for c in lister.newest("user:a", 2, offset)] for offset in (0, 2, 4, 6)]
+        assert pages[:2] == [["user:a/2", "user:a/0"], ["user:a/3", "user:a/1"]]
+        assert sorted(pages[2]) == ["a word", "no time"] and pages[3] == []  # no time: last
+        assert lister.newest("user:a", 3, 3)[0].id == "user:a/1"
+        assert lister.newest("user:a", 1)[0].text == "text of user:a/2" and lister.newest("user:a", 0) == []
+        assert [c.id for c in lister.newest("user:a:b", 9)] == [f"user:a:b/{i}" for i in (2, 0, 3, 1)]
+        assert lister.newest("nobody", 5) == []
+        index.delete(["user:a/2"])
+        reader = open_index()  # another process sees the delete at once
+        assert [c.id for c in reader.newest("user:a", 1)] == ["user:a/0"]  # type: ignore[attr-defined]
+        assert [c.id for c in reader.newest("user:a:b", 1)] == ["user:a:b/2"]  # type: ignore[attr-defined]
+        assert lister.namespace_counts() == {"user:a": 5, "user:a:b": 4}
+        index.delete_namespace("user:a:b")
+        assert lister.namespace_counts() == {"user:a": 5}
+        for bad in ({"limit": -1}, {"offset": -1}):
+            with pytest.raises(ValueError):
+                lister.newest("user:a", **bad)
 
     def test_search_recorded_is_fresh_across_objects(self, index: Index, open_index: Opener) -> None:
         timed = self._lists_recorded(index)

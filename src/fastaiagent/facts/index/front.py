@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.facts.index.keywords import query_terms
 from fastaiagent.facts.index.matrix import (
@@ -156,12 +157,35 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         the cursor ``after`` (None: from the start), and the next cursor (None: done)."""
         raise NotImplementedError
 
+    def newest(self, namespace: str, limit: int = 50, offset: int = 0) -> list[Chunk]:
+        """One page of ``namespace``'s chunks (without vectors), newest first by
+        ``metadata["created_at"]`` (recall's messages: when each was said), those
+        without a numeric time last; ``offset`` skips that many. What an operator's
+        list of a user's messages reads, through the time index (never the whole
+        namespace on SQLite and Postgres)."""
+        name = check_text("namespace", namespace)
+        size, skip = integer("limit", limit, minimum=0), integer("offset", offset, minimum=0)
+        return self.read_newest(name, size, skip) if size else []
+
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """The backend's :meth:`newest` (``limit`` >= 1, ``offset`` >= 0, checked)."""
+        raise NotImplementedError
+
     def namespace_names(self) -> list[str]:
         """Every namespace that holds a chunk, sorted."""
         return sorted(self.read_namespace_names())
 
     def read_namespace_names(self) -> Iterable[str]:
         """The backend's :meth:`namespace_names`."""
+        raise NotImplementedError
+
+    def namespace_counts(self) -> dict[str, int]:
+        """Every namespace that holds a chunk, with how many (one read, not one per
+        namespace): what a list of every user's recalled messages counts."""
+        return {name: count for name, count in self.read_namespace_counts() if count > 0}
+
+    def read_namespace_counts(self) -> Iterable[tuple[str, int]]:
+        """The backend's :meth:`namespace_counts`."""
         raise NotImplementedError
 
     def ids(self, namespace: str) -> set[str]:
@@ -217,6 +241,17 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         }
         if blobs:
             self.write_cache(identity, namespace, blobs)
+
+    def forget_cached(self, namespace: str, keys: Sequence[str]) -> None:
+        """Drop the cached vectors of these text keys in ``namespace``, of every
+        identity (a deleted message's embedding goes with it)."""
+        wanted = list(dict.fromkeys(check_text("text key", key) for key in keys))
+        if wanted:
+            self.delete_cache(check_text("namespace", namespace), wanted)
+
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        """The backend's :meth:`forget_cached` (distinct keys, at least one)."""
+        raise NotImplementedError
 
     def read_cache(self, identity: str, namespace: str, keys: list[str]) -> Iterable[tuple[str, bytes]]:
         """The backend's cache read: ``(text key, float32 bytes)`` of the keys it holds."""

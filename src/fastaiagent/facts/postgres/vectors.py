@@ -102,6 +102,7 @@ _QUERIES = {
     "delete_ns": "DELETE FROM {n} WHERE namespace = %s",
     "cached": "SELECT text_key, vector FROM {e} WHERE namespace = %s AND identity = %s "
     "AND text_key = ANY(%s)",
+    "uncache": "DELETE FROM {e} WHERE namespace = %s AND text_key = ANY(%s)",
     "cache": "INSERT INTO {e} (namespace, identity, text_key, vector) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (namespace, identity, text_key) DO UPDATE SET vector = excluded.vector",
 }
@@ -532,6 +533,22 @@ class PostgresVectorIndex(MatrixIndex):
         chunks = [Chunk(row[1], row[2], bytes_vector(row[4]), dict(row[3])) for row in rows]
         return chunks, ((rows[-1][0], rows[-1][1]) if len(rows) == limit else None)
 
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """Newest first by the recorded time, a missing one last."""
+        query = sql.SQL(
+            "SELECT id, text, metadata FROM {} WHERE namespace = %s "
+            f"ORDER BY {_RECORDED} DESC NULLS LAST, gen DESC, id DESC LIMIT %s OFFSET %s"
+        ).format(sql.Identifier(self.table))
+        params = (namespace, limit, offset)
+        rows = self._run(lambda conn: conn.execute(query, params).fetchall())
+        return [Chunk(row[0], row[1], None, dict(row[2])) for row in rows]
+
+    def read_namespace_counts(self) -> list[tuple[str, int]]:
+        query = sql.SQL("SELECT namespace, count(*) FROM {} GROUP BY namespace").format(
+            sql.Identifier(self.table)
+        )
+        return [(row[0], int(row[1])) for row in self._run(lambda conn: conn.execute(query).fetchall())]
+
     def read_namespace_names(self) -> list[str]:
         query = sql.SQL("SELECT DISTINCT namespace FROM {}").format(sql.Identifier(self.table))
         return [row[0] for row in self._run(lambda conn: conn.execute(query).fetchall())]
@@ -557,6 +574,9 @@ class PostgresVectorIndex(MatrixIndex):
     def read_cache(self, identity: str, namespace: str, keys: list[str]) -> list[tuple[str, bytes]]:
         params = (namespace, identity, keys)
         return list(self._run(lambda conn: conn.execute(self._q["cached"], params).fetchall()))
+
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        self._run(lambda conn: conn.execute(self._q["uncache"], (namespace, keys)))
 
     def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
         params = [(namespace, identity, key, blob) for key, blob in blobs.items()]

@@ -474,6 +474,20 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
         )
         return [(k, raw) for k, raw in zip(keys, found, strict=True) if raw is not None]
 
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        """HDEL from the hash of each identity ``ci:<ns>`` lists."""
+        ns = self._ns(namespace)
+
+        def run() -> None:
+            identities = self._client.smembers(self._k("ci:", ns))
+            if identities:
+                pipe = self._client.pipeline(transaction=False)
+                for identity in identities:
+                    pipe.hdel(self._k("c:", f"{ns}:{identity}"), *keys)
+                pipe.execute()
+
+        self._call(run)
+
     def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
         """One MULTI."""
         key = self._cache_key(identity, namespace)
@@ -707,6 +721,40 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
             found += part
             if not int(cursor):
                 return list(set(found))  # HSCAN may return an id twice
+
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """The page from ``rt:<ns>`` newest first; past its end, the chunks without a
+        numeric time, in id order (read only then: recall always records a time)."""
+        ns = self._ns(namespace)
+
+        def run() -> list[Chunk]:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zrevrange(self._k("rt:", ns), offset, offset + limit - 1)
+            pipe.zcard(self._k("rt:", ns))
+            ids, timed = pipe.execute()
+            if len(ids) < limit:
+                ids += self._untimed(ns)[max(0, offset - int(timed)) :][: limit - len(ids)]
+            docs = self._client.hmget(self._k("d:", ns), ids) if ids else []
+            return [_chunk(i, doc) for i, doc in zip(ids, docs, strict=True) if doc is not None]
+
+        return self._call(run)
+
+    def _untimed(self, ns: str) -> list[str]:
+        """The ids of ``ns`` missing from ``rt:<ns>``, sorted."""
+        timed = set(self._client.zrange(self._k("rt:", ns), 0, -1))
+        return sorted(i for i in self._scan_ids(self._k("d:", ns)) if i not in timed)
+
+    def read_namespace_counts(self) -> list[tuple[str, int]]:
+        """HLEN of each listed namespace, in one pipeline."""
+
+        def run() -> list[tuple[str, int]]:
+            names = sorted(self._client.smembers(self._g("ns")))
+            pipe = self._client.pipeline(transaction=False)
+            for ns in names:
+                pipe.hlen(self._k("d:", ns))
+            return [(self._name(ns), int(n)) for ns, n in zip(names, pipe.execute(), strict=True)]
+
+        return self._call(run)
 
     def read_namespace_names(self) -> list[str]:
         return [self._name(ns) for ns in self._call(lambda: self._client.smembers(self._g("ns")))]

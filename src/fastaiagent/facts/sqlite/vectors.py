@@ -7,7 +7,7 @@ per-namespace change generations that let a process keep a namespace's matrix
 in memory and check it with one indexed read.
 
 Search is exact cosine over one namespace with numpy (a per-user namespace is
-small; see docs/semantic.md for where an ANN index takes over), in the namespace
+small; see docs/research/recall-speed.md for where an ANN index takes over), in the namespace
 matrices of :mod:`fastaiagent.facts.index.matrix`, behind the shared front of
 :mod:`fastaiagent.facts.index.front`.
 """
@@ -554,6 +554,31 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         chunks = [Chunk(i, text, bytes_vector(vec), json.loads(meta)) for _, i, text, meta, vec in rows]
         return chunks, (rows[-1][0] if len(rows) == limit else None)
 
+    def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
+        """Backwards along the time index (a number sorts below any text in SQLite, so
+        ``< ''`` is a range of the numeric times), then the chunks without one."""
+        t, conn, timed = self.table, self._conn(), f"{RECORDED} < ''"
+        rows = conn.execute(
+            f"SELECT id, text, metadata FROM {t} WHERE namespace = ? AND {timed} "
+            f"ORDER BY {RECORDED} DESC, rid DESC LIMIT ? OFFSET ?",
+            (namespace, limit, offset),
+        ).fetchall()
+        if len(rows) < limit:
+            (before,) = conn.execute(
+                f"SELECT count(*) FROM {t} WHERE namespace = ? AND {timed}", (namespace,)
+            ).fetchone()
+            rows += conn.execute(
+                f"SELECT id, text, metadata FROM {t} WHERE namespace = ? AND NOT "
+                f"coalesce({timed}, 0) ORDER BY rid LIMIT ? OFFSET ?",
+                (namespace, limit - len(rows), max(0, offset - before)),
+            ).fetchall()
+        return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
+
+    def read_namespace_counts(self) -> list[tuple[str, int]]:
+        """From the per-namespace keyword statistics, kept by triggers with every row."""
+        query = f"SELECT namespace, docs FROM {self.table}_kw WHERE docs > 0"
+        return [(name, int(docs)) for name, docs in self._conn().execute(query)]
+
     def read_namespace_names(self) -> list[str]:
         query = f"SELECT namespace FROM {self.table}_kw WHERE docs > 0"
         return [row[0] for row in self._conn().execute(query)]
@@ -611,6 +636,17 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 (namespace, identity, *batch),
             ).fetchall()
         return found
+
+    def delete_cache(self, namespace: str, keys: list[str]) -> None:
+        self._conn()
+        with self.store._table_write() as conn:
+            conn.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed
+            for batch in _batches(keys):
+                conn.execute(
+                    f"DELETE FROM {self.table}_cache WHERE namespace = ? "
+                    f"AND text_key IN ({', '.join('?' * len(batch))})",
+                    (namespace, *batch),
+                )
 
     def write_cache(self, identity: str, namespace: str, blobs: Mapping[str, bytes]) -> None:
         self._conn()

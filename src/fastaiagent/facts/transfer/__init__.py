@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import IO, Any
 
+from fastaiagent._io import private_text_file
 from fastaiagent.facts.store import FactStore
 from fastaiagent.facts.transfer.reading import Selection, estimate, header, records
 from fastaiagent.facts.transfer.records import (
@@ -157,7 +158,7 @@ def _writable(out: str | os.PathLike[str] | IO[str]) -> Iterator[IO[str]]:
     if not isinstance(out, (str, os.PathLike)):
         yield out
         return
-    with open(out, "w", encoding="utf-8") as stream:
+    with private_text_file(out) as stream:  # a user's personal data: 0600, written whole
         yield stream
 
 

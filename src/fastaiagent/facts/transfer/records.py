@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from fastaiagent._io import decode_json
 from fastaiagent.errors import InvalidValueError, SchemaVersionError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.items import StoredItem
@@ -141,7 +142,7 @@ def read_lines(source: Iterable[str] | Iterable[bytes] | IO[Any], name: str = "t
         if ended:
             raise InvalidValueError(f"{name}, line {number}: a line after the end line")
         try:
-            line = json.loads(text)
+            line = decode_json(text)
         except json.JSONDecodeError as exc:
             raise InvalidValueError(f"{name}, line {number}: not JSON ({exc.msg})") from None
         if not isinstance(line, dict):

@@ -6,6 +6,13 @@ the function takes a ``tools`` argument, of the tools offered). Both record
 every call's messages in ``.calls`` and the tools offered in ``.tools_offered``
 so tests can assert what the model saw. Either can answer a tool-offering
 caller in text or with :func:`tool_call`, like a real model.
+
+``RuleBasedLLM`` is a stand-in for a real model in examples and quick starts:
+it answers the fact-extraction prompt of ``Memory(learn=)`` by simple rules
+("my name is Alice" -> "Name is Alice") and chat turns with a short reply
+(:mod:`fastaiagent.testing.rules`). :func:`remembered` gives a stand-in
+model of your own the facts memory put in its prompt, without the preamble
+around them, so it can answer like a chat model would.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from fastaiagent import _validate as check
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, UsageError
 from fastaiagent.llm.base import BaseLLM, LLMResponse, ToolSpec
 from fastaiagent.llm.message import Message, ToolCall
+from fastaiagent.testing import rules
+from fastaiagent.testing.rules import remembered
 
 #: What a test LLM may answer: text, a whole response, tool call(s), or an exception to raise.
 Reply = str | LLMResponse | ToolCall | list[ToolCall] | BaseException
@@ -168,4 +177,46 @@ def echo_llm() -> FunctionLLM:
     return FunctionLLM(reply, model="echo")
 
 
-__all__ = ["CannedLLM", "FunctionLLM", "Reply", "echo_llm", "tool_call"]
+class RuleBasedLLM(_RecordingLLM):
+    """A rule-based stand-in for a real model: memory with no API key.
+
+    Use one for the agent and for ``learn=``::
+
+        llm = RuleBasedLLM()
+        agent = Agent(name="assistant", llm=llm, memory=Memory(user_id="alice", learn=llm))
+
+    - Asked the fact-extraction prompt (``Memory(learn=)``, ``fastaiagent
+      learn``), it records the durable facts that simple rules find in the
+      user's message, in plain first-person English: "my name is X" / "call me
+      X", "I live in X", "I work at X", "I prefer / like / love / don't like X",
+      "I'm a X", "I'm allergic to X", "I'm from X", "I have two X", "my
+      favourite X is Y", "my email is X" (see
+      :func:`fastaiagent.testing.rules.facts_in`). A fact about the same thing
+      as a known one ("Lives in Berlin" after "Lives in Paris") replaces it.
+      The answer is a ``record_facts`` tool call when the tool is offered,
+      else JSON text.
+    - Asked anything else, it answers a question with the remembered facts
+      shown in the prompt ("Here is what I remember: Name is Alice.") and a
+      statement with "Got it.". It never repeats the memory preamble.
+
+    A stand-in, not an extractor: it knows those sentence shapes and nothing
+    else. Swap in a real model (``LLMClient(provider="openai", model="gpt-4.1")``)
+    for real users. Records ``.calls`` and ``.tools_offered`` like the others.
+    """
+
+    def __init__(
+        self, *, model: str = "rule-based", delay: float = 0.0, supports_tools: bool = True
+    ) -> None:
+        super().__init__(model, delay, supports_tools=supports_tools)
+
+    def complete(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None
+    ) -> LLMResponse:
+        self._record(messages, tools)
+        answer = rules.extraction_answer(messages, list(tools or []))
+        if answer is None:
+            answer = rules.chat_answer(messages)
+        return _to_response(answer, self.model)
+
+
+__all__ = ["CannedLLM", "FunctionLLM", "Reply", "RuleBasedLLM", "echo_llm", "remembered", "tool_call"]
