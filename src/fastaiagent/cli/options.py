@@ -57,8 +57,8 @@ def location_option(default: str = "sqlite", help: str = LOCATION_HELP) -> Any:
     return typer.Option(default, LOCATION_FLAG, "-l", help=help)
 
 
-def user_option(help: str, default: str | None = None) -> Any:
-    """``--user ID``: one user's memory."""
+def user_option(help: str, default: Any = None) -> Any:
+    """``--user ID``: one user's memory (``...``: required)."""
     return typer.Option(default, USER_FLAG, help=help)
 
 
