@@ -115,3 +115,14 @@ def test_the_docs_give_the_removal_release_of_every_family() -> None:
                 "Memory(window_ttl_seconds=)", "Memory.update(new, old, tier, id)", "_make_chunk",
                 "Memory.store", "--project", "--user-id", "--scope", "--scope-id", "--agent", "--max"):  # fmt: skip
         assert re.search(re.escape(old), section), old
+
+
+def test_every_page_and_docstring_names_the_same_removal_release() -> None:
+    root = DOCS.parent
+    said = re.compile(r"(?:removed\s+in|removes\s+them\s+all|until)\s+(?:\*\*)?fastaiagent\s+(\d+(?:\.\d+)*)")
+    found: dict[str, set[str]] = {}
+    for path in [*DOCS.rglob("*.md"), *(root / "src").rglob("*.py"), root / "README.md"]:
+        for release in said.findall(path.read_text(encoding="utf-8")):
+            found.setdefault(release, set()).add(str(path.relative_to(root)))
+    assert set(found) == {REMOVED_IN}, found
+    assert len(found[REMOVED_IN]) >= 5  # the pages and docstrings that say it were read

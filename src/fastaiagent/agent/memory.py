@@ -135,9 +135,10 @@ class Memory:
       (facts, summary, recalled messages), packed by priority and score; the
       window is never cut (default None: no budget; see ``docs/semantic.md``).
 
-    Renamed keywords keep working, with a DeprecationWarning: ``windows=`` is
-    ``window_store=`` and ``window_ttl_seconds=`` is ``window_ttl=`` (one word per
-    idea: ``window`` is the window's size, every ``*_ttl`` a time to live).
+    Renamed keywords keep working until fastaiagent 2.0
+    (:data:`~fastaiagent.agent.deprecation.REMOVED_IN`), with a DeprecationWarning:
+    ``windows=`` is ``window_store=`` and ``window_ttl_seconds=`` is ``window_ttl=``
+    (one word per idea: ``window`` is the window's size, every ``*_ttl`` a time to live).
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.
@@ -292,7 +293,8 @@ class Memory:
         fact's id. Updating a fact to its own text changes nothing.
         ``valid_from`` / ``valid_to`` / ``ttl`` are the new version's, as in :meth:`persist`.
         ``old``, ``tier`` and ``id`` by position (``update(new, old)``) still work,
-        with a DeprecationWarning: two texts in a row read either way round.
+        with a DeprecationWarning until fastaiagent 2.0: two texts in a row read either
+        way round.
         """
         old, tier, id = by_name("update", by_position, old=old, tier=tier, id=id)
         write = FactWrite(confidence, None, valid_from, valid_to, ttl)
