@@ -12,6 +12,10 @@ how many       ``--limit``                 ``limit=``
 trace store    ``--trace-db``              ``TraceStore(path)``
 =============  ==========================  ====================================
 
+Two locations at once (``memory copy``) are ``--from`` and ``--to``. A secret
+a client must send is ``--token`` (``ui``; ``mcp``, where it also names the
+user); the plane's is ``--api-key``, as in ``PlaneConnection(api_key=)``.
+
 An option renamed keeps its old spelling until :data:`REMOVED_IN`
 (:data:`RENAMED_OPTIONS`): every command that has the new spelling accepts the
 old one, hidden from ``--help``, with a note on stderr (see
