@@ -89,7 +89,7 @@ async def in_process(location: str, user: str, count: int, warmup: int) -> dict[
 
 async def over_stdio(location: str, user: str, count: int, warmup: int) -> dict[str, Any]:
     params = StdioServerParameters(
-        command=sys.executable, args=[*server_args(location), "--user-id", user]
+        command=sys.executable, args=[*server_args(location), "--user", user]
     )
     with open(os.devnull, "w") as errlog:
         async with (

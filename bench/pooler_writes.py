@@ -68,7 +68,7 @@ def run(threads: int, ops: int) -> dict[str, Any]:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as direct:
             stored = {row[0] for row in direct.execute(f'SELECT fact FROM "{table}"').fetchall()}
     finally:
-        memory.store.close()
+        memory.location.close()
         with psycopg.connect(POSTGRES_URL, autocommit=True) as direct:  # whatever is left of the run
             for (name,) in direct.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (table + "%",)).fetchall():
                 direct.execute(f'DROP TABLE IF EXISTS "{name}" CASCADE')
@@ -85,7 +85,7 @@ def run(threads: int, ops: int) -> dict[str, Any]:
         "errors": errors,
         "found": len(acknowledged) - len(lost),
         "lost": len(lost),
-        "pooler_detected": getattr(memory.store, "pooler", None),
+        "pooler_detected": getattr(memory.location, "pooler", None),
         "seconds": round(seconds, 1),
     }
 

@@ -140,7 +140,7 @@ def forget_through(door: str, location: str, user: str, tmp_path: Path) -> None:
         from _mcp_client import call, cli_args, stdio_session
 
         async def scenario() -> None:
-            async with stdio_session(cli_args("--location", location, "--user-id", user), str(tmp_path)) as session:
+            async with stdio_session(cli_args("--location", location, "--user", user), str(tmp_path)) as session:
                 assert (await call(session, "forget", everything=True))["deleted"] == 1
 
         anyio.run(scenario)

@@ -86,7 +86,7 @@ def test_stdio_command_on_a_location_url(backend, own_location, tmp_path):
     user = f"mcp-{uuid.uuid4().hex[:12]}"
 
     async def scenario() -> None:
-        args = cli_args("--location", location, "--user-id", user)
+        args = cli_args("--location", location, "--user", user)
         async with stdio_session(args, str(tmp_path)) as session:
             await round_trip(session)
             await call(session, "remember", text="durable across processes")

@@ -71,11 +71,11 @@ def test_workers_through_the_pooler_lose_no_acknowledged_write(pgbouncer_url: st
 def test_a_location_url_names_the_pooler(pgbouncer_url: str, pg_table: str) -> None:
     location = f"{pgbouncer_url}?table={pg_table}&pooler=transaction"
     memory = Memory(location, agent_id="support")
-    assert memory.store.pooler == "transaction"  # type: ignore[attr-defined]
+    assert memory.location.pooler == "transaction"  # type: ignore[attr-defined]
     memory.persist("prefers tea", tier="user", id="ann")
     assert [f.fact for f in Memory(location).retrieve(tier="user", id="ann")] == ["prefers tea"]
     assert Memory(location).retrieve(tier="user", id="bob") == []  # another user: nothing
-    memory.store.close()
+    memory.location.close()
     with pytest.raises(InvalidValueError, match="pooler must be one of 'transaction', 'session', got 'statement'"):
         Memory(f"{pgbouncer_url}?table={pg_table}&pooler=statement")
 

@@ -25,7 +25,7 @@ def _cli(*args: str) -> tuple[int, str]:
 
 def test_a_users_messages_are_listed_newest_first_paged_and_searched(any_location):
     memory = seeded_memory(any_location)
-    store = memory.store
+    store = memory.location
     assert [m.text for m in messages.list_messages(store, "ann")] == NEWEST_FIRST
     assert [m.text for m in messages.list_messages(store, "ann", limit=2, offset=2)] == NEWEST_FIRST[2:]
     assert [m.role for m in messages.list_messages(store, "ann", limit=2)] == ["user", "assistant"]
@@ -45,7 +45,7 @@ def _cached(store: object, text: str) -> dict[str, list[float]]:
 
 def test_deleting_one_message_takes_it_out_of_recall_and_nothing_else(any_location):
     memory = seeded_memory(any_location)
-    store = memory.store
+    store = memory.location
     porto, bobs = messages.list_messages(store, "ann")[0], messages.list_messages(store, "bob")[0]
     assert porto.text == ANN[2].content and "Porto" in recalled(memory, "ann", "Where did I move to?")
     assert list(_cached(store, porto.text)) == [text_key(porto.text)]
@@ -62,7 +62,7 @@ def test_deleting_one_message_takes_it_out_of_recall_and_nothing_else(any_locati
 
 
 def test_bad_requests_are_refused(any_location):
-    store = seeded_memory(any_location).store
+    store = seeded_memory(any_location).location
     for call in (
         lambda: messages.list_messages(store, "*"),
         lambda: messages.list_messages(store, ""),
@@ -84,8 +84,8 @@ def test_the_command_lists_searches_and_deletes(any_location):
     assert code == 0 and str(ANN[0].content) in out and str(ANN[2].content) not in out, out
     code, out = _cli("--user", "ann", "--search", "Porto", "-l", any_location)
     assert code == 0 and str(ANN[2].content) in out and "Miso" not in out, out
-    porto = messages.list_messages(memory.store, "ann")[0].id
-    bobs = messages.list_messages(memory.store, "bob")[0].id
+    porto = messages.list_messages(memory.location, "ann")[0].id
+    bobs = messages.list_messages(memory.location, "bob")[0].id
     code, out = _cli("--user", "ann", "--delete", bobs, "-l", any_location)
     assert code == 1 and "has no message" in out, out  # bob's message, named as ann's
     code, out = _cli("--user", "ann", "--delete", porto, "-l", any_location)

@@ -508,7 +508,7 @@ def test_a_users_messages_are_listed_and_one_deleted_on_a_cluster(
     from fastaiagent.facts import messages
 
     memory = seeded_memory(f"{redis_cluster.url}&prefix={cluster_prefix}")
-    store = memory.store
+    store = memory.location
     listed = messages.list_messages(store, "ann", limit=2)
     assert [m.text for m in listed] == [ANN[2].content, ANN[1].content]
     assert messages.count_messages(store, "ann") == 3

@@ -96,10 +96,10 @@ def test_learn_cli_lists_and_supersedes_at_a_url_location(location):
     _register()
     runner = CliRunner()
     scope = f"user:{subject}"
-    listed = runner.invoke(app, ["learn", "list", "--location", url, "--scope", scope])
+    listed = runner.invoke(app, ["learn", "list", "--location", url, "--subject", scope])
     assert listed.exit_code == 0, listed.output
     assert re.findall(r"Uses \w+", listed.output) == ["Uses emacs", "Uses vim"]
     done = runner.invoke(app, ["learn", "supersede", str(old), str(new), "--location", url])
     assert done.exit_code == 0, done.output
-    after = runner.invoke(app, ["learn", "list", "--location", url, "--scope", scope])
+    after = runner.invoke(app, ["learn", "list", "--location", url, "--subject", scope])
     assert re.findall(r"Uses \w+", after.output) == ["Uses emacs"]

@@ -38,6 +38,7 @@ from _mcp_client import (  # noqa: E402
     stdio_session,
 )
 from fastaiagent import Memory  # noqa: E402
+from fastaiagent.agent.deprecation import REMOVED_IN  # noqa: E402
 
 
 def leaves(exc: BaseException) -> list[BaseException]:
@@ -62,7 +63,7 @@ def memory(tmp_path: Path) -> Memory:
 
 def test_stdio_lists_the_tools_with_their_input_schemas(tmp_path):
     async def scenario() -> None:
-        args = cli_args("--location", sqlite_location(tmp_path), "--user-id", "alice")
+        args = cli_args("--location", sqlite_location(tmp_path), "--user", "alice")
         async with stdio_session(args, str(tmp_path)) as session:
             listed = {tool.name: tool for tool in (await session.list_tools()).tools}
             assert set(listed) == LISTED
@@ -107,7 +108,9 @@ def test_the_deprecated_recall_tool_still_retrieves_and_says_it_is_deprecated(tm
         anyio.run(scenario, url)
     memory.location.close()
     said = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
-    assert said == ["MCP tool 'recall' is deprecated: clients should call 'retrieve'"]  # once
+    assert said == [
+        f"MCP tool 'recall' is deprecated: clients should call 'retrieve' (removed in fastaiagent {REMOVED_IN})"
+    ]  # once
 
 
 def test_the_tools_deprecated_recall_method_warns_and_retrieves(memory):
@@ -122,7 +125,7 @@ def test_the_tools_deprecated_recall_method_warns_and_retrieves(memory):
 
 def test_stdio_round_trip_and_the_facts_are_durable(tmp_path):
     location = sqlite_location(tmp_path)
-    args = cli_args("--location", location, "--user-id", "alice")
+    args = cli_args("--location", location, "--user", "alice")
 
     async def scenario() -> None:
         async with stdio_session(args, str(tmp_path)) as session:
@@ -144,7 +147,7 @@ def test_stdio_round_trip_and_the_facts_are_durable(tmp_path):
 def test_stdio_bad_arguments_are_tool_errors_and_the_server_keeps_running(tmp_path):
     async def scenario() -> None:
         args = cli_args(
-            "--location", sqlite_location(tmp_path), "--user-id", "alice", "--agent-id", "support"
+            "--location", sqlite_location(tmp_path), "--user", "alice", "--agent-id", "support"
         )
         async with stdio_session(args, str(tmp_path)) as session:
             await bad_arguments_are_tool_errors(session)
@@ -158,8 +161,8 @@ def test_stdio_without_a_user_has_no_user_tier(tmp_path):
             "--location", sqlite_location(tmp_path), "--agent-id", "support", "--global-writes"
         )
         async with stdio_session(args, str(tmp_path)) as session:
-            assert "--user-id" in await call_error(session, "remember", text="I like tea")
-            assert "--user-id" in await call_error(session, "retrieve")
+            assert "--user" in await call_error(session, "remember", text="I like tea")
+            assert "--user" in await call_error(session, "retrieve")
             await call(session, "remember", text="Support hours are 9 to 5", tier="global")
             assert await retrieved(session, tier="global") == ["Support hours are 9 to 5"]
 
@@ -338,7 +341,7 @@ def test_a_token_is_required_off_localhost(tmp_path):
         (("--transport", "http", "--token", "short=alice"), {}, "at least 16 characters"),
         (("--transport", "http", "--token", "no-user-in-this-token-spec"), {}, "TOKEN=USER"),
         (
-            ("--transport", "http", "--token", f"{TOKEN_ALICE}=alice", "--user-id", "bob"),
+            ("--transport", "http", "--token", f"{TOKEN_ALICE}=alice", "--user", "bob"),
             {},
             "not both",
         ),
@@ -360,7 +363,7 @@ def test_a_token_is_required_off_localhost(tmp_path):
         ),
         (
             (
-                "--user-id",
+                "--user",
                 "*",
             ),
             {},

@@ -47,7 +47,7 @@ def test_a_damaged_sqlite_file_exits_1_naming_it(tmp_path, transport):
     damaged = tmp_path / "facts.db"
     damaged.write_bytes(os.urandom(8192))
     done = run_cli(
-        "--location", f"sqlite:///{damaged}", "--user-id", "alice",
+        "--location", f"sqlite:///{damaged}", "--user", "alice",
         "--transport", transport, "--port", "0",
     )  # fmt: skip
     fails_naming(done, str(damaged), "damaged")
@@ -57,19 +57,19 @@ def test_a_damaged_sqlite_file_exits_1_naming_it(tmp_path, transport):
 @pytest.mark.redis
 def test_a_redis_db_index_out_of_range_exits_1_naming_the_url(redis_url):
     url = redis_url.rsplit("/", 1)[0] + "/99"
-    fails_naming(run_cli("--location", url, "--user-id", "alice"), url, "DB index")
+    fails_naming(run_cli("--location", url, "--user", "alice"), url, "DB index")
 
 
 @pytest.mark.redis
 def test_an_unreachable_redis_exits_1_naming_it():
     url = f"redis://127.0.0.1:{free_port()}/0"
-    fails_naming(run_cli("--location", url, "--user-id", "alice"), url, "cannot reach Redis")
+    fails_naming(run_cli("--location", url, "--user", "alice"), url, "cannot reach Redis")
 
 
 @pytest.mark.postgres
 def test_an_unreachable_postgres_exits_1_naming_it():
     url = f"postgresql://postgres:secret@127.0.0.1:{free_port()}/test?connect_timeout=2"
-    line = fails_naming(run_cli("--location", url, "--user-id", "alice"), "127.0.0.1", "Postgres")
+    line = fails_naming(run_cli("--location", url, "--user", "alice"), "127.0.0.1", "Postgres")
     assert "secret" not in line
 
 
@@ -77,7 +77,7 @@ def test_over_stdio_an_argument_the_tool_does_not_take_stores_nothing(tmp_path: 
     location = f"sqlite:///{tmp_path / 'facts.db'}"
 
     async def scenario() -> None:
-        args = cli_args("--location", location, "--user-id", "alice")
+        args = cli_args("--location", location, "--user", "alice")
         async with stdio_session(args, str(tmp_path)) as session:
             said = await call_error(session, "remember", text="Bob likes tea", user_id="bob")
             assert "remember does not take argument user_id" in said

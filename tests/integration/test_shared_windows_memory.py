@@ -16,6 +16,7 @@ from test_shared_windows import make_memory, spec  # noqa: F401  (spec is a fixt
 
 from _wait import wait_until
 from fastaiagent.agent.agent import Agent
+from fastaiagent.agent.deprecation import deprecation_note
 from fastaiagent.agent.memory import Memory
 from fastaiagent.agent.memory_blocks.summary import render_summary
 from fastaiagent.agent.windows import WindowKey
@@ -180,8 +181,8 @@ def test_the_old_spellings_windows_and_window_ttl_seconds_still_work(tmp_path) -
     with pytest.warns(DeprecationWarning) as said:
         memory = Memory(location, user_id=str, windows="shared", window_ttl_seconds=60)
     assert sorted(str(w.message) for w in said) == [
-        "window_ttl_seconds= is deprecated: use window_ttl=",
-        "windows= is deprecated: use window_store=",
+        deprecation_note("window_ttl_seconds=", "window_ttl="),
+        deprecation_note("windows=", "window_store="),
     ]
     assert said[0].filename == __file__  # the warning points at the caller's line
     assert (memory.config.window_store, memory.config.window_ttl) == ("shared", 60.0)

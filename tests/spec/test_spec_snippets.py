@@ -147,7 +147,7 @@ store.close()   # releases the connections; the store reopens on its next use
 
 def test_postgres_store_snippet(spec_env):
     ns = run(POSTGRES_STORE, "from fastaiagent import Memory")
-    assert ns["mem"].store is ns["store"]
+    assert ns["mem"].location is ns["store"]
 
 
 SEMANTIC = '''

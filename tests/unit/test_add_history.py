@@ -43,7 +43,7 @@ def test_a_history_is_recalled_in_the_next_run(tmp_path: Path) -> None:
     Agent(name="a", llm=llm, memory=memory).run("what is my dog called?", context=RunContext(state=Session("ann")))
     prompt = " ".join(str(m.content) for m in llm.calls[0])
     assert "Biscuit" in prompt
-    index = memory.store.vector_store()  # type: ignore[attr-defined]
+    index = memory.location.vector_store()  # type: ignore[attr-defined]
     stored = index.read_namespaces(["user:ann"])
     assert [c.metadata["created_at"] for c in stored][:4] == [t.timestamp() for t in TIMES]  # then the run's
     assert index.count("user:bob") == 0  # another user: nothing
@@ -61,7 +61,7 @@ def test_importing_the_same_history_again_adds_nothing(tmp_path: Path) -> None:
     memory = _memory(tmp_path, WordHashEmbedder())
     memory.add_history(HISTORY, user_id="ann", at=TIMES)
     memory.add_history(HISTORY, user_id="ann", at=TIMES)
-    index = memory.store.vector_store()  # type: ignore[attr-defined]
+    index = memory.location.vector_store()  # type: ignore[attr-defined]
     assert index.count("user:ann") == 4
     memory.add_history(HISTORY[:1], user_id="ann", at=[TIMES[0].timestamp() + 60])  # said again later
     assert index.count("user:ann") == 5
@@ -77,4 +77,4 @@ def test_bad_calls_are_refused_before_anything_is_stored(tmp_path: Path) -> None
         memory.add_history(HISTORY[:1], user_id="ann", at=[datetime(2024, 1, 1)])
     with pytest.raises(UsageError, match="build the Memory with recall="):
         Memory(f"sqlite:///{tmp_path / 'n.db'}", user_id="ann").add_history(HISTORY)
-    assert memory.store.vector_store().count("user:ann") == 0  # type: ignore[attr-defined]
+    assert memory.location.vector_store().count("user:ann") == 0  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -94,10 +95,12 @@ def test_project_id_is_the_flag_everywhere_and_project_still_works(cli, store: M
         out = cli("memory", "search", "", "-l", _location(store), flag, "b")
         assert out.exit_code == 0, out.output
         assert "Tenant B prefers tea" in out.output and "oat" not in out.output.lower()
+        assert ("use --project-id" in out.output) == (flag == "--project")  # the old one says so
     for command in (["memory", "search"], ["memory", "forget"], ["memory", "prune"], ["learn"],
                     ["mcp"], ["plane", "serve"]):  # fmt: skip
         help_text = cli(*command, "--help").output
         assert "--project-id" in help_text, command
+        assert not re.search(r"--project\b(?!-)", help_text), command
 
 
 def test_forget_user_with_yes_forgets_everything_of_theirs_and_no_one_elses(cli, store: MemoryStore) -> None:  # type: ignore[no-untyped-def]
@@ -155,5 +158,5 @@ def test_search_and_show_name_the_source(cli, store: MemoryStore) -> None:  # ty
     assert "manual" in cli("memory", "search", "", "--subject", "user:bob", "-l", _location(store)).output
     shown = cli("memory", "show", str(said), "-l", _location(store))
     assert f"source learned (trace {'ab' * 16})" in shown.output
-    listed = cli("learn", "list", "--scope", "user:carol", "-l", _location(store))
+    listed = cli("learn", "list", "--subject", "user:carol", "-l", _location(store))
     assert "learned (trace abababab)" in listed.output and "traces" in listed.output

@@ -52,7 +52,7 @@ def test_remember_for_another_user_is_refused_and_stores_nothing(memory):
     said = text_of(result)
     assert "remember does not take argument user_id" in said
     assert "(it takes text, tier, confidence)" in said
-    assert "nothing was done" in said and "--user-id" in said
+    assert "nothing was done" in said and "--user" in said
     assert memory.retrieve(tier="user", id="alice") == []
     assert memory.retrieve(tier="user", id="bob") == []
 

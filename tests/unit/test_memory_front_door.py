@@ -61,7 +61,7 @@ def test_default_path_is_resolved_once_and_survives_chdir(tmp_path, monkeypatch)
 
 def test_locations_select_backends_and_bad_ones_fail(tmp_path):
     store = MemoryStore(tmp_path / "mine.db")
-    assert Memory(location=store).store is store
+    assert Memory(location=store).location is store
     with pytest.raises(ValueError, match="unsupported location"):
         Memory(location="mysql://x")
     with pytest.raises(TypeError, match="location must be a string or a FactStore instance, got int"):
@@ -399,7 +399,6 @@ def test_retrieve_limit_zero_returns_nothing_and_bad_limits_fail():
 def test_the_checked_keywords_are_on_config_and_location_is_the_store(tmp_path):
     mem = Memory(f"sqlite:///{tmp_path / 'facts.db'}", agent_id="bot", window=7)
     assert (mem.config.agent_id, mem.config.window, mem.config.per_user) == ("bot", 7, False)
-    assert mem.store is mem.location  # the older name stays an alias
     assert repr(mem).startswith("Memory(location=SQLiteFactStore(")
     with pytest.raises(AttributeError, match="cannot assign"):
         mem.config.window = 3  # type: ignore[misc]

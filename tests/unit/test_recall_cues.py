@@ -603,7 +603,7 @@ def test_a_turn_that_answers_a_question_embeds_its_message_once(tmp_path):
     embedder.calls.clear()
     agent.run("Green ones, the Aura 300.")
     assert embedder.calls == [["Green ones, the Aura 300. Which headphones do you have?"]]  # the reply: cached
-    index = memory.store.vector_store()  # type: ignore[attr-defined]
+    index = memory.location.vector_store()  # type: ignore[attr-defined]
     answer = next(c for c in index.read_namespaces(["user:ann"]) if c.text == "Green ones, the Aura 300.")
     assert answer.metadata["replies_to"] == "Which headphones do you have?"
     (hit,) = index.search(embedder.embed([embedded_text(answer)])[0], 1, namespace="user:ann")

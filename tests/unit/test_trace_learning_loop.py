@@ -192,9 +192,9 @@ def test_cli_mines_with_an_llm_client_and_a_progress_bar(tmp_path, cli):
 
 def test_cli_refuses_personal_scopes_and_empty_ids(tmp_path, cli):
     location = f"sqlite:///{tmp_path / 'facts.db'}"
-    result = cli("learn", "--location", location, "--scope", "user", "--scope-id", "alice", "--model", "m")
+    result = cli("learn", "--location", location, "--subject", "user:alice", "--model", "m")
     assert result.exit_code == 2 and "--allow-personal" in result.output
-    result = cli("learn", "--location", location, "--scope-id", "", "--model", "m")
+    result = cli("learn", "--location", location, "--subject", "agent:", "--model", "m")
     assert result.exit_code == 2 and "empty scope id" in result.output
     result = cli("learn", "--location", location)
     assert result.exit_code == 2 and "--model" in result.output
@@ -207,13 +207,13 @@ def test_cli_list_filters_before_it_limits(tmp_path, cli):
     for i in range(30):  # newer facts of someone else would crowd a limit-then-filter listing
         store.add(Fact(f"bob fact {i}", scope="user", scope_id="bob", created_at=1_000 + i))
     location = f"sqlite:///{tmp_path / 'facts.db'}"
-    result = cli("learn", "list", "--location", location, "--scope", "user:alice", "--limit", "2")
+    result = cli("learn", "list", "--location", location, "--subject", "user:alice", "--limit", "2")
     assert result.exit_code == 0, result.output
     assert re.findall(r"alice fact \d", result.output) == ["alice fact 2", "alice fact 1"]
     assert "bob" not in result.output
-    everyone = cli("learn", "list", "--location", location, "--scope", "user", "--limit", "40")
+    everyone = cli("learn", "list", "--location", location, "--subject", "user", "--limit", "40")
     assert len(re.findall(r"(?:alice|bob) fact \d+", everyone.output)) == 33
-    bad = cli("learn", "list", "--location", location, "--scope", "galaxy")
+    bad = cli("learn", "list", "--location", location, "--subject", "galaxy")
     assert bad.exit_code == 2
 
 
@@ -290,3 +290,21 @@ def test_bad_loop_arguments_fail_before_any_work(tmp_path, kwargs, error, match)
     arguments = {"llm": _extractor(), "location": MemoryStore(tmp_path / "f.db"), **kwargs}
     with pytest.raises(error, match=match):
         learn_from_traces(arguments.pop("llm"), trace_store=tmp_path / "traces.db", **arguments)
+
+
+def test_cli_subject_says_where_facts_go_and_the_old_scope_pair_still_works(tmp_path, cli):
+    _seed_runs(tmp_path, "Keep reports under 800 words")
+    location = f"sqlite:///{tmp_path / 'facts.db'}"
+    common = ("--location", location, "--trace-db", str(tmp_path / "traces.db"), "--provider",
+              "openai-compatible", "--model", "fake-model", "--allow-personal", "--remine")  # fmt: skip
+    with FakeLLMServer() as server:
+        server.default = Say('{"facts": [{"fact": "Keep reports under 800 words", "replaces": null}]}')
+        new = cli("learn", *common, "--base-url", server.openai_url, "--subject", "user:alice")
+        old = cli("learn", *common, "--base-url", server.openai_url, "--scope", "user", "--scope-id", "bob")
+        other = cli("learn", *common, "--base-url", server.openai_url, "--agent-id", "someone-else")
+    assert new.exit_code == old.exit_code == other.exit_code == 0, (new.output, old.output, other.output)
+    assert "deprecated" not in new.output and "use --subject" in old.stderr
+    store = MemoryStore(tmp_path / "facts.db")
+    for user in ("alice", "bob"):
+        assert [f.fact for f in store.list_active("user", user)] == ["Keep reports under 800 words"]
+    assert "0 mined" in other.output and store.list_active("agent", "writer") == []  # only that agent's runs

@@ -15,7 +15,7 @@ from fastaiagent.ui import create_app
 
 def test_the_delete_form_deletes_only_what_it_may(tmp_path: Path) -> None:
     location = f"sqlite:///{tmp_path / 'm.db'}"
-    store = seeded_memory(location).store
+    store = seeded_memory(location).location
     client = TestClient(create_app(location, trace_db=tmp_path / "t.db"), base_url="http://127.0.0.1")
     page = client.get("/memory/messages?user=ann").text
     csrf = re.search(r'name="csrf" value="([^"]+)"', page)[1]  # type: ignore[index]

@@ -5,7 +5,7 @@
 
 LOCATION is any --location (default: this example's own file,
 ``.fastaiagent-examples/mcp/memory.db`` in the current folder). The server acts
-for the user given by --user-id; the client cannot choose another user, which
+for the user given by --user; the client cannot choose another user, which
 is what makes one server safe for many hosts. The user is new on every run
 (``alice-<random>``), so the final ``forget`` deletes only what this run wrote.
 """
@@ -33,7 +33,7 @@ async def main(location: str) -> None:
             "mcp",
             "--location",
             location,
-            "--user-id",
+            "--user",
             f"alice-{uuid.uuid4().hex[:8]}",
             "--no-semantic",
         ],

@@ -2,7 +2,9 @@
 
 When a public name is renamed (see the glossary in ``docs/architecture.md``),
 the old one stays as an alias that does what the new one does and says, once
-per call site, a :class:`DeprecationWarning` naming the new one.
+per call site, a :class:`DeprecationWarning` naming the new one and the release
+that removes the old one (:data:`REMOVED_IN`, the same for every alias and for
+the command line's old option spellings).
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from fastaiagent.errors import InvalidValueError
+
+REMOVED_IN = "2.0"
+"""The release that removes every deprecated alias: Python names, the MCP tool
+``recall`` and the command line's old option spellings (one constant, so every
+warning, note and help text names the same release)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,9 +36,16 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
+def deprecation_note(old: str, new: str) -> str:
+    """``old is deprecated: use new (removed in fastaiagent 2.0)``: what every alias says."""
+    return f"{old} is deprecated: use {new} (removed in fastaiagent {REMOVED_IN})"
+
+
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
-    """Say that ``old`` is deprecated and ``new`` is its name now."""
-    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)
+    """Say that ``old`` is deprecated, ``new`` is its name now, and which release
+    removes ``old``. ``stacklevel`` 3 points at the caller of the function that calls
+    this one (the user's code)."""
+    warnings.warn(deprecation_note(old, new), DeprecationWarning, stacklevel=stacklevel)
 
 
 def deprecated_alias(method: Callable[P, R], old: str, new: str) -> Callable[P, R]:
@@ -64,4 +78,4 @@ def renamed_keyword(
     return old_value
 
 
-__all__ = ["UNSET", "deprecated_alias", "renamed_keyword", "warn_renamed"]
+__all__ = ["REMOVED_IN", "UNSET", "deprecated_alias", "deprecation_note", "renamed_keyword", "warn_renamed"]

@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from fastaiagent import trace
 from fastaiagent._validate import identifier, optional_id
 from fastaiagent.agent.composable import ComposableMemory
-from fastaiagent.agent.deprecation import UNSET
+from fastaiagent.agent.deprecation import UNSET, warn_renamed
 from fastaiagent.agent.forgetting import PEERS, attributed, drop_stored_windows
 from fastaiagent.agent.memory_blocks.background import flush_lane_everywhere
 from fastaiagent.agent.memory_blocks.base import described
@@ -135,9 +135,10 @@ class Memory:
       (facts, summary, recalled messages), packed by priority and score; the
       window is never cut (default None: no budget; see ``docs/semantic.md``).
 
-    Renamed keywords keep working, with a DeprecationWarning: ``windows=`` is
-    ``window_store=`` and ``window_ttl_seconds=`` is ``window_ttl=`` (one word per
-    idea: ``window`` is the window's size, every ``*_ttl`` a time to live).
+    Renamed keywords keep working until fastaiagent 2.0
+    (:data:`~fastaiagent.agent.deprecation.REMOVED_IN`), with a DeprecationWarning:
+    ``windows=`` is ``window_store=`` and ``window_ttl_seconds=`` is ``window_ttl=``
+    (one word per idea: ``window`` is the window's size, every ``*_ttl`` a time to live).
 
     The checked keywords are on :attr:`config`; the fact store made from
     ``location`` is :attr:`location`.
@@ -217,7 +218,9 @@ class Memory:
 
     @property
     def store(self) -> FactStore:
-        """The fact store (an older name of :attr:`location`, kept for compatibility)."""
+        """Deprecated: the older name of :attr:`location` (the fact store), with a
+        DeprecationWarning; removed in :data:`~fastaiagent.agent.deprecation.REMOVED_IN`."""
+        warn_renamed("Memory.store", "Memory.location")
         return self.location
 
     # -- the direct verbs ------------------------------------------------------
@@ -290,7 +293,8 @@ class Memory:
         fact's id. Updating a fact to its own text changes nothing.
         ``valid_from`` / ``valid_to`` / ``ttl`` are the new version's, as in :meth:`persist`.
         ``old``, ``tier`` and ``id`` by position (``update(new, old)``) still work,
-        with a DeprecationWarning: two texts in a row read either way round.
+        with a DeprecationWarning until fastaiagent 2.0: two texts in a row read either
+        way round.
         """
         old, tier, id = by_name("update", by_position, old=old, tier=tier, id=id)
         write = FactWrite(confidence, None, valid_from, valid_to, ttl)

@@ -13,6 +13,7 @@ import logging
 import typer
 
 from fastaiagent.cli.failures import DEBUG_ENV, guard_all, set_debug
+from fastaiagent.cli.old_spellings import use_renamed_spellings
 
 app = typer.Typer(help="fastaiagent: agent memory tools.", no_args_is_help=True)
 
@@ -44,7 +45,8 @@ def _options(
 
 
 def _register() -> None:
-    """Add every sub-command once, then make all of them fail with one line."""
+    """Add every sub-command once, then make all of them fail with one line and
+    take the old spellings of renamed options."""
     global _registered
     if _registered:
         return
@@ -52,6 +54,7 @@ def _register() -> None:
         module = importlib.import_module(module_name)
         getattr(module, attribute)(app)
     guard_all(app)
+    use_renamed_spellings(app)
     _registered = True
 
 

@@ -1,4 +1,8 @@
-"""``fastaiagent learn``: mine past runs into facts, list facts, supersede one with another."""
+"""``fastaiagent learn``: mine past runs into facts, list facts, supersede one with another.
+
+Where facts go is ``--subject``: ``agent`` (each run's agent name, the default),
+``agent:support``, or ``user:alice`` / ``project:acme`` with ``--allow-personal``.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,18 @@ import typer
 from fastaiagent._format import format_time
 from fastaiagent._validate import positive_int
 from fastaiagent.cli.failures import checking_options
-from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
+from fastaiagent.cli.old_spellings import deprecated_option
+from fastaiagent.cli.options import (
+    SUBJECT_FLAG,
+    agent_option,
+    limit_option,
+    location_option,
+    parse_subject,
+    project_option,
+    subject_option,
+    trace_db_option,
+)
 from fastaiagent.errors import InvalidValueError
-from fastaiagent.facts.fact import SCOPES
 
 learn_app = typer.Typer(
     help="The Trace Learning Loop: durable facts from past runs, and the facts it keeps.",
@@ -20,25 +33,25 @@ learn_app = typer.Typer(
 )
 
 
-
 @learn_app.callback()
 def mine(
     ctx: typer.Context,
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    trace_db: str | None = typer.Option(None, "--trace-db", help="Local trace store to mine."),
+    location: str = location_option(),
+    trace_db: str | None = trace_db_option("Local trace store to mine."),
     provider: str = typer.Option("openai", help="LLM provider for the extractor."),
     model: str | None = typer.Option(None, help="LLM model for the extractor (required)."),
     base_url: str | None = typer.Option(None, "--base-url", help="API base URL (e.g. a local server)."),
-    scope: str = typer.Option("agent", help="Scope to file facts under: agent, user or project."),
-    scope_id: str | None = typer.Option(
-        None, "--scope-id", help="Subject id; default for agent scope: each run's agent name."
+    subject: str = subject_option(
+        "agent",
+        "Where facts go: agent (each run's agent name), agent:NAME, user:ID or project:ID.",
     ),
-    project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
+    old_scope_id: str | None = deprecated_option("--scope-id", "--subject scope:id"),
+    project: str = project_option("", "Project partition."),
     allow_personal: bool = typer.Option(
         False, "--allow-personal", help="Allow user/project scope (personal data)."
     ),
-    limit: int = typer.Option(50, help="How many recent runs to read."),
-    agent: str | None = typer.Option(None, help="Only runs of this agent."),
+    limit: int = limit_option(50, "How many recent runs to read."),
+    agent: str | None = agent_option("Only runs of this agent."),
     remine: bool = typer.Option(False, help="Mine runs already mined before."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the facts, write nothing."),
 ) -> None:
@@ -50,6 +63,7 @@ def mine(
     from fastaiagent.llm.client import LLMClient
 
     with checking_options():
+        scope, scope_id = _target(subject, old_scope_id)
         check_target(scope, scope_id, allow_personal=allow_personal)
         positive_int("--limit", limit)
         if not model:
@@ -103,22 +117,26 @@ def _print_report(report: Any) -> None:
         raise typer.Exit(code=1)
 
 
-def _parse_filter(value: str | None) -> tuple[str | None, str | None]:
-    if not value:
-        return None, None
-    scope, _, scope_id = value.partition(":")
-    if scope not in SCOPES:
-        raise InvalidValueError(f"--scope must be one of {SCOPES}, optionally with :id (e.g. user:alice)")
-    return scope, (scope_id if _ else None)
+def _target(subject: str, old_scope_id: str | None) -> tuple[str, str | None]:
+    """The scope and id mining writes under: ``--subject scope[:id]`` (the old
+    ``--scope X --scope-id Y`` arrives as ``--subject X`` and ``Y``)."""
+    if old_scope_id is not None:
+        if ":" in subject:
+            raise InvalidValueError(f"give the id once: {SUBJECT_FLAG} scope:id (--scope-id is its old spelling)")
+        subject = f"{subject}:{old_scope_id}"
+    scope, colon, scope_id = subject.partition(":")
+    if not colon and scope in ("user", "project"):
+        raise InvalidValueError(f"{SUBJECT_FLAG} {scope} needs an id: {SUBJECT_FLAG} {scope}:ID")
+    return scope, (scope_id if colon else None)
 
 
 @learn_app.command("list")
 def list_facts(
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    scope: str | None = typer.Option(None, help="Filter: agent, user:alice, project:acme ..."),
-    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Filter by project partition."),
+    location: str = location_option(),
+    subject: str | None = subject_option(None, "Filter: agent, user:alice, project:acme ..."),
+    project: str | None = project_option(None, "Filter by project partition."),
     show_superseded: bool = typer.Option(False, "--show-superseded", help="Include replaced facts."),
-    limit: int = typer.Option(20, help="At most this many facts (after filtering)."),
+    limit: int = limit_option(20, "At most this many facts (after filtering)."),
 ) -> None:
     """List facts, newest first; filters apply before the limit."""
     from rich.console import Console
@@ -127,7 +145,7 @@ def list_facts(
     from fastaiagent.facts.factory import make_fact_store
 
     with checking_options():
-        scope_name, scope_id = _parse_filter(scope)
+        scope_name, scope_id = parse_subject(subject, required=False)
         positive_int("--limit", limit)
         store = make_fact_store(location)
     facts = store.browse(
@@ -152,7 +170,7 @@ def list_facts(
 def supersede(
     old: int = typer.Argument(..., help="Id of the fact being replaced."),
     new: int = typer.Argument(..., help="Id of the fact replacing it (same scope, id and project)."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    location: str = location_option(),
 ) -> None:
     """Mark fact OLD as replaced by fact NEW (OLD stays as history)."""
     from fastaiagent.facts.factory import make_fact_store

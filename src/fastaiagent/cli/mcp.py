@@ -17,7 +17,13 @@ from fastaiagent._validate import one_of, optional_id
 from fastaiagent._validate import port as port_option
 from fastaiagent.agent.memory import Memory
 from fastaiagent.cli.failures import checking_options
-from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS
+from fastaiagent.cli.options import (
+    USER_FLAG,
+    agent_option,
+    location_option,
+    project_option,
+    user_option,
+)
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.ui.server import is_loopback
 
@@ -44,13 +50,13 @@ def check_connection_options(transport: str, host: str, tokens: Any, user_id: st
     if transport == "stdio":
         if tokens is not None:
             raise InvalidValueError(
-                f"tokens are for --transport http; over stdio the connection acts for --user-id "
+                f"tokens are for --transport http; over stdio the connection acts for {USER_FLAG} "
                 f"(unset {TOKENS_ENV} or drop --token/--tokens-file)"
             )
         return
     if tokens is not None and user_id is not None:
         raise InvalidValueError(
-            "pass either --user-id (one user, no tokens, loopback only) or tokens (each acts "
+            f"pass either {USER_FLAG} (one user, no tokens, loopback only) or tokens (each acts "
             "for its own user), not both"
         )
     if tokens is None and not is_loopback(host):
@@ -62,7 +68,7 @@ def check_connection_options(transport: str, host: str, tokens: Any, user_id: st
 
 
 # The command's options, named once here so the command itself stays short.
-_LOCATION = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP)
+_LOCATION = location_option()
 _TRANSPORT = typer.Option(
         "stdio", help="stdio (desktop/IDE hosts) or http (streamable HTTP)."
     )
@@ -70,15 +76,9 @@ _HOST = typer.Option(
         DEFAULT_HOST, help="HTTP: address to bind; other than loopback needs a token."
     )
 _PORT = typer.Option(DEFAULT_PORT, help="HTTP: port to listen on (0 picks a free one).")
-_AGENT_ID = typer.Option(
-        None, "--agent-id", help="The global tier's id (off without it)."
-    )
-_PROJECT_ID = typer.Option("", *PROJECT_FLAGS, help="Tenant partition applied to every tier.")
-_USER_ID = typer.Option(
-        None,
-        "--user-id",
-        help="The user a connection without a token acts for (stdio, or HTTP on loopback).",
-    )
+_AGENT_ID = agent_option("The global tier's id (off without it).")
+_PROJECT_ID = project_option("", "Tenant partition applied to every tier.")
+_USER_ID = user_option("The user a connection without a token acts for (stdio, or HTTP on loopback).")
 _TOKEN = typer.Option(
         [], "--token", help=f"HTTP: TOKEN=USER, repeatable (also {TOKENS_ENV}, comma-separated)."
     )
@@ -112,7 +112,7 @@ def mcp(
     semantic: bool = _SEMANTIC,
     embedder: str = _EMBEDDER,
 ) -> None:
-    """Serve memory as MCP tools: remember, retrieve, update, forget."""
+    """Serve memory as MCP tools (``--help`` lists them all: :func:`mcp_help`)."""
     require("mcp.server.mcpserver", "mcp")
     from fastaiagent.mcp.server import create_server
     from fastaiagent.mcp.tools import MemoryTools
@@ -121,7 +121,7 @@ def mcp(
     # (checked once, here) or a taken port exits 1.
     with checking_options():
         one_of("--transport", transport, TRANSPORTS)
-        optional_id("--user-id", user_id)
+        optional_id(USER_FLAG, user_id)
         tokens = _tokens(token, tokens_file)
         check_connection_options(transport, host, tokens, user_id)
         port_number = port_option("--port", port)
@@ -161,6 +161,13 @@ def _serve(
     serve_http(http_app(server, host=host, tokens=tokens), sock)
 
 
+def mcp_help() -> str:
+    """The command's help: every tool the server serves, from the list the server reads."""
+    from fastaiagent.mcp.tools import served_tools
+
+    return f"Serve memory as MCP tools: {served_tools()}."
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``mcp`` command to the ``fastaiagent`` CLI."""
-    app.command("mcp")(mcp)
+    app.command("mcp", help=mcp_help())(mcp)

@@ -20,16 +20,24 @@ import typer
 from fastaiagent._format import format_time
 from fastaiagent._validate import identifier, moment, positive_int
 from fastaiagent.cli.failures import OptionsError, checking_options
-from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS, checked_project
+from fastaiagent.cli.options import (
+    SUBJECT_HELP,
+    checked_project,
+    limit_option,
+    location_option,
+    parse_subject,
+    project_option,
+    subject_option,
+    user_option,
+)
 from fastaiagent.errors import InvalidValueError
-from fastaiagent.facts.fact import SCOPES, Fact
+from fastaiagent.facts.fact import Fact
 
 memory_app = typer.Typer(
     help="Review durable facts (search, history, forget, expire, prune); export, import, copy.",
     no_args_is_help=True,
 )
 
-SUBJECT_HELP = "scope:id, e.g. user:alice; user:* is every user"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
@@ -43,20 +51,6 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise InvalidValueError("--older-than must be more than 0")
     return seconds
-
-
-def parse_subject(value: str | None, *, required: bool) -> tuple[str | None, str | None]:
-    """``scope:id`` as (scope, id); ``id`` None for ``scope`` alone (search only)."""
-    if not value:
-        if required:
-            raise InvalidValueError(f"--subject is required ({SUBJECT_HELP})")
-        return None, None
-    scope, colon, scope_id = value.partition(":")
-    if scope not in SCOPES or (required and not scope_id):
-        raise InvalidValueError(f"--subject {value!r}: expected {SUBJECT_HELP}, scope one of {SCOPES}")
-    if not colon or scope_id == "*":
-        return scope, None
-    return scope, identifier("--subject's id", scope_id)
 
 
 def _store(location: str) -> Any:
@@ -74,11 +68,11 @@ def _validity(fact: Fact) -> str:
 @memory_app.command("search")
 def search(
     text: str = typer.Argument("", help="Text the facts contain (case-insensitive); empty: all."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    subject: str | None = typer.Option(None, "--subject", "-s", help=SUBJECT_HELP),
-    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project partition."),
+    location: str = location_option(),
+    subject: str | None = subject_option(),
+    project: str | None = project_option(None, "Only this project partition."),
     expired: bool = typer.Option(False, "--expired", help="Include facts whose validity ended."),
-    limit: int = typer.Option(20, help="At most this many facts."),
+    limit: int = limit_option(20, "At most this many facts."),
 ) -> None:
     """Facts containing TEXT, newest first (expired ones only with --expired)."""
     from rich.console import Console
@@ -110,7 +104,7 @@ def search(
 @memory_app.command("show")
 def show(
     fact_id: int = typer.Argument(..., help="Id of any version of the fact."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
+    location: str = location_option(),
 ) -> None:
     """A fact's history: every version, newest first, with both times."""
     from fastaiagent.facts.timeline import versions
@@ -140,13 +134,11 @@ def _source(fact: Fact) -> str:
 @memory_app.command("forget")
 def forget(
     fact_id: int | None = typer.Argument(None, help="Id of the fact to delete (with --subject)."),
-    subject: str | None = typer.Option(None, "--subject", "-s", help=SUBJECT_HELP),
-    user: str | None = typer.Option(
-        None, "--user", help="Forget everything of this user instead: facts, windows, recall, runs."
-    ),
+    subject: str | None = subject_option(),
+    user: str | None = user_option("Forget everything of this user instead: facts, windows, recall, runs."),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --user: do not ask for confirmation."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
+    location: str = location_option(),
+    project: str = project_option("", "Project partition."),
 ) -> None:
     """Hard-delete one fact of SUBJECT (exit 1 when it is not that subject's), or with
     --user ID everything of that user, after a confirmation (--yes skips it)."""
@@ -205,10 +197,10 @@ def forget_user(user_id: str, *, yes: bool, location: str, project: str) -> None
 @memory_app.command("expire")
 def expire(
     fact_id: int = typer.Argument(..., help="Id of the active fact to end."),
-    subject: str = typer.Option(..., "--subject", "-s", help=SUBJECT_HELP),
+    subject: str = subject_option(...),
     at: str | None = typer.Option(None, "--at", help="When it ends (ISO 8601, UTC if no zone); default now."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
+    location: str = location_option(),
+    project: str = project_option("", "Project partition."),
 ) -> None:
     """End one active fact of SUBJECT now (or --at): it stays, as history."""
     with checking_options():
@@ -233,17 +225,18 @@ def _iso(text: str) -> datetime:
 @memory_app.command("prune")
 def prune(
     older_than: str = typer.Option(..., "--older-than", help="e.g. 30d: expired or superseded this long ago."),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all)."),
+    location: str = location_option(),
+    project: str | None = project_option(None, "Only this project (default: all)."),
     batch: int = typer.Option(500, help="Facts one step deletes at most."),
-    max_facts: int | None = typer.Option(None, "--max", help="Stop after this many (default: all)."),
+    max_facts: int | None = limit_option(None, "Stop after this many (default: all)."),
 ) -> None:
-    """Delete facts that expired or were superseded more than --older-than ago, in steps."""
+    """Delete facts that expired or were superseded more than --older-than ago, in steps
+    (at most --limit of them)."""
     with checking_options():
         cutoff = time.time() - parse_duration(older_than)
         checked_project(project)
         positive_int("--batch", batch)
-        positive_int("--max", max_facts, allow_none=True)
+        positive_int("--limit", max_facts, allow_none=True)
         store = _store(location)
     total = 0
     while max_facts is None or total < max_facts:

@@ -17,7 +17,13 @@ import typer
 
 from fastaiagent._validate import identifier
 from fastaiagent.cli.failures import checking_options
-from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS, checked_project
+from fastaiagent.cli.options import (
+    LOCATION_HELP,
+    checked_project,
+    location_option,
+    project_option,
+    user_option,
+)
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.transfer import Counts
 
@@ -70,10 +76,10 @@ def _user(user_id: str | None) -> str | None:
     return None if user_id is None else identifier("--user", user_id)
 
 
-USER = typer.Option(None, "--user", help=USER_HELP)
-PROJECT = typer.Option(None, *PROJECT_FLAGS, help="Only this project (default: all).")
+USER = user_option(USER_HELP)
+PROJECT = project_option(None, "Only this project (default: all).")
 PROGRESS = typer.Option(None, "--progress/--no-progress", help=PROGRESS_HELP)
-LOCATION = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP)
+LOCATION = location_option()
 
 
 def _run(progress: bool | None, total: Callable[[], int], work: Callable[[ProgressBar], Counts], done: str) -> None:
@@ -111,8 +117,8 @@ def import_command(
     everything: bool = typer.Option(
         False, "--all", help="Import a whole location's file, every line as written (an operator's move)."
     ),
-    user_id: str | None = typer.Option(None, "--user", help="The user the file must hold (refused otherwise)."),
-    project: str | None = typer.Option(None, *PROJECT_FLAGS, help="The project the file must hold."),
+    user_id: str | None = user_option("The user the file must hold (refused otherwise)."),
+    project: str | None = project_option(None, "The project the file must hold."),
     progress: bool | None = PROGRESS,
 ) -> None:
     """Add a file's memory to a location; what it already holds is kept. A file of one

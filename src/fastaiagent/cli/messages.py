@@ -17,7 +17,13 @@ import typer
 from fastaiagent._format import format_time
 from fastaiagent._validate import identifier, positive_int
 from fastaiagent.cli.failures import checking_options
-from fastaiagent.cli.options import LOCATION_HELP, PROJECT_FLAGS, checked_project
+from fastaiagent.cli.options import (
+    checked_project,
+    limit_option,
+    location_option,
+    project_option,
+    user_option,
+)
 from fastaiagent.errors import InvalidValueError
 
 SHOWN_CHARS = 160  # a long message is cut in the table; the id leads to all of it
@@ -39,17 +45,17 @@ def _print(messages: list[Any]) -> None:
 
 
 def messages(
-    user: str = typer.Option(..., "--user", help="The user whose recalled messages to show."),
+    user: str = user_option("The user whose recalled messages to show.", ...),
     search: str | None = typer.Option(
         None, "--search", help="Only messages recall finds by these words, best first."
     ),
-    limit: int = typer.Option(20, help="At most this many messages (a page)."),
+    limit: int = limit_option(20, "At most this many messages (a page)."),
     page: int = typer.Option(1, "--page", help="Which page, newest first (1 is the newest)."),
     delete: str | None = typer.Option(
         None, "--delete", help="Delete the user's message with this id (from every copy recall reads)."
     ),
-    location: str = typer.Option("sqlite", "--location", "-l", help=LOCATION_HELP),
-    project: str = typer.Option("", *PROJECT_FLAGS, help="Project partition."),
+    location: str = location_option(),
+    project: str = project_option("", "Project partition."),
 ) -> None:
     """A user's recalled messages, newest first, a page at a time; --search, --delete one."""
     from fastaiagent.facts import messages as stored

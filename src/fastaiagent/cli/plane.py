@@ -6,7 +6,7 @@ from typing import Any
 
 from fastaiagent import _serving, _validate
 from fastaiagent.cli.failures import checking_options
-from fastaiagent.cli.options import PROJECT_FLAGS
+from fastaiagent.cli.options import location_option, project_option
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.plane.protocol import FACTS_PATH
 from fastaiagent.plane.server import RANKERS, check_store, create_plane_app
@@ -46,15 +46,13 @@ def register(app: Any) -> None:
 
     @plane_app.command("serve")
     def serve_command(
-        location: str = typer.Option(
-            "sqlite", "--location", help="sqlite, sqlite:///path.db, postgres://... or redis://..."
-        ),
+        location: str = location_option(),
         api_key: str = typer.Option(
             ..., "--api-key", envvar="FASTAIAGENT_PLANE_API_KEY", help="key clients must send"
         ),
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8765, "--port", help="0..65535 (0 picks a free port)"),
-        project_id: str = typer.Option("", *PROJECT_FLAGS, help="tenant partition to serve"),
+        project_id: str = project_option("", "Tenant partition to serve."),
         ranking: str = typer.Option("keyword", "--ranking", help="keyword, semantic or none"),
     ) -> None:
         """Serve GET /public/v1/memory/facts from LOCATION's agent-scope facts."""

@@ -9,6 +9,7 @@ import typer
 from fastaiagent._serving import listen
 from fastaiagent._validate import port as port_option
 from fastaiagent.cli.failures import checking_options
+from fastaiagent.cli.options import location_option, trace_db_option
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.ui.server import DEFAULT_HOST, DEFAULT_PORT, check_bind, serve_on
 
@@ -16,22 +17,16 @@ TOKEN_ENV = "FASTAIAGENT_UI_TOKEN"
 
 
 def ui(
-    location: str = typer.Option(
-        "sqlite", "--location", "-l", help="Fact store: sqlite, sqlite:///path, postgres://..., redis://..."
-    ),
+    location: str = location_option(),
     host: str = typer.Option(DEFAULT_HOST, help="Address to bind; other than loopback needs --token."),
     port: int = typer.Option(DEFAULT_PORT, help="Port to listen on."),
     token: str | None = typer.Option(
         None, help=f"Require this token to view pages (or set {TOKEN_ENV})."
     ),
-    trace_db: str | None = typer.Option(
-        None,
-        "--trace-db",
-        help=(
-            "Local trace store (default: $FASTAIAGENT_TRACE_DB, else traces.db in the folder "
-            "of the default local database: ./.fastaiagent/, or that of "
-            "$FASTAIAGENT_LOCAL_DB; never beside a --location path)."
-        ),
+    trace_db: str | None = trace_db_option(
+        "Local trace store (default: $FASTAIAGENT_TRACE_DB, else traces.db in the folder "
+        "of the default local database: ./.fastaiagent/, or that of "
+        "$FASTAIAGENT_LOCAL_DB; never beside a --location path)."
     ),
 ) -> None:
     """Browse durable facts (Memory) and runs (Traces) in a local web UI."""

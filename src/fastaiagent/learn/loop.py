@@ -123,7 +123,7 @@ def check_target(scope: str, scope_id: str | None, *, allow_personal: bool) -> N
     if scope_id is not None:
         check.identifier("scope_id", scope_id)
     if scope in ("user", "project") and scope_id is None:
-        raise InvalidValueError(f"{scope} scope needs a scope id (--scope-id)")
+        raise InvalidValueError(f"{scope} scope needs a scope id (scope_id=; --subject {scope}:ID)")
 
 
 def _run_text(run: RunSummary, traces: TraceStore) -> str:

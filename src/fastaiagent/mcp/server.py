@@ -27,11 +27,14 @@ from pydantic import Field
 from fastaiagent import _serving
 from fastaiagent._format import one_line
 from fastaiagent._version import __version__
+from fastaiagent.agent.deprecation import REMOVED_IN
 from fastaiagent.errors import FastAIAgentError
 from fastaiagent.mcp.auth import USER_SCOPE_KEY, BearerAuth, TokenMap
 from fastaiagent.mcp.tools import (
     DEFAULT_RETRIEVE_LIMIT,
+    DEPRECATED_TOOLS,
     MAX_RETRIEVE_LIMIT,
+    TOOLS,
     Forgotten,
     MemoryTools,
     Remembered,
@@ -56,8 +59,8 @@ DESCRIPTIONS = {
     "update": "Replace a fact that changed; the old one is kept as history and no longer retrieved.",
     "forget": "Delete a fact for good (history included), or every fact of the tier with "
     "everything=true.",
-    "recall": "Deprecated: the old name of retrieve, kept so existing clients keep working; "
-    "call retrieve instead (same arguments, same result).",
+    "recall": "Deprecated: the old name of retrieve, kept so existing clients keep working "
+    f"until fastaiagent {REMOVED_IN}; call retrieve instead (same arguments, same result).",
 }
 HINTS = {
     "remember": ToolAnnotations(idempotent_hint=True, destructive_hint=False),
@@ -66,8 +69,6 @@ HINTS = {
     "forget": ToolAnnotations(destructive_hint=True, idempotent_hint=True),
     "recall": ToolAnnotations(read_only_hint=True),
 }
-# Old tool name -> the tool it still calls (listed, marked deprecated in its _meta).
-DEPRECATED_TOOLS = {"recall": "retrieve"}
 R = TypeVar("R")
 
 TextArg = Annotated[str, Field(description="The fact, one short self-contained statement.")]
@@ -123,8 +124,9 @@ class _Acting:
             if old not in self._warned:
                 self._warned.add(old)
                 logger.warning(
-                    "MCP tool %r is deprecated: clients should call %r", old, tool.__name__
-                )
+                    "MCP tool %r is deprecated: clients should call %r (removed in fastaiagent %s)",
+                    old, tool.__name__, REMOVED_IN,
+                )  # fmt: skip
             return tool(*args, **kwargs)
 
         return deprecated
@@ -144,7 +146,7 @@ def unknown_arguments(tool: str, given: Any, accepted: tuple[str, ...]) -> str |
     )
     if any("user" in name.lower() for name in unknown):
         message += (
-            ". The user a call acts for is the connection's (the server's --user-id, "
+            ". The user a call acts for is the connection's (the server's --user, "
             "or the token), never an argument"
         )
     return message
@@ -223,7 +225,10 @@ def create_server(tools: MemoryTools, *, name: str = SERVER_NAME) -> MCPServer[A
     ) -> Forgotten:
         return act(ctx, lambda user: tools.forget(user, tier, fact, everything))
 
-    current = {tool.__name__: tool for tool in (remember, retrieve, update, forget)}
+    defined = {tool.__name__: tool for tool in (remember, retrieve, update, forget)}
+    if set(defined) != set(TOOLS):  # tools.TOOLS is what --help lists
+        raise AssertionError(f"served tools {sorted(defined)} differ from TOOLS {TOOLS}")
+    current = {name: defined[name] for name in TOOLS}
     listed = [_tool(tool, tool_name) for tool_name, tool in current.items()]
     listed += [
         _tool(act.alias(current[new], old), old, meta={"deprecated": True, "replaced_by": new})

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from fastaiagent._format import one_line
 from fastaiagent._validate import boolean, optional_id
-from fastaiagent.agent.deprecation import deprecated_alias
+from fastaiagent.agent.deprecation import REMOVED_IN, deprecated_alias, warn_renamed
 from fastaiagent.agent.memory import Memory
 from fastaiagent.errors import (
     FastAIAgentError,
@@ -32,9 +32,22 @@ from fastaiagent.facts.fact import Fact
 Tier = Literal["user", "global"]
 DEFAULT_RETRIEVE_LIMIT = 10
 MAX_RETRIEVE_LIMIT = 100
-# The names before the tool was named for what it does (it reads facts: retrieve).
-DEFAULT_RECALL_LIMIT = DEFAULT_RETRIEVE_LIMIT
-MAX_RECALL_LIMIT = MAX_RETRIEVE_LIMIT
+
+# The tools the server serves, in the order it lists them; the server and
+# ``fastaiagent mcp --help`` both read these, so they cannot disagree.
+TOOLS = ("remember", "retrieve", "update", "forget")
+# Old tool name -> the tool it still calls (served and listed, marked deprecated).
+DEPRECATED_TOOLS = {"recall": "retrieve"}
+
+
+def served_tools() -> str:
+    """Every tool served, in words: the current ones, then each deprecated name with
+    its replacement and the release that removes it."""
+    old = "; ".join(
+        f"{name} (deprecated: use {new}; removed in fastaiagent {REMOVED_IN})"
+        for name, new in DEPRECATED_TOOLS.items()
+    )
+    return ", ".join(TOOLS) + (f"; and {old}" if old else "")
 
 
 class FactOut(BaseModel):
@@ -63,7 +76,13 @@ class Retrieved(BaseModel):
     facts: list[FactOut]
 
 
-Recalled = Retrieved  # deprecated: the result's name while the tool was called recall
+# The names from before the tool was named for what it does (it reads facts:
+# retrieve); each still works, with a DeprecationWarning (see __getattr__).
+_RENAMED = {
+    "Recalled": "Retrieved",
+    "DEFAULT_RECALL_LIMIT": "DEFAULT_RETRIEVE_LIMIT",
+    "MAX_RECALL_LIMIT": "MAX_RETRIEVE_LIMIT",
+}
 
 
 class Updated(BaseModel):
@@ -126,7 +145,7 @@ class MemoryTools:
             if not user:
                 raise PolicyError(
                     f"{verb}: this connection acts for no user, so it has no user tier; start the "
-                    "server with --user-id, or connect over HTTP with a token mapped to a user"
+                    "server with --user, or connect over HTTP with a token mapped to a user"
                 )
             return user
         agent_id = self.memory.config.agent_id
@@ -228,3 +247,12 @@ def _out(fact: Fact, tier: str) -> FactOut:
         created_at=fact.created_at,
         metadata=dict(fact.metadata),
     )
+
+
+def __getattr__(name: str) -> Any:
+    # A deprecated module name: the new one's value, and a warning pointing at the import.
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_renamed(f"{__name__}.{name}", f"{__name__}.{new}")
+    return globals()[new]

@@ -402,7 +402,10 @@ class VectorBlock(MemoryBlock):
 
     def _make_chunk(self, message: Message) -> Chunk | None:
         """Deprecated: the old, private name of :meth:`make_chunk`. A subclass that
-        overrides it is still called (with a DeprecationWarning when the class is made)."""
+        overrides it is still called (with a DeprecationWarning when the class is made);
+        any other call warns here. Removed in :data:`~fastaiagent.agent.deprecation.REMOVED_IN`."""
+        if _MAKE_CHUNK not in self._old_hooks:  # an override's super() call warned at class time
+            warn_renamed("VectorBlock._make_chunk", "VectorBlock.make_chunk")
         return self.make_chunk(message)
 
     def on_message(self, message: Message, *, at: float | None = None) -> None:
@@ -457,7 +460,10 @@ class VectorBlock(MemoryBlock):
 
     def _embedding_text(self, chunk: Chunk) -> str:
         """Deprecated: the old, private name of :meth:`embedding_text` (still called
-        when a subclass overrides it)."""
+        when a subclass overrides it, which warns when the class is made; any other call
+        warns here). Removed in :data:`~fastaiagent.agent.deprecation.REMOVED_IN`."""
+        if _EMBEDDING_TEXT not in self._old_hooks:
+            warn_renamed("VectorBlock._embedding_text", "VectorBlock.embedding_text")
         return self.embedding_text(chunk)
 
     def flush(self) -> int:
