@@ -34,7 +34,7 @@ from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.fact import Fact
 
 memory_app = typer.Typer(
-    help="Review durable facts (search, history, forget, expire, prune); export, import, copy.",
+    help="What memory holds: facts (search, show, forget, expire, prune), recalled messages (messages); export, import, copy.",
     no_args_is_help=True,
 )
 
