@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from fastaiagent._validate import text as check_text
+from fastaiagent.facts.entities import entity_terms
 from fastaiagent.kb.bm25 import tokenize
 from fastaiagent.kb.identity import embedder_identity
 from fastaiagent.kb.protocols import Chunk, SearchHit, VectorStore, check_top_k, wanted_keys
@@ -77,9 +78,19 @@ def with_question(text: str, question: str | None) -> str:
     return f"{text} {question}" if question else text
 
 
+ANALYZER_VERSION = 1
+"""The version of what a chunk's keyword postings are made of (:func:`keyword_tokens`:
+``kb.bm25.tokenize``, its stemmer and stop words, and the entity postings of
+:func:`~fastaiagent.facts.entities.entity_term`). Raise it with any change to
+them: each index records the version its postings were built with, and an
+index opened with another one builds them again in the background
+(:mod:`fastaiagent.facts.index.reindex`), as a changed embedder re-embeds."""
+
+
 def keyword_tokens(chunk: Chunk) -> list[str]:
-    """The keyword tokens a chunk is indexed under (:func:`keyword_text`, tokenized)."""
-    return tokenize(keyword_text(chunk))
+    """The keyword tokens a chunk is indexed under: :func:`keyword_text`, tokenized,
+    then one posting per entity the chunk mentions (``metadata["entities"]``)."""
+    return tokenize(keyword_text(chunk)) + entity_terms(chunk.metadata)
 
 
 def recorded_at(chunk: Chunk) -> float | None:
@@ -220,6 +231,7 @@ def recall_namespace(project_id: str, user_id: str) -> str:
 
 
 __all__ = [
+    "ANALYZER_VERSION",
     "HoldsVectors",
     "ListsDimensions",
     "ListsNewest",

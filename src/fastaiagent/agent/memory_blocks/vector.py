@@ -77,6 +77,7 @@ from fastaiagent.kb.query_cues import (
 )
 from fastaiagent.kb.query_dates import Span
 from fastaiagent.llm.message import ROLES, Message, SystemMessage, storable_text
+from fastaiagent.recall.entity_store import add_with_entities
 
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
@@ -498,7 +499,7 @@ class VectorBlock(MemoryBlock):
             chunk.vector = list(vector)
             if identity is not None:  # which model made it, for a later model change
                 chunk.metadata[EMBEDDER_KEY] = identity
-        self.store.add(chunks)
+        add_with_entities(self.store, chunks)  # the user's entities found and kept beside them
         if self._keywords is not None:
             for chunk in chunks:
                 self._index_keywords(chunk)

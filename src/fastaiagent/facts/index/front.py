@@ -27,6 +27,7 @@ from typing import Any
 from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
 from fastaiagent.facts.index.keywords import query_terms
+from fastaiagent.facts.entities import delete_book
 from fastaiagent.facts.index.matrix import (
     Change,
     MatrixView,
@@ -211,9 +212,11 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
 
     def delete_namespace(self, namespace: str) -> int:
         """Delete every chunk, keyword posting and cached embedding of ``namespace``
-        (and this process's copy); returns how many chunks there were."""
+        (and this process's copy), and the entity book of the user it holds the
+        messages of; returns how many chunks there were."""
         count = super().delete_namespace(namespace)
         self.copies.drop(namespace)
+        delete_book(self, namespace)
         return count
 
     # -- the embedding cache ---------------------------------------------------

@@ -20,7 +20,6 @@ import hashlib
 from typing import Any
 
 from fastaiagent.facts.index.keywords import bm25_top, budget, by_rarity, grouped, newest_window
-from fastaiagent.kb.bm25 import tokenize
 
 # Each namespace's document count and token total, and per term its document count,
 # counted again from the rows (steps 2, 5 and 6).
@@ -113,11 +112,10 @@ def restem(conn: Any, rows_query: Any, apply: list[Any]) -> None:
 
 def _postings_of(rows: Any) -> list[tuple[str, str, int]]:
     """``(id, tsvector text, token count)`` of rows ``(id, namespace, text, metadata)``."""
-    from fastaiagent.facts.vectors import keyword_text
     from fastaiagent.kb.protocols import Chunk
 
     return [
-        (i, *postings(keyword_text(Chunk(i, text, None, dict(meta))), namespace))
+        (i, *postings(Chunk(i, text, None, dict(meta)), namespace))
         for i, namespace, text, meta in rows
     ]
 
@@ -186,10 +184,13 @@ def nskey(namespace: str) -> str:
     return "n" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:32]
 
 
-def postings(text: str, namespace: str) -> tuple[str, int]:
-    """What the row's tsvector is made of (the text's keyword tokens, then the
-    namespace's lexeme) and the number of keyword tokens."""
-    tokens = tokenize(text)
+def postings(chunk: Any, namespace: str) -> tuple[str, int]:
+    """What the row's tsvector is made of (the chunk's keyword tokens,
+    :func:`~fastaiagent.facts.vectors.keyword_tokens`, then the namespace's
+    lexeme) and the number of keyword tokens."""
+    from fastaiagent.facts.vectors import keyword_tokens  # facts.vectors reads the stores' modules
+
+    tokens = keyword_tokens(chunk)
     return " ".join([*tokens, nskey(namespace)]), len(tokens)
 
 

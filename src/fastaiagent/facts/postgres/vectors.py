@@ -41,7 +41,7 @@ from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
 from fastaiagent.facts.postgres import keywords, pgvector
 from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres, run_ddl
-from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, text_key
+from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, text_key
 from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 
 logger = logging.getLogger("fastaiagent.facts.postgres.vectors")
@@ -334,7 +334,7 @@ class PostgresVectorIndex(MatrixIndex):
             gens = self._lock_namespaces(conn, new, left)
             params: list[tuple[Any, ...]] = [
                 (c.id, key, c.text, Jsonb(c.metadata), vec, dimension, gens[key],
-                 *keywords.postings(keyword_text(c), key))
+                 *keywords.postings(c, key))
                 for c, key, vec in rows
             ]
             statement = self._q["upsert"]

@@ -57,8 +57,7 @@ from fastaiagent.facts.redis.client import unavailable
 from fastaiagent.facts.redis.layout import escape_part, unescape_part
 from fastaiagent.facts.redis.store import RedisFactStore
 from fastaiagent.facts.redis.vector_spread import VectorSpread
-from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_text, recorded_at
-from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_tokens, recorded_at
 from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
 
 np = require("numpy", "redis")
@@ -253,9 +252,9 @@ def _time(chunk: Chunk) -> str:
     return "" if at is None else repr(at)
 
 
-def _terms(text: str) -> tuple[str, str]:
-    """``("<length> <term> ...", "<tf> ...")`` for the write script."""
-    counts = Counter(tokenize(text))
+def _terms(chunk: Chunk) -> tuple[str, str]:
+    """``("<length> <term> ...", "<tf> ...")`` of the chunk's keyword tokens for the write script."""
+    counts = Counter(keyword_tokens(chunk))
     length = sum(counts.values())
     return " ".join([str(length), *counts]), " ".join(map(str, counts.values()))
 
@@ -361,7 +360,7 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
                 cursor, part = self._client.hscan(self._k("d:", ns), cursor, count=SCAN_STEP)
                 chunks = [_chunk(i, doc) for i, doc in part.items()]
                 held = self._client.hmget(self._k("tm:", ns), [c.id for c in chunks]) if chunks else []
-                chunks = [c for c, terms in zip(chunks, held, strict=True) if terms != _terms(keyword_text(c))[0]]
+                chunks = [c for c, terms in zip(chunks, held, strict=True) if terms != _terms(c)[0]]
                 if chunks:
                     raw = self._client.execute_command(
                         "HMGET", self._k("v:", ns), *[c.id for c in chunks], **_NEVER_DECODE
@@ -425,7 +424,7 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
         dimension = batch.dimension
         rows: list[list[Any]] = []
         for chunk, key, vector in zip(batch.chunks, batch.keys, batch.vectors, strict=True):
-            terms, tfs = _terms(keyword_text(chunk))
+            terms, tfs = _terms(chunk)
             rows.append([chunk.id, self._ns(key), vector_bytes(vector), _doc(chunk), terms, tfs, _time(chunk)])
         if self.cluster:
             stored = self._call(lambda: self._spread_add(rows, dimension))

@@ -1,0 +1,162 @@
+"""The entities of stored messages: found when a message is stored, drawn on by a query.
+
+When recall stores a batch of a user's messages in the fact store
+(:func:`add_with_entities`), each message's mentions are found
+(:func:`~fastaiagent.recall.entities.mentions`, no LLM call), resolved in the
+user's :class:`~fastaiagent.recall.entities.EntityBook` (``observe``), their
+ids listed in the message's ``metadata["entities"]`` (so the index gives it one
+keyword posting per entity: :func:`~fastaiagent.facts.entities.entity_term`)
+and the book stored back, once per batch. A batch that mentions nothing
+reads and writes no book. :func:`entity_candidates` is the entity side of a
+query: the entities the query names (by name, alias or description), and the
+user's messages mentioning them, in any session, by BM25 over those postings.
+
+Where the book lives and how forget, export and import treat it:
+:mod:`fastaiagent.facts.entities`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastaiagent._validate import identifier
+from fastaiagent._validate import text as check_text
+from fastaiagent.facts.entities import (
+    BOOK_ROOT,
+    ENTITIES_KEY,
+    book_namespace,
+    entity_term,
+    load_book,
+    save_book,
+    settle_book,
+    with_entities,
+)
+from fastaiagent.facts.items import HoldsItems
+from fastaiagent.facts.vectors import recall_namespace
+from fastaiagent.kb.protocols import Chunk, check_top_k, namespace_key
+from fastaiagent.recall.entities import Entity, EntityBook, mentions
+
+_lock = threading.Lock()  # a book's read, observe and write are one step in the process
+_books: dict[tuple[int, str], tuple[Any, EntityBook]] = {}  # the last data read -> its book
+
+
+def _book(index: Any, namespace: str) -> EntityBook:
+    """The user's book, built from the stored data once per version of it."""
+    data = load_book(index, namespace)
+    key = (id(getattr(index, "store", index)), namespace)
+    held = _books.get(key)
+    if held is not None and held[0] is data and data is not None:
+        return held[1]
+    book = EntityBook() if data is None else EntityBook.from_dict(data)
+    if data is not None:
+        _books[key] = (data, book)
+    return book
+
+
+def tag_messages(index: Any, chunks: Sequence[Chunk]) -> bool:
+    """Find and resolve the mentions of ``chunks`` (each in its own namespace's book),
+    list their ids in each chunk's ``metadata["entities"]`` and store the books.
+    Chunks already listing entities (a re-embedded or imported message) and chunks
+    outside a user's recall namespace are left as they are. Returns whether a book
+    changed."""
+    if not isinstance(getattr(index, "store", None), HoldsItems):
+        return False  # a VectorStore outside the fact store: no book to keep
+    found: dict[str, list[tuple[Chunk, list[Any]]]] = {}
+    for chunk in chunks:
+        namespace = namespace_key(chunk.metadata)
+        if ENTITIES_KEY in chunk.metadata or book_namespace(namespace) is None:
+            continue
+        said = mentions(chunk.text)
+        if said:
+            found.setdefault(namespace, []).append((chunk, said))
+    with _lock:
+        for namespace, said_in in found.items():
+            book = _book(index, namespace)
+            for chunk, said in said_in:
+                chunk.metadata = with_entities(chunk.metadata, book.observe(said))
+            data = book.to_dict()
+            save_book(index, namespace, data)
+            _books[(id(index.store), namespace)] = (data, book)
+    return bool(found)
+
+
+def add_with_entities(index: Any, chunks: Sequence[Chunk]) -> None:
+    """``index.add(chunks)`` with their entities found first (:func:`tag_messages`):
+    what recall calls to store a batch of messages."""
+    changed = tag_messages(index, chunks)
+    index.add(chunks)
+    if changed:
+        for namespace in {namespace_key(chunk.metadata) for chunk in chunks}:
+            settle_book(index, namespace)
+
+
+@dataclass(frozen=True)
+class EntityCandidates:
+    """The entity side of a query: the ids of the entities it names (``entities``)
+    and ``(message id, score)`` of the messages mentioning them, best first
+    (BM25 over the entity postings: a message naming several of them, or a rarer
+    one, ranks higher)."""
+
+    entities: frozenset[str] = frozenset()
+    hits: list[tuple[str, float]] = field(default_factory=list)
+
+
+def entity_candidates(index: Any, namespace: str, query_text: str, limit: int) -> EntityCandidates:
+    """The entities ``query_text`` names in the book of ``namespace``'s user (by
+    name, alias or description) and up to ``limit`` of the user's messages in
+    ``index`` that mention one, in any session. Nothing when the user has no book,
+    the query names none of their entities, or the index keeps no postings.
+    Costs no round trip for the book when the user stored nothing since the last
+    search of ``index`` (the book is cached against the namespace's vectors), and
+    one keyword search of the entity terms otherwise."""
+    check_top_k(limit)
+    check_text("namespace", namespace)
+    check_text("query_text", query_text, allow_empty=True)
+    score = getattr(index, "score_keywords", None)
+    if not limit or not query_text.strip() or not callable(score):
+        return EntityCandidates()
+    with _lock:
+        book = _book(index, namespace)
+    named = frozenset(book.resolve(query_text))
+    if not named:
+        return EntityCandidates()
+    terms = sorted({entity_term(entity_id) for entity_id in named})
+    return EntityCandidates(named, list(score(terms, limit, namespace)))
+
+
+def user_entities(store: Any, user_id: str, project_id: str = "") -> list[Entity]:
+    """Every entity in a user's book (for the Memory page and ``fastaiagent memory``),
+    as the book lists them; [] when the store keeps none for them."""
+    namespace = recall_namespace(
+        identifier("project_id", project_id, allow_empty=True), identifier("user_id", user_id)
+    )
+    data = load_book(store, namespace)
+    return [] if data is None else EntityBook.from_dict(data).entities()
+
+
+def entity_counts(store: Any) -> dict[tuple[str, str], int]:
+    """``{(project_id, user_id): number of entities}`` of every user with a book, in one scan."""
+    if not isinstance(store, HoldsItems):
+        return {}
+    import json
+
+    counts: dict[tuple[str, str], int] = {}
+    for item in store.item_store().scan((BOOK_ROOT,)):
+        if len(item.namespace) == 3:
+            counts[(item.namespace[1], item.namespace[2])] = len(
+                EntityBook.from_dict(json.loads(item.value)).entities()
+            )
+    return counts
+
+
+__all__ = [
+    "EntityCandidates",
+    "add_with_entities",
+    "entity_candidates",
+    "entity_counts",
+    "tag_messages",
+    "user_entities",
+]

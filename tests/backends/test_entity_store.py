@@ -1,0 +1,85 @@
+"""The entities of a user's messages kept beside them on SQLite, Postgres and Redis
+(issue 47): every message about an entity is found through its postings, in any
+session; forget, one message's delete, export and import cover them; another
+user's entities are never touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from _recalled_sample import WordHashEmbedder
+from fastaiagent import Memory
+from fastaiagent.facts import messages
+from fastaiagent.facts.entities import ENTITIES_KEY, entity_ids
+from fastaiagent.llm.message import AssistantMessage, UserMessage
+from fastaiagent.recall.entity_store import entity_candidates, entity_counts, user_entities
+
+ANN_MONDAY = [
+    UserMessage("We adopted a puppy and named him Biscuit"),
+    AssistantMessage("Congratulations on the new puppy!"),
+]
+ANN_FRIDAY = [UserMessage("Yesterday Biscuit chewed through my charger cable")]
+BOB = [UserMessage("My cat Biscuit sleeps on the piano")]
+QUESTION = "What did Biscuit break?"
+
+
+def _memory(location: str) -> Memory:
+    memory = Memory(location, user_id=lambda ctx: ctx.state.user_id, recall="auto", embedder=WordHashEmbedder(32))
+    memory.add_history(ANN_MONDAY, user_id="ann", at=[1.0e9, 1.0e9 + 1])
+    memory.add_history(ANN_FRIDAY, user_id="ann", at=[1.0e9 + 4 * 86400])  # another session
+    memory.add_history(BOB, user_id="bob", at=[1.0e9])
+    return memory
+
+
+def _about(store: Any, user: str, question: str = QUESTION) -> set[str]:
+    """The texts of ``user``'s messages the entity side draws in for ``question``."""
+    index = store.vector_store(32)
+    found = entity_candidates(index, f"user:{user}", question, 10)
+    texts = {chunk.id: chunk.text for chunk in index.get([i for i, _ in found.hits])}
+    return {texts[i] for i, _ in found.hits}
+
+
+def test_messages_about_an_entity_are_found_in_every_session_of_that_user_only(any_location: str) -> None:
+    store = _memory(any_location).location
+    assert _about(store, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}
+    assert _about(store, "bob") == {BOB[0].content}  # bob's Biscuit is his own
+    assert _about(store, "ann", "How is the weather?") == set()
+    stored = {m.text: m for m in messages.list_messages(store, "ann")}
+    chunk = store.vector_store(32).get([stored[ANN_FRIDAY[0].content].id])[0]
+    assert entity_ids(chunk.metadata) and ENTITIES_KEY in chunk.metadata
+    names = {entity.name for entity in user_entities(store, "ann")}
+    assert "Biscuit" in names and {e.name for e in user_entities(store, "bob")} == {"Biscuit"}
+    assert entity_counts(store)[("", "ann")] == len(names)
+
+
+def test_deleting_a_message_takes_its_entity_postings(any_location: str) -> None:
+    store = _memory(any_location).location
+    friday = next(m for m in messages.list_messages(store, "ann") if m.text == ANN_FRIDAY[0].content)
+    assert messages.delete_message(store, "ann", friday.id)
+    assert _about(store, "ann") == {ANN_MONDAY[0].content}
+    assert _about(store, "bob") == {BOB[0].content}
+
+
+def test_forgetting_a_user_deletes_their_entities_and_nobody_elses(any_location: str) -> None:
+    memory = _memory(any_location)
+    store = memory.location
+    memory.forget_user("ann")
+    assert user_entities(store, "ann") == [] and _about(store, "ann") == set()
+    assert ("", "ann") not in entity_counts(store)
+    assert _about(store, "bob") == {BOB[0].content}
+    assert {e.name for e in user_entities(store, "bob")} == {"Biscuit"}
+
+
+def test_an_exported_user_keeps_their_entities_elsewhere(
+    any_location: str, own_location: Any, tmp_path: Path
+) -> None:
+    memory = _memory(any_location)
+    path = tmp_path / "ann.jsonl"
+    memory.export_user("ann", path)
+    target = Memory(own_location("sqlite"), user_id=lambda ctx: ctx.state.user_id, recall="auto", embedder=WordHashEmbedder(32))
+    target.import_user(path, user_id="ann")
+    assert _about(target.location, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}
+    before = [(e.name, e.kind) for e in user_entities(memory.location, "ann")]
+    assert [(e.name, e.kind) for e in user_entities(target.location, "ann")] == before
+    assert user_entities(target.location, "bob") == []  # only ann was exported
