@@ -26,8 +26,8 @@ from typing import Any
 
 from fastaiagent._validate import integer
 from fastaiagent._validate import text as check_text
-from fastaiagent.facts.index.keywords import query_terms
 from fastaiagent.facts.entities import delete_book
+from fastaiagent.facts.index.keywords import query_terms
 from fastaiagent.facts.index.matrix import (
     Change,
     MatrixView,
