@@ -83,3 +83,41 @@ def test_an_exported_user_keeps_their_entities_elsewhere(
     before = [(e.name, e.kind) for e in user_entities(memory.location, "ann")]
     assert [(e.name, e.kind) for e in user_entities(target.location, "ann")] == before
     assert user_entities(target.location, "bob") == []  # only ann was exported
+
+
+def test_postings_of_an_older_analyzer_are_rebuilt_in_the_background(
+    any_location: str, monkeypatch: Any
+) -> None:
+    from fastaiagent.facts import vectors
+    from fastaiagent.facts.factory import make_fact_store
+    from fastaiagent.facts.index.reindex import reindex_job
+    from fastaiagent.kb import bm25
+
+    today = bm25.STOPWORDS
+    monkeypatch.setattr(bm25, "STOPWORDS", today | {"biscuit", "cat"})  # the old analyzer drops them
+    old = _memory(any_location).location
+    assert messages.search_messages(old, "ann", "charger")  # built (version 1)
+    monkeypatch.setattr(bm25, "STOPWORDS", today)
+    monkeypatch.setattr(vectors, "ANALYZER_VERSION", 2)
+    assert messages.search_messages(old, "ann", "biscuit") == []  # old postings: the word is not there
+
+    reopened = make_fact_store(any_location)
+    try:
+        index = reopened.vector_store(32)
+        index.count()  # the first use checks the recorded version
+        job = reindex_job(index)
+        assert job is not None and job.wait(120) and job.state == "done", job
+        found = {m.text for m in messages.search_messages(reopened, "ann", "biscuit")}
+        assert {ANN_MONDAY[0].content, ANN_FRIDAY[0].content} <= found  # (the reply: by its context)
+        assert [m.text for m in messages.search_messages(reopened, "bob", "cat")] == [BOB[0].content]
+        assert messages.count_messages(reopened, "ann") == 3 and messages.count_messages(reopened, "bob") == 1
+        assert _about(reopened, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}  # entities kept
+    finally:
+        reopened.close()
+    again = make_fact_store(any_location)  # version 2 recorded: nothing to rebuild
+    try:
+        index = again.vector_store(32)
+        index.count()
+        assert reindex_job(index) is None
+    finally:
+        again.close()

@@ -210,6 +210,11 @@ class MatrixIndex(NamespacedSearch, RecordedSearch):
         namespace's whole index answers with one row instead)."""
         return self.count(namespace) > 0
 
+    def write_analyzer(self, version: int) -> None:
+        """The backend's record of the analyzer version its keyword postings were built
+        with (:mod:`fastaiagent.facts.index.reindex`), replacing the one it holds."""
+        raise NotImplementedError
+
     def delete_namespace(self, namespace: str) -> int:
         """Delete every chunk, keyword posting and cached embedding of ``namespace``
         (and this process's copy), and the entity book of the user it holds the

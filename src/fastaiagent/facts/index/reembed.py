@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from fastaiagent._exit import at_exit
 from fastaiagent._validate import integer
@@ -182,8 +182,23 @@ class Reembedding:
                 self.on_progress(self)
 
 
-_jobs: dict[tuple[int, str], Reembedding] = {}
-_work: queue.Queue[Reembedding] = queue.Queue()
+class BackgroundJob(Protocol):
+    """What the background thread runs: a :class:`Reembedding`, or a
+    :class:`~fastaiagent.facts.index.reindex.Reindexing` of keyword postings."""
+
+    state: str
+    _cancelled: threading.Event
+    _finished: threading.Event
+
+    def cancel(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def _run_logged(self) -> None: ...
+
+
+_jobs: dict[tuple[int, str], BackgroundJob] = {}
+_work: queue.Queue[BackgroundJob] = queue.Queue()
 _jobs_lock = threading.Lock()
 _worker: threading.Thread | None = None
 
@@ -199,9 +214,9 @@ def reembed_in_background(
     global _worker
     key = (id(index if target is None else target), namespace)
     with _jobs_lock:
-        job = _jobs.get(key)
-        if job is not None and job.state in ("pending", "running") and not job._cancelled.is_set():
-            return job
+        held = _jobs.get(key)
+        if isinstance(held, Reembedding) and held.state in ("pending", "running") and not held._cancelled.is_set():
+            return held
         job = _jobs[key] = Reembedding(
             index, embedder, namespaces=[namespace], target=target, on_progress=_log_progress
         )
@@ -212,6 +227,24 @@ def reembed_in_background(
             _worker.start()
         logger.info("embedder changed to %s: re-embedding %r in the background", job.identity, namespace)
         return job
+
+
+def queue_job(job: BackgroundJob) -> None:
+    """Run ``job`` on the background thread, after the jobs queued before it."""
+    global _worker
+    with _jobs_lock:
+        _stopped_at_exit(job)
+        _work.put(job)
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_drain, name="fastaiagent-reembed", daemon=True)
+            _worker.start()
+
+
+def register_job(job: BackgroundJob, index: Any, namespace: str) -> None:
+    """Note ``job`` as the one writing ``namespace`` to ``index`` (what
+    :func:`stop_background_job`, a forget's first step, cancels)."""
+    with _jobs_lock:
+        _jobs[(id(index), namespace)] = job
 
 
 def carry_over(
@@ -251,7 +284,7 @@ def stop_background_job(index: Any, namespace: str, timeout: float = 30.0) -> No
             job.wait(timeout)
 
 
-def background_job(index: Any, namespace: str) -> Reembedding | None:
+def background_job(index: Any, namespace: str) -> BackgroundJob | None:
     """The last background job writing ``namespace`` to ``index`` in this process, if any."""
     with _jobs_lock:
         return _jobs.get((id(index), namespace))
@@ -272,10 +305,10 @@ def _log_progress(job: Reembedding) -> None:
 
 
 EXIT_WAIT = 60.0  # seconds a normal exit waits for a running job's current batch
-_live: weakref.WeakSet[Reembedding] = weakref.WeakSet()
+_live: weakref.WeakSet[BackgroundJob] = weakref.WeakSet()
 
 
-def _stopped_at_exit(job: Reembedding) -> None:
+def _stopped_at_exit(job: BackgroundJob) -> None:
     _live.add(job)
     at_exit(_stop_all)
 
@@ -289,7 +322,7 @@ def _stop_all() -> None:
         job.cancel()
     for job in jobs:
         if job.state == "running" and not job.wait(EXIT_WAIT):
-            logger.warning("re-embedding %s still running at exit after %.0f s", job.namespaces, EXIT_WAIT)
+            logger.warning("%r still running at exit after %.0f s", job, EXIT_WAIT)
 
 
 def _drain() -> None:
@@ -309,10 +342,13 @@ def foreign(hit_metadata: dict[str, Any], identity: str) -> bool:
 
 
 __all__ = [
+    "BackgroundJob",
     "Reembedding",
     "background_job",
     "carry_over",
     "foreign",
+    "queue_job",
     "reembed_in_background",
+    "register_job",
     "stop_background_job",
 ]

@@ -38,6 +38,7 @@ from fastaiagent._validate import text as check_text
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits
 from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
+from fastaiagent.facts.index.reindex import analyzer_opened, current_version
 from fastaiagent.facts.postgres import keywords, pgvector
 from fastaiagent.facts.postgres.store import PostgresFactStore, redacted_url, sql
 from fastaiagent.facts.schema import Schema, migrate_postgres, run_ddl
@@ -71,6 +72,10 @@ _QUERIES = {
     "ON CONFLICT (name) DO NOTHING",
     "record_dimension": "INSERT INTO {m} (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
     "recorded_dimensions": "SELECT value FROM {m} WHERE starts_with(name, 'dimension:')",
+    "analyzer": "SELECT value FROM {m} WHERE name = 'analyzer'",
+    "record_analyzer": "INSERT INTO {m} (name, value) VALUES ('analyzer', %s) ON CONFLICT (name) DO NOTHING",
+    "write_analyzer": "INSERT INTO {m} (name, value) VALUES ('analyzer', %s) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
     "where_now": "SELECT id, namespace FROM {v} WHERE id = ANY(%s)",
     # SET runs after the row lock is taken: generations grow in commit order.
     "bump": "INSERT INTO {n} (namespace, gen, epoch) SELECT %s, g, g FROM nextval({seq_name}) g "
@@ -242,7 +247,10 @@ class PostgresVectorIndex(MatrixIndex):
                     migrate_postgres(conn, self._schema, self.table, where)
                     self._pgvector = pgvector.enable(conn, self.table, self._asked_pgvector, where)
                     self._load_dimension(conn)
+                    recorded = conn.execute(self._q["analyzer"]).fetchone()
                 self._ready = True
+                if analyzer_opened(self, None if recorded is None else int(recorded[0])) == "record":
+                    conn.execute(self._q["record_analyzer"], (current_version(),))
             return operation(conn)
 
         return self.store._run(run)
@@ -292,6 +300,9 @@ class PostgresVectorIndex(MatrixIndex):
         """The sizes :meth:`record_dimension` noted, by any process."""
         rows = self._run(lambda conn: conn.execute(self._q["recorded_dimensions"]).fetchall())
         return sorted(int(row[0]) for row in rows)
+
+    def write_analyzer(self, version: int) -> None:
+        self._run(lambda conn: conn.execute(self._q["write_analyzer"], (version,)))
 
     @property
     def uses_pgvector(self) -> bool:

@@ -53,6 +53,7 @@ from fastaiagent.errors import InvalidTypeError, SchemaVersionError
 from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits, vector_bytes
 from fastaiagent.facts.index.keywords import bm25_top, budget, by_rarity, newest_window
 from fastaiagent.facts.index.matrix import Change, NamespaceMatrix, unit_rows
+from fastaiagent.facts.index.reindex import analyzer_opened, current_version
 from fastaiagent.facts.redis.client import unavailable
 from fastaiagent.facts.redis.layout import escape_part, unescape_part
 from fastaiagent.facts.redis.store import RedisFactStore
@@ -348,6 +349,17 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
                 raise
             self._client.set(key, VECTORS_LAYOUT)
         self._checked = True
+        self._open_analyzer()
+
+    def _open_analyzer(self) -> None:
+        """The first use: the recorded analyzer version checked (see ``reindex``)."""
+        key = self._g("analyzer")
+        found = self._client.get(key)
+        if analyzer_opened(self, int(found) if found else None) == "record":
+            self._client.set(key, current_version(), nx=True)
+
+    def write_analyzer(self, version: int) -> None:
+        self._call(lambda: self._client.set(self._g("analyzer"), version))
 
     def _retokenize(self) -> int:
         """Layouts 2-3 -> 4: each chunk whose postings today's tokenizer would make

@@ -25,6 +25,7 @@ from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.index.front import MatrixIndex, bytes_vector, ranked_hits
 from fastaiagent.facts.index.keywords import bm25_top, budget, by_rarity
 from fastaiagent.facts.index.matrix import Change, MatrixView, NamespaceMatrix, unit_rows
+from fastaiagent.facts.index.reindex import analyzer_opened, current_version
 from fastaiagent.facts.sqlite.sealed_keywords import (
     NamespaceSecrets,
     namespace_token,
@@ -73,6 +74,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         self._secrets = NamespaceSecrets(table)
         self._np = require("numpy", "local")
         self._dimension: int | None = None
+        self._analyzer_seen = False
 
     # -- connections and metadata ------------------------------------------
 
@@ -80,7 +82,28 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         conn = super()._conn()
         if self._sizes.asked is not None:
             self._check_asked(conn)
+        if not self._analyzer_seen:
+            self._analyzer_seen = True
+            self._open_analyzer(conn)
         return conn
+
+    def _open_analyzer(self, conn: sqlite3.Connection) -> None:
+        """The first use: the recorded analyzer version checked (see ``reindex``)."""
+        row = conn.execute(f"SELECT value FROM {self.table}_meta WHERE name = 'analyzer'").fetchone()
+        if analyzer_opened(self, None if row is None else int(row[0])) == "record":
+            with self.store._table_write() as write:
+                write.execute(
+                    f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES ('analyzer', ?)",
+                    (current_version(),),
+                )
+
+    def write_analyzer(self, version: int) -> None:
+        self._conn()
+        with self.store._table_write() as conn:
+            conn.execute(
+                f"INSERT INTO {self.table}_meta (name, value) VALUES ('analyzer', ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (version,),
+            )  # fmt: skip
 
     def _check_asked(self, conn: sqlite3.Connection) -> None:
         where = f"the vector index {self.table!r} in {str(self.store.path)!r}"
