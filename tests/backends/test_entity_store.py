@@ -121,3 +121,20 @@ def test_postings_of_an_older_analyzer_are_rebuilt_in_the_background(
         assert reindex_job(index) is None
     finally:
         again.close()
+
+
+def test_the_memory_page_shows_each_users_entities(any_location: str, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from fastaiagent.ui import create_app, people
+
+    store = _memory(any_location).location
+    counts = {row.label: row.entities for row in people.users_page(store).rows}
+    assert counts["bob"] == 1 and counts["ann"] == len(user_entities(store, "ann")) >= 1
+    biscuit = next(row for row in people.messages_page(store, user_id="ann").entities if row.name == "Biscuit")
+    assert biscuit.mentions == 2 and biscuit.kind
+    assert [row.name for row in people.messages_page(store, user_id="bob").entities] == ["Biscuit"]
+    client = TestClient(create_app(any_location, trace_db=tmp_path / "t.db"), base_url="http://127.0.0.1")
+    page = client.get("/memory/messages?user=ann").text
+    assert 'id="entities"' in page and "Biscuit" in page
+    assert 'class="num entities"' in client.get("/memory/users").text

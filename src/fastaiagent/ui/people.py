@@ -5,6 +5,7 @@
   ``Memory.add_history`` stored), newest first, a page at a time, or those recall
   finds by the words searched (see :mod:`fastaiagent.facts.messages`);
 - **Users**: every user the store holds facts or messages of, with both counts
+  (and of the things they talk about: entities, :mod:`fastaiagent.recall.entity_store`)
   and when they were last active, linking to their facts, their messages and the
   form that forgets them.
 """
@@ -17,6 +18,7 @@ from urllib.parse import urlencode
 from fastaiagent._format import format_time
 from fastaiagent._validate import identifier
 from fastaiagent.facts import messages as stored
+from fastaiagent.recall.entity_store import entity_counts, user_entities
 from fastaiagent.facts.store import FactStore
 from fastaiagent.trace.redaction import RedactionPolicy
 from fastaiagent.ui.views import PAGE_SIZE, Subject, check_paging
@@ -49,6 +51,16 @@ class MessageRow:
 
 
 @dataclass
+class EntityRow:
+    """One of the things a user talks about, as their Messages page lists them."""
+
+    name: str
+    kind: str
+    aliases: str  # joined with ", "
+    mentions: int
+
+
+@dataclass
 class MessagesPage:
     """One user's messages as the Messages tab shows them."""
 
@@ -65,6 +77,21 @@ class MessagesPage:
     facts_link: str = ""
     forget_link: str = ""
     users: list[tuple[str, str]] = field(default_factory=list)  # (messages link, label)
+    entities: list[EntityRow] = field(default_factory=list)
+
+
+def _entity_rows(store: FactStore, user_id: str, project_id: str, policy: RedactionPolicy | None) -> list[EntityRow]:
+    """The user's entities, most mentioned first (see :mod:`fastaiagent.recall.entity_store`)."""
+    rows = [
+        EntityRow(
+            name=_masked(entity.name, policy),
+            kind=entity.kind,
+            aliases=_masked(", ".join(alias for alias in entity.aliases if alias != entity.name), policy),
+            mentions=int(getattr(entity, "mentions", 0)),
+        )
+        for entity in user_entities(store, user_id, project_id)
+    ]
+    return sorted(rows, key=lambda row: (-row.mentions, row.name))
 
 
 def _message_row(message: stored.StoredMessage, policy: RedactionPolicy | None) -> MessageRow:
@@ -120,6 +147,7 @@ def messages_page(
         mask=mask_with is not None,
         facts_link=facts_link(user, project),
         forget_link=facts_link(user, project, "forget-user"),
+        entities=_entity_rows(store, user, project, mask_with),
     )
 
 
@@ -132,6 +160,7 @@ class UserRow:
     label: str  # the id (and project) as shown
     facts: int
     messages: int
+    entities: int
     last_active: str
     facts_link: str
     messages_link: str
@@ -161,6 +190,7 @@ def users_page(
         if c.scope == "user"
     }
     said = {(u.project_id, u.user_id): u.messages for u in stored.message_users(store)}
+    things = entity_counts(store)
     everyone = sorted(set(facts) | set(said))
     shown = everyone[(page - 1) * per_page : page * per_page]
     rows = [
@@ -168,6 +198,7 @@ def users_page(
             label=_masked(_label(user, project), mask_with),
             facts=facts.get((project, user), 0),
             messages=said.get((project, user), 0),
+            entities=things.get((project, user), 0),
             last_active=format_time(_last_active(store, user, project)),
             facts_link=facts_link(user, project),
             messages_link=messages_link(user, project),
