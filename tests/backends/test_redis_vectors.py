@@ -151,7 +151,7 @@ def test_an_older_layout_s_cjk_messages_are_indexed_again_as_character_pairs(
     from fastaiagent.facts.redis import vectors as redis_vectors
 
     # Written as layout 2 wrote it: a clause of Chinese is one token
-    monkeypatch.setattr(redis_vectors, "tokenize", lambda text: text.casefold().split())
+    monkeypatch.setattr(redis_vectors, "keyword_tokens", lambda chunk: chunk.text.casefold().split())
     old = store.vector_store()
     old.add([
         _chunk("zh", "伴娘请了我室友", [1.0, 0.0]),
@@ -174,7 +174,7 @@ def test_a_layout_3_index_is_stemmed_again_and_unchanged_chunks_stay(
 ) -> None:
     from fastaiagent.facts.redis import vectors as redis_vectors
 
-    monkeypatch.setattr(redis_vectors, "tokenize", lambda text: text.casefold().split())  # unstemmed
+    monkeypatch.setattr(redis_vectors, "keyword_tokens", lambda chunk: chunk.text.casefold().split())  # unstemmed
     old = store.vector_store()
     old.add([_chunk("moved", "we moved to uv", [1.0, 0.0]), _chunk("plain", "tomato balcony", [0.0, 1.0])])
     assert old.keyword_search("moving", 3, namespace=NS) == []
