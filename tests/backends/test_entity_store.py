@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from _recalled_sample import WordHashEmbedder
 from fastaiagent import Memory
 from fastaiagent.facts import messages
@@ -138,3 +140,33 @@ def test_the_memory_page_shows_each_users_entities(any_location: str, tmp_path: 
     page = client.get("/memory/messages?user=ann").text
     assert 'id="entities"' in page and "Biscuit" in page
     assert 'class="num entities"' in client.get("/memory/users").text
+
+
+@pytest.mark.redis
+def test_entities_on_a_redis_cluster_are_found_forgotten_and_rebuilt(redis_cluster: Any, monkeypatch: Any) -> None:
+    from test_redis_cluster import drop_cluster_prefix
+
+    from _env import unique_name
+    from fastaiagent.facts import vectors
+    from fastaiagent.facts.factory import make_fact_store
+    from fastaiagent.facts.index.reindex import reindex_job
+
+    prefix = unique_name("cluster")
+    location = f"{redis_cluster.url}&prefix={prefix}"
+    try:
+        memory = _memory(location)
+        store = memory.location
+        assert _about(store, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}
+        monkeypatch.setattr(vectors, "ANALYZER_VERSION", 2)
+        reopened = make_fact_store(location)
+        index = reopened.vector_store(32)
+        index.count()
+        job = reindex_job(index)
+        assert job is not None and job.wait(120) and job.state == "done", job
+        assert _about(reopened, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}
+        reopened.close()
+        memory.forget_user("ann")
+        assert user_entities(store, "ann") == [] and _about(store, "ann") == set()
+        assert _about(store, "bob") == {BOB[0].content}
+    finally:
+        drop_cluster_prefix(redis_cluster, prefix)
