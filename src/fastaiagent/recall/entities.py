@@ -40,6 +40,8 @@ from fastaiagent.recall.entity_words import (
     CUES,
     DESCRIPTIONS,
     GERMAN_MARKERS,
+    GERMAN_NOT_PLACES,
+    GERMAN_PLACE_WORDS,
     KANA_CUES,
     KIND_OF,
     NOT_NAMES,
@@ -100,6 +102,7 @@ _NO_CASE = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _WORD = re.compile(rf"[^\W\d_{_NO_CASE}](?:[^\W_{_NO_CASE}]|['’\-](?=[^\W\d_{_NO_CASE}]))*")
 _BREAK = re.compile(r"[.!?;:\n•*]|(?:^|\s)[-–—]\s")  # what ends a sentence between two words
 _PAUSE = re.compile(r"[,(–—]")  # "Lena, my sister", "Lena (my sister)"
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)  # code names no one
 _NO_CASE_RUN = re.compile(rf"[{_NO_CASE}]")
 _QUOTES = frozenset("\"“„«'「『《")
 _QUOTED = re.compile(
@@ -254,9 +257,14 @@ def _apposition(words: list[_Word], after: int) -> str | None:
     return None
 
 
-def _capitalised(text: str, words: list[_Word], found: _Found) -> None:
+def capitalises_nouns(text: str) -> bool:
+    """Whether ``text`` reads as German, where every noun is capitalised (two of
+    the table's German marker words)."""
+    return len(GERMAN_MARKERS.intersection(w.fold for w in _words(text))) >= 2
+
+
+def _capitalised(text: str, words: list[_Word], found: _Found, german: bool) -> None:
     """Capitalised words and runs of them (see the module's docstring)."""
-    german = len(GERMAN_MARKERS.intersection(w.fold for w in words)) >= 2
     elsewhere = {w.fold for w in words if w.upper and not w.initial}
     index = 0
     while index < len(words):
@@ -264,16 +272,42 @@ def _capitalised(text: str, words: list[_Word], found: _Found) -> None:
             index += 1
             continue
         end = _run_end(words, index)
-        first, last, titled = index, end, False
-        while first <= last and (not _is_name_word(words[first]) or words[first].fold in CONNECTORS):
-            titled = titled or words[first].fold in TITLES
-            first += 1
+        first, titled = _trimmed(words, index, end)
+        if first == index < end and words[first].initial and _capitalised_by_place(words, first, elsewhere):
+            first, _ = _trimmed(words, first + 1, end)  # "Booked Pine Hollow": the verb opens it
+        last = end
         while last >= first and (words[last].fold in NOT_NAMES or words[last].fold in CONNECTORS):
             last -= 1
+        for word in words[index : end + 1]:
+            family = _family(word)  # "told Mom", "Planning Mom's 70th": the user's own
+            if family and not word.initial:
+                found.add(word.start, own_key(family), word.text.removesuffix("'s"), "person", family)
+        if first <= last:
+            _name_run(text, words, found, (first, last), titled, german, elsewhere)
         index = end + 1
-        if first > last:
-            continue
-        _name_run(text, words, found, (first, last), titled, german, elsewhere)
+
+
+def _trimmed(words: list[_Word], first: int, last: int) -> tuple[int, bool]:
+    """The run's first name word from ``first`` (past "The", "Dr", "Thanks"), and
+    whether a title was passed."""
+    titled = False
+    while first <= last and (not _is_name_word(words[first]) or words[first].fold in CONNECTORS):
+        titled = titled or words[first].fold in TITLES
+        first += 1
+    return first, titled
+
+
+def _family(word: _Word) -> str | None:
+    """The description a capitalised family word stands for ("Mom", "Oma")."""
+    entry = DESCRIPTIONS.get(word.fold)
+    return entry[0] if entry and entry[1] == "person" and word.upper else None
+
+
+def _capitalised_by_place(words: list[_Word], first: int, elsewhere: set[str]) -> bool:
+    """Whether a run's first word, opening a sentence, is capitalised only by its
+    place: not elsewhere in the message, not joined by a connector ("Bank of")."""
+    joined = first + 1 < len(words) and words[first + 1].fold in CONNECTORS
+    return not joined and words[first].fold not in elsewhere
 
 
 def _name_run(
@@ -282,13 +316,14 @@ def _name_run(
     first, last = span
     lead = words[first]
     single = first == last
-    if single and lead.text.isupper() and len(lead.text) <= 3:
-        return  # "OK", "TV", "API": a name in capitals is rarely this short
+    if all(w.text.isupper() for w in words[first : last + 1]) or (single and len(lead.fold) < 2):
+        return  # "OK", "API", "SELECT", "ADD VALUE": capitals shout or abbreviate
     described = _apposition(words, last)
     suffixed = words[last].fold.rstrip(".") in ORG_SUFFIXES and not single
     owner = lead.text.endswith(("'s", "’s"))
-    if german and not (described or suffixed or titled):
-        return  # every German noun is capitalised
+    placed = first > 0 and words[first - 1].fold in GERMAN_PLACE_WORDS and lead.fold not in GERMAN_NOT_PLACES
+    if german and not (described or suffixed or titled or (single and placed and not lead.initial)):
+        return  # every German noun is capitalised; "in Pankow" has no article, "in der Stadt" has
     if lead.initial and single and not (described or owner or lead.fold in elsewhere):
         return  # capitalised by its place: "Thanks", "Biscuit chewed ..." (the book knows names)
     if described:
@@ -297,7 +332,7 @@ def _name_run(
         kind = "organisation"
     elif titled:
         kind = "person"
-    elif first and words[first - 1].fold in PLACE_WORDS and not _BREAK.search(lead.gap):
+    elif first and (words[first - 1].fold in PLACE_WORDS or german) and not _BREAK.search(lead.gap):
         kind = "place"
     else:
         kind = "other"
@@ -357,15 +392,23 @@ def _cjk(text: str, found: _Found) -> None:
         found.add(match.start(), normalise(match.group(1)), match.group(1), kind, described)
 
 
-def mentions(text: str) -> list[Mention]:
+def mentions(text: str, *, capitalised_nouns: bool | None = None) -> list[Mention]:
     """The entities ``text`` names, one :class:`Mention` per key, in the order they
-    first appear (rules in the module's docstring; no LLM, no model)."""
+    first appear (rules in the module's docstring; no LLM, no model).
+
+    ``capitalised_nouns``: whether the text's language capitalises every noun
+    (German); None reads it from the message (:func:`capitalises_nouns`), which a
+    short message may not show: an :class:`~fastaiagent.recall.entity_book.EntityBook`
+    passes what the user's earlier messages said."""
     check_text("text", text, allow_empty=True)
     found = _Found()
+    text = _CODE.sub(lambda match: " " * len(match.group()), text) if "`" in text else text
     words = _words(text)
+    if capitalised_nouns is None:
+        capitalised_nouns = len(GERMAN_MARKERS.intersection(w.fold for w in words)) >= 2
     _cued(text, words, found)
     _related(text, words, found)
-    _capitalised(text, words, found)
+    _capitalised(text, words, found, capitalised_nouns)
     if any(c in _QUOTES for c in text):
         _quoted(text, found)
     if _NO_CASE_RUN.search(text):
@@ -373,4 +416,4 @@ def mentions(text: str) -> list[Mention]:
     return found.mentions()
 
 
-__all__ = ["OWN", "Mention", "entity_term", "mentions", "normalise", "own_key"]
+__all__ = ["OWN", "Mention", "capitalises_nouns", "entity_term", "mentions", "normalise", "own_key"]

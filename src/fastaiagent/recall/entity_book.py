@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.recall.entities import _NO_CASE_RUN, Mention, _words, mentions, own_key
+from fastaiagent.recall.entities import (
+    _NO_CASE_RUN,
+    Mention,
+    _words,
+    capitalises_nouns,
+    mentions,
+    own_key,
+)
 from fastaiagent.recall.entity_words import (
     ARTICLES,
     CJK_DESCRIPTIONS,
@@ -73,6 +80,21 @@ class EntityBook:
     _entities: dict[str, Entity] = field(default_factory=dict)
     _names: dict[str, str] = field(default_factory=dict)  # key or alias -> id
     _clock: int = 0
+    _german: int = 0  # messages read as German, of ...
+    _read: int = 0  # ... the messages :meth:`read` took (of 4 words or more)
+
+    def read(self, text: str) -> list[str]:
+        """:meth:`observe` one stored message's text: its mentions read with what
+        the user's earlier messages say of the language (a short German message
+        does not show that its capitals are nouns). The one call a store needs."""
+        return self.observe(mentions(text, capitalised_nouns=self._nouns_capitalised(text, learn=True)), text)
+
+    def _nouns_capitalised(self, text: str, learn: bool = False) -> bool:
+        german = capitalises_nouns(text)
+        if learn and len(text.split()) >= 4:
+            self._read += 1
+            self._german += german
+        return german or 2 * self._german > self._read
 
     def observe(self, found: list[Mention], text: str | None = None) -> list[str]:
         """Learn from one stored message's mentions (``found``, from
@@ -100,7 +122,7 @@ class EntityBook:
         """The ids of the entities ``text`` (a query) mentions by name, alias or
         description, with the ids merged into them (older messages' terms)."""
         ids = set(self._names_in(text))
-        for mention in mentions(text):
+        for mention in mentions(text, capitalised_nouns=self._nouns_capitalised(text)):
             if mention.named and mention.key in self._names:
                 ids.add(self._names[mention.key])
             elif mention.description:
@@ -127,7 +149,13 @@ class EntityBook:
 
     def to_dict(self) -> dict[str, Any]:
         """The book as JSON-ready data (:meth:`from_dict` reads it back)."""
-        return {"version": VERSION, "clock": self._clock, "entities": [_as_dict(e) for e in self._entities.values()]}
+        return {
+            "version": VERSION,
+            "clock": self._clock,
+            "german": self._german,
+            "read": self._read,
+            "entities": [_as_dict(e) for e in self._entities.values()],
+        }
 
     @classmethod
     def from_dict(cls, data: Any) -> EntityBook:
@@ -136,7 +164,11 @@ class EntityBook:
             raise InvalidTypeError("an entity book must be a dict with an 'entities' list")
         if data.get("version") != VERSION:
             raise InvalidValueError(f"entity book version {data.get('version')!r} is not {VERSION}")
-        book = cls(_clock=_int(data.get("clock", 0), "clock"))
+        book = cls(
+            _clock=_int(data.get("clock", 0), "clock"),
+            _german=_int(data.get("german", 0), "german"),
+            _read=_int(data.get("read", 0), "read"),
+        )
         for row in data["entities"]:
             entity = _entity(row)
             book._entities[entity.id] = entity

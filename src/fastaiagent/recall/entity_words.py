@@ -129,17 +129,23 @@ ARTICLES = _set("the der die das dem den des le la les el los las")
 # Words that join the parts of a proper name: "Bank of America", "Leonardo da Vinci".
 CONNECTORS = _set("of de da di del van von der den la le du des")
 TITLES = _set("mr mrs ms miss dr prof sir herr frau monsieur madame mme don doña sr sra")
-# A name after these is a place ("moved to Berlin" is not read: "to" also precedes people).
-PLACE_WORDS = _set("in near nach en à")
+# A name after these is a place. "in" is not one ("in Python"), nor "to" ("to Lena").
+PLACE_WORDS = _set("near nearby")
 ORG_SUFFIXES = _set("inc ltd llc corp co gmbh ag sa sarl plc kg")
 
 # German writes every noun with a capital: there a lone capitalised word is a name
 # only with more evidence (a cue, a relation, quotes, a known name). These words,
 # frequent in German and rare elsewhere, tell a German message.
 GERMAN_MARKERS = _set(
-    "der das und ist nicht ich ein eine einen mit auf für wir hat habe mein meine heute "
-    "gestern auch sehr aber noch schon sind wurde mir dem den"
+    "der das und ist nicht ich wir ihr ein eine einen einem mit auf für hat habe haben mein meine "
+    "heute gestern auch sehr aber noch schon sind wurde wird mir dem kein keine zwei drei vier "
+    "zum zur vom beim bisher dann kann können oder bitte danke jetzt warum bei seit uns euch "
+    "unser unsere doch mal gibt geht"
 )
+# German nouns after "in", "nach", "aus" take an article ("in der Stadt"); a capitalised
+# word without one is a place ("in Pankow", "nach Leipzig"), but for these.
+GERMAN_PLACE_WORDS = _set("in nach aus")
+GERMAN_NOT_PLACES = _set("hause ordnung zukunft ruhe kontakt eile wirklichkeit frage")
 
 _NOT_NAMES = """
     i i'm i've i'll i'd me my mine we us our you your he him his she her they them their it its
@@ -163,6 +169,8 @@ _NOT_NAMES = """
     montag dienstag mittwoch donnerstag freitag samstag sonntag januar februar märz mai juni
     juli oktober dezember lundi mardi mercredi jeudi vendredi samedi dimanche janvier février
     mars avril juin juillet août septembre octobre novembre décembre
+    true false none null nan undefined
+    mondays tuesdays wednesdays thursdays fridays saturdays sundays let let's
     mon tue wed thu fri sat sun jan feb mar apr jun jul aug sep sept oct nov dec
     spring summer autumn fall winter christmas easter
 """
@@ -170,7 +178,7 @@ NOT_NAMES = frozenset(_NOT_NAMES.split()) | STOPWORDS | frozenset(MONTHS) | froz
 """Casefolded words never taken as a name on their own."""
 
 __all__ = [
-    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS", "DESCRIPTIONS", "GERMAN_MARKERS",
-    "KANA_CUES", "KINDS", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES", "PLACE_WORDS", "POSSESSIVES",
+    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS", "DESCRIPTIONS",
+    "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS", "KANA_CUES", "KINDS", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES", "PLACE_WORDS", "POSSESSIVES",
     "STRONG_CUES", "TITLES",
 ]
