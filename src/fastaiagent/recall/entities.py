@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -263,9 +264,11 @@ def capitalises_nouns(text: str) -> bool:
     return len(GERMAN_MARKERS.intersection(w.fold for w in _words(text))) >= 2
 
 
-def _capitalised(text: str, words: list[_Word], found: _Found, german: bool) -> None:
+def _capitalised(
+    text: str, words: list[_Word], found: _Found, german: bool, known: Container[str]
+) -> None:
     """Capitalised words and runs of them (see the module's docstring)."""
-    elsewhere = {w.fold for w in words if w.upper and not w.initial}
+    elsewhere = {w.fold for w in words if (w.upper and not w.initial) or w.fold in known}
     index = 0
     while index < len(words):
         if not words[index].upper:
@@ -322,7 +325,9 @@ def _name_run(
     suffixed = words[last].fold.rstrip(".") in ORG_SUFFIXES and not single
     owner = lead.text.endswith(("'s", "’s"))
     placed = first > 0 and words[first - 1].fold in GERMAN_PLACE_WORDS and lead.fold not in GERMAN_NOT_PLACES
-    if german and not (described or suffixed or titled or (single and placed and not lead.initial)):
+    if german and not (
+        described or suffixed or titled or (single and ((placed and not lead.initial) or lead.fold in elsewhere))
+    ):
         return  # every German noun is capitalised; "in Pankow" has no article, "in der Stadt" has
     if lead.initial and single and not (described or owner or lead.fold in elsewhere):
         return  # capitalised by its place: "Thanks", "Biscuit chewed ..." (the book knows names)
@@ -392,14 +397,19 @@ def _cjk(text: str, found: _Found) -> None:
         found.add(match.start(), normalise(match.group(1)), match.group(1), kind, described)
 
 
-def mentions(text: str, *, capitalised_nouns: bool | None = None) -> list[Mention]:
+def mentions(
+    text: str, *, capitalised_nouns: bool | None = None, known: Container[str] = ()
+) -> list[Mention]:
     """The entities ``text`` names, one :class:`Mention` per key, in the order they
     first appear (rules in the module's docstring; no LLM, no model).
 
     ``capitalised_nouns``: whether the text's language capitalises every noun
     (German); None reads it from the message (:func:`capitalises_nouns`), which a
     short message may not show: an :class:`~fastaiagent.recall.entity_book.EntityBook`
-    passes what the user's earlier messages said."""
+    passes what the user's earlier messages said. ``known``: names (keys) the
+    caller knows; such a word opening a sentence ("Lena Novak is coming", "Biscuit
+    chewed ...") or capitalised in German is taken as a name, as one capitalised
+    elsewhere in the message is."""
     check_text("text", text, allow_empty=True)
     found = _Found()
     text = _CODE.sub(lambda match: " " * len(match.group()), text) if "`" in text else text
@@ -408,7 +418,7 @@ def mentions(text: str, *, capitalised_nouns: bool | None = None) -> list[Mentio
         capitalised_nouns = len(GERMAN_MARKERS.intersection(w.fold for w in words)) >= 2
     _cued(text, words, found)
     _related(text, words, found)
-    _capitalised(text, words, found, capitalised_nouns)
+    _capitalised(text, words, found, capitalised_nouns, known)
     if any(c in _QUOTES for c in text):
         _quoted(text, found)
     if _NO_CASE_RUN.search(text):

@@ -39,6 +39,7 @@ from fastaiagent.recall.entity_words import (
     ARTICLES,
     CJK_DESCRIPTIONS,
     DESCRIPTIONS,
+    DETERMINERS,
     KIND_OF,
     KINDS,
     NOT_NAMES,
@@ -82,12 +83,14 @@ class EntityBook:
     _clock: int = 0
     _german: int = 0  # messages read as German, of ...
     _read: int = 0  # ... the messages :meth:`read` took (of 4 words or more)
+    _capitals: set[str] = field(default_factory=set)  # names that count only capitalised
 
     def read(self, text: str) -> list[str]:
         """:meth:`observe` one stored message's text: its mentions read with what
         the user's earlier messages say of the language (a short German message
         does not show that its capitals are nouns). The one call a store needs."""
-        return self.observe(mentions(text, capitalised_nouns=self._nouns_capitalised(text, learn=True)), text)
+        german = self._nouns_capitalised(text, learn=True)
+        return self.observe(mentions(text, capitalised_nouns=german, known=self._names), text)
 
     def _nouns_capitalised(self, text: str, learn: bool = False) -> bool:
         german = capitalises_nouns(text)
@@ -109,6 +112,7 @@ class EntityBook:
                 raise InvalidTypeError(f"found must hold Mention objects, got {type(mention).__name__}")
             ids.append(self._named(mention) if mention.named else self._owned(mention))
         if text:
+            self._learn_common_words(text)
             ids += self._names_in(text)
             ids += [e for d in _particular_descriptions(text) for e in self._described(d, every=True)[:1]]
         unique = [self._names.get(i, i) for i in dict.fromkeys(ids)]
@@ -122,7 +126,7 @@ class EntityBook:
         """The ids of the entities ``text`` (a query) mentions by name, alias or
         description, with the ids merged into them (older messages' terms)."""
         ids = set(self._names_in(text))
-        for mention in mentions(text, capitalised_nouns=self._nouns_capitalised(text)):
+        for mention in mentions(text, capitalised_nouns=self._nouns_capitalised(text), known=self._names):
             if mention.named and mention.key in self._names:
                 ids.add(self._names[mention.key])
             elif mention.description:
@@ -154,6 +158,7 @@ class EntityBook:
             "clock": self._clock,
             "german": self._german,
             "read": self._read,
+            "capitals": sorted(self._capitals),
             "entities": [_as_dict(e) for e in self._entities.values()],
         }
 
@@ -168,6 +173,7 @@ class EntityBook:
             _clock=_int(data.get("clock", 0), "clock"),
             _german=_int(data.get("german", 0), "german"),
             _read=_int(data.get("read", 0), "read"),
+            _capitals=set(_strings(data.get("capitals", []), "capitals")),
         )
         for row in data["entities"]:
             entity = _entity(row)
@@ -177,7 +183,7 @@ class EntityBook:
         return book
 
     def _named(self, mention: Mention) -> str:
-        entity_id = self._names.get(mention.key) or self._by_first_word(mention.key)
+        entity_id = self._names.get(mention.key) or self._by_part(mention.key)
         if entity_id is None:
             entity_id = mention.key
             self._entities[entity_id] = Entity(entity_id, mention.surface, mention.kind)
@@ -187,27 +193,42 @@ class EntityBook:
         if mention.key != entity_id and mention.key not in entity.aliases:
             entity.aliases.append(mention.key)
             self._names[mention.key] = entity_id
+            if len(mention.surface) > len(entity.name) and entity.name in mention.surface:
+                entity.name = mention.surface  # "Pine Hollow" for "Hollow"
         if entity.kind == "other" and mention.kind != "other":
             entity.kind = mention.kind
         if mention.description:
             self._describe(entity, mention.description)
         return entity_id
 
-    def _by_first_word(self, key: str) -> str | None:
-        """"lena novak" after "lena": the same person (unless "lena" already has a
-        longer name of its own)."""
+    def _by_part(self, key: str) -> str | None:
+        """The known entity a new name is part of, or that is part of it: "lena novak"
+        after "lena" (unless "lena" already has a longer name of its own), "hollow"
+        (a sentence's first word dropped) after "pine hollow", and the reverse."""
         words = key.split()
-        known = self._names.get(words[0]) if len(words) > 1 else None
-        if known is None or self._entities[known].kind not in ("person", "pet", "other"):
-            return None
-        others = [a for a in (known, *self._entities[known].aliases) if " " in a]
-        return None if others else known
+        if len(words) == 1:
+            longer = {i for name, i in self._names.items() if name.endswith(" " + key)}
+            return longer.pop() if len(longer) == 1 else None
+        for part in (words[0], words[-1]):
+            known = self._names.get(part)
+            if known is not None and not any(" " in a for a in (known, *self._entities[known].aliases)):
+                return known
+        return None
 
     def _alias_first_word(self, key: str, entity_id: str) -> None:
         first = key.split()[0]
         if first != key and first not in self._names and first not in NOT_NAMES and len(first) > 1:
             self._entities[entity_id].aliases.append(first)
             self._names[first] = entity_id
+            self._capitals.add(first)  # "Pine" for Pine Hollow; "pine" is a tree
+
+    def _learn_common_words(self, text: str) -> None:
+        """Known names used as common words ("a biscuit", "the new one") count as the
+        name from now on only capitalised."""
+        words = _words(text)
+        for index, word in enumerate(words[1:], start=1):
+            if not word.upper and word.fold in self._names and words[index - 1].fold in DETERMINERS:
+                self._capitals.add(word.fold)
 
     def _describe(self, entity: Entity, described: str) -> None:
         if described not in entity.descriptions:
@@ -256,7 +277,7 @@ class EntityBook:
             for end in range(min(len(words), start + _LONGEST_NAME), start, -1):
                 key = " ".join(w.fold for w in words[start:end])
                 entity_id = self._names.get(key)
-                if entity_id and (words[start].upper or key not in NOT_NAMES):
+                if entity_id and (words[start].upper or (key not in NOT_NAMES and key not in self._capitals)):
                     ids.append(entity_id)
                     break
         if _NO_CASE_RUN.search(text):  # names in scripts without spaces: found inside the text

@@ -126,6 +126,9 @@ POSSESSIVES = _set(
     "mi mis nuestro nuestra nuestros nuestras su sus tu tus"
 )
 ARTICLES = _set("the der die das dem den des le la les el los las")
+# Before a word, these make it a common noun ("a biscuit", "the new one"): a name the
+# book knows, seen so, must be capitalised to count as the name.
+DETERMINERS = ARTICLES | _set("a an some ein eine einen einem einer un une des una uno unos unas")
 # Words that join the parts of a proper name: "Bank of America", "Leonardo da Vinci".
 CONNECTORS = _set("of de da di del van von der den la le du des")
 TITLES = _set("mr mrs ms miss dr prof sir herr frau monsieur madame mme don doña sr sra")
@@ -178,7 +181,7 @@ NOT_NAMES = frozenset(_NOT_NAMES.split()) | STOPWORDS | frozenset(MONTHS) | froz
 """Casefolded words never taken as a name on their own."""
 
 __all__ = [
-    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS", "DESCRIPTIONS",
+    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS", "DESCRIPTIONS", "DETERMINERS",
     "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS", "KANA_CUES", "KINDS", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES", "PLACE_WORDS", "POSSESSIVES",
     "STRONG_CUES", "TITLES",
 ]
