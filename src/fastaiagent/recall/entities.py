@@ -1,0 +1,429 @@
+"""The people and things a message talks about, found without an LLM.
+
+:func:`mentions` reads one message with rules about the shape of text, not about
+one language:
+
+- a **capitalised word or run of words** inside a sentence ("talked to Lena",
+  "Acme Corp", "Bank of America"); one that opens a sentence only when the same
+  word is capitalised elsewhere in the message, when it owns something
+  ("Lena's"), when a description follows it ("Lena, my sister") or when it is a
+  run of several ("New York was fun"). German capitalises every noun, so in a
+  German message a capitalised word needs more evidence (the next rules);
+- a name **after a naming cue** ("a puppy we named Biscuit", "mein Hund heißt
+  Bello", "mi gato se llama Toby", "我的狗叫小白"), with the thing it names
+  ("puppy": a dog);
+- a **relation**: a possessive, a description, a name ("my sister Lena", "our
+  dog Biscuit", "ma sœur Léa"); a possessive and a description alone ("my
+  sister") is a mention of that one person or thing, keyed ``"my sister"``;
+- a short **quoted or bracketed name** ("the project "Falcon"", 「ポチ」, 《三体》),
+  the one rule that works in scripts without capitals.
+
+Words a rule needs (cues, possessives, descriptions and their synonyms, words
+that are never names) are in the one table, :mod:`fastaiagent.recall.entity_words`.
+Resolving mentions across messages (aliases, "the dog" for Biscuit) is
+:class:`~fastaiagent.recall.entity_book.EntityBook`'s work.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Container
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from fastaiagent._validate import text as check_text
+from fastaiagent.recall.entity_words import (
+    CJK_CUES,
+    CJK_DESCRIPTIONS,
+    CONNECTORS,
+    CUE_OBJECTS,
+    CUES,
+    DESCRIPTIONS,
+    GERMAN_MARKERS,
+    GERMAN_NOT_PLACES,
+    GERMAN_PLACE_WORDS,
+    KANA_CUES,
+    KIND_OF,
+    NOT_NAMES,
+    ORG_SUFFIXES,
+    PLACE_WORDS,
+    POSSESSIVES,
+    STRONG_CUES,
+    TITLES,
+)
+
+OWN = "my "
+"""The key of a description-only mention starts so: "my sister", "my dog"."""
+
+
+@dataclass(frozen=True)
+class Mention:
+    """One entity as a message names it.
+
+    ``key`` is the normalised name ("lena", "acme corp"), or for a description
+    without a name ``"my " + description`` ("my sister"); ``surface`` the words
+    as written; ``kind`` one of ``person``, ``pet``, ``place``, ``organisation``,
+    ``product``, ``project``, ``other``; ``description`` the canonical
+    description it was given ("sister", "dog" for "puppy"), if any."""
+
+    key: str
+    surface: str
+    kind: str
+    description: str | None = None
+
+    @property
+    def named(self) -> bool:
+        """False for a description-only mention ("my sister")."""
+        return self.description is None or self.key != OWN + self.description
+
+
+def own_key(description: str) -> str:
+    """The key of the user's own ``description`` ("sister" -> "my sister")."""
+    return OWN + description
+
+
+def entity_term(entity_id: str) -> str:
+    """The keyword-postings token that marks a message as mentioning ``entity_id``.
+
+    It starts with U+241E and holds ``:``, which the text analyzer
+    (:func:`fastaiagent.kb.bm25.tokenize`) never produces, so no word of any
+    message collides with it; spaces become ``_``."""
+    check_text("entity_id", entity_id)
+    return "\u241ee:" + "_".join(entity_id.split())
+
+
+def normalise(name: str) -> str:
+    """The key of a name: NFKC, case-folded, one space between words, no "'s"."""
+    folded = " ".join(unicodedata.normalize("NFKC", name).casefold().replace("’", "'").split())
+    return folded[:-2] if folded.endswith("'s") else folded
+
+
+_NO_CASE = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_WORD = re.compile(rf"[^\W\d_{_NO_CASE}](?:[^\W_{_NO_CASE}]|['’\-](?=[^\W\d_{_NO_CASE}]))*")
+_BREAK = re.compile(r"[.!?;:\n•*]|(?:^|\s)[-–—]\s")  # what ends a sentence between two words
+_PAUSE = re.compile(r"[,(–—]")  # "Lena, my sister", "Lena (my sister)"
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)  # code names no one
+_NO_CASE_RUN = re.compile(rf"[{_NO_CASE}]")
+_QUOTES = frozenset("\"“„«'「『《")
+_QUOTED = re.compile(
+    r"\"([^\"\n]{1,40})\"|“([^”\n]{1,40})”|„([^“”\n]{1,40})[“”]|«\s?([^»\n]{1,40}?)\s?»"
+    r"|「([^」\n]{1,40})」|『([^』\n]{1,40})』|(《)([^》\n]{1,40})》|(?<!\w)'([^'\n]{1,40})'(?!\w)"
+)
+
+
+class _Word(NamedTuple):
+    text: str
+    fold: str  # normalised, without "'s"
+    start: int
+    end: int
+    initial: bool  # opens a sentence
+    gap: str  # the text between the previous word and this one
+    upper: bool  # starts with a capital
+
+
+def _words(text: str) -> list[_Word]:
+    out: list[_Word] = []
+    last = 0
+    for match in _WORD.finditer(text):
+        gap = text[last : match.start()]
+        initial = _BREAK.search(gap) is not None or (not out and not _NO_CASE_RUN.search(gap))
+        word = match.group()
+        out.append(_Word(word, normalise(word), match.start(), match.end(), initial, gap, word[0].isupper()))
+        last = match.end()
+    return out
+
+
+class _Found:
+    """Mentions by key, in the order of their first place in the message."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, tuple[int, Mention]] = {}
+
+    def add(self, at: int, key: str, surface: str, kind: str, description: str | None = None) -> None:
+        if not key:
+            return
+        old = self.by_key.get(key)
+        if old is not None:
+            _, was = old
+            kind = was.kind if was.kind != "other" else kind
+            description = was.description or description
+            surface, at = was.surface, min(at, old[0])
+        self.by_key[key] = (at, Mention(key, surface, kind, description))
+
+    def mentions(self) -> list[Mention]:
+        return [m for _, m in sorted(self.by_key.values(), key=lambda pair: pair[0])]
+
+
+def _description(word: _Word) -> str | None:
+    entry = DESCRIPTIONS.get(word.fold)
+    return entry[0] if entry else None
+
+
+def _is_name_word(word: _Word) -> bool:
+    return word.fold not in NOT_NAMES and word.fold not in DESCRIPTIONS and word.fold not in TITLES
+
+
+def _run_end(words: list[_Word], start: int) -> int:
+    """The last index of the capitalised run from ``start`` (joined by spaces only,
+    or by a connector: "Bank of America")."""
+    end = start
+    while end + 1 < len(words):
+        nxt = words[end + 1]
+        if nxt.gap.strip():
+            break
+        if nxt.upper:
+            end += 1
+        elif nxt.fold in CONNECTORS and end + 2 < len(words) and words[end + 2].upper and not words[end + 2].gap.strip():
+            end += 2
+        else:
+            break
+    return end
+
+
+def _name_at(words: list[_Word], index: int, lower_ok: bool = False) -> tuple[int, int] | None:
+    """The name starting at ``index`` as ``(first, last)`` word indices: a capitalised
+    run, or (``lower_ok``) one lower-case word; None when there is none."""
+    if index >= len(words) or _BREAK.search(words[index].gap) or not _is_name_word(words[index]):
+        return None
+    if words[index].upper:
+        return index, _run_end(words, index)
+    return (index, index) if lower_ok else None
+
+
+def _description_near(words: list[_Word], before: int, reach: int = 6) -> str | None:
+    """The nearest description in the ``reach`` words before index ``before``, also in
+    the sentence before ("We got a puppy! We named him ...")."""
+    for index in range(before - 1, max(-1, before - 1 - reach), -1):
+        found = _description(words[index])
+        if found:
+            return found
+    return None
+
+
+def _surface(text: str, words: list[_Word], first: int, last: int) -> str:
+    surface = text[words[first].start : words[last].end]
+    return surface[:-2] if surface.endswith(("'s", "’s")) else surface
+
+
+def _key(words: list[_Word], first: int, last: int) -> str:
+    return " ".join(w.fold for w in words[first : last + 1])
+
+
+def _cued(text: str, words: list[_Word], found: _Found) -> None:
+    """Names after a naming cue: "a puppy we named Biscuit", "se llama Ana"."""
+    for index, word in enumerate(words):
+        cue = word.fold.rsplit("'", 1)[-1]
+        pair = f"{words[index - 1].fold} {cue}" if index else cue
+        if cue not in CUES and pair not in CUES:
+            continue
+        described = _description_near(words, index - (pair in CUES and " " in pair))
+        after = index + 1 + (index + 1 < len(words) and words[index + 1].fold in CUE_OBJECTS)
+        name = _name_at(words, after, lower_ok=described is not None or cue in STRONG_CUES or pair in STRONG_CUES)
+        if name:
+            kind = KIND_OF[described] if described else "other"
+            found.add(words[name[0]].start, _key(words, *name), _surface(text, words, *name), kind, described)
+
+
+def _related(text: str, words: list[_Word], found: _Found) -> None:
+    """"my sister Lena", "our new puppy, Biscuit", and "my sister" alone."""
+    for index, word in enumerate(words):
+        if word.fold not in POSSESSIVES or (index and words[index - 1].upper and _PAUSE.search(word.gap)):
+            continue  # "Lena, my sister": the name's description (_apposition)
+        for at in range(index + 1, min(index + 4, len(words))):
+            if _BREAK.search(words[at].gap) or words[at].fold in CUES:
+                break
+            described = _description(words[at])
+            if described is None:
+                continue
+            name = _name_at(words, at + 1)
+            if name:
+                surface = _surface(text, words, *name)
+                found.add(words[name[0]].start, _key(words, *name), surface, KIND_OF[described], described)
+            else:
+                surface = text[word.start : words[at].end]
+                found.add(word.start, own_key(described), surface, KIND_OF[described], described)
+            break
+
+
+def _apposition(words: list[_Word], after: int) -> str | None:
+    """The description following a name ending at ``after``: "Lena, my sister"."""
+    index = after + 1
+    if index >= len(words) or not _PAUSE.search(words[index].gap) or words[index].fold not in POSSESSIVES:
+        return None
+    for at in range(index + 1, min(index + 4, len(words))):
+        found = _description(words[at])
+        if found:
+            return found
+    return None
+
+
+def capitalises_nouns(text: str) -> bool:
+    """Whether ``text`` reads as German, where every noun is capitalised (two of
+    the table's German marker words)."""
+    return len(GERMAN_MARKERS.intersection(w.fold for w in _words(text))) >= 2
+
+
+def _capitalised(
+    text: str, words: list[_Word], found: _Found, german: bool, known: Container[str]
+) -> None:
+    """Capitalised words and runs of them (see the module's docstring)."""
+    elsewhere = {w.fold for w in words if (w.upper and not w.initial) or w.fold in known}
+    index = 0
+    while index < len(words):
+        if not words[index].upper:
+            index += 1
+            continue
+        end = _run_end(words, index)
+        first, titled = _trimmed(words, index, end)
+        if first == index < end and words[first].initial and _capitalised_by_place(words, first, elsewhere):
+            first, _ = _trimmed(words, first + 1, end)  # "Booked Pine Hollow": the verb opens it
+        last = end
+        while last >= first and (words[last].fold in NOT_NAMES or words[last].fold in CONNECTORS):
+            last -= 1
+        for word in words[index : end + 1]:
+            family = _family(word)  # "told Mom", "Planning Mom's 70th": the user's own
+            if family and not word.initial:
+                found.add(word.start, own_key(family), word.text.removesuffix("'s"), "person", family)
+        if first <= last:
+            _name_run(text, words, found, (first, last), titled, german, elsewhere)
+        index = end + 1
+
+
+def _trimmed(words: list[_Word], first: int, last: int) -> tuple[int, bool]:
+    """The run's first name word from ``first`` (past "The", "Dr", "Thanks"), and
+    whether a title was passed."""
+    titled = False
+    while first <= last and (not _is_name_word(words[first]) or words[first].fold in CONNECTORS):
+        titled = titled or words[first].fold in TITLES
+        first += 1
+    return first, titled
+
+
+def _family(word: _Word) -> str | None:
+    """The description a capitalised family word stands for ("Mom", "Oma")."""
+    entry = DESCRIPTIONS.get(word.fold)
+    return entry[0] if entry and entry[1] == "person" and word.upper else None
+
+
+def _capitalised_by_place(words: list[_Word], first: int, elsewhere: set[str]) -> bool:
+    """Whether a run's first word, opening a sentence, is capitalised only by its
+    place: not elsewhere in the message, not joined by a connector ("Bank of")."""
+    joined = first + 1 < len(words) and words[first + 1].fold in CONNECTORS
+    return not joined and words[first].fold not in elsewhere
+
+
+def _name_run(
+    text: str, words: list[_Word], found: _Found, span: tuple[int, int], titled: bool, german: bool, elsewhere: set[str]
+) -> None:
+    first, last = span
+    lead = words[first]
+    single = first == last
+    if all(w.text.isupper() for w in words[first : last + 1]) or (single and len(lead.fold) < 2):
+        return  # "OK", "API", "SELECT", "ADD VALUE": capitals shout or abbreviate
+    described = _apposition(words, last)
+    suffixed = words[last].fold.rstrip(".") in ORG_SUFFIXES and not single
+    owner = lead.text.endswith(("'s", "’s"))
+    placed = first > 0 and words[first - 1].fold in GERMAN_PLACE_WORDS and lead.fold not in GERMAN_NOT_PLACES
+    if german and not (
+        described or suffixed or titled or (single and ((placed and not lead.initial) or lead.fold in elsewhere))
+    ):
+        return  # every German noun is capitalised; "in Pankow" has no article, "in der Stadt" has
+    if lead.initial and single and not (described or owner or lead.fold in elsewhere):
+        return  # capitalised by its place: "Thanks", "Biscuit chewed ..." (the book knows names)
+    if described:
+        kind = KIND_OF[described]
+    elif suffixed:
+        kind = "organisation"
+    elif titled:
+        kind = "person"
+    elif first and (words[first - 1].fold in PLACE_WORDS or german) and not _BREAK.search(lead.gap):
+        kind = "place"
+    else:
+        kind = "other"
+    found.add(lead.start, _key(words, first, last), _surface(text, words, first, last), kind, described)
+
+
+def _quoted(text: str, found: _Found) -> None:
+    """Short quoted or bracketed names; lower-case ones only after a cue or description."""
+    for match in _QUOTED.finditer(text):
+        content = next(g for g in match.groups() if g and g != "《").strip()
+        if not content or len(content.split()) > 4 or any(c in content for c in ".!?,;:"):
+            continue
+        before = _words(text[max(0, match.start() - 40) : match.start()])[-4:]
+        described = next((d for d in map(_description, reversed(before)) if d), None)
+        cued = any(w.fold.rsplit("'", 1)[-1] in CUES for w in before)
+        first = content.split()[0]
+        no_case = _NO_CASE_RUN.search(content) is not None
+        if normalise(first) in NOT_NAMES or not (first[0].isupper() or no_case or described or cued):
+            continue
+        kind = KIND_OF[described] if described else ("product" if match.group(7) else "other")
+        found.add(match.start() + 1, normalise(content), content, kind, described)
+
+
+_HAN_NAME = re.compile(r"[\u4e00-\u9fff]{1,3}")
+_HAN_STOP = "的了是在和也都很就说今昨明去来我你他她它们，。！？"
+_KANA_NAME = re.compile(
+    r"([\u30a1-\u30fa\u30fc]{2,8}|[\u4e00-\u9fff]{1,3})(?:" + "|".join(KANA_CUES) + r")([\u3040-\u9fff]{0,3})"
+)
+
+
+def _cjk_description(run: str) -> str | None:
+    for word, (canonical, _) in sorted(CJK_DESCRIPTIONS.items(), key=lambda item: -len(item[0])):
+        if word in run:
+            return canonical
+    return None
+
+
+def _cjk(text: str, found: _Found) -> None:
+    """Chinese "叫 <name>" and Japanese "<name> という <thing>" (short Han or katakana names)."""
+    for cue in CJK_CUES:
+        start = text.find(cue)
+        while start >= 0:
+            match = _HAN_NAME.match(text, start + len(cue))
+            name = match.group() if match else ""
+            for index, char in enumerate(name):
+                if char in _HAN_STOP:
+                    name = name[:index]
+                    break
+            if name:
+                described = _cjk_description(text[max(0, start - 4) : start])
+                kind = KIND_OF[described] if described else "other"
+                found.add(start + len(cue), normalise(name), name, kind, described)
+            start = text.find(cue, start + len(cue))
+    for match in _KANA_NAME.finditer(text):
+        described = _cjk_description(match.group(2))
+        kind = KIND_OF[described] if described else "other"
+        found.add(match.start(), normalise(match.group(1)), match.group(1), kind, described)
+
+
+def mentions(
+    text: str, *, capitalised_nouns: bool | None = None, known: Container[str] = ()
+) -> list[Mention]:
+    """The entities ``text`` names, one :class:`Mention` per key, in the order they
+    first appear (rules in the module's docstring; no LLM, no model).
+
+    ``capitalised_nouns``: whether the text's language capitalises every noun
+    (German); None reads it from the message (:func:`capitalises_nouns`), which a
+    short message may not show: an :class:`~fastaiagent.recall.entity_book.EntityBook`
+    passes what the user's earlier messages said. ``known``: names (keys) the
+    caller knows; such a word opening a sentence ("Lena Novak is coming", "Biscuit
+    chewed ...") or capitalised in German is taken as a name, as one capitalised
+    elsewhere in the message is."""
+    check_text("text", text, allow_empty=True)
+    found = _Found()
+    text = _CODE.sub(lambda match: " " * len(match.group()), text) if "`" in text else text
+    words = _words(text)
+    if capitalised_nouns is None:
+        capitalised_nouns = len(GERMAN_MARKERS.intersection(w.fold for w in words)) >= 2
+    _cued(text, words, found)
+    _related(text, words, found)
+    _capitalised(text, words, found, capitalised_nouns, known)
+    if any(c in _QUOTES for c in text):
+        _quoted(text, found)
+    if _NO_CASE_RUN.search(text):
+        _cjk(text, found)
+    return found.mentions()
+
+
+__all__ = ["OWN", "Mention", "capitalises_nouns", "entity_term", "mentions", "normalise", "own_key"]
