@@ -37,7 +37,7 @@ from fastaiagent.facts.entities import (
 from fastaiagent.facts.items import HoldsItems
 from fastaiagent.facts.vectors import recall_namespace
 from fastaiagent.kb.protocols import Chunk, check_top_k, namespace_key
-from fastaiagent.recall.entities import Entity, EntityBook, mentions
+from fastaiagent.recall.entity_book import Entity, EntityBook
 
 _lock = threading.Lock()  # a book's read, observe and write are one step in the process
 _books: dict[tuple[int, str], tuple[Any, EntityBook]] = {}  # the last data read -> its book
@@ -57,30 +57,34 @@ def _book(index: Any, namespace: str) -> EntityBook:
 
 
 def tag_messages(index: Any, chunks: Sequence[Chunk]) -> bool:
-    """Find and resolve the mentions of ``chunks`` (each in its own namespace's book),
-    list their ids in each chunk's ``metadata["entities"]`` and store the books.
+    """Read each of ``chunks`` into its namespace's book (:meth:`EntityBook.read`:
+    its mentions found and resolved), list the ids of the entities it mentions in
+    its ``metadata["entities"]`` and store each book that gained a mention.
     Chunks already listing entities (a re-embedded or imported message) and chunks
-    outside a user's recall namespace are left as they are. Returns whether a book
-    changed."""
+    outside a user's recall namespace are left as they are. Returns whether a
+    book was stored."""
     if not isinstance(getattr(index, "store", None), HoldsItems):
         return False  # a VectorStore outside the fact store: no book to keep
-    found: dict[str, list[tuple[Chunk, list[Any]]]] = {}
+    by_namespace: dict[str, list[Chunk]] = {}
     for chunk in chunks:
         namespace = namespace_key(chunk.metadata)
-        if ENTITIES_KEY in chunk.metadata or book_namespace(namespace) is None:
-            continue
-        said = mentions(chunk.text)
-        if said:
-            found.setdefault(namespace, []).append((chunk, said))
+        if ENTITIES_KEY not in chunk.metadata and book_namespace(namespace) is not None:
+            by_namespace.setdefault(namespace, []).append(chunk)
+    stored = False
     with _lock:
-        for namespace, said_in in found.items():
-            book = _book(index, namespace)
-            for chunk, said in said_in:
-                chunk.metadata = with_entities(chunk.metadata, book.observe(said))
-            data = book.to_dict()
-            save_book(index, namespace, data)
-            _books[(id(index.store), namespace)] = (data, book)
-    return bool(found)
+        for namespace, said in by_namespace.items():
+            book, named = _book(index, namespace), False
+            for chunk in said:
+                ids = book.read(chunk.text)
+                if ids:
+                    chunk.metadata = with_entities(chunk.metadata, ids)
+                    named = True
+            if named:  # a batch naming nothing leaves the stored book as it is
+                data = book.to_dict()
+                save_book(index, namespace, data)
+                _books[(id(index.store), namespace)] = (data, book)
+                stored = True
+    return stored
 
 
 def add_with_entities(index: Any, chunks: Sequence[Chunk]) -> None:

@@ -18,8 +18,8 @@ from urllib.parse import urlencode
 from fastaiagent._format import format_time
 from fastaiagent._validate import identifier
 from fastaiagent.facts import messages as stored
-from fastaiagent.recall.entity_store import entity_counts, user_entities
 from fastaiagent.facts.store import FactStore
+from fastaiagent.recall.entity_store import entity_counts, user_entities
 from fastaiagent.trace.redaction import RedactionPolicy
 from fastaiagent.ui.views import PAGE_SIZE, Subject, check_paging
 
