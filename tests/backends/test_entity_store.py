@@ -55,12 +55,23 @@ def test_messages_about_an_entity_are_found_in_every_session_of_that_user_only(a
     assert entity_counts(store)[("", "ann")] == len(names)
 
 
-def test_deleting_a_message_takes_its_entity_postings(any_location: str) -> None:
+def _mentions(store: Any, user: str) -> dict[str, int]:
+    return {entity.name: entity.mentions for entity in user_entities(store, user)}
+
+
+def test_deleting_a_message_takes_its_entity_postings_and_mentions(any_location: str) -> None:
+    from fastaiagent.recall.entity_store import delete_message
+
     store = _memory(any_location).location
-    friday = next(m for m in messages.list_messages(store, "ann") if m.text == ANN_FRIDAY[0].content)
-    assert messages.delete_message(store, "ann", friday.id)
+    said = {m.text: m.id for m in messages.list_messages(store, "ann")}
+    assert _mentions(store, "ann")["Biscuit"] == 2
+    assert not delete_message(store, "ann", messages.list_messages(store, "bob")[0].id)  # bob's: nothing
+    assert delete_message(store, "ann", said[ANN_FRIDAY[0].content])
     assert _about(store, "ann") == {ANN_MONDAY[0].content}
-    assert _about(store, "bob") == {BOB[0].content}
+    assert _mentions(store, "ann")["Biscuit"] == 1
+    assert delete_message(store, "ann", said[ANN_MONDAY[0].content])
+    assert "Biscuit" not in _mentions(store, "ann") and _about(store, "ann") == set()
+    assert _about(store, "bob") == {BOB[0].content} and _mentions(store, "bob") == {"Biscuit": 1}
 
 
 def test_forgetting_a_user_deletes_their_entities_and_nobody_elses(any_location: str) -> None:

@@ -72,7 +72,9 @@ def messages(
             raise InvalidValueError("--delete deletes one message: give it without --search")
         store = make_fact_store(location)
     if delete is not None:
-        if not stored.delete_message(store, user, delete, project):
+        from fastaiagent.recall.entity_store import delete_message  # the user's entities too
+
+        if not delete_message(store, user, delete, project):
             typer.echo(f"error: user {user!r} has no message {delete!r}", err=True)
             raise typer.Exit(code=1)
         typer.echo(f"deleted message {delete}")

@@ -28,14 +28,16 @@ from fastaiagent.facts.entities import (
     BOOK_ROOT,
     ENTITIES_KEY,
     book_namespace,
+    entity_ids,
     entity_term,
     load_book,
     save_book,
     settle_book,
     with_entities,
 )
+from fastaiagent.facts import messages as stored_messages
 from fastaiagent.facts.items import HoldsItems
-from fastaiagent.facts.vectors import recall_namespace
+from fastaiagent.facts.vectors import every_vector_index, recall_namespace
 from fastaiagent.kb.protocols import Chunk, check_top_k, namespace_key
 from fastaiagent.recall.entity_book import Entity, EntityBook
 
@@ -131,13 +133,50 @@ def entity_candidates(index: Any, namespace: str, query_text: str, limit: int) -
     return EntityCandidates(named, list(score(terms, limit, namespace)))
 
 
+def delete_message(store: Any, user_id: str, message_id: str, project_id: str = "") -> bool:
+    """:func:`fastaiagent.facts.messages.delete_message` (the message, its postings,
+    entity postings included, and cached embeddings), then its mentions taken off
+    the user's book: each entity it named is mentioned once less, and one no
+    stored message mentions any more leaves the book. What the Memory page and
+    ``fastaiagent memory messages --delete`` call."""
+    namespace = _user_namespace(user_id, project_id)
+    named: set[str] = set()
+    for index in every_vector_index(store):
+        for chunk in index.get([check_text("message_id", message_id)]):
+            if chunk.namespace == namespace:
+                named.update(entity_ids(chunk.metadata))
+    if not stored_messages.delete_message(store, user_id, message_id, project_id):
+        return False
+    data = load_book(store, namespace) if named else None
+    if data is not None:
+        with _lock:
+            save_book(store, namespace, _mentioned_less(data, named))
+    return True
+
+
+def _mentioned_less(data: dict[str, Any], named: set[str]) -> dict[str, Any]:
+    """The book's data with each entity of ``named`` (or one merged into it) counted
+    one message less; an entity left with none is dropped."""
+    kept = []
+    for row in data.get("entities", []):
+        if isinstance(row, dict) and (row.get("id") in named or named.intersection(row.get("merged") or [])):
+            row = {**row, "mentions": int(row.get("mentions", 0)) - 1}
+            if row["mentions"] <= 0:
+                continue
+        kept.append(row)
+    return EntityBook.from_dict({**data, "entities": kept}).to_dict()  # checked as a book
+
+
+def _user_namespace(user_id: str, project_id: str) -> str:
+    return recall_namespace(
+        identifier("project_id", project_id, allow_empty=True), identifier("user_id", user_id)
+    )
+
+
 def user_entities(store: Any, user_id: str, project_id: str = "") -> list[Entity]:
     """Every entity in a user's book (for the Memory page and ``fastaiagent memory``),
     as the book lists them; [] when the store keeps none for them."""
-    namespace = recall_namespace(
-        identifier("project_id", project_id, allow_empty=True), identifier("user_id", user_id)
-    )
-    data = load_book(store, namespace)
+    data = load_book(store, _user_namespace(user_id, project_id))
     return [] if data is None else EntityBook.from_dict(data).entities()
 
 
@@ -159,6 +198,7 @@ def entity_counts(store: Any) -> dict[tuple[str, str], int]:
 __all__ = [
     "EntityCandidates",
     "add_with_entities",
+    "delete_message",
     "entity_candidates",
     "entity_counts",
     "tag_messages",

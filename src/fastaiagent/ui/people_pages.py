@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from fastaiagent._format import one_line
-from fastaiagent.facts.messages import delete_message
+from fastaiagent.recall.entity_store import delete_message
 from fastaiagent.ui import people, views
 from fastaiagent.ui.forms import read_form
 
