@@ -24,6 +24,7 @@ from typing import Any
 
 from fastaiagent._validate import identifier
 from fastaiagent._validate import text as check_text
+from fastaiagent.facts import messages as stored_messages
 from fastaiagent.facts.entities import (
     BOOK_ROOT,
     ENTITIES_KEY,
@@ -35,7 +36,6 @@ from fastaiagent.facts.entities import (
     settle_book,
     with_entities,
 )
-from fastaiagent.facts import messages as stored_messages
 from fastaiagent.facts.items import HoldsItems
 from fastaiagent.facts.vectors import every_vector_index, recall_namespace
 from fastaiagent.kb.protocols import Chunk, check_top_k, namespace_key
