@@ -12,7 +12,8 @@ Tables (schema component ``vectors:<fact table>_vectors``), on the fact store's 
   epoch of its last removal, both drawn from one sequence under the namespace
   row's lock, so generations grow in commit order within a namespace;
 - ``<t>_embeddings``: cached embeddings by (namespace, embedder identity, text key);
-- ``<t>_vector_meta``: the index's dimension, fixed by the first add.
+- ``<t>_vector_meta``: the index's dimension, fixed by the first add, and the text
+  analyzer's version its postings were built with (:mod:`fastaiagent.facts.index.reindex`).
 
 Search is exact cosine over one namespace with numpy: each process keeps the
 namespace's matrix in memory (LRU, within the process's budget) and checks it

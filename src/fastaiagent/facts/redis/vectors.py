@@ -4,6 +4,8 @@ Key layout under ``<prefix>:vec:`` (``<ns>`` is the escaped namespace, ``""``
 for untagged chunks):
 
 - ``layout`` - this layout's version (``VECTORS_LAYOUT``); ``dim`` - the dimension;
+  ``analyzer`` - the text analyzer's version the postings were built with
+  (:mod:`fastaiagent.facts.index.reindex`);
   ``dims`` - the sizes of the indexes beside this one (``<prefix>:vec<size>:``, set)
 - ``ns`` - namespaces holding chunks (set); ``id`` - chunk id -> ``<ns>`` (hash)
 - ``v:<ns>`` - chunk id -> float32 vector bytes (hash)

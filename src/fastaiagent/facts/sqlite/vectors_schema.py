@@ -18,8 +18,9 @@ Tables (component ``vectors:<table>``, same file and connections as the facts):
 - ``<table>_ns``: per namespace, the generation of its last change and of its
   last removal, so a process can keep a namespace's matrix in memory and
   check it with one indexed read per search (appends are read incrementally);
-- ``<table>_meta``: the index's dimension (fixed by the first add) and the
-  write generation counter.
+- ``<table>_meta``: the index's dimension (fixed by the first add), the
+  write generation counter and the text analyzer's version the postings were
+  built with (``analyzer``: :mod:`fastaiagent.facts.index.reindex`).
 """
 
 from __future__ import annotations
