@@ -251,7 +251,7 @@ class PostgresVectorIndex(MatrixIndex):
                     recorded = conn.execute(self._q["analyzer"]).fetchone()
                 self._ready = True
                 if analyzer_opened(self, None if recorded is None else int(recorded[0])) == "record":
-                    conn.execute(self._q["record_analyzer"], (current_version(),))
+                    self._record_analyzer(conn)
             return operation(conn)
 
         return self.store._run(run)
@@ -301,6 +301,14 @@ class PostgresVectorIndex(MatrixIndex):
         """The sizes :meth:`record_dimension` noted, by any process."""
         rows = self._run(lambda conn: conn.execute(self._q["recorded_dimensions"]).fetchall())
         return sorted(int(row[0]) for row in rows)
+
+    def _record_analyzer(self, conn: Any) -> None:
+        """Record today's analyzer version where none is (a read-only role still reads)."""
+        try:
+            with conn.transaction():  # a refusal rolls back to here, the connection stays usable
+                conn.execute(self._q["record_analyzer"], (current_version(),))
+        except Exception as exc:
+            logger.debug("analyzer version of %r not recorded: %s", self, exc)
 
     def write_analyzer(self, version: int) -> None:
         self._run(lambda conn: conn.execute(self._q["write_analyzer"], (version,)))

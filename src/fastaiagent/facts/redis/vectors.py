@@ -45,6 +45,7 @@ catch-up and the checks of every request are the shared core's
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -62,6 +63,8 @@ from fastaiagent.facts.redis.store import RedisFactStore
 from fastaiagent.facts.redis.vector_spread import VectorSpread
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_tokens, recorded_at
 from fastaiagent.kb.protocols import Chunk, Dimension, SearchHit, checked_batch
+
+logger = logging.getLogger("fastaiagent.facts.redis.vectors")
 
 np = require("numpy", "redis")
 _client_mod = require("redis.client", "redis")
@@ -358,7 +361,10 @@ class RedisVectorIndex(MatrixIndex, VectorSpread):
         key = self._g("analyzer")
         found = self._client.get(key)
         if analyzer_opened(self, int(found) if found else None) == "record":
-            self._client.set(key, current_version(), nx=True)
+            try:
+                self._client.set(key, current_version(), nx=True)
+            except Exception as exc:  # a read-only replica still reads; the next open records it
+                logger.debug("analyzer version of %r not recorded: %s", self, exc)
 
     def write_analyzer(self, version: int) -> None:
         self._call(lambda: self._client.set(self._g("analyzer"), version))

@@ -15,6 +15,7 @@ matrices of :mod:`fastaiagent.facts.index.matrix`, behind the shared front of
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,8 @@ from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable, WriteSt
 from fastaiagent.facts.sqlite.vectors_schema import RECORDED, fts_match, vectors_schema
 from fastaiagent.facts.vectors import RECORDED_LIMIT, Spans, keyword_tokens
 from fastaiagent.kb.protocols import Batch, Chunk, Dimension, SearchHit, checked_batch
+
+logger = logging.getLogger("fastaiagent.facts.sqlite.vectors")
 
 DEFAULT_TABLE = "memory_vectors"
 _MAX_PARAMS = 500  # ids per IN (...) list
@@ -91,11 +94,14 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         """The first use: the recorded analyzer version checked (see ``reindex``)."""
         row = conn.execute(f"SELECT value FROM {self.table}_meta WHERE name = 'analyzer'").fetchone()
         if analyzer_opened(self, None if row is None else int(row[0])) == "record":
-            with self.store._table_write() as write:
-                write.execute(
-                    f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES ('analyzer', ?)",
-                    (current_version(),),
-                )
+            try:
+                with self.store._table_write() as write:
+                    write.execute(
+                        f"INSERT OR IGNORE INTO {self.table}_meta (name, value) VALUES ('analyzer', ?)",
+                        (current_version(),),
+                    )
+            except Exception as exc:  # a read-only file still reads; the next open records it
+                logger.debug("analyzer version of %r not recorded: %s", self, exc)
 
     def write_analyzer(self, version: int) -> None:
         self._conn()
