@@ -181,3 +181,22 @@ def test_entities_on_a_redis_cluster_are_found_forgotten_and_rebuilt(redis_clust
         assert _about(store, "bob") == {BOB[0].content}
     finally:
         drop_cluster_prefix(redis_cluster, prefix)
+
+
+def test_a_turn_whose_user_stored_nothing_reads_no_book(any_location: str, monkeypatch: Any) -> None:
+    store = _memory(any_location).location
+    index = store.vector_store(32)
+    items, reads = store.item_store(), []
+    get = items.get
+    monkeypatch.setattr(items, "get", lambda *a, **k: reads.append(a) or get(*a, **k))
+    index.search([1.0] * 32, 1, namespace="user:ann")  # a turn's dense search: the namespace checked
+    first = entity_candidates(index, "user:ann", QUESTION, 10)
+    again = entity_candidates(index, "user:ann", QUESTION, 10)
+    assert first == again and first.entities and len(reads) <= 1  # at most the first read
+    Memory(store, user_id="ann", recall="auto", embedder=WordHashEmbedder(32)).add_history(
+        [UserMessage("Biscuit has a vet appointment on Monday")], user_id="ann", at=[1.0e9 + 9 * 86400]
+    )
+    index.search([1.0] * 32, 1, namespace="user:ann")
+    before = len(reads)
+    assert len(entity_candidates(index, "user:ann", QUESTION, 10).hits) == 3
+    assert len(reads) == before  # the book this process stored is current: no read
