@@ -40,6 +40,7 @@ from fastaiagent.recall.entity_words import (
     CUE_OBJECTS,
     CUES,
     DESCRIPTIONS,
+    DETERMINERS,
     GERMAN_MARKERS,
     GERMAN_NOT_PLACES,
     GERMAN_PLACE_WORDS,
@@ -268,7 +269,8 @@ def _capitalised(
     text: str, words: list[_Word], found: _Found, german: bool, known: Container[str]
 ) -> None:
     """Capitalised words and runs of them (see the module's docstring)."""
-    elsewhere = {w.fold for w in words if (w.upper and not w.initial) or w.fold in known}
+    # German capitalises nouns anywhere: there only a known name is one "elsewhere"
+    elsewhere = {w.fold for w in words if (w.upper and not w.initial and not german) or w.fold in known}
     index = 0
     while index < len(words):
         if not words[index].upper:
@@ -281,9 +283,9 @@ def _capitalised(
         last = end
         while last >= first and (words[last].fold in NOT_NAMES or words[last].fold in CONNECTORS):
             last -= 1
-        for word in words[index : end + 1]:
-            family = _family(word)  # "told Mom", "Planning Mom's 70th": the user's own
-            if family and not word.initial:
+        for at in range(index, end + 1) if not german else ():
+            word, family = words[at], _family(words[at])  # "told Mom", "Planning Mom's 70th"
+            if family and not word.initial and not (at and words[at - 1].fold in DETERMINERS):
                 found.add(word.start, own_key(family), word.text.removesuffix("'s"), "person", family)
         if first <= last:
             _name_run(text, words, found, (first, last), titled, german, elsewhere)

@@ -105,11 +105,12 @@ class EntityBook:
         the particular descriptions ("the dog", "my sister") it holds. Returns the
         ids of the entities the message mentions, each once, to mark the message
         with (:func:`entity_term`)."""
+        wrong = next((m for m in found if not isinstance(m, Mention)), None)
+        if wrong is not None:
+            raise InvalidTypeError(f"found must hold Mention objects, got {type(wrong).__name__}")
         self._clock += 1
         ids: list[str] = []
         for mention in sorted(found, key=lambda m: not m.named):  # names first: "my dog" may be one
-            if not isinstance(mention, Mention):
-                raise InvalidTypeError(f"found must hold Mention objects, got {type(mention).__name__}")
             ids.append(self._named(mention) if mention.named else self._owned(mention))
         if text:
             self._learn_common_words(text)

@@ -128,7 +128,7 @@ POSSESSIVES = _set(
 ARTICLES = _set("the der die das dem den des le la les el los las")
 # Before a word, these make it a common noun ("a biscuit", "the new one"): a name the
 # book knows, seen so, must be capitalised to count as the name.
-DETERMINERS = ARTICLES | _set("a an some ein eine einen einem einer un une des una uno unos unas")
+DETERMINERS = ARTICLES | POSSESSIVES | _set("a an some ein eine einen einem einer un une una uno unos unas")
 # Words that join the parts of a proper name: "Bank of America", "Leonardo da Vinci".
 CONNECTORS = _set("of de da di del van von der den la le du des")
 TITLES = _set("mr mrs ms miss dr prof sir herr frau monsieur madame mme don doña sr sra")
