@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from fastaiagent._validate import text as check_text
@@ -106,6 +107,7 @@ _BREAK = re.compile(r"[.!?;:\n•*]|(?:^|\s)[-–—]\s")  # what ends a sentenc
 _PAUSE = re.compile(r"[,(–—]")  # "Lena, my sister", "Lena (my sister)"
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)  # code names no one
 _NO_CASE_RUN = re.compile(rf"[{_NO_CASE}]")
+_MOST_QUOTES = 64  # quoted spans read per message: a long run of quotes costs no more
 _QUOTES = frozenset("\"“„«'「『《")
 _QUOTED = re.compile(
     r"\"([^\"\n]{1,40})\"|“([^”\n]{1,40})”|„([^“”\n]{1,40})[“”]|«\s?([^»\n]{1,40}?)\s?»"
@@ -123,16 +125,22 @@ class _Word(NamedTuple):
     upper: bool  # starts with a capital
 
 
-def _words(text: str) -> list[_Word]:
+def _scan(text: str) -> tuple[_Word, ...]:
     out: list[_Word] = []
     last = 0
     for match in _WORD.finditer(text):
         gap = text[last : match.start()]
         initial = _BREAK.search(gap) is not None or (not out and not _NO_CASE_RUN.search(gap))
         word = match.group()
-        out.append(_Word(word, normalise(word), match.start(), match.end(), initial, gap, word[0].isupper()))
+        fold = word.lower() if word.isascii() else normalise(word)
+        if fold.endswith("'s"):
+            fold = fold[:-2]
+        out.append(_Word(word, fold, match.start(), match.end(), initial, gap, word[0].isupper()))
         last = match.end()
-    return out
+    return tuple(out)
+
+
+_words = lru_cache(maxsize=8)(_scan)  # a message is read by several steps: mentions, the book
 
 
 class _Found:
@@ -165,24 +173,22 @@ def _is_name_word(word: _Word) -> bool:
     return word.fold not in NOT_NAMES and word.fold not in DESCRIPTIONS and word.fold not in TITLES
 
 
-def _run_end(words: list[_Word], start: int) -> int:
-    """The last index of the capitalised run from ``start`` (joined by spaces only,
-    or by a connector: "Bank of America")."""
+def _run_end(words: Sequence[_Word], start: int, longest: int = 6) -> int:
+    """The last index of the capitalised run from ``start``: words joined by spaces
+    only, or by up to two connectors ("Bank of America", "Ana de la Cruz"); at most
+    ``longest`` words."""
     end = start
-    while end + 1 < len(words):
-        nxt = words[end + 1]
-        if nxt.gap.strip():
+    while end + 1 < min(len(words), start + longest):
+        after = end + 1
+        while after < len(words) and after - end <= 2 and words[after].fold in CONNECTORS and not words[after].upper:
+            after += 1
+        if any(w.gap.strip() for w in words[end + 1 : after + 1]) or after >= len(words) or not words[after].upper:
             break
-        if nxt.upper:
-            end += 1
-        elif nxt.fold in CONNECTORS and end + 2 < len(words) and words[end + 2].upper and not words[end + 2].gap.strip():
-            end += 2
-        else:
-            break
+        end = after
     return end
 
 
-def _name_at(words: list[_Word], index: int, lower_ok: bool = False) -> tuple[int, int] | None:
+def _name_at(words: Sequence[_Word], index: int, lower_ok: bool = False) -> tuple[int, int] | None:
     """The name starting at ``index`` as ``(first, last)`` word indices: a capitalised
     run, or (``lower_ok``) one lower-case word; None when there is none."""
     if index >= len(words) or _BREAK.search(words[index].gap) or not _is_name_word(words[index]):
@@ -192,7 +198,7 @@ def _name_at(words: list[_Word], index: int, lower_ok: bool = False) -> tuple[in
     return (index, index) if lower_ok else None
 
 
-def _description_near(words: list[_Word], before: int, reach: int = 6) -> str | None:
+def _description_near(words: Sequence[_Word], before: int, reach: int = 6) -> str | None:
     """The nearest description in the ``reach`` words before index ``before``, also in
     the sentence before ("We got a puppy! We named him ...")."""
     for index in range(before - 1, max(-1, before - 1 - reach), -1):
@@ -202,16 +208,16 @@ def _description_near(words: list[_Word], before: int, reach: int = 6) -> str | 
     return None
 
 
-def _surface(text: str, words: list[_Word], first: int, last: int) -> str:
+def _surface(text: str, words: Sequence[_Word], first: int, last: int) -> str:
     surface = text[words[first].start : words[last].end]
     return surface[:-2] if surface.endswith(("'s", "’s")) else surface
 
 
-def _key(words: list[_Word], first: int, last: int) -> str:
+def _key(words: Sequence[_Word], first: int, last: int) -> str:
     return " ".join(w.fold for w in words[first : last + 1])
 
 
-def _cued(text: str, words: list[_Word], found: _Found) -> None:
+def _cued(text: str, words: Sequence[_Word], found: _Found) -> None:
     """Names after a naming cue: "a puppy we named Biscuit", "se llama Ana"."""
     for index, word in enumerate(words):
         cue = word.fold.rsplit("'", 1)[-1]
@@ -226,7 +232,7 @@ def _cued(text: str, words: list[_Word], found: _Found) -> None:
             found.add(words[name[0]].start, _key(words, *name), _surface(text, words, *name), kind, described)
 
 
-def _related(text: str, words: list[_Word], found: _Found) -> None:
+def _related(text: str, words: Sequence[_Word], found: _Found) -> None:
     """"my sister Lena", "our new puppy, Biscuit", and "my sister" alone."""
     for index, word in enumerate(words):
         if word.fold not in POSSESSIVES or (index and words[index - 1].upper and _PAUSE.search(word.gap)):
@@ -247,7 +253,7 @@ def _related(text: str, words: list[_Word], found: _Found) -> None:
             break
 
 
-def _apposition(words: list[_Word], after: int) -> str | None:
+def _apposition(words: Sequence[_Word], after: int) -> str | None:
     """The description following a name ending at ``after``: "Lena, my sister"."""
     index = after + 1
     if index >= len(words) or not _PAUSE.search(words[index].gap) or words[index].fold not in POSSESSIVES:
@@ -266,7 +272,7 @@ def capitalises_nouns(text: str) -> bool:
 
 
 def _capitalised(
-    text: str, words: list[_Word], found: _Found, german: bool, known: Container[str]
+    text: str, words: Sequence[_Word], found: _Found, german: bool, known: Container[str]
 ) -> None:
     """Capitalised words and runs of them (see the module's docstring)."""
     # German capitalises nouns anywhere: there only a known name is one "elsewhere"
@@ -292,7 +298,7 @@ def _capitalised(
         index = end + 1
 
 
-def _trimmed(words: list[_Word], first: int, last: int) -> tuple[int, bool]:
+def _trimmed(words: Sequence[_Word], first: int, last: int) -> tuple[int, bool]:
     """The run's first name word from ``first`` (past "The", "Dr", "Thanks"), and
     whether a title was passed."""
     titled = False
@@ -308,7 +314,7 @@ def _family(word: _Word) -> str | None:
     return entry[0] if entry and entry[1] == "person" and word.upper else None
 
 
-def _capitalised_by_place(words: list[_Word], first: int, elsewhere: set[str]) -> bool:
+def _capitalised_by_place(words: Sequence[_Word], first: int, elsewhere: set[str]) -> bool:
     """Whether a run's first word, opening a sentence, is capitalised only by its
     place: not elsewhere in the message, not joined by a connector ("Bank of")."""
     joined = first + 1 < len(words) and words[first + 1].fold in CONNECTORS
@@ -316,7 +322,7 @@ def _capitalised_by_place(words: list[_Word], first: int, elsewhere: set[str]) -
 
 
 def _name_run(
-    text: str, words: list[_Word], found: _Found, span: tuple[int, int], titled: bool, german: bool, elsewhere: set[str]
+    text: str, words: Sequence[_Word], found: _Found, span: tuple[int, int], titled: bool, german: bool, elsewhere: set[str]
 ) -> None:
     first, last = span
     lead = words[first]
@@ -348,11 +354,13 @@ def _name_run(
 
 def _quoted(text: str, found: _Found) -> None:
     """Short quoted or bracketed names; lower-case ones only after a cue or description."""
-    for match in _QUOTED.finditer(text):
+    for count, match in enumerate(_QUOTED.finditer(text)):
+        if count == _MOST_QUOTES:
+            break
         content = next(g for g in match.groups() if g and g != "《").strip()
         if not content or len(content.split()) > 4 or any(c in content for c in ".!?,;:"):
             continue
-        before = _words(text[max(0, match.start() - 40) : match.start()])[-4:]
+        before = _scan(text[max(0, match.start() - 40) : match.start()])[-4:]
         described = next((d for d in map(_description, reversed(before)) if d), None)
         cued = any(w.fold.rsplit("'", 1)[-1] in CUES for w in before)
         first = content.split()[0]

@@ -47,6 +47,7 @@ from fastaiagent.recall.entity_words import (
 )
 
 VERSION = 1
+_PARTICULAR = ARTICLES | POSSESSIVES
 _LONGEST_NAME = 4  # words
 
 
@@ -273,8 +274,11 @@ class EntityBook:
         if not self._names:
             return []
         words = _words(text)
+        firsts = {name.split(" ", 1)[0] for name in self._names}
         ids: list[str] = []
         for start in range(len(words)):
+            if words[start].fold not in firsts:
+                continue
             for end in range(min(len(words), start + _LONGEST_NAME), start, -1):
                 key = " ".join(w.fold for w in words[start:end])
                 entity_id = self._names.get(key)
@@ -299,7 +303,7 @@ def _particular_descriptions(text: str) -> list[str]:
     return [
         DESCRIPTIONS[w.fold][0]
         for i, w in enumerate(words)
-        if i and w.fold in DESCRIPTIONS and words[i - 1].fold in ARTICLES | POSSESSIVES
+        if i and w.fold in DESCRIPTIONS and words[i - 1].fold in _PARTICULAR
     ]
 
 
