@@ -172,3 +172,12 @@ def test_a_damaged_book_is_refused_with_a_clear_error() -> None:
         EntityBook.from_dict({"version": 1, "entities": [{"id": "x", "aliases": "y"}]})
     with pytest.raises(InvalidTypeError):
         EntityBook().observe(["lena"])  # type: ignore[list-item]
+
+
+def test_a_deleted_message_releases_its_entities() -> None:
+    book = EntityBook()
+    first = book.read("I had lunch with my sister Lena.")
+    second = book.read("Lena and Tom went hiking.")
+    assert book.release(second) == ["tom"]  # Lena is still mentioned by the first message
+    assert [(e.id, e.mentions) for e in book.entities()] == [("lena", 1)]
+    assert book.release(first) == ["lena"] and len(book) == 0

@@ -145,6 +145,21 @@ class EntityBook:
     def __len__(self) -> int:
         return len(self._entities)
 
+    def release(self, ids: list[str]) -> list[str]:
+        """A stored message that mentioned ``ids`` (what :meth:`read` returned, or the
+        entity terms it was marked with, read back) is gone: each entity's mention
+        count drops by one, and an entity no message mentions any more is removed.
+        Returns the ids removed."""
+        removed = []
+        for entity_id in dict.fromkeys(self._names.get(i, i) for i in ids):
+            entity = self._entities.get(entity_id)
+            if entity is None:
+                continue
+            entity.mentions -= 1
+            if entity.mentions <= 0 and self.forget(entity_id):
+                removed.append(entity_id)
+        return removed
+
     def forget(self, entity_id: str) -> bool:
         """Remove one entity (and its aliases); returns whether it was there."""
         entity = self._entities.pop(self._names.get(entity_id, entity_id), None)
