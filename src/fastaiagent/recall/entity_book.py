@@ -27,14 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.recall.entities import (
-    _NO_CASE_RUN,
-    Mention,
-    _words,
-    capitalises_nouns,
-    mentions,
-    own_key,
-)
+from fastaiagent.recall.entities import capitalises_nouns, mentions
+from fastaiagent.recall.entity_text import _NO_CASE_RUN, Mention, _words, own_key
 from fastaiagent.recall.entity_words import (
     ARTICLES,
     CJK_DESCRIPTIONS,
