@@ -47,6 +47,16 @@ def test_words_capitalised_by_their_place_are_not_names() -> None:
     assert found("Booked Pine Hollow for the weekend.") == {"pine hollow": ("other", None)}
 
 
+def test_the_words_before_a_name_tell_its_kind() -> None:
+    assert found("My brother lives in Leeds and works at Acme.") == {
+        "my brother": ("person", "brother"),
+        "leeds": ("place", None),
+        "acme": ("organisation", None),
+    }
+    assert found("Elle habite à Lyon.") == {"lyon": ("place", None)}
+    assert found("I wrote it in Python.") == {"python": ("other", None)}
+
+
 def test_code_is_not_read_for_names() -> None:
     assert found("The `AsyncSession` raised ```TooManyConnectionsError```, said Ken.") == {"ken": ("other", None)}
 

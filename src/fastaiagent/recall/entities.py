@@ -57,6 +57,7 @@ from fastaiagent.recall.entity_words import (
     GERMAN_NOT_PLACES,
     GERMAN_PLACE_WORDS,
     KANA_CUES,
+    KIND_CUES,
     KIND_OF,
     NOT_NAMES,
     ORG_SUFFIXES,
@@ -256,6 +257,8 @@ def _name_run(
         kind = "organisation"
     elif titled:
         kind = "person"
+    elif first > 1 and not _BREAK.search(lead.gap) and f"{words[first - 2].fold} {words[first - 1].fold}" in KIND_CUES:
+        kind = KIND_CUES[f"{words[first - 2].fold} {words[first - 1].fold}"]
     elif first and (words[first - 1].fold in PLACE_WORDS or german) and not _BREAK.search(lead.gap):
         kind = "place"
     else:

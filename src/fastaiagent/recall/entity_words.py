@@ -132,6 +132,20 @@ DETERMINERS = ARTICLES | POSSESSIVES | _set("a an some ein eine einen einem eine
 # Words that join the parts of a proper name: "Bank of America", "Leonardo da Vinci".
 CONNECTORS = _set("of de da di del van von der den la le du des")
 TITLES = _set("mr mrs ms miss dr prof sir herr frau monsieur madame mme don doña sr sra")
+# The two words before a name that tell its kind ("lives in Leeds", "works at Acme").
+KIND_CUES = {
+    **dict.fromkeys(
+        ("live in", "lives in", "living in", "lived in", "moved to", "move to", "moving to", "flew to",
+         "fly to", "flying to", "trip to", "born in", "wohnt in", "wohne in", "zieht nach", "ziehen nach",
+         "habite à", "vit à", "vive en", "vivo en", "vivir en"),
+        "place",
+    ),
+    **dict.fromkeys(
+        ("works at", "work at", "working at", "worked at", "works for", "work for", "job at",
+         "arbeitet bei", "arbeite bei", "travaille chez", "trabaja en", "trabajo en"),
+        "organisation",
+    ),
+}  # fmt: skip
 # A name after these is a place. "in" is not one ("in Python"), nor "to" ("to Lena").
 PLACE_WORDS = _set("near nearby")
 ORG_SUFFIXES = _set("inc ltd llc corp co gmbh ag sa sarl plc kg")
@@ -182,6 +196,6 @@ NOT_NAMES = frozenset(_NOT_NAMES.split()) | STOPWORDS | frozenset(MONTHS) | froz
 
 __all__ = [
     "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS", "DESCRIPTIONS", "DETERMINERS",
-    "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS", "KANA_CUES", "KINDS", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES", "PLACE_WORDS", "POSSESSIVES",
+    "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS", "KANA_CUES", "KINDS", "KIND_CUES", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES", "PLACE_WORDS", "POSSESSIVES",
     "STRONG_CUES", "TITLES",
 ]
