@@ -84,7 +84,7 @@ def test_german_french_and_spanish() -> None:
         "my dog": ("pet", "dog"),
         "toby": ("pet", "dog"),
         "ana": ("person", "sister"),
-        "madrid": ("other", None),
+        "madrid": ("place", None),  # "vive en": lives in
     }
 
 
