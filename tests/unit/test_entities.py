@@ -64,6 +64,8 @@ def test_code_is_not_read_for_names() -> None:
 def test_description_alone_is_the_users_own() -> None:
     assert found("my sister called, she is stressed") == {"my sister": ("person", "sister")}
     assert found("I told Mom about it.") == {"my mother": ("person", "mother")}
+    assert found("his sister called") == {}  # not the user's
+    assert found("How is your dog?") == {"my dog": ("pet", "dog")}  # the agent asking the user
     mention = mentions("my dog is sick")[0]
     assert mention == Mention("my dog", "my dog", "pet", "dog") and not mention.named
 

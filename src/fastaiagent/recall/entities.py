@@ -61,6 +61,7 @@ from fastaiagent.recall.entity_words import (
     KIND_OF,
     NOT_NAMES,
     ORG_SUFFIXES,
+    OWN_POSSESSIVES,
     PLACE_WORDS,
     POSSESSIVES,
     STRONG_CUES,
@@ -159,7 +160,7 @@ def _related(text: str, words: Sequence[_Word], found: _Found) -> None:
             if name:
                 surface = _surface(text, words, *name)
                 found.add(words[name[0]].start, _key(words, *name), surface, KIND_OF[described], described)
-            else:
+            elif word.fold in OWN_POSSESSIVES:
                 surface = text[word.start : words[at].end]
                 found.add(word.start, own_key(described), surface, KIND_OF[described], described)
             break

@@ -37,11 +37,11 @@ from fastaiagent.recall.entity_words import (
     KIND_OF,
     KINDS,
     NOT_NAMES,
-    POSSESSIVES,
+    OWN_POSSESSIVES,
 )
 
 VERSION = 1
-_PARTICULAR = ARTICLES | POSSESSIVES
+_PARTICULAR = ARTICLES | OWN_POSSESSIVES
 _LONGEST_NAME = 4  # words
 
 

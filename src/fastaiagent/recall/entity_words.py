@@ -122,8 +122,15 @@ POSSESSIVES = _set(
     "my our his her their your "
     "mein meine meinem meinen meiner meines unser unsere unserem unseren unserer "
     "sein seine seinem seinen ihr ihre ihrem ihren dein deine deinem deinen "
-    "mon ma mes notre nos son sa ses leur leurs ton ta tes "
+    "mon ma mes notre nos son sa ses leur leurs ton ta tes votre vos "
     "mi mis nuestro nuestra nuestros nuestras su sus tu tus"
+)
+# The user's own (and, in the agent's replies, "your"): "my sister" alone is an entity,
+# "his sister" alone is not.
+OWN_POSSESSIVES = _set(
+    "my our your mein meine meinem meinen meiner meines unser unsere unserem unseren unserer "
+    "dein deine deinem deinen mon ma mes notre nos ton ta tes votre vos "
+    "mi mis nuestro nuestra nuestros nuestras tu tus"
 )
 ARTICLES = _set("the der die das dem den des le la les el los las")
 # Before a word, these make it a common noun ("a biscuit", "the new one"): a name the
@@ -195,7 +202,8 @@ NOT_NAMES = frozenset(_NOT_NAMES.split()) | STOPWORDS | frozenset(MONTHS) | froz
 """Casefolded words never taken as a name on their own."""
 
 __all__ = [
-    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS", "DESCRIPTIONS", "DETERMINERS",
-    "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS", "KANA_CUES", "KINDS", "KIND_CUES", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES", "PLACE_WORDS", "POSSESSIVES",
-    "STRONG_CUES", "TITLES",
+    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS",
+    "DESCRIPTIONS", "DETERMINERS", "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS",
+    "KANA_CUES", "KINDS", "KIND_CUES", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES",
+    "OWN_POSSESSIVES", "PLACE_WORDS", "POSSESSIVES", "STRONG_CUES", "TITLES",
 ]
