@@ -23,6 +23,7 @@ def found(text: str, **options: object) -> dict[str, tuple[str, str | None]]:
 def test_a_relation_names_a_person_and_what_they_are() -> None:
     assert found("I had lunch with my sister Lena yesterday.") == {"lena": ("person", "sister")}
     assert found("Lena, my sister, lives in Leeds now.")["lena"] == ("person", "sister")
+    assert found("I met Lena (my sister) today") == {"lena": ("person", "sister")}
     assert found("Our dog Biscuit hates the vacuum.") == {"biscuit": ("pet", "dog")}
 
 
@@ -43,7 +44,8 @@ def test_words_capitalised_by_their_place_are_not_names() -> None:
     assert found("I think I'll go. OK, the API is down, SELECT fails.") == {}
     assert found("Biscuit chewed through my cable.") == {}  # unknown and first: the book knows it (below)
     assert "lena" in found("Lena called. I told Lena no.")  # capitalised inside a sentence too
-    assert found("Lena's birthday is in May.") == {"lena": ("other", None)}  # an owner
+    assert found("Life's too short. Art's my thing.") == {}  # "'s" is "is" as often as an owner
+    assert found("Whoa, your store looks great!") == {"my shop": ("place", "shop")}
     assert found("Booked Pine Hollow for the weekend.") == {"pine hollow": ("other", None)}
 
 

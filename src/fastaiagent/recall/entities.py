@@ -5,10 +5,11 @@ one language:
 
 - a **capitalised word or run of words** inside a sentence ("talked to Lena",
   "Acme Corp", "Bank of America"); one that opens a sentence only when the same
-  word is capitalised elsewhere in the message, when it owns something
-  ("Lena's"), when a description follows it ("Lena, my sister") or when it is a
-  run of several ("New York was fun"). German capitalises every noun, so in a
-  German message a capitalised word needs more evidence (the next rules);
+  word is capitalised elsewhere in the message, when a description is set
+  beside it ("Lena, my sister, ..."), in a run of several (less a verb that
+  opens it: "Booked Pine Hollow"), or when the caller (the user's entity book)
+  knows it. German capitalises every noun, so in a German message a
+  capitalised word needs more evidence (the next rules);
 - a name **after a naming cue** ("a puppy we named Biscuit", "mein Hund heißt
   Bello", "mi gato se llama Toby", "我的狗叫小白"), with the thing it names
   ("puppy": a dog);
@@ -48,6 +49,7 @@ from fastaiagent.recall.entity_text import (
 from fastaiagent.recall.entity_words import (
     CJK_CUES,
     CJK_DESCRIPTIONS,
+    CONJUNCTIONS,
     CONNECTORS,
     CUE_OBJECTS,
     CUES,
@@ -148,10 +150,10 @@ def _cued(text: str, words: Sequence[_Word], found: _Found) -> None:
 def _related(text: str, words: Sequence[_Word], found: _Found) -> None:
     """"my sister Lena", "our new puppy, Biscuit", and "my sister" alone."""
     for index, word in enumerate(words):
-        if word.fold not in POSSESSIVES or (index and words[index - 1].upper and _PAUSE.search(word.gap)):
-            continue  # "Lena, my sister": the name's description (_apposition)
+        if word.fold not in POSSESSIVES or (index and _apposition(words, index - 1)):
+            continue  # "Lena, my sister": the name's description
         for at in range(index + 1, min(index + 4, len(words))):
-            if _BREAK.search(words[at].gap) or words[at].fold in CUES:
+            if _BREAK.search(words[at].gap) or words[at].fold in CUES or words[at].fold in CONJUNCTIONS:
                 break
             described = _description(words[at])
             if described is None:
@@ -167,14 +169,19 @@ def _related(text: str, words: Sequence[_Word], found: _Found) -> None:
 
 
 def _apposition(words: Sequence[_Word], after: int) -> str | None:
-    """The description following a name ending at ``after``: "Lena, my sister"."""
+    """The description set beside a capitalised name ending at ``after``, closed by
+    a pause or the end: "Lena, my sister, ...", "Lena (my sister)"; not "Whoa,
+    your store looks great"."""
     index = after + 1
-    if index >= len(words) or not _PAUSE.search(words[index].gap) or words[index].fold not in POSSESSIVES:
+    if not words[after].upper or index >= len(words) or words[index].fold not in POSSESSIVES:
+        return None
+    if not _PAUSE.search(words[index].gap):
         return None
     for at in range(index + 1, min(index + 4, len(words))):
         found = _description(words[at])
         if found:
-            return found
+            closed = at + 1 == len(words) or _PAUSE.search(words[at + 1].gap) or _BREAK.search(words[at + 1].gap)
+            return found if closed else None
     return None
 
 
@@ -244,13 +251,13 @@ def _name_run(
         return  # "OK", "API", "SELECT", "ADD VALUE": capitals shout or abbreviate
     described = _apposition(words, last)
     suffixed = words[last].fold.rstrip(".") in ORG_SUFFIXES and not single
-    owner = lead.text.endswith(("'s", "’s"))
     placed = first > 0 and words[first - 1].fold in GERMAN_PLACE_WORDS and lead.fold not in GERMAN_NOT_PLACES
     if german and not (
         described or suffixed or titled or (single and ((placed and not lead.initial) or lead.fold in elsewhere))
     ):
         return  # every German noun is capitalised; "in Pankow" has no article, "in der Stadt" has
-    if lead.initial and single and not (described or owner or lead.fold in elsewhere):
+    # "Lena's birthday" opening a sentence is no evidence: "Life's too short" reads the same
+    if lead.initial and single and not (described or lead.fold in elsewhere):
         return  # capitalised by its place: "Thanks", "Biscuit chewed ..." (the book knows names)
     if described:
         kind = KIND_OF[described]

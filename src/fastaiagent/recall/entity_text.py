@@ -59,8 +59,9 @@ def normalise(name: str) -> str:
 
 _NO_CASE = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _WORD = re.compile(rf"[^\W\d_{_NO_CASE}](?:[^\W_{_NO_CASE}]|['’\-](?=[^\W\d_{_NO_CASE}]))*")
-_BREAK = re.compile(r"[.!?;:\n•*]|(?:^|\s)[-–—]\s")  # what ends a sentence between two words
-_PAUSE = re.compile(r"[,(–—]")  # "Lena, my sister", "Lena (my sister)"
+# What ends a sentence between two words; an opening double quote starts one.
+_BREAK = re.compile(r"[.!?;:\n•*\"“„«「『]|(?:^|\s)[-–—]\s")
+_PAUSE = re.compile(r"[,()–—]")  # "Lena, my sister", "Lena (my sister)"
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)  # code names no one
 _NO_CASE_RUN = re.compile(rf"[{_NO_CASE}]")
 class _Word(NamedTuple):

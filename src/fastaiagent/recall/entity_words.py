@@ -133,6 +133,8 @@ OWN_POSSESSIVES = _set(
     "mi mis nuestro nuestra nuestros nuestras tu tus"
 )
 ARTICLES = _set("the der die das dem den des le la les el los las")
+# Between a possessive and its description nothing of these: "your family and show" is no show.
+CONJUNCTIONS = _set("and or but nor und oder aber sondern et ou mais ni y o pero sino")
 # Before a word, these make it a common noun ("a biscuit", "the new one"): a name the
 # book knows, seen so, must be capitalised to count as the name.
 DETERMINERS = ARTICLES | POSSESSIVES | _set("a an some ein eine einen einem einer un une una uno unos unas")
@@ -202,7 +204,7 @@ NOT_NAMES = frozenset(_NOT_NAMES.split()) | STOPWORDS | frozenset(MONTHS) | froz
 """Casefolded words never taken as a name on their own."""
 
 __all__ = [
-    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS",
+    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONJUNCTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS",
     "DESCRIPTIONS", "DETERMINERS", "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS",
     "KANA_CUES", "KINDS", "KIND_CUES", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES",
     "OWN_POSSESSIVES", "PLACE_WORDS", "POSSESSIVES", "STRONG_CUES", "TITLES",
