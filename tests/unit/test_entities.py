@@ -195,3 +195,12 @@ def test_a_deleted_message_releases_its_entities() -> None:
     assert book.release(second) == ["tom"]  # Lena is still mentioned by the first message
     assert [(e.id, e.mentions) for e in book.entities()] == [("lena", 1)]
     assert book.release(first) == ["lena"] and len(book) == 0
+
+
+def test_a_name_that_is_also_a_word_the_user_writes_counts_only_capitalised_inside_a_sentence() -> None:
+    book = EntityBook()
+    assert book.read("We played at Sounds last night.") == ["sounds"]
+    assert book.read("That sounds great!") == []  # the user writes it as a word too
+    assert book.read("Sounds good, see you.") == []  # a capital opening a sentence is no evidence
+    assert book.resolve("what sounds good?") == frozenset()
+    assert book.resolve("When did we play at Sounds?") == {"sounds"}

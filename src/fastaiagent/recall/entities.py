@@ -88,6 +88,9 @@ def _is_name_word(word: _Word) -> bool:
     return word.fold not in NOT_NAMES and word.fold not in DESCRIPTIONS and word.fold not in TITLES
 
 
+_SECOND_CONNECTORS = CONNECTORS | {"the"}  # "The Lord of the Rings"
+
+
 def _run_end(words: Sequence[_Word], start: int, longest: int = 6) -> int:
     """The last index of the capitalised run from ``start``: words joined by spaces
     only, or by up to two connectors ("Bank of America", "Ana de la Cruz"); at most
@@ -95,7 +98,9 @@ def _run_end(words: Sequence[_Word], start: int, longest: int = 6) -> int:
     end = start
     while end + 1 < min(len(words), start + longest):
         after = end + 1
-        while after < len(words) and after - end <= 2 and words[after].fold in CONNECTORS and not words[after].upper:
+        while after < len(words) and after - end <= 2 and not words[after].upper:
+            if words[after].fold not in (CONNECTORS if after == end + 1 else _SECOND_CONNECTORS):
+                break
             after += 1
         if any(w.gap.strip() for w in words[end + 1 : after + 1]) or after >= len(words) or not words[after].upper:
             break

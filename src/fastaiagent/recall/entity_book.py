@@ -85,7 +85,7 @@ class EntityBook:
         the user's earlier messages say of the language (a short German message
         does not show that its capitals are nouns). The one call a store needs."""
         german = self._nouns_capitalised(text, learn=True)
-        return self.observe(mentions(text, capitalised_nouns=german, known=self._names), text)
+        return self.observe(mentions(text, capitalised_nouns=german, known=self._known()), text)
 
     def _nouns_capitalised(self, text: str, learn: bool = False) -> bool:
         german = capitalises_nouns(text)
@@ -122,7 +122,7 @@ class EntityBook:
         """The ids of the entities ``text`` (a query) mentions by name, alias or
         description, with the ids merged into them (older messages' terms)."""
         ids = set(self._names_in(text))
-        for mention in mentions(text, capitalised_nouns=self._nouns_capitalised(text), known=self._names):
+        for mention in mentions(text, capitalised_nouns=self._nouns_capitalised(text), known=self._known()):
             if mention.named and mention.key in self._names:
                 ids.add(self._names[mention.key])
             elif mention.description:
@@ -234,12 +234,20 @@ class EntityBook:
             self._capitals.add(first)  # "Pine" for Pine Hollow; "pine" is a tree
 
     def _learn_common_words(self, text: str) -> None:
-        """Known names used as common words ("a biscuit", "the new one") count as the
-        name from now on only capitalised."""
+        """Known names used as common words count from now on only capitalised inside
+        a sentence: one the user wrote with a capital, seen in lower case ("That
+        sounds great" after "Summer Sounds"), or any after an article ("a biscuit")."""
         words = _words(text)
-        for index, word in enumerate(words[1:], start=1):
-            if not word.upper and word.fold in self._names and words[index - 1].fold in DETERMINERS:
+        for index, word in enumerate(words):
+            entity_id = None if word.upper else self._names.get(word.fold)
+            if entity_id is None or word.fold in self._capitals:
+                continue
+            written_capitalised = self._entities[entity_id].name[:1].isupper()
+            if written_capitalised or (index and words[index - 1].fold in DETERMINERS):
                 self._capitals.add(word.fold)
+
+    def _known(self) -> _Known:
+        return _Known(self._names, self._capitals)
 
     def _describe(self, entity: Entity, described: str) -> None:
         if described not in entity.descriptions:
@@ -291,12 +299,24 @@ class EntityBook:
             for end in range(min(len(words), start + _LONGEST_NAME), start, -1):
                 key = " ".join(w.fold for w in words[start:end])
                 entity_id = self._names.get(key)
-                if entity_id and (words[start].upper or (key not in NOT_NAMES and key not in self._capitals)):
+                common = key in NOT_NAMES or key in self._capitals
+                if entity_id and (not common or (words[start].upper and not words[start].initial)):
                     ids.append(entity_id)
                     break
         if _NO_CASE_RUN.search(text):  # names in scripts without spaces: found inside the text
             ids += [i for key, i in self._names.items() if _NO_CASE_RUN.search(key) and key in text]
         return ids
+
+
+class _Known:
+    """The names a book knows that count when they open a sentence (not the
+    common words among them), for :func:`mentions`."""
+
+    def __init__(self, names: dict[str, str], capitals: set[str]) -> None:
+        self.names, self.capitals = names, capitals
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.names and key not in self.capitals
 
 
 def _descriptions_in(text: str) -> set[str]:
