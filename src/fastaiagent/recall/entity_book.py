@@ -4,8 +4,9 @@ An :class:`EntityBook` learns from each stored message's mentions
 (:func:`~fastaiagent.recall.entities.mentions`) which names, aliases and
 descriptions belong together, and reads a query's entities back:
 
-- a name is its entity's id ("lena"); a longer name beginning with a known one
-  ("Lena Novak" after "Lena") is an alias of it, and the reverse;
+- a name is its entity's id ("lena"); a longer name beginning or ending with a
+  known one ("Lena Novak" after "Lena") is an alias of it, and a word ending
+  a known longer name ("Hollow" after "Pine Hollow") too;
 - a description learned with a name ("my sister Lena", "a puppy we named
   Biscuit") is the entity's: "my sister", "the dog", "the puppy", "der Hund"
   then mean it (synonyms share a canonical description in the one table);
@@ -15,7 +16,13 @@ descriptions belong together, and reads a query's entities back:
   (:func:`~fastaiagent.recall.entities.entity_term`);
 - names the book knows are found in later text wherever they stand, also where
   :func:`mentions` alone would not take them (a sentence's first word,
-  "Biscuit chewed my cable"; a German message).
+  "Biscuit chewed my cable"; a German message); one the user also writes as an
+  ordinary word ("sounds") counts only capitalised inside a sentence.
+
+A store calls :meth:`EntityBook.read` with each stored message's text and marks
+the message with :func:`~fastaiagent.recall.entities.entity_term` of each id it
+returns; :meth:`EntityBook.resolve` gives a query's ids, whose terms find those
+messages in any session; :meth:`EntityBook.release` takes a deleted message's ids.
 
 The book is plain data (:meth:`EntityBook.to_dict` / :meth:`EntityBook.from_dict`)
 so a store keeps it as one JSON document per user.
@@ -48,10 +55,11 @@ _LONGEST_NAME = 4  # words
 @dataclass
 class Entity:
     """A person or thing the user talks about: its ``id`` (the key it was first
-    named by), the ``name`` as first written, its ``kind``, the other keys that
-    name it (``aliases``), what it was described as (``descriptions``), in how
-    many messages it was mentioned (``mentions``), and the ids of entities merged
-    into it (``merged``: older messages carry their terms)."""
+    named by), the ``name`` as written (the longest form seen), its ``kind``, the
+    other keys that name it (``aliases``), what it was described as
+    (``descriptions``), in how many messages it was mentioned (``mentions``), the
+    book's message count when it was last mentioned (``last_seen``), and the ids
+    of entities merged into it (``merged``: older messages carry their terms)."""
 
     id: str
     name: str
