@@ -5,10 +5,11 @@ one language:
 
 - a **capitalised word or run of words** inside a sentence ("talked to Lena",
   "Acme Corp", "Bank of America"); one that opens a sentence only when the same
-  word is capitalised elsewhere in the message, when it owns something
-  ("Lena's"), when a description follows it ("Lena, my sister") or when it is a
-  run of several ("New York was fun"). German capitalises every noun, so in a
-  German message a capitalised word needs more evidence (the next rules);
+  word is capitalised elsewhere in the message, when a description is set
+  beside it ("Lena, my sister, ..."), in a run of several (less a verb that
+  opens it: "Booked Pine Hollow"), or when the caller (the user's entity book)
+  knows it. German capitalises every noun, so in a German message a
+  capitalised word needs more evidence (the next rules);
 - a name **after a naming cue** ("a puppy we named Biscuit", "mein Hund heißt
   Bello", "mi gato se llama Toby", "我的狗叫小白"), with the thing it names
   ("puppy": a dog);
@@ -27,132 +28,55 @@ Resolving mentions across messages (aliases, "the dog" for Biscuit) is
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Container
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Container, Sequence
 
 from fastaiagent._validate import text as check_text
+from fastaiagent.recall.entity_text import (
+    _BREAK,
+    _CODE,
+    _NO_CASE_RUN,
+    _PAUSE,
+    OWN,
+    Mention,
+    _Found,
+    _scan,
+    _Word,
+    _words,
+    entity_term,
+    normalise,
+    own_key,
+)
 from fastaiagent.recall.entity_words import (
     CJK_CUES,
     CJK_DESCRIPTIONS,
+    CONJUNCTIONS,
     CONNECTORS,
     CUE_OBJECTS,
     CUES,
     DESCRIPTIONS,
+    DETERMINERS,
     GERMAN_MARKERS,
     GERMAN_NOT_PLACES,
     GERMAN_PLACE_WORDS,
     KANA_CUES,
+    KIND_CUES,
     KIND_OF,
     NOT_NAMES,
     ORG_SUFFIXES,
+    OWN_POSSESSIVES,
     PLACE_WORDS,
     POSSESSIVES,
     STRONG_CUES,
     TITLES,
 )
 
-OWN = "my "
-"""The key of a description-only mention starts so: "my sister", "my dog"."""
-
-
-@dataclass(frozen=True)
-class Mention:
-    """One entity as a message names it.
-
-    ``key`` is the normalised name ("lena", "acme corp"), or for a description
-    without a name ``"my " + description`` ("my sister"); ``surface`` the words
-    as written; ``kind`` one of ``person``, ``pet``, ``place``, ``organisation``,
-    ``product``, ``project``, ``other``; ``description`` the canonical
-    description it was given ("sister", "dog" for "puppy"), if any."""
-
-    key: str
-    surface: str
-    kind: str
-    description: str | None = None
-
-    @property
-    def named(self) -> bool:
-        """False for a description-only mention ("my sister")."""
-        return self.description is None or self.key != OWN + self.description
-
-
-def own_key(description: str) -> str:
-    """The key of the user's own ``description`` ("sister" -> "my sister")."""
-    return OWN + description
-
-
-def entity_term(entity_id: str) -> str:
-    """The keyword-postings token that marks a message as mentioning ``entity_id``.
-
-    It starts with U+241E and holds ``:``, which the text analyzer
-    (:func:`fastaiagent.kb.bm25.tokenize`) never produces, so no word of any
-    message collides with it; spaces become ``_``."""
-    check_text("entity_id", entity_id)
-    return "\u241ee:" + "_".join(entity_id.split())
-
-
-def normalise(name: str) -> str:
-    """The key of a name: NFKC, case-folded, one space between words, no "'s"."""
-    folded = " ".join(unicodedata.normalize("NFKC", name).casefold().replace("’", "'").split())
-    return folded[:-2] if folded.endswith("'s") else folded
-
-
-_NO_CASE = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_WORD = re.compile(rf"[^\W\d_{_NO_CASE}](?:[^\W_{_NO_CASE}]|['’\-](?=[^\W\d_{_NO_CASE}]))*")
-_BREAK = re.compile(r"[.!?;:\n•*]|(?:^|\s)[-–—]\s")  # what ends a sentence between two words
-_PAUSE = re.compile(r"[,(–—]")  # "Lena, my sister", "Lena (my sister)"
-_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)  # code names no one
-_NO_CASE_RUN = re.compile(rf"[{_NO_CASE}]")
+_MOST_QUOTES = 64  # quoted spans read per message: a long run of quotes costs no more
 _QUOTES = frozenset("\"“„«'「『《")
 _QUOTED = re.compile(
     r"\"([^\"\n]{1,40})\"|“([^”\n]{1,40})”|„([^“”\n]{1,40})[“”]|«\s?([^»\n]{1,40}?)\s?»"
     r"|「([^」\n]{1,40})」|『([^』\n]{1,40})』|(《)([^》\n]{1,40})》|(?<!\w)'([^'\n]{1,40})'(?!\w)"
 )
 
-
-class _Word(NamedTuple):
-    text: str
-    fold: str  # normalised, without "'s"
-    start: int
-    end: int
-    initial: bool  # opens a sentence
-    gap: str  # the text between the previous word and this one
-    upper: bool  # starts with a capital
-
-
-def _words(text: str) -> list[_Word]:
-    out: list[_Word] = []
-    last = 0
-    for match in _WORD.finditer(text):
-        gap = text[last : match.start()]
-        initial = _BREAK.search(gap) is not None or (not out and not _NO_CASE_RUN.search(gap))
-        word = match.group()
-        out.append(_Word(word, normalise(word), match.start(), match.end(), initial, gap, word[0].isupper()))
-        last = match.end()
-    return out
-
-
-class _Found:
-    """Mentions by key, in the order of their first place in the message."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[str, tuple[int, Mention]] = {}
-
-    def add(self, at: int, key: str, surface: str, kind: str, description: str | None = None) -> None:
-        if not key:
-            return
-        old = self.by_key.get(key)
-        if old is not None:
-            _, was = old
-            kind = was.kind if was.kind != "other" else kind
-            description = was.description or description
-            surface, at = was.surface, min(at, old[0])
-        self.by_key[key] = (at, Mention(key, surface, kind, description))
-
-    def mentions(self) -> list[Mention]:
-        return [m for _, m in sorted(self.by_key.values(), key=lambda pair: pair[0])]
 
 
 def _description(word: _Word) -> str | None:
@@ -164,24 +88,27 @@ def _is_name_word(word: _Word) -> bool:
     return word.fold not in NOT_NAMES and word.fold not in DESCRIPTIONS and word.fold not in TITLES
 
 
-def _run_end(words: list[_Word], start: int) -> int:
-    """The last index of the capitalised run from ``start`` (joined by spaces only,
-    or by a connector: "Bank of America")."""
+_SECOND_CONNECTORS = CONNECTORS | {"the"}  # "The Lord of the Rings"
+
+
+def _run_end(words: Sequence[_Word], start: int, longest: int = 6) -> int:
+    """The last index of the capitalised run from ``start``: words joined by spaces
+    only, or by up to two connectors ("Bank of America", "Ana de la Cruz"); at most
+    ``longest`` words."""
     end = start
-    while end + 1 < len(words):
-        nxt = words[end + 1]
-        if nxt.gap.strip():
+    while end + 1 < min(len(words), start + longest):
+        after = end + 1
+        while after < len(words) and after - end <= 2 and not words[after].upper:
+            if words[after].fold not in (CONNECTORS if after == end + 1 else _SECOND_CONNECTORS):
+                break
+            after += 1
+        if any(w.gap.strip() for w in words[end + 1 : after + 1]) or after >= len(words) or not words[after].upper:
             break
-        if nxt.upper:
-            end += 1
-        elif nxt.fold in CONNECTORS and end + 2 < len(words) and words[end + 2].upper and not words[end + 2].gap.strip():
-            end += 2
-        else:
-            break
+        end = after
     return end
 
 
-def _name_at(words: list[_Word], index: int, lower_ok: bool = False) -> tuple[int, int] | None:
+def _name_at(words: Sequence[_Word], index: int, lower_ok: bool = False) -> tuple[int, int] | None:
     """The name starting at ``index`` as ``(first, last)`` word indices: a capitalised
     run, or (``lower_ok``) one lower-case word; None when there is none."""
     if index >= len(words) or _BREAK.search(words[index].gap) or not _is_name_word(words[index]):
@@ -191,7 +118,7 @@ def _name_at(words: list[_Word], index: int, lower_ok: bool = False) -> tuple[in
     return (index, index) if lower_ok else None
 
 
-def _description_near(words: list[_Word], before: int, reach: int = 6) -> str | None:
+def _description_near(words: Sequence[_Word], before: int, reach: int = 6) -> str | None:
     """The nearest description in the ``reach`` words before index ``before``, also in
     the sentence before ("We got a puppy! We named him ...")."""
     for index in range(before - 1, max(-1, before - 1 - reach), -1):
@@ -201,16 +128,16 @@ def _description_near(words: list[_Word], before: int, reach: int = 6) -> str | 
     return None
 
 
-def _surface(text: str, words: list[_Word], first: int, last: int) -> str:
+def _surface(text: str, words: Sequence[_Word], first: int, last: int) -> str:
     surface = text[words[first].start : words[last].end]
     return surface[:-2] if surface.endswith(("'s", "’s")) else surface
 
 
-def _key(words: list[_Word], first: int, last: int) -> str:
+def _key(words: Sequence[_Word], first: int, last: int) -> str:
     return " ".join(w.fold for w in words[first : last + 1])
 
 
-def _cued(text: str, words: list[_Word], found: _Found) -> None:
+def _cued(text: str, words: Sequence[_Word], found: _Found) -> None:
     """Names after a naming cue: "a puppy we named Biscuit", "se llama Ana"."""
     for index, word in enumerate(words):
         cue = word.fold.rsplit("'", 1)[-1]
@@ -225,13 +152,13 @@ def _cued(text: str, words: list[_Word], found: _Found) -> None:
             found.add(words[name[0]].start, _key(words, *name), _surface(text, words, *name), kind, described)
 
 
-def _related(text: str, words: list[_Word], found: _Found) -> None:
+def _related(text: str, words: Sequence[_Word], found: _Found) -> None:
     """"my sister Lena", "our new puppy, Biscuit", and "my sister" alone."""
     for index, word in enumerate(words):
-        if word.fold not in POSSESSIVES or (index and words[index - 1].upper and _PAUSE.search(word.gap)):
-            continue  # "Lena, my sister": the name's description (_apposition)
+        if word.fold not in POSSESSIVES or (index and _apposition(words, index - 1)):
+            continue  # "Lena, my sister": the name's description
         for at in range(index + 1, min(index + 4, len(words))):
-            if _BREAK.search(words[at].gap) or words[at].fold in CUES:
+            if _BREAK.search(words[at].gap) or words[at].fold in CUES or words[at].fold in CONJUNCTIONS:
                 break
             described = _description(words[at])
             if described is None:
@@ -240,21 +167,26 @@ def _related(text: str, words: list[_Word], found: _Found) -> None:
             if name:
                 surface = _surface(text, words, *name)
                 found.add(words[name[0]].start, _key(words, *name), surface, KIND_OF[described], described)
-            else:
+            elif word.fold in OWN_POSSESSIVES:
                 surface = text[word.start : words[at].end]
                 found.add(word.start, own_key(described), surface, KIND_OF[described], described)
             break
 
 
-def _apposition(words: list[_Word], after: int) -> str | None:
-    """The description following a name ending at ``after``: "Lena, my sister"."""
+def _apposition(words: Sequence[_Word], after: int) -> str | None:
+    """The description set beside a capitalised name ending at ``after``, closed by
+    a pause or the end: "Lena, my sister, ...", "Lena (my sister)"; not "Whoa,
+    your store looks great"."""
     index = after + 1
-    if index >= len(words) or not _PAUSE.search(words[index].gap) or words[index].fold not in POSSESSIVES:
+    if not words[after].upper or index >= len(words) or words[index].fold not in POSSESSIVES:
+        return None
+    if not _PAUSE.search(words[index].gap):
         return None
     for at in range(index + 1, min(index + 4, len(words))):
         found = _description(words[at])
         if found:
-            return found
+            closed = at + 1 == len(words) or _PAUSE.search(words[at + 1].gap) or _BREAK.search(words[at + 1].gap)
+            return found if closed else None
     return None
 
 
@@ -265,10 +197,11 @@ def capitalises_nouns(text: str) -> bool:
 
 
 def _capitalised(
-    text: str, words: list[_Word], found: _Found, german: bool, known: Container[str]
+    text: str, words: Sequence[_Word], found: _Found, german: bool, known: Container[str]
 ) -> None:
     """Capitalised words and runs of them (see the module's docstring)."""
-    elsewhere = {w.fold for w in words if (w.upper and not w.initial) or w.fold in known}
+    # German capitalises nouns anywhere: there only a known name is one "elsewhere"
+    elsewhere = {w.fold for w in words if (w.upper and not w.initial and not german) or w.fold in known}
     index = 0
     while index < len(words):
         if not words[index].upper:
@@ -281,16 +214,16 @@ def _capitalised(
         last = end
         while last >= first and (words[last].fold in NOT_NAMES or words[last].fold in CONNECTORS):
             last -= 1
-        for word in words[index : end + 1]:
-            family = _family(word)  # "told Mom", "Planning Mom's 70th": the user's own
-            if family and not word.initial:
+        for at in range(index, end + 1) if not german else ():
+            word, family = words[at], _family(words[at])  # "told Mom", "Planning Mom's 70th"
+            if family and not word.initial and not (at and words[at - 1].fold in DETERMINERS):
                 found.add(word.start, own_key(family), word.text.removesuffix("'s"), "person", family)
         if first <= last:
             _name_run(text, words, found, (first, last), titled, german, elsewhere)
         index = end + 1
 
 
-def _trimmed(words: list[_Word], first: int, last: int) -> tuple[int, bool]:
+def _trimmed(words: Sequence[_Word], first: int, last: int) -> tuple[int, bool]:
     """The run's first name word from ``first`` (past "The", "Dr", "Thanks"), and
     whether a title was passed."""
     titled = False
@@ -306,7 +239,7 @@ def _family(word: _Word) -> str | None:
     return entry[0] if entry and entry[1] == "person" and word.upper else None
 
 
-def _capitalised_by_place(words: list[_Word], first: int, elsewhere: set[str]) -> bool:
+def _capitalised_by_place(words: Sequence[_Word], first: int, elsewhere: set[str]) -> bool:
     """Whether a run's first word, opening a sentence, is capitalised only by its
     place: not elsewhere in the message, not joined by a connector ("Bank of")."""
     joined = first + 1 < len(words) and words[first + 1].fold in CONNECTORS
@@ -314,7 +247,7 @@ def _capitalised_by_place(words: list[_Word], first: int, elsewhere: set[str]) -
 
 
 def _name_run(
-    text: str, words: list[_Word], found: _Found, span: tuple[int, int], titled: bool, german: bool, elsewhere: set[str]
+    text: str, words: Sequence[_Word], found: _Found, span: tuple[int, int], titled: bool, german: bool, elsewhere: set[str]
 ) -> None:
     first, last = span
     lead = words[first]
@@ -323,13 +256,13 @@ def _name_run(
         return  # "OK", "API", "SELECT", "ADD VALUE": capitals shout or abbreviate
     described = _apposition(words, last)
     suffixed = words[last].fold.rstrip(".") in ORG_SUFFIXES and not single
-    owner = lead.text.endswith(("'s", "’s"))
     placed = first > 0 and words[first - 1].fold in GERMAN_PLACE_WORDS and lead.fold not in GERMAN_NOT_PLACES
     if german and not (
         described or suffixed or titled or (single and ((placed and not lead.initial) or lead.fold in elsewhere))
     ):
         return  # every German noun is capitalised; "in Pankow" has no article, "in der Stadt" has
-    if lead.initial and single and not (described or owner or lead.fold in elsewhere):
+    # "Lena's birthday" opening a sentence is no evidence: "Life's too short" reads the same
+    if lead.initial and single and not (described or lead.fold in elsewhere):
         return  # capitalised by its place: "Thanks", "Biscuit chewed ..." (the book knows names)
     if described:
         kind = KIND_OF[described]
@@ -337,6 +270,8 @@ def _name_run(
         kind = "organisation"
     elif titled:
         kind = "person"
+    elif first > 1 and not _BREAK.search(lead.gap) and f"{words[first - 2].fold} {words[first - 1].fold}" in KIND_CUES:
+        kind = KIND_CUES[f"{words[first - 2].fold} {words[first - 1].fold}"]
     elif first and (words[first - 1].fold in PLACE_WORDS or german) and not _BREAK.search(lead.gap):
         kind = "place"
     else:
@@ -346,11 +281,13 @@ def _name_run(
 
 def _quoted(text: str, found: _Found) -> None:
     """Short quoted or bracketed names; lower-case ones only after a cue or description."""
-    for match in _QUOTED.finditer(text):
+    for count, match in enumerate(_QUOTED.finditer(text)):
+        if count == _MOST_QUOTES:
+            break
         content = next(g for g in match.groups() if g and g != "《").strip()
         if not content or len(content.split()) > 4 or any(c in content for c in ".!?,;:"):
             continue
-        before = _words(text[max(0, match.start() - 40) : match.start()])[-4:]
+        before = _scan(text[max(0, match.start() - 40) : match.start()])[-4:]
         described = next((d for d in map(_description, reversed(before)) if d), None)
         cued = any(w.fold.rsplit("'", 1)[-1] in CUES for w in before)
         first = content.split()[0]

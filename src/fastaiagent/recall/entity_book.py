@@ -4,8 +4,9 @@ An :class:`EntityBook` learns from each stored message's mentions
 (:func:`~fastaiagent.recall.entities.mentions`) which names, aliases and
 descriptions belong together, and reads a query's entities back:
 
-- a name is its entity's id ("lena"); a longer name beginning with a known one
-  ("Lena Novak" after "Lena") is an alias of it, and the reverse;
+- a name is its entity's id ("lena"); a longer name beginning or ending with a
+  known one ("Lena Novak" after "Lena") is an alias of it, and a word ending
+  a known longer name ("Hollow" after "Pine Hollow") too;
 - a description learned with a name ("my sister Lena", "a puppy we named
   Biscuit") is the entity's: "my sister", "the dog", "the puppy", "der Hund"
   then mean it (synonyms share a canonical description in the one table);
@@ -15,7 +16,13 @@ descriptions belong together, and reads a query's entities back:
   (:func:`~fastaiagent.recall.entities.entity_term`);
 - names the book knows are found in later text wherever they stand, also where
   :func:`mentions` alone would not take them (a sentence's first word,
-  "Biscuit chewed my cable"; a German message).
+  "Biscuit chewed my cable"; a German message); one the user also writes as an
+  ordinary word ("sounds") counts only capitalised inside a sentence.
+
+A store calls :meth:`EntityBook.read` with each stored message's text and marks
+the message with :func:`~fastaiagent.recall.entities.entity_term` of each id it
+returns; :meth:`EntityBook.resolve` gives a query's ids, whose terms find those
+messages in any session; :meth:`EntityBook.release` takes a deleted message's ids.
 
 The book is plain data (:meth:`EntityBook.to_dict` / :meth:`EntityBook.from_dict`)
 so a store keeps it as one JSON document per user.
@@ -27,14 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
-from fastaiagent.recall.entities import (
-    _NO_CASE_RUN,
-    Mention,
-    _words,
-    capitalises_nouns,
-    mentions,
-    own_key,
-)
+from fastaiagent.recall.entities import capitalises_nouns, mentions
+from fastaiagent.recall.entity_text import _NO_CASE_RUN, Mention, _words, own_key
 from fastaiagent.recall.entity_words import (
     ARTICLES,
     CJK_DESCRIPTIONS,
@@ -43,20 +44,22 @@ from fastaiagent.recall.entity_words import (
     KIND_OF,
     KINDS,
     NOT_NAMES,
-    POSSESSIVES,
+    OWN_POSSESSIVES,
 )
 
 VERSION = 1
+_PARTICULAR = ARTICLES | OWN_POSSESSIVES
 _LONGEST_NAME = 4  # words
 
 
 @dataclass
 class Entity:
     """A person or thing the user talks about: its ``id`` (the key it was first
-    named by), the ``name`` as first written, its ``kind``, the other keys that
-    name it (``aliases``), what it was described as (``descriptions``), in how
-    many messages it was mentioned (``mentions``), and the ids of entities merged
-    into it (``merged``: older messages carry their terms)."""
+    named by), the ``name`` as written (the longest form seen), its ``kind``, the
+    other keys that name it (``aliases``), what it was described as
+    (``descriptions``), in how many messages it was mentioned (``mentions``), the
+    book's message count when it was last mentioned (``last_seen``), and the ids
+    of entities merged into it (``merged``: older messages carry their terms)."""
 
     id: str
     name: str
@@ -90,7 +93,7 @@ class EntityBook:
         the user's earlier messages say of the language (a short German message
         does not show that its capitals are nouns). The one call a store needs."""
         german = self._nouns_capitalised(text, learn=True)
-        return self.observe(mentions(text, capitalised_nouns=german, known=self._names), text)
+        return self.observe(mentions(text, capitalised_nouns=german, known=self._known()), text)
 
     def _nouns_capitalised(self, text: str, learn: bool = False) -> bool:
         german = capitalises_nouns(text)
@@ -105,11 +108,12 @@ class EntityBook:
         the particular descriptions ("the dog", "my sister") it holds. Returns the
         ids of the entities the message mentions, each once, to mark the message
         with (:func:`entity_term`)."""
+        wrong = next((m for m in found if not isinstance(m, Mention)), None)
+        if wrong is not None:
+            raise InvalidTypeError(f"found must hold Mention objects, got {type(wrong).__name__}")
         self._clock += 1
         ids: list[str] = []
         for mention in sorted(found, key=lambda m: not m.named):  # names first: "my dog" may be one
-            if not isinstance(mention, Mention):
-                raise InvalidTypeError(f"found must hold Mention objects, got {type(mention).__name__}")
             ids.append(self._named(mention) if mention.named else self._owned(mention))
         if text:
             self._learn_common_words(text)
@@ -126,7 +130,7 @@ class EntityBook:
         """The ids of the entities ``text`` (a query) mentions by name, alias or
         description, with the ids merged into them (older messages' terms)."""
         ids = set(self._names_in(text))
-        for mention in mentions(text, capitalised_nouns=self._nouns_capitalised(text), known=self._names):
+        for mention in mentions(text, capitalised_nouns=self._nouns_capitalised(text), known=self._known()):
             if mention.named and mention.key in self._names:
                 ids.add(self._names[mention.key])
             elif mention.description:
@@ -142,6 +146,21 @@ class EntityBook:
 
     def __len__(self) -> int:
         return len(self._entities)
+
+    def release(self, ids: list[str]) -> list[str]:
+        """A stored message that mentioned ``ids`` (what :meth:`read` returned, or the
+        entity terms it was marked with, read back) is gone: each entity's mention
+        count drops by one, and an entity no message mentions any more is removed.
+        Returns the ids removed."""
+        removed = []
+        for entity_id in dict.fromkeys(self._names.get(i, i) for i in ids):
+            entity = self._entities.get(entity_id)
+            if entity is None:
+                continue
+            entity.mentions -= 1
+            if entity.mentions <= 0 and self.forget(entity_id):
+                removed.append(entity_id)
+        return removed
 
     def forget(self, entity_id: str) -> bool:
         """Remove one entity (and its aliases); returns whether it was there."""
@@ -223,12 +242,20 @@ class EntityBook:
             self._capitals.add(first)  # "Pine" for Pine Hollow; "pine" is a tree
 
     def _learn_common_words(self, text: str) -> None:
-        """Known names used as common words ("a biscuit", "the new one") count as the
-        name from now on only capitalised."""
+        """Known names used as common words count from now on only capitalised inside
+        a sentence: one the user wrote with a capital, seen in lower case ("That
+        sounds great" after "Summer Sounds"), or any after an article ("a biscuit")."""
         words = _words(text)
-        for index, word in enumerate(words[1:], start=1):
-            if not word.upper and word.fold in self._names and words[index - 1].fold in DETERMINERS:
+        for index, word in enumerate(words):
+            entity_id = None if word.upper else self._names.get(word.fold)
+            if entity_id is None or word.fold in self._capitals:
+                continue
+            written_capitalised = self._entities[entity_id].name[:1].isupper()
+            if written_capitalised or (index and words[index - 1].fold in DETERMINERS):
                 self._capitals.add(word.fold)
+
+    def _known(self) -> _Known:
+        return _Known(self._names, self._capitals)
 
     def _describe(self, entity: Entity, described: str) -> None:
         if described not in entity.descriptions:
@@ -272,17 +299,32 @@ class EntityBook:
         if not self._names:
             return []
         words = _words(text)
+        firsts = {name.split(" ", 1)[0] for name in self._names}
         ids: list[str] = []
         for start in range(len(words)):
+            if words[start].fold not in firsts:
+                continue
             for end in range(min(len(words), start + _LONGEST_NAME), start, -1):
                 key = " ".join(w.fold for w in words[start:end])
                 entity_id = self._names.get(key)
-                if entity_id and (words[start].upper or (key not in NOT_NAMES and key not in self._capitals)):
+                common = key in NOT_NAMES or key in self._capitals
+                if entity_id and (not common or (words[start].upper and not words[start].initial)):
                     ids.append(entity_id)
                     break
         if _NO_CASE_RUN.search(text):  # names in scripts without spaces: found inside the text
             ids += [i for key, i in self._names.items() if _NO_CASE_RUN.search(key) and key in text]
         return ids
+
+
+class _Known:
+    """The names a book knows that count when they open a sentence (not the
+    common words among them), for :func:`mentions`."""
+
+    def __init__(self, names: dict[str, str], capitals: set[str]) -> None:
+        self.names, self.capitals = names, capitals
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.names and key not in self.capitals
 
 
 def _descriptions_in(text: str) -> set[str]:
@@ -298,7 +340,7 @@ def _particular_descriptions(text: str) -> list[str]:
     return [
         DESCRIPTIONS[w.fold][0]
         for i, w in enumerate(words)
-        if i and w.fold in DESCRIPTIONS and words[i - 1].fold in ARTICLES | POSSESSIVES
+        if i and w.fold in DESCRIPTIONS and words[i - 1].fold in _PARTICULAR
     ]
 
 

@@ -122,16 +122,39 @@ POSSESSIVES = _set(
     "my our his her their your "
     "mein meine meinem meinen meiner meines unser unsere unserem unseren unserer "
     "sein seine seinem seinen ihr ihre ihrem ihren dein deine deinem deinen "
-    "mon ma mes notre nos son sa ses leur leurs ton ta tes "
+    "mon ma mes notre nos son sa ses leur leurs ton ta tes votre vos "
     "mi mis nuestro nuestra nuestros nuestras su sus tu tus"
 )
+# The user's own (and, in the agent's replies, "your"): "my sister" alone is an entity,
+# "his sister" alone is not.
+OWN_POSSESSIVES = _set(
+    "my our your mein meine meinem meinen meiner meines unser unsere unserem unseren unserer "
+    "dein deine deinem deinen mon ma mes notre nos ton ta tes votre vos "
+    "mi mis nuestro nuestra nuestros nuestras tu tus"
+)
 ARTICLES = _set("the der die das dem den des le la les el los las")
+# Between a possessive and its description nothing of these: "your family and show" is no show.
+CONJUNCTIONS = _set("and or but nor und oder aber sondern et ou mais ni y o pero sino")
 # Before a word, these make it a common noun ("a biscuit", "the new one"): a name the
 # book knows, seen so, must be capitalised to count as the name.
-DETERMINERS = ARTICLES | _set("a an some ein eine einen einem einer un une des una uno unos unas")
+DETERMINERS = ARTICLES | POSSESSIVES | _set("a an some ein eine einen einem einer un une una uno unos unas")
 # Words that join the parts of a proper name: "Bank of America", "Leonardo da Vinci".
 CONNECTORS = _set("of de da di del van von der den la le du des")
 TITLES = _set("mr mrs ms miss dr prof sir herr frau monsieur madame mme don doña sr sra")
+# The two words before a name that tell its kind ("lives in Leeds", "works at Acme").
+KIND_CUES = {
+    **dict.fromkeys(
+        ("live in", "lives in", "living in", "lived in", "moved to", "move to", "moving to", "flew to",
+         "fly to", "flying to", "trip to", "born in", "wohnt in", "wohne in", "zieht nach", "ziehen nach",
+         "habite à", "vit à", "vive en", "vivo en", "vivir en"),
+        "place",
+    ),
+    **dict.fromkeys(
+        ("works at", "work at", "working at", "worked at", "works for", "work for", "job at",
+         "arbeitet bei", "arbeite bei", "travaille chez", "trabaja en", "trabajo en"),
+        "organisation",
+    ),
+}  # fmt: skip
 # A name after these is a place. "in" is not one ("in Python"), nor "to" ("to Lena").
 PLACE_WORDS = _set("near nearby")
 ORG_SUFFIXES = _set("inc ltd llc corp co gmbh ag sa sarl plc kg")
@@ -181,7 +204,8 @@ NOT_NAMES = frozenset(_NOT_NAMES.split()) | STOPWORDS | frozenset(MONTHS) | froz
 """Casefolded words never taken as a name on their own."""
 
 __all__ = [
-    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS", "DESCRIPTIONS", "DETERMINERS",
-    "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS", "KANA_CUES", "KINDS", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES", "PLACE_WORDS", "POSSESSIVES",
-    "STRONG_CUES", "TITLES",
+    "ARTICLES", "CJK_CUES", "CJK_DESCRIPTIONS", "CONJUNCTIONS", "CONNECTORS", "CUES", "CUE_OBJECTS",
+    "DESCRIPTIONS", "DETERMINERS", "GERMAN_MARKERS", "GERMAN_NOT_PLACES", "GERMAN_PLACE_WORDS",
+    "KANA_CUES", "KINDS", "KIND_CUES", "KIND_OF", "NOT_NAMES", "ORG_SUFFIXES",
+    "OWN_POSSESSIVES", "PLACE_WORDS", "POSSESSIVES", "STRONG_CUES", "TITLES",
 ]
