@@ -147,24 +147,14 @@ def delete_message(store: Any, user_id: str, message_id: str, project_id: str = 
                 named.update(entity_ids(chunk.metadata))
     if not stored_messages.delete_message(store, user_id, message_id, project_id):
         return False
-    data = load_book(store, namespace) if named else None
-    if data is not None:
+    if named:
         with _lock:
-            save_book(store, namespace, _mentioned_less(data, named))
+            data = load_book(store, namespace)
+            if data is not None:
+                book = EntityBook.from_dict(data)
+                book.release(sorted(named))
+                save_book(store, namespace, book.to_dict())
     return True
-
-
-def _mentioned_less(data: dict[str, Any], named: set[str]) -> dict[str, Any]:
-    """The book's data with each entity of ``named`` (or one merged into it) counted
-    one message less; an entity left with none is dropped."""
-    kept = []
-    for row in data.get("entities", []):
-        if isinstance(row, dict) and (row.get("id") in named or named.intersection(row.get("merged") or [])):
-            row = {**row, "mentions": int(row.get("mentions", 0)) - 1}
-            if row["mentions"] <= 0:
-                continue
-        kept.append(row)
-    return EntityBook.from_dict({**data, "entities": kept}).to_dict()  # checked as a book
 
 
 def _user_namespace(user_id: str, project_id: str) -> str:
