@@ -200,3 +200,17 @@ def test_a_turn_whose_user_stored_nothing_reads_no_book(any_location: str, monke
     before = len(reads)
     assert len(entity_candidates(index, "user:ann", QUESTION, 10).hits) == 3
     assert len(reads) == before  # the book this process stored is current: no read
+
+
+def test_the_command_lists_a_users_entities(any_location: str) -> None:
+    from typer.testing import CliRunner
+
+    from fastaiagent.cli import _register, app
+
+    _memory(any_location)
+    _register()
+    run = CliRunner().invoke(app, ["memory", "messages", "--user", "ann", "--entities", "-l", any_location])
+    assert run.exit_code == 0, run.output
+    assert "Biscuit" in run.output and "mentions" in run.output
+    nobody = CliRunner().invoke(app, ["memory", "messages", "--user", "cy", "--entities", "-l", any_location])
+    assert nobody.exit_code == 0 and "no entities" in nobody.output

@@ -3,7 +3,9 @@
 What ``Memory(recall="auto")`` and ``Memory.add_history`` keep of a user's
 conversations: listed newest first a page at a time, searched by keywords (the
 keyword side of recall), and one deleted by id (``--delete``): its vector and
-keyword postings go, so recall no longer finds it. Reads and deletes name the
+keyword postings go, so recall no longer finds it, and its mentions leave the
+user's entity book; ``--entities`` lists the things the user talks about
+(:mod:`fastaiagent.recall.entity_store`). Reads and deletes name the
 user; a message id of another user changes nothing (see
 :mod:`fastaiagent.facts.messages`).
 """
@@ -44,6 +46,24 @@ def _print(messages: list[Any]) -> None:
     Console(width=200).print(table)
 
 
+def _print_entities(store: Any, user: str, project: str) -> None:
+    """The user's entities, most mentioned first (:mod:`fastaiagent.recall.entity_store`)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from fastaiagent.recall.entity_store import user_entities
+
+    found = user_entities(store, user, project)
+    if not found:
+        typer.echo("no entities")
+        return
+    table = Table("name", "kind", "also called", "mentions", box=None)
+    for entity in sorted(found, key=lambda e: (-e.mentions, e.name)):
+        others = ", ".join(alias for alias in entity.aliases if alias != entity.name)
+        table.add_row(entity.name, entity.kind, others or "-", str(entity.mentions))
+    Console(width=200).print(table)
+
+
 def messages(
     user: str = user_option("The user whose recalled messages to show.", ...),
     search: str | None = typer.Option(
@@ -54,10 +74,14 @@ def messages(
     delete: str | None = typer.Option(
         None, "--delete", help="Delete the user's message with this id (from every copy recall reads)."
     ),
+    entities: bool = typer.Option(
+        False, "--entities", help="List the people and things the user talks about instead."
+    ),
     location: str = location_option(),
     project: str = project_option("", "Project partition."),
 ) -> None:
-    """A user's recalled messages, newest first, a page at a time; --search, --delete one."""
+    """A user's recalled messages, newest first, a page at a time; --search, --delete one;
+    --entities: the things they talk about."""
     from fastaiagent.facts import messages as stored
     from fastaiagent.facts.factory import make_fact_store
 
@@ -71,6 +95,9 @@ def messages(
         if delete is not None and search is not None:
             raise InvalidValueError("--delete deletes one message: give it without --search")
         store = make_fact_store(location)
+    if entities:
+        _print_entities(store, user, project)
+        return
     if delete is not None:
         from fastaiagent.recall.entity_store import delete_message  # the user's entities too
 
