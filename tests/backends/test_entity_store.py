@@ -214,3 +214,14 @@ def test_the_command_lists_a_users_entities(any_location: str) -> None:
     assert "Biscuit" in run.output and "mentions" in run.output
     nobody = CliRunner().invoke(app, ["memory", "messages", "--user", "cy", "--entities", "-l", any_location])
     assert nobody.exit_code == 0 and "no entities" in nobody.output
+
+
+def test_a_history_imported_again_longer_counts_each_message_once(any_location: str) -> None:
+    memory = _memory(any_location)
+    store = memory.location
+    assert _mentions(store, "ann")["Biscuit"] == 2
+    # The Friday session again, one message longer: its first message is written again (a new link)
+    longer = [*ANN_FRIDAY, AssistantMessage("Keep cables out of reach; a puppy chews everything.")]
+    assert memory.add_history(longer, user_id="ann", at=[1.0e9 + 4 * 86400, 1.0e9 + 4 * 86400 + 5]) == 1
+    assert _mentions(store, "ann")["Biscuit"] == 2
+    assert _about(store, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}

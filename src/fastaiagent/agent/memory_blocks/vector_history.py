@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastaiagent.agent.memory_blocks.vector_following import asks
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
+from fastaiagent.facts.entities import ENTITIES_KEY
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, holds_cache, identity_of
 from fastaiagent.facts.vectors import REPLIES_TO_KEY
 from fastaiagent.kb.identity import same_embedder
@@ -162,6 +163,10 @@ def embed_and_store(block: Any, chunks: list[Chunk]) -> int:
     held = {found.id: found for found in block.store.get([c.id for c in chunks])} if chunks else {}
     identity = identity_of(block.embedder) if held and holds_cache(block.store) else None
     changed = [c for c in chunks if not _held_as_is(held.get(c.id), c, identity)]
+    for chunk in changed:  # written again (a longer history): its mentions are in the book already
+        before = held.get(chunk.id)
+        if before is not None and before.text == chunk.text and ENTITIES_KEY in before.metadata:
+            chunk.metadata[ENTITIES_KEY] = before.metadata[ENTITIES_KEY]
     for first in range(0, len(changed), block.batch_size):
         block.store_batch(changed[first : first + block.batch_size])
     return sum(1 for chunk in chunks if chunk.id not in held)
