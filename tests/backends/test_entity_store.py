@@ -225,3 +225,28 @@ def test_a_history_imported_again_longer_counts_each_message_once(any_location: 
     assert memory.add_history(longer, user_id="ann", at=[1.0e9 + 4 * 86400, 1.0e9 + 4 * 86400 + 5]) == 1
     assert _mentions(store, "ann")["Biscuit"] == 2
     assert _about(store, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}
+
+
+def test_messages_stored_before_entities_are_marked_by_a_backfill(any_location: str) -> None:
+    from fastaiagent.facts.factory import make_fact_store
+    from fastaiagent.kb.protocols import Chunk
+    from fastaiagent.recall.entity_store import backfill_entities
+
+    store = make_fact_store(any_location)
+    try:
+        index = store.vector_store(4)
+        old = [  # as a release without entities stored them: no metadata["entities"], no book
+            Chunk("a", "We adopted a puppy and named him Biscuit", [1.0, 0, 0, 0], {"namespace": "user:ann", "created_at": 1.0}),
+            Chunk("b", "Biscuit chewed my charger cable", [0, 1.0, 0, 0], {"namespace": "user:ann", "created_at": 2.0}),
+            Chunk("c", "ok thanks", [0, 0, 1.0, 0], {"namespace": "user:ann", "created_at": 3.0}),
+            Chunk("d", "My cat Biscuit sleeps all day", [0, 0, 0, 1.0], {"namespace": "user:bob", "created_at": 1.0}),
+        ]
+        index.add(old)
+        assert entity_candidates(index, "user:ann", QUESTION, 10).hits == []
+        assert backfill_entities(index, "user:ann") == 2
+        assert {i for i, _ in entity_candidates(index, "user:ann", QUESTION, 10).hits} == {"a", "b"}
+        assert index.search([0, 1.0, 0, 0], 1, namespace="user:ann")[0].chunk.id == "b"  # its own vector
+        assert backfill_entities(index, "user:ann") == 0  # done: nothing counted twice
+        assert _mentions(store, "ann") == {"Biscuit": 2} and user_entities(store, "bob") == []
+    finally:
+        store.close()

@@ -37,7 +37,7 @@ from fastaiagent.facts.entities import (
     with_entities,
 )
 from fastaiagent.facts.items import HoldsItems
-from fastaiagent.facts.vectors import every_vector_index, recall_namespace
+from fastaiagent.facts.vectors import every_vector_index, recall_namespace, recorded_at
 from fastaiagent.kb.protocols import Chunk, check_top_k, namespace_key
 from fastaiagent.recall.entity_book import Entity, EntityBook
 
@@ -97,6 +97,40 @@ def add_with_entities(index: Any, chunks: Sequence[Chunk]) -> None:
     if changed:
         for namespace in {namespace_key(chunk.metadata) for chunk in chunks}:
             settle_book(index, namespace)
+
+
+def backfill_entities(index: Any, namespace: str) -> int:
+    """Find the entities of a user's messages stored before entities were kept (those
+    without ``metadata["entities"]``): read into the book oldest first, then the
+    messages that mention one written back with their own vectors, so their
+    postings mark them. Returns how many were marked. A one-off for an operator
+    (or an upgrade job): it holds this process's entity lock while it reads (a
+    live turn's entities wait), about 0.15 ms a message. A message that mentions
+    nothing is read again by a later backfill (nothing is counted twice: it
+    mentioned nothing)."""
+    check_text("namespace", namespace)
+    if book_namespace(namespace) is None or not isinstance(getattr(index, "store", None), HoldsItems):
+        return 0
+    untagged = [c for c in index.chunks(namespace) if ENTITIES_KEY not in c.metadata]
+    untagged.sort(key=lambda chunk: (recorded_at(chunk) is None, recorded_at(chunk) or 0.0))
+    marked: dict[str, list[str]] = {}
+    with _lock:
+        book = _book(index, namespace)
+        for chunk in untagged:
+            ids = book.read(chunk.text)
+            if ids:
+                marked[chunk.id] = ids
+        if marked:
+            save_book(index, namespace, book.to_dict())
+    for page in index.vector_pages(namespace) if marked else []:
+        again = [
+            Chunk(c.id, c.text, c.vector, with_entities(c.metadata, marked[c.id]))
+            for c in page
+            if c.id in marked and ENTITIES_KEY not in c.metadata
+        ]
+        if again:
+            index.add(again)
+    return len(marked)
 
 
 @dataclass(frozen=True)
@@ -188,6 +222,7 @@ def entity_counts(store: Any) -> dict[tuple[str, str], int]:
 __all__ = [
     "EntityCandidates",
     "add_with_entities",
+    "backfill_entities",
     "delete_message",
     "entity_candidates",
     "entity_counts",
