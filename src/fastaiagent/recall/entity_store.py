@@ -41,7 +41,15 @@ from fastaiagent.facts.vectors import every_vector_index, recall_namespace, reco
 from fastaiagent.kb.protocols import Chunk, check_top_k, namespace_key
 from fastaiagent.recall.entity_book import Entity, EntityBook
 
-_lock = threading.Lock()  # a book's read, observe and write are one step in the process
+# A book's read, update and write are one step in the process, per user: a few
+# striped locks (users share one by hash), so one user's storing never waits on
+# all the others' round trips.
+_LOCKS = [threading.Lock() for _ in range(64)]
+
+
+def _lock(namespace: str) -> threading.Lock:
+    return _LOCKS[hash(namespace) % len(_LOCKS)]
+
 _books: dict[tuple[int, str], tuple[Any, EntityBook]] = {}  # the last data read -> its book
 
 
@@ -73,8 +81,8 @@ def tag_messages(index: Any, chunks: Sequence[Chunk]) -> bool:
         if ENTITIES_KEY not in chunk.metadata and book_namespace(namespace) is not None:
             by_namespace.setdefault(namespace, []).append(chunk)
     stored = False
-    with _lock:
-        for namespace, said in by_namespace.items():
+    for namespace, said in by_namespace.items():
+        with _lock(namespace):
             book, named = _book(index, namespace), False
             for chunk in said:
                 ids = book.read(chunk.text)
@@ -104,8 +112,8 @@ def backfill_entities(index: Any, namespace: str) -> int:
     without ``metadata["entities"]``): read into the book oldest first, then the
     messages that mention one written back with their own vectors, so their
     postings mark them. Returns how many were marked. A one-off for an operator
-    (or an upgrade job): it holds this process's entity lock while it reads (a
-    live turn's entities wait), about 0.15 ms a message. A message that mentions
+    (or an upgrade job): it holds the user's entity lock in this process while it
+    reads (a live turn of theirs waits), about 0.15 ms a message. A message that mentions
     nothing is read again by a later backfill (nothing is counted twice: it
     mentioned nothing)."""
     check_text("namespace", namespace)
@@ -114,7 +122,7 @@ def backfill_entities(index: Any, namespace: str) -> int:
     untagged = [c for c in index.chunks(namespace) if ENTITIES_KEY not in c.metadata]
     untagged.sort(key=lambda chunk: (recorded_at(chunk) is None, recorded_at(chunk) or 0.0))
     marked: dict[str, list[str]] = {}
-    with _lock:
+    with _lock(namespace):
         book = _book(index, namespace)
         for chunk in untagged:
             ids = book.read(chunk.text)
@@ -158,9 +166,8 @@ def entity_candidates(index: Any, namespace: str, query_text: str, limit: int) -
     score = getattr(index, "score_keywords", None)
     if not limit or not query_text.strip() or not callable(score):
         return EntityCandidates()
-    with _lock:
-        book = _book(index, namespace)
-    named = frozenset(book.resolve(query_text))
+    with _lock(namespace):  # a book is not thread-safe: a turn storing meanwhile may be reading into it
+        named = frozenset(_book(index, namespace).resolve(query_text))
     if not named:
         return EntityCandidates()
     terms = sorted({entity_term(entity_id) for entity_id in named})
@@ -182,7 +189,7 @@ def delete_message(store: Any, user_id: str, message_id: str, project_id: str = 
     if not stored_messages.delete_message(store, user_id, message_id, project_id):
         return False
     if named:
-        with _lock:
+        with _lock(namespace):
             data = load_book(store, namespace)
             if data is not None:
                 book = EntityBook.from_dict(data)
