@@ -103,7 +103,7 @@ def remove_storage(backend: str) -> None:
         import psycopg
 
         with psycopg.connect(POSTGRES, autocommit=True) as admin:
-            for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms"):
+            for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms", "_items"):
                 admin.execute(f"DROP TABLE IF EXISTS {RUN}{suffix}")
             admin.execute("DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{RUN}%",))
     elif backend == "redis":

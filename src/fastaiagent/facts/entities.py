@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,12 +77,6 @@ def book_namespace(recall_namespace: str) -> tuple[str, ...] | None:
     return None if owner is None else (BOOK_ROOT, *owner)
 
 
-def _items(store: Any) -> ItemStore | None:
-    """The item store of a fact store (or of the fact store an index lives in)."""
-    store = getattr(store, "store", store)
-    return store.item_store() if isinstance(store, HoldsItems) else None
-
-
 class _Cached:
     __slots__ = ("data", "stamp")
 
@@ -89,9 +84,42 @@ class _Cached:
         self.data, self.stamp = data, stamp
 
 
-_cache: dict[tuple[int, str], _Cached] = {}
+class _Books:
+    """A fact store's item store (made once: ``item_store()`` makes a new one per
+    call) and the books of its users this process read or wrote."""
+
+    __slots__ = ("__weakref__", "cached", "items")
+
+    def __init__(self, items: ItemStore) -> None:
+        self.items = items
+        self.cached: dict[str, _Cached] = {}
+
+    def remember(self, namespace: str, data: dict[str, Any] | None, stamp: Any) -> None:
+        with _cache_lock:
+            if namespace not in self.cached and len(self.cached) >= _CACHE_LIMIT:
+                self.cached.pop(next(iter(self.cached)))
+            self.cached[namespace] = _Cached(data, stamp)
+
+
+_stores: weakref.WeakKeyDictionary[Any, _Books] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
-_CACHE_LIMIT = 4096  # users whose book a process keeps (a few KB each)
+_CACHE_LIMIT = 4096  # users whose book a process keeps per store (a few KB each)
+
+
+def _books(store: Any) -> _Books | None:
+    """The item store and cached books of a fact store (or of the one an index lives
+    in); None for a store that keeps no items."""
+    store = getattr(store, "store", store)
+    if not isinstance(store, HoldsItems):
+        return None
+    with _cache_lock:
+        try:
+            found = _stores.get(store)
+            if found is None:
+                found = _stores[store] = _Books(store.item_store())
+            return found
+        except TypeError:  # a store that cannot be weakly referenced: no cache
+            return _Books(store.item_store())
 
 
 def _stamp(index: Any, namespace: str) -> Any:
@@ -104,59 +132,62 @@ def _stamp(index: Any, namespace: str) -> Any:
 def load_book(index: Any, namespace: str) -> dict[str, Any] | None:
     """The stored book (its JSON data) of the user of ``namespace``, None when they
     have none. Cached: read again only when the namespace's vectors changed since."""
-    items, where = _items(index), book_namespace(namespace)
-    if items is None or where is None:
+    books, where = _books(index), book_namespace(namespace)
+    if books is None or where is None:
         return None
-    key, stamp = (id(items), namespace), _stamp(index, namespace)
+    stamp = _stamp(index, namespace)
     with _cache_lock:
-        held = _cache.get(key)
+        held = books.cached.get(namespace)
     if held is not None and stamp is not None and held.stamp == stamp:
         return held.data
-    [item] = items.get(where, [BOOK_KEY])
+    [item] = books.items.get(where, [BOOK_KEY])
     data = None if item is None else json.loads(item.value)
-    _remember(key, data, stamp)
+    books.remember(namespace, data, stamp)
     return data
 
 
 def save_book(index: Any, namespace: str, data: Mapping[str, Any]) -> None:
     """Store the book of the user of ``namespace`` (one write; the last writer wins)."""
-    items, where = _items(index), book_namespace(namespace)
-    if items is None or where is None:
+    books, where = _books(index), book_namespace(namespace)
+    if books is None or where is None:
         return
-    items.write([ItemWrite(where, BOOK_KEY, json.dumps(data, ensure_ascii=False, separators=(",", ":")))])
-    held = data if isinstance(data, dict) else dict(data)
-    _remember((id(items), namespace), held, None)  # read again unless settle_book vouches
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    books.items.write([ItemWrite(where, BOOK_KEY, text)])
+    books.remember(namespace, data if isinstance(data, dict) else dict(data), None)
 
 
-def settle_book(index: Any, namespace: str) -> None:
-    """After the index stored the batch whose book :func:`save_book` wrote, mark the
-    cached book current for the namespace's new generation (no read next turn)."""
-    items = _items(index)
-    if items is None:
+def book_stamp(index: Any, namespace: str) -> Any:
+    """The generation of this process's copy of ``namespace``'s vectors in ``index``
+    (None: no copy): what a cached book is checked against. A writer takes it
+    before its add and hands it to :func:`settle_book` after."""
+    return _stamp(index, namespace)
+
+
+def settle_book(index: Any, namespace: str, before: Any) -> None:
+    """After this process's add to ``namespace`` (``before``: :func:`book_stamp`
+    taken just before it), keep the cached book current: when the add is the only
+    change since the book was read or saved (the copy moved from ``before`` to
+    the add's own generation), the book is still the stored one, and the next
+    turn reads none. Any other writer's change in between leaves the copy behind,
+    and the next turn reads the book again."""
+    books, after = _books(index), _stamp(index, namespace)
+    if books is None or after is None or after == before:
         return
-    stamp = _stamp(index, namespace)
     with _cache_lock:
-        held = _cache.get((id(items), namespace))
-        if held is not None and held.stamp is None and stamp is not None:
-            held.stamp = stamp
+        held = books.cached.get(namespace)
+        if held is not None and (held.stamp is None or held.stamp == before):
+            held.stamp = after
 
 
 def delete_book(store: Any, namespace: str) -> None:
     """Delete the book of the user of ``namespace`` (what a forget calls): their
     entity postings go with their messages."""
-    items, where = _items(store), book_namespace(namespace)
-    if items is None or where is None:
+    books, where = _books(store), book_namespace(namespace)
+    if books is None or where is None:
         return
-    items.write([ItemWrite(where, BOOK_KEY, None)])
+    books.items.write([ItemWrite(where, BOOK_KEY, None)])
     with _cache_lock:
-        _cache.pop((id(items), namespace), None)
-
-
-def _remember(key: tuple[int, str], data: dict[str, Any] | None, stamp: Any) -> None:
-    with _cache_lock:
-        if len(_cache) >= _CACHE_LIMIT:
-            _cache.pop(next(iter(_cache)))
-        _cache[key] = _Cached(data, stamp)
+        books.cached.pop(namespace, None)
 
 
 def with_entities(metadata: Mapping[str, Any], ids: Sequence[str]) -> dict[str, Any]:
@@ -169,6 +200,7 @@ __all__ = [
     "BOOK_ROOT",
     "ENTITIES_KEY",
     "book_namespace",
+    "book_stamp",
     "delete_book",
     "entity_ids",
     "entity_term",

@@ -29,6 +29,7 @@ from fastaiagent.facts.entities import (
     BOOK_ROOT,
     ENTITIES_KEY,
     book_namespace,
+    book_stamp,
     entity_ids,
     entity_term,
     load_book,
@@ -100,11 +101,12 @@ def tag_messages(index: Any, chunks: Sequence[Chunk]) -> bool:
 def add_with_entities(index: Any, chunks: Sequence[Chunk]) -> None:
     """``index.add(chunks)`` with their entities found first (:func:`tag_messages`):
     what recall calls to store a batch of messages."""
-    changed = tag_messages(index, chunks)
+    tag_messages(index, chunks)
+    namespaces = {namespace_key(chunk.metadata) for chunk in chunks}
+    before = {namespace: book_stamp(index, namespace) for namespace in namespaces}
     index.add(chunks)
-    if changed:
-        for namespace in {namespace_key(chunk.metadata) for chunk in chunks}:
-            settle_book(index, namespace)
+    for namespace in namespaces:  # the cached books stay current past this process's own add
+        settle_book(index, namespace, before[namespace])
 
 
 def backfill_entities(index: Any, namespace: str) -> int:
