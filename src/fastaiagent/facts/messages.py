@@ -9,7 +9,10 @@ index, and need no embedder: the list is read newest first from the time index
 (``newest``), a search is the index's own keyword side of recall
 (``keyword_search``), and a delete is the index's ``delete``, which removes the
 message's vector, its keyword postings and every process's in-memory copy of it
-(recall no longer finds it), then its cached embeddings (``forget_cached``). A message id of another user changes nothing.
+(recall no longer finds it), its entity postings included, then its cached
+embeddings (``forget_cached``); the user's entity book is left as it is
+(:func:`fastaiagent.recall.entity_store.delete_message` also lowers its
+mention counts). A message id of another user changes nothing.
 
 Messages kept in a VectorStore passed as ``recall=`` (FAISS, Qdrant, ...) are
 not in the fact store and are not seen here.
