@@ -250,3 +250,24 @@ def test_messages_stored_before_entities_are_marked_by_a_backfill(any_location: 
         assert _mentions(store, "ann") == {"Biscuit": 2} and user_entities(store, "bob") == []
     finally:
         store.close()
+
+
+def test_what_another_process_stored_is_seen_by_the_next_query(any_location: str) -> None:
+    from fastaiagent.facts.factory import make_fact_store
+
+    store = _memory(any_location).location
+    index = store.vector_store(32)
+    index.search([1.0] * 32, 1, namespace="user:ann")
+    assert entity_candidates(index, "user:ann", "how is Lena?", 10).entities == frozenset()  # cached: no Lena
+    other = make_fact_store(any_location)  # another process's store objects
+    try:
+        Memory(other, user_id="ann", recall="auto", embedder=WordHashEmbedder(32)).add_history(
+            [UserMessage("I had lunch with my sister Lena today")], user_id="ann", at=[1.0e9 + 8 * 86400]
+        )
+    finally:
+        other.close()
+    index.search([1.0] * 32, 1, namespace="user:ann")  # the next turn's search sees their rows
+    found = entity_candidates(index, "user:ann", "how is Lena?", 10)
+    texts = {c.text for c in index.get([i for i, _ in found.hits])}
+    assert texts == {"I had lunch with my sister Lena today"}
+    assert _about(store, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}  # theirs kept ours

@@ -78,10 +78,32 @@ def book_namespace(recall_namespace: str) -> tuple[str, ...] | None:
 
 
 class _Cached:
-    __slots__ = ("data", "stamp")
+    """A book as read or written, valid at ``stamp``; ``own``: this process's add
+    since then, not yet seen by its copy of the vectors (see :func:`settle_book`)."""
+
+    __slots__ = ("data", "own", "stamp")
 
     def __init__(self, data: dict[str, Any] | None, stamp: Any) -> None:
         self.data, self.stamp = data, stamp
+        self.own: tuple[Any, int, int, int, frozenset[str]] | None = None
+
+    def current(self, index: Any, namespace: str, stamp: Any) -> bool:
+        """Whether the book is still the stored one at ``stamp``: the copy is where it
+        was read, or it moved by exactly this process's own add (its rows appended
+        after the ones held then, nothing removed: no other writer came between)."""
+        if stamp is None or self.stamp is None:
+            return False
+        if self.stamp == stamp:
+            return True
+        if self.own is None or self.own[0] != self.stamp:
+            return False
+        _, epoch, rows, dead, ids = self.own
+        held = index.copies.held(namespace)
+        fresh = held is not None and held.epoch == epoch and held.dead == dead and held.n == rows + len(ids)
+        if fresh and set(held.keys[rows : held.n]) == ids:
+            self.stamp, self.own = stamp, None
+            return True
+        return False
 
 
 class _Books:
@@ -138,8 +160,8 @@ def load_book(index: Any, namespace: str) -> dict[str, Any] | None:
     stamp = _stamp(index, namespace)
     with _cache_lock:
         held = books.cached.get(namespace)
-    if held is not None and stamp is not None and held.stamp == stamp:
-        return held.data
+        if held is not None and held.current(index, namespace, stamp):
+            return held.data
     [item] = books.items.get(where, [BOOK_KEY])
     data = None if item is None else json.loads(item.value)
     books.remember(namespace, data, stamp)
@@ -163,20 +185,29 @@ def book_stamp(index: Any, namespace: str) -> Any:
     return _stamp(index, namespace)
 
 
-def settle_book(index: Any, namespace: str, before: Any) -> None:
-    """After this process's add to ``namespace`` (``before``: :func:`book_stamp`
-    taken just before it), keep the cached book current: when the add is the only
-    change since the book was read or saved (the copy moved from ``before`` to
-    the add's own generation), the book is still the stored one, and the next
-    turn reads none. Any other writer's change in between leaves the copy behind,
-    and the next turn reads the book again."""
+def settle_book(index: Any, namespace: str, before: Any, ids: Sequence[str] = ()) -> None:
+    """After this process's add of ``ids`` to ``namespace`` (``before``:
+    :func:`book_stamp` taken just before it), keep the cached book current: when
+    the add is the only change since the book was read or saved, the book is
+    still the stored one, and the next turn reads none. SQLite's copy moves to
+    the add's own generation at once; Postgres' and Redis' learn of it at the
+    next search, which then finds exactly these rows appended. Any other
+    writer's change in between (rows of theirs, a removal) and the next turn
+    reads the book again."""
     books, after = _books(index), _stamp(index, namespace)
-    if books is None or after is None or after == before:
+    if books is None or after is None:
         return
     with _cache_lock:
         held = books.cached.get(namespace)
-        if held is not None and (held.stamp is None or held.stamp == before):
+        if held is None or (held.stamp is not None and held.stamp != before):
+            return
+        if after != before:
+            held.stamp, held.own = after, None
+            return
+        copy = index.copies.held(namespace)
+        if copy is not None and ids:
             held.stamp = after
+            held.own = (after, copy.epoch, copy.n, copy.dead, frozenset(ids))
 
 
 def delete_book(store: Any, namespace: str) -> None:

@@ -106,7 +106,8 @@ def add_with_entities(index: Any, chunks: Sequence[Chunk]) -> None:
     before = {namespace: book_stamp(index, namespace) for namespace in namespaces}
     index.add(chunks)
     for namespace in namespaces:  # the cached books stay current past this process's own add
-        settle_book(index, namespace, before[namespace])
+        ids = [chunk.id for chunk in chunks if namespace_key(chunk.metadata) == namespace]
+        settle_book(index, namespace, before[namespace], ids)
 
 
 def backfill_entities(index: Any, namespace: str) -> int:
