@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -123,9 +122,9 @@ class _Books:
             self.cached[namespace] = _Cached(data, stamp)
 
 
-_stores: weakref.WeakKeyDictionary[Any, _Books] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 _CACHE_LIMIT = 4096  # users whose book a process keeps per store (a few KB each)
+_ATTRIBUTE = "_fastaiagent_entity_books"  # kept on the fact store: it goes when the store goes
 
 
 def _books(store: Any) -> _Books | None:
@@ -134,14 +133,14 @@ def _books(store: Any) -> _Books | None:
     store = getattr(store, "store", store)
     if not isinstance(store, HoldsItems):
         return None
+    held = getattr(store, "__dict__", None)
+    if held is None:  # a store without attributes of its own: no cache
+        return _Books(store.item_store())
     with _cache_lock:
-        try:
-            found = _stores.get(store)
-            if found is None:
-                found = _stores[store] = _Books(store.item_store())
-            return found
-        except TypeError:  # a store that cannot be weakly referenced: no cache
-            return _Books(store.item_store())
+        found = held.get(_ATTRIBUTE)
+        if found is None:
+            found = held[_ATTRIBUTE] = _Books(store.item_store())
+        return found
 
 
 def _stamp(index: Any, namespace: str) -> Any:

@@ -52,18 +52,30 @@ def _lock(namespace: str) -> threading.Lock:
     return _LOCKS[hash(namespace) % len(_LOCKS)]
 
 _books: dict[tuple[int, str], tuple[Any, EntityBook]] = {}  # the last data read -> its book
+_BOOKS_HELD = 4096  # books kept parsed in the process (the oldest goes first)
+
+
+_books_lock = threading.Lock()
+
+
+def _keep(key: tuple[int, str], data: Any, book: EntityBook) -> None:
+    with _books_lock:
+        if key not in _books and len(_books) >= _BOOKS_HELD:
+            _books.pop(next(iter(_books)))
+        _books[key] = (data, book)
 
 
 def _book(index: Any, namespace: str) -> EntityBook:
     """The user's book, built from the stored data once per version of it."""
     data = load_book(index, namespace)
     key = (id(getattr(index, "store", index)), namespace)
-    held = _books.get(key)
+    with _books_lock:
+        held = _books.get(key)
     if held is not None and held[0] is data and data is not None:
         return held[1]
     book = EntityBook() if data is None else EntityBook.from_dict(data)
     if data is not None:
-        _books[key] = (data, book)
+        _keep(key, data, book)
     return book
 
 
@@ -93,7 +105,7 @@ def tag_messages(index: Any, chunks: Sequence[Chunk]) -> bool:
             if named:  # a batch naming nothing leaves the stored book as it is
                 data = book.to_dict()
                 save_book(index, namespace, data)
-                _books[(id(index.store), namespace)] = (data, book)
+                _keep((id(index.store), namespace), data, book)
                 stored = True
     return stored
 
