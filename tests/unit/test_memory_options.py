@@ -36,8 +36,8 @@ def test_defaults_are_the_blocks_defaults(store):
 
 
 def test_options_are_frozen_checked_and_normalised(store):
-    options = RecallOptions(roles=["user"], participant_boost=2, dense_weight=1)  # type: ignore[arg-type]
-    assert options.roles == ("user",) and options.participant_boost == 2.0
+    options = RecallOptions(roles=["user"], cues=False, dense_weight=1)  # type: ignore[arg-type]
+    assert options.roles == ("user",) and options.dense_weight == 1.0 and not options.ranking.participant
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.top_k = 3  # type: ignore[misc]
     bad = [
@@ -45,7 +45,7 @@ def test_options_are_frozen_checked_and_normalised(store):
         ({"retrieval": "fuzzy"}, InvalidValueError, "retrieval must be one of"),
         ({"roles": ()}, InvalidValueError, "roles must name at least one message role"),
         ({"dedupe": "yes"}, InvalidTypeError, "dedupe must be True or False"),
-        ({"follow_turns": 4}, InvalidValueError, "follow_turns must be <= 3"),
+        ({"cues": "yes"}, InvalidTypeError, "cues must be True or False"),
         ({"recency_weight": 0.7, "importance_weight": 0.5}, InvalidValueError, "must be <= 1"),
         ({"store": "faiss"}, InvalidTypeError, 'store must be "auto" or a VectorStore'),
         ({"store": object()}, InvalidTypeError, 'store must be "auto" or a VectorStore'),

@@ -1,0 +1,173 @@
+"""One ranking function: the candidates of a query, best first, each with why.
+
+:func:`rank` orders :class:`~.candidates.Candidates` in steps, each a pure
+function that returns what it adds to each candidate's score (nothing is edited
+in place), all weights from :class:`~.weights.Ranking`:
+
+1. ``fused``: the dense, time-listed and keyword scores, each standardised over
+   its own candidates and blended (:func:`~fastaiagent.kb.hybrid.calibrated_fuse`);
+2. ``speaker`` / ``time``: the messages of the participant the query asks about,
+   and of the time it names, gain ``participant`` / ``date``;
+3. ``now`` / ``at first``: a query that asks how things stand now (were at first)
+   raises the later (earlier) of the best candidates;
+4. ``agent reply``: the agent's own replies rank ``reply_drop`` lower, unless the
+   query asks what the agent said;
+5. ``asks``: messages that ask rank ``question_drop`` lower;
+6. ``follows a hit``: the messages after the best hits rank just below them
+   (:mod:`.following`);
+7. ``surroundings``: what the turns around each candidate say (:mod:`.context`).
+
+Each result carries its :class:`Reason` list: the steps that moved it, by how
+much (standard deviations of the fused score). ``retrieval="dense"`` and
+``"bm25"`` are one side alone: its own score, no step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from fastaiagent.facts.vectors import recorded_at
+from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
+from fastaiagent.kb.protocols import Chunk
+from fastaiagent.recall.candidates import Candidates
+from fastaiagent.recall.context import Found, surroundings
+from fastaiagent.recall.dates import DateCue
+from fastaiagent.recall.following import Fetch, asks, follow
+from fastaiagent.recall.query import RecallQuery
+from fastaiagent.recall.weights import Ranking
+
+Reason = tuple[str, float]
+"""``(step, how much it added)``: ``("fused", 1.2)``, ``("speaker", 1.5)``."""
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One candidate as ranked: its chunk, its score in (0, 1) (the fused score
+    squashed, order kept), its similarity side scores and the reasons."""
+
+    chunk: Chunk
+    score: float
+    reasons: tuple[Reason, ...] = ()
+
+
+def rank(
+    candidates: Candidates,
+    query: RecallQuery,
+    ranking: Ranking,
+    *,
+    retrieval: str = "hybrid",
+    dense_weight: float,
+    fetch: Fetch,
+    namespace: str,
+    speaker: str | None,
+) -> list[Ranked]:
+    """The candidates best first (see the module). ``speaker``: the participant the
+    query asks about (:meth:`RecallQuery.about` the speakers known once the
+    candidates are in); ``fetch`` reads the messages after the best hits by id, of
+    ``namespace`` only."""
+    if retrieval == "dense":
+        return _one_side(candidates, candidates.dense)
+    if retrieval == "bm25":
+        return _one_side(candidates, candidates.keyword, scale=True)
+    return _hybrid(candidates, query, ranking, dense_weight, fetch, namespace, speaker)
+
+
+def _one_side(candidates: Candidates, side: tuple[tuple[str, float], ...], scale: bool = False) -> list[Ranked]:
+    """One side's own order: cosine as it is, BM25 over its best score."""
+    top = (side[0][1] or 1.0) if scale and side else 1.0
+    return [Ranked(candidates.chunks[i], s / top, (("side", s),)) for i, s in side]
+
+
+def _hybrid(
+    candidates: Candidates,
+    query: RecallQuery,
+    ranking: Ranking,
+    dense_weight: float,
+    fetch: Fetch,
+    namespace: str,
+    speaker: str | None,
+) -> list[Ranked]:
+    chunks: Mapping[str, Chunk] = candidates.chunks
+    scores = calibrated_fuse(
+        candidates.dense,
+        _with_entities(candidates),
+        dense_weight=dense_weight * candidates.dense_share,
+        recorded=candidates.recorded,
+        keyword_complete=candidates.keyword_complete,
+    )
+    reasons: dict[str, list[Reason]] = {i: [("fused", s)] for i, s in scores.items()}
+    when = query.when if ranking.date else None
+    steps = [
+        ("speaker", _where(chunks, scores, ranking.participant, lambda c: speaker is not None and c.metadata.get("speaker") == speaker)),
+        ("time", _where(chunks, scores, ranking.date, lambda c: when is not None and _said_in(c, when))),
+    ]  # fmt: skip
+    for name, changes in steps:
+        scores = _add(scores, changes, reasons, name)
+    if query.time_order and ranking.time_order:
+        scores = _add(scores, _in_time(scores, chunks, query.time_order, ranking), reasons, "now / at first")
+    if ranking.reply_drop and not query.about_replies:
+        drop = _where(chunks, scores, -ranking.reply_drop, lambda c: c.metadata.get("role") == "assistant")
+        scores = _add(scores, drop, reasons, "agent reply")
+    if ranking.question_drop:
+        scores = _add(scores, _where(chunks, scores, -ranking.question_drop, lambda c: asks(c.text)), reasons, "asks")
+    if ranking.follow_turns and scores:
+        answer_drop = ranking.answer_drop or None
+        changes, read = follow(scores, chunks, fetch, namespace=namespace, turns=ranking.follow_turns,
+                               hits=ranking.followed_hits, drops=ranking.follow_drops, answer_drop=answer_drop)  # fmt: skip
+        chunks = {**chunks, **read} if read else chunks
+        scores = _add(scores, changes, reasons, "follows a hit")
+    if ranking.signals is not None:
+        found = Found({i for i, _ in candidates.dense}, {i for i, _ in candidates.recorded}, speaker)
+        scores = _add(scores, surroundings(scores, chunks, found, ranking.signals), reasons, "surroundings")
+    order = sorted(scores, key=scores.__getitem__, reverse=True)
+    return [Ranked(chunks[i], unit_score(scores[i]), tuple(reasons[i])) for i in order]
+
+
+def _with_entities(candidates: Candidates) -> list[tuple[str, float]]:
+    """The keyword side with the entity side's hits (a hit of both keeps its better score)."""
+    if not candidates.entity:
+        return list(candidates.keyword)
+    merged = dict(candidates.keyword)
+    for chunk_id, score in candidates.entity:
+        merged[chunk_id] = max(score, merged.get(chunk_id, score))
+    return list(merged.items())
+
+
+def _add(
+    scores: Mapping[str, float], changes: Mapping[str, float], reasons: dict[str, list[Reason]], step: str
+) -> dict[str, float]:
+    """``scores`` plus ``changes`` (a new dict), each change noted as a reason."""
+    added = dict(scores)
+    for chunk_id, change in changes.items():
+        if change:
+            added[chunk_id] = added.get(chunk_id, 0.0) + change
+            reasons.setdefault(chunk_id, []).append((step, change))
+    return added
+
+
+def _where(
+    chunks: Mapping[str, Chunk], scores: Mapping[str, float], amount: float, which: Callable[[Chunk], bool]
+) -> dict[str, float]:
+    """``amount`` for every candidate whose chunk is ``which``."""
+    return {i: amount for i in scores if which(chunks[i])} if amount else {}
+
+
+def _said_in(chunk: Chunk, when: DateCue) -> bool:
+    at = recorded_at(chunk)
+    return at is not None and when.matches(at)
+
+
+def _in_time(scores: Mapping[str, float], chunks: Mapping[str, Chunk], direction: int, ranking: Ranking) -> dict[str, float]:
+    """The best ``time_order_among`` candidates gain ``time_order`` times their
+    standardised time said (``direction`` 1) or its opposite (-1). A message with
+    no time is taken as said in the middle of the others."""
+    best = sorted(scores, key=scores.__getitem__, reverse=True)[: ranking.time_order_among]
+    said = [recorded_at(chunks[chunk_id]) for chunk_id in best]
+    known = [at for at in said if at is not None]
+    middle = sum(known) / len(known) if known else 0.0
+    times = [middle if at is None else at for at in said]
+    return {i: direction * ranking.time_order * z for i, z in zip(best, standardized(times), strict=True)}
+
+
+__all__ = ["Ranked", "Reason", "rank"]
