@@ -26,7 +26,6 @@ from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._beside import beside
 from fastaiagent._validate import boolean, number, text
 from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.memory_blocks import framing, message_ids
@@ -42,10 +41,11 @@ from fastaiagent.agent.memory_blocks.vector_history import (
     said_times,
     voice_of,
 )
+from fastaiagent.agent.memory_blocks.vector_sides import StoreSides
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts import scoping
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
-from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
+from fastaiagent.facts.index.reembed import stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
 from fastaiagent.facts.vectors import embedded_text, keyword_text, recorded_at
@@ -55,14 +55,12 @@ from fastaiagent.kb.protocols import (
     NAMESPACE_KEY,
     Chunk,
     DimensionMismatchError,
-    SearchHit,
     VectorStore,
 )
 from fastaiagent.llm.message import ROLES, Message, SystemMessage, storable_text
-from fastaiagent.recall.dates import Span
 from fastaiagent.recall.pipeline import Settings, explain, find
 from fastaiagent.recall.query import read_query
-from fastaiagent.recall.weights import RECORDED_SHARE, Ranking
+from fastaiagent.recall.weights import Ranking
 
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
@@ -89,49 +87,6 @@ class Recalled:
 def _said(role: Any) -> str:
     """``user said`` for a known role; the role is never shown raw (it is store data)."""
     return f"{role} said" if role in ROLES else "earlier message"
-
-
-class _Chunks:
-    """Chunks of keyword hits by id: the in-process map, or one ``get`` from the store."""
-
-    def __init__(self, fetch: Any, known: dict[str, Chunk]) -> None:
-        self._fetch = fetch
-        self._known = known
-
-    def __call__(self, ids: list[str]) -> dict[str, Chunk]:
-        if self._fetch is None:
-            return {i: self._known[i] for i in ids if i in self._known}
-        return {c.id: c for c in self._fetch(ids)} if ids else {}
-
-
-class _Sides:
-    """The block's store as the recall pipeline's :class:`~fastaiagent.recall.Sides`."""
-
-    def __init__(self, block: VectorBlock) -> None:
-        self._block = block
-
-    @property
-    def finds_recorded(self) -> bool:
-        return self._block._finds_recorded
-
-    @property
-    def keywords_wait(self) -> bool:
-        return self._block._store_keywords
-
-    @property
-    def reads_cjk(self) -> bool:
-        return bool(getattr(self._block.embedder, "understands_cjk", True))
-
-    def dense(
-        self, text: str, fetch: int, spans: Sequence[Span] = (), message: str | None = None
-    ) -> tuple[list[tuple[Chunk, float]], list[tuple[Chunk, float]], bool]:
-        return self._block._dense(text, fetch, spans, message)
-
-    def keyword(self, text: str, fetch: int) -> tuple[list[tuple[str, float]], _Chunks]:
-        return self._block._keyword(text, fetch)
-
-    def get(self, ids: Sequence[str]) -> list[Chunk]:
-        return self._block.store.get(list(ids))
 
 
 # VectorBlock's positional parameters that are recall options, in their order (the
@@ -324,12 +279,6 @@ class VectorBlock(MemoryBlock):
                 self._cached = cached(self.embedder, self.store, self.namespace)
         return list(self._cached.embed(texts))
 
-    @property
-    def _store_keywords(self) -> bool:
-        # A store that keeps keyword postings serves the keyword side itself:
-        # no in-process BM25 to rebuild from every chunk after a restart.
-        return callable(getattr(self.store, "keyword_search", None))
-
     def _check_dimension(self, embedder: Any) -> None:
         store_dim = getattr(self.store, "dimension", None)
         dim = getattr(embedder, "dimension", None)
@@ -421,7 +370,7 @@ class VectorBlock(MemoryBlock):
     def embedding_text(self, chunk: Chunk) -> str:
         """The text whose vector represents ``chunk``: the extension point for what is
         embedded (the keyword side indexes ``chunk.text`` and its context). By default
-        the text, then the question it answers where ``embed_question`` recorded one
+        the text, then the question it answers where one was recorded
         (:func:`~fastaiagent.facts.vectors.embedded_text`)."""
         return embedded_text(chunk)
 
@@ -495,70 +444,26 @@ class VectorBlock(MemoryBlock):
         # finds much more of LoCoMo's evidence), as the stores' postings do.
         self._keywords.add(chunk.id, keyword_text(chunk))
 
-    def _keyword_index(self) -> BM25Index:
-        # Built once from the store (this namespace only), then kept up to date
-        # by flush; a restarted process or a shared store starts complete.
+    def keyword_index(self) -> tuple[BM25Index, dict[str, Chunk]]:
+        """The in-process keyword index of this namespace and its chunks by id (for a
+        store without keyword postings). Built once from the store, then kept up to
+        date by flush; a restarted process or a shared store starts complete."""
         with self._lock:
             if self._keywords is None:
                 self._keywords = BM25Index()
-                untagged = self._reads_untagged
+                untagged = self.reads_untagged
                 for chunk in self.store.chunks(self.namespace, include_untagged=untagged):
                     self._index_keywords(chunk)
-            return self._keywords
+            return self._keywords, self._keyword_chunks
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """``texts`` embedded through the block's cache (the store's, when it keeps one)."""
+        return self._embed(texts)
 
     @property
-    def _reads_untagged(self) -> bool:
+    def reads_untagged(self) -> bool:
+        """Whether chunks with no namespace tag are this block's (the default namespace)."""
         return self.namespace == DEFAULT_NAMESPACE
-
-    @property
-    def _finds_recorded(self) -> bool:
-        # A store that lists chunks by when they were recorded (search_recorded) lets
-        # a query naming a time rank that time's messages even when no word matches.
-        return callable(getattr(self.store, "search_recorded", None))
-
-    def _dense(
-        self, query: str, fetch: int, spans: Sequence[Span] = (), message: str | None = None
-    ) -> tuple[list[tuple[Chunk, float]], list[tuple[Chunk, float]], bool]:
-        """The ``fetch`` closest chunks; the closest of those recorded in ``spans``;
-        whether the namespace is exhausted (fewer than ``fetch`` found).
-
-        ``message``: the user's message when it differs from ``query`` (names taken
-        out), embedded in the same call: the turn records it next, and a store
-        that caches vectors then finds it there instead of embedding it again."""
-        vector = self._embed([query] if message in (None, query) else [query, message])[0]
-        pending = beside(self._recorded, vector, fetch, spans) if spans else None
-        untagged = self._reads_untagged
-        hits = self.store.search(vector, fetch, namespace=self.namespace, include_untagged=untagged)
-        recorded = pending.result() if pending is not None else []
-        if holds_cache(self.store):  # durable: may hold vectors of an earlier model
-            identity = identity_of(self.embedder)
-            kept = [hit for hit in hits if not foreign(hit.chunk.metadata, identity)]
-            recorded = [hit for hit in recorded if not foreign(hit.chunk.metadata, identity)]
-            if len(kept) < len(hits):  # never ranked against this model's query
-                reembed_in_background(self.store, self.embedder, self.namespace)
-            hits = kept
-        # Counted after an earlier model's vectors are left out, as before: a recall
-        # during a re-embedding does not widen its search over vectors it cannot rank.
-        exhausted = len(hits) < fetch
-        pairs = [(hit.chunk, hit.score) for hit in hits]
-        return pairs, [(hit.chunk, hit.score) for hit in recorded], exhausted
-
-    def _recorded(self, vector: list[float], fetch: int, spans: Sequence[Span]) -> list[SearchHit]:
-        return self.store.search_recorded(  # type: ignore[attr-defined]
-            vector,
-            max(1, int(fetch * RECORDED_SHARE)),
-            namespace=self.namespace,
-            spans=spans,
-            include_untagged=self._reads_untagged,
-        )
-
-    def _keyword(self, query: str, fetch: int) -> tuple[list[tuple[str, float]], _Chunks]:
-        """The keyword ranking, from the store's postings or the in-process BM25."""
-        if self._store_keywords:
-            found = self.store.keyword_search(query, fetch, namespace=self.namespace)  # type: ignore[attr-defined]
-            return [(i, float(s)) for i, s in found], _Chunks(self.store.get, {})
-        index = self._keyword_index()
-        return index.search(query, fetch), _Chunks(None, self._keyword_chunks)
 
     def _zone(self) -> tzinfo:
         """Whose days and months a query's dates name: ``tz=``, else the clock's (an
@@ -588,7 +493,7 @@ class VectorBlock(MemoryBlock):
         Over-fetches and widens the search until ``top_k`` chunks outside the
         window are found or the namespace is exhausted. ``replies_to``: the
         question ``query`` answers, embedded with it (a turn passes the one its
-        message will be stored with, ``embed_question``); the keyword side and
+        message will be stored with); the keyword side and
         the cues read ``query`` alone.
         """
         if replies_to is not None and not isinstance(replies_to, str):
@@ -610,7 +515,7 @@ class VectorBlock(MemoryBlock):
         # then the first top_k outside the window are all that is needed.
         needed = None if self.weights.active else self.top_k
         settings = Settings(self.retrieval, self.dense_weight, self.ranking, self.top_k, self.namespace)
-        kept = find(parsed, _Sides(self), settings, window=in_window, needed=needed,
+        kept = find(parsed, StoreSides(self), settings, window=in_window, needed=needed,
                     speakers=self._learn_speakers)  # fmt: skip
         # A shared store may hold any created_at or importance: read what is not a
         # number as now and as 1.0.
@@ -647,7 +552,7 @@ class VectorBlock(MemoryBlock):
 
     def _question_answered(self) -> str | None:
         """The question the turn's message answers, the one :func:`link_to_previous`
-        will store it with (``embed_question``): the turn embeds the message once,
+        will store it with: the turn embeds the message once,
         as its query and as what is stored."""
         with self._lock:  # the turn's message: the user's, without a name
             return question_answered(self._recent, self._last_voice, ANONYMOUS_USER)
