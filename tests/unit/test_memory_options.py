@@ -121,3 +121,10 @@ def test_memory_recall_strings_and_stores_become_options(store, location):
     assert Memory(location, recall=RecallOptions(), dedupe=True).config.recall_options == (
         RecallOptions(dedupe=True)
     )
+
+
+def test_a_block_names_the_recall_options_when_a_keyword_is_not_one(store):
+    with pytest.raises(InvalidTypeError, match=r"unexpected keyword.*top_kk.*the recall options are.*cues"):
+        VectorBlock(store, embedder=WordHashEmbedder(), top_kk=3)
+    # Every option is a keyword of the block, read back the same: one place to add one.
+    assert VectorBlock(store, embedder=WordHashEmbedder(), cues=False).options == RecallOptions(store=store, cues=False)

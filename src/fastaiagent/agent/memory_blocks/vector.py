@@ -30,7 +30,7 @@ from fastaiagent._validate import boolean, number, text
 from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.memory_blocks import framing, message_ids
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext, described
-from fastaiagent.agent.memory_blocks.recall_options import RecallOptions
+from fastaiagent.agent.memory_blocks.recall_options import OPTION_NAMES, REMOVED, RecallOptions
 from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_history import (
     ANONYMOUS_USER,
@@ -101,6 +101,12 @@ _DEFAULT_OPTIONS = RecallOptions()
 
 def _chosen_options(options: RecallOptions | None, keywords: dict[str, Any]) -> RecallOptions:
     """``options``, or the keywords as options; not both (which one was meant?)."""
+    unknown = sorted(set(keywords) - set(_OPTION_NAME) - OPTION_NAMES - set(REMOVED))
+    if unknown:
+        raise InvalidTypeError(
+            f"VectorBlock got unexpected keyword(s) {', '.join(unknown)}: the recall "
+            f"options are {', '.join(sorted(OPTION_NAMES - {'store', 'dedupe'}))}"
+        )
     given = RecallOptions(**{_OPTION_NAME.get(k, k): v for k, v in keywords.items()})
     if options is None:
         return given
