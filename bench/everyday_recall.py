@@ -15,6 +15,20 @@ per kind in ``bench/data/everyday/<kind>.json`` (written for this bench):
 - ``dates_in_text``: messages that talk about dates and numbers ("the 2024
   release", "2048-bit keys") said at other times.
 
+That is the ``tuning`` set: recall was tuned on it. ``--set fresh`` reads
+``bench/data/everyday_fresh/`` instead, written before the recall redesign of
+issue 47 and not to be tuned on (report it as it comes out):
+
+- ``household``: a couple's house, greyhound, family and car over five months;
+- ``fitness``: a runner's training, injuries, physio and blood tests;
+- ``team``: an engineering team's channel, five people, no assistant;
+- ``german_family``: a German family's child care, cat and a grandmother's 90th.
+
+Questions marked ``"linked": true`` need a link across sessions: the answer turn
+names a person, pet or thing differently from the question ("Juniper" /
+"the greyhound", "the woman next door" / "Pat"); they are also reported
+together as the row ``linked``. ``--set tuning,fresh`` reports both sets.
+
 A data file is::
 
     {"kind": "support", "now": "2025-03-14T12:00:00Z",    # when questions are asked (UTC)
@@ -32,8 +46,10 @@ assistant turn ``AssistantMessage(text)`` (no name, as an agent's replies
 have), said at the turn's ``at``; the block's clock reads the file's ``now``.
 Each question is then recalled (``top_k`` 5, one chunk per turn) and scored:
 hit@k, the share of questions with an answer turn among the first k turns
-recalled (k = 1, 3, 5), and R@5, the mean share of a question's answer turns
-in the first 5.
+recalled (k = 1, 3, 5), MRR, the mean reciprocal rank of the first answer turn
+in the first 5 (0 when none is), and R@5, the mean share of a question's
+answer turns in the first 5. Under the table, the kinds where ``default`` does
+worse than ``cues_off`` on hit@3 or MRR.
 
 Two configurations by default: ``default`` (VectorBlock's defaults) and ``cues_off``,
 ``RecallOptions(cues=False)``: every ranking step of ``fastaiagent.recall.ranking``
@@ -44,11 +60,11 @@ than ranking); the participants' names are still taken out of the embedded
 query. ``no_<step>`` turns one step of ``Ranking`` off and leaves the others on
 (an ablation).
 
-    python bench/everyday_recall.py [--kinds support,coding,...] [--configs default,cues_off]
-                                    [--json] [--misses]
+    python bench/everyday_recall.py [--set tuning|fresh|tuning,fresh] [--kinds support,coding,...]
+                                    [--configs default,cues_off] [--json] [--misses]
 
 The table goes to stdout, every question's recalled turns to
-bench/results/everyday_recall.json; ``--json`` ends with one JSON summary line,
+bench/results/everyday_recall.json (``everyday_recall_fresh.json`` for the fresh set); ``--json`` ends with one JSON summary line,
 ``--misses`` lists the questions each configuration misses at 5.
 """
 
@@ -74,11 +90,19 @@ from locomo_recall import CachingEmbedder, TurnTaggedBlock, recall_store, turns_
 from fastaiagent.kb.embedding import get_embedder
 from fastaiagent.llm.message import AssistantMessage, Message, UserMessage
 
-DATA = Path(__file__).parent / "data" / "everyday"
-OUT = Path(__file__).parent / "results" / "everyday_recall.json"
-KINDS = ("support", "coding", "group", "personal", "german", "cjk", "dates_in_text")
+HERE = Path(__file__).parent
+DATA = {"tuning": HERE / "data" / "everyday", "fresh": HERE / "data" / "everyday_fresh"}
+OUT = {
+    "tuning": HERE / "results" / "everyday_recall.json",
+    "fresh": HERE / "results" / "everyday_recall_fresh.json",
+}
+KINDS = {
+    "tuning": ("support", "coding", "group", "personal", "german", "cjk", "dates_in_text"),
+    "fresh": ("household", "fitness", "team", "german_family"),
+}
 TOP_K = 5
-COLUMNS = ("hit@1", "hit@3", "hit@5", "R@5")
+COLUMNS = ("hit@1", "hit@3", "hit@5", "MRR", "R@5")
+COMPARED = ("hit@3", "MRR")  # default should be at least as good as cues_off on these
 CUES_OFF: dict[str, Any] = {"cues": False}
 # Each ranking step's weight when off (recall.weights.Ranking).
 STEPS_OFF: dict[str, Any] = {
@@ -122,7 +146,8 @@ class Tally:
             return round(sum(values) / n, 3) if n else 0.0
 
         hits = {f"hit@{k}": share([r is not None and r <= k for r in self.ranks]) for k in (1, 3, 5)}
-        return {"n": n, **hits, "R@5": share(self.recalls)}
+        mrr = share([1 / r if r is not None else 0.0 for r in self.ranks])
+        return {"n": n, **hits, "MRR": mrr, "R@5": share(self.recalls)}
 
 
 def epoch(moment: str) -> float:
@@ -161,21 +186,26 @@ def fed_block(
 
 def run_kind(
     data: dict[str, Any], embedder: Any, options: dict[str, Any]
-) -> tuple[Tally, list[dict[str, Any]]]:
-    """The kind's tally under ``options``, and each question's recalled turns."""
-    tally, asked = Tally(), []
+) -> tuple[Tally, Tally, list[dict[str, Any]]]:
+    """The kind's tally under ``options``, that of its linked questions, and each
+    question's recalled turns."""
+    tally, linked, asked = Tally(), Tally(), []
     now = epoch(data["now"])
     for conversation in data["conversations"]:
         block = fed_block(conversation, now, embedder, options)
         for question in conversation["questions"]:
             got = turns_in(block.recall(question["q"]))[:TOP_K]
-            tally.add(got, question["answers"], f"{conversation['id']}: {question['q']}")
+            label = f"{conversation['id']}: {question['q']}"
+            tally.add(got, question["answers"], label)
+            if question.get("linked"):
+                linked.add(got, question["answers"], label)
             asked.append({**question, "conversation": conversation["id"], "got": got})
-    return tally, asked
+    return tally, linked, asked
 
 
-def load(kind: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((DATA / f"{kind}.json").read_text(encoding="utf-8"))
+def load(kind: str, data_set: str = "tuning") -> dict[str, Any]:
+    path = DATA[data_set] / f"{kind}.json"
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
 
 
@@ -188,8 +218,21 @@ def print_table(rows: dict[str, dict[str, dict[str, Any]]]) -> None:
             print(f"{kind:<14} {config:<{wide}} {row['n']:>4} {values}")
 
 
+def print_worse(rows: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Where ``default`` falls below ``cues_off`` (both run), per kind and figure."""
+    worse = [
+        f"{kind} {column} {by_config['default'][column]:.3f} < {by_config['cues_off'][column]:.3f}"
+        for kind, by_config in rows.items()
+        if "default" in by_config and "cues_off" in by_config
+        for column in COMPARED
+        if by_config["default"][column] < by_config["cues_off"][column]
+    ]
+    if any("default" in c and "cues_off" in c for c in rows.values()):
+        print("default below cues_off: " + ("; ".join(worse) if worse else "nowhere"))
+
+
 def print_misses(tallies: dict[str, dict[str, Tally]]) -> None:
-    kinds = [kind for kind in tallies if kind != "all"]
+    kinds = [kind for kind in tallies if kind not in ("all", "linked")]
     for config in tallies["all"]:
         print(f"\nmissed at 5 ({config}):")
         for kind in kinds:
@@ -198,47 +241,71 @@ def print_misses(tallies: dict[str, dict[str, Tally]]) -> None:
 
 
 def evaluate(
-    kinds: list[str], configs: list[str], embedder: CachingEmbedder
+    kinds: list[str], configs: list[str], embedder: CachingEmbedder, data_set: str = "tuning"
 ) -> tuple[dict[str, dict[str, Tally]], dict[str, Any]]:
-    """Per kind and configuration, the tally and every question's recalled turns."""
+    """Per kind and configuration, the tally and every question's recalled turns;
+    ``all`` sums the kinds, ``linked`` (when any) their linked questions."""
     tallies: dict[str, dict[str, Tally]] = {}
+    linked: dict[str, Tally] = {config: Tally() for config in configs}
     questions: dict[str, Any] = {}
     for kind in kinds:
-        data = load(kind)
+        data = load(kind, data_set)
         tallies[kind], questions[kind] = {}, {}
         for config in configs:
-            tallies[kind][config], questions[kind][config] = run_kind(data, embedder, CONFIGS[config])
+            tally, linked_tally, asked = run_kind(data, embedder, CONFIGS[config])
+            tallies[kind][config], questions[kind][config] = tally, asked
+            linked[config].merge(linked_tally)
     tallies["all"] = {config: Tally() for config in configs}
     for kind in kinds:
         for config in configs:
             tallies["all"][config].merge(tallies[kind][config])
+    if any(tally.ranks for tally in linked.values()):
+        tallies["linked"] = linked
     return tallies, questions
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument(
+        "--set", dest="sets", default="tuning", help="tuning, fresh or tuning,fresh"
+    )
+    parser.add_argument("--kinds", default=None, help="of the set's kinds (default: all)")
     parser.add_argument(
         "--configs", default=DEFAULT_CONFIGS, help=f"of {', '.join(CONFIGS)}"
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
     parser.add_argument("--misses", action="store_true", help="list the questions missed at 5")
     args = parser.parse_args(argv)
-    kinds, configs = args.kinds.split(","), args.configs.split(",")
-    unknown = [k for k in kinds if k not in KINDS] + [c for c in configs if c not in CONFIGS]
+    sets, configs = args.sets.split(","), args.configs.split(",")
+    known = [kind for data_set in sets for kind in KINDS.get(data_set, ())]
+    kinds = args.kinds.split(",") if args.kinds else known
+    unknown = (
+        [s for s in sets if s not in KINDS]
+        + [k for k in kinds if k not in known]
+        + [c for c in configs if c not in CONFIGS]
+    )
     if unknown:
-        parser.error(f"unknown kind or config: {', '.join(unknown)}")
-    started = time.perf_counter()
-    tallies, questions = evaluate(kinds, configs, CachingEmbedder(get_embedder("auto")))
-    rows = {kind: {c: t.row() for c, t in by_config.items()} for kind, by_config in tallies.items()}
-    print_table(rows)
-    print(f"({time.perf_counter() - started:.1f} s)")
-    if args.misses:
-        print_misses(tallies)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"results": rows, "questions": questions}, indent=1, ensure_ascii=False))
+        parser.error(f"unknown set, kind or config: {', '.join(unknown)}")
+    embedder = CachingEmbedder(get_embedder("auto"))
+    summary: dict[str, Any] = {}
+    for data_set in sets:
+        started = time.perf_counter()
+        chosen = [kind for kind in KINDS[data_set] if kind in kinds]
+        tallies, questions = evaluate(chosen, configs, embedder, data_set)
+        rows = {k: {c: t.row() for c, t in by_config.items()} for k, by_config in tallies.items()}
+        print(f"\n{data_set} set")
+        print_table(rows)
+        print_worse(rows)
+        print(f"({time.perf_counter() - started:.1f} s)")
+        if args.misses:
+            print_misses(tallies)
+        OUT[data_set].parent.mkdir(parents=True, exist_ok=True)
+        OUT[data_set].write_text(
+            json.dumps({"results": rows, "questions": questions}, indent=1, ensure_ascii=False)
+        )
+        summary[data_set] = rows
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps(summary if len(sets) > 1 else summary[sets[0]]))
     return 0
 
 

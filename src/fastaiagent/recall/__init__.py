@@ -8,7 +8,9 @@
 
 Every weight is in :mod:`.weights`, every word of a language in :mod:`.words`,
 the reading of dates in :mod:`.dates`; what the stores hold stays in
-:mod:`fastaiagent.facts`.
+:mod:`fastaiagent.facts`. The things people talk about (people, pets, places)
+are found and resolved in :mod:`.entities` and :mod:`.entity_book`; the query's
+side of them is :func:`~.query.resolve_entities`.
 """
 
 from fastaiagent.recall.candidates import Candidates, Sides, gather
