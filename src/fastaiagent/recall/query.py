@@ -97,6 +97,8 @@ class RecallQuery:
     """Keys of the entities it mentions (:func:`resolve_entities`)."""
     words: tuple[Span, ...] = field(default=(), repr=False)
     """Where its words are (start, end): names are matched on them, not re-read."""
+    known: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    """The speakers known when it was read (:attr:`speaker` is among them)."""
 
     @property
     def said(self) -> str:
@@ -108,6 +110,9 @@ class RecallQuery:
         or, naming several, the first it names as a subject: not as an owner
         ("Caroline's decision") and not in a pair ("Did Jon and Gina both ...",
         which prefers neither)."""
+        known = set(known)
+        if known == self.known:  # no speaker learnt since it was read
+            return self.speaker
         return _subject(self.text, self.words, known)
 
 
@@ -192,6 +197,7 @@ def read_query(
         now=now,
         entities=resolve_entities(text, terms, namespace, entity_book),
         words=words,
+        known=frozenset(known),
     )
 
 

@@ -1,8 +1,8 @@
 """One ranking function: the candidates of a query, best first, each with why.
 
 :func:`rank` orders :class:`~.candidates.Candidates` in steps, each a pure
-function that returns what it adds to each candidate's score (nothing is edited
-in place), all weights from :class:`~.weights.Ranking`:
+function that returns what it adds to each candidate's score (it edits nothing it
+is given; the sum is the ranking's own), all weights from :class:`~.weights.Ranking`:
 
 1. ``fused``: the dense, time-listed and keyword scores, each standardised over
    its own candidates and blended (:func:`~fastaiagent.kb.hybrid.calibrated_fuse`);
@@ -25,7 +25,7 @@ much (standard deviations of the fused score). ``retrieval="dense"`` and
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
@@ -41,10 +41,9 @@ Reason = tuple[str, float]
 """``(step, how much it added)``: ``("fused", 1.2)``, ``("speaker", 1.5)``."""
 
 
-@dataclass(frozen=True)
-class Ranked:
+class Ranked(NamedTuple):
     """One candidate as ranked: its chunk, its score in (0, 1) (the fused score
-    squashed, order kept), its similarity side scores and the reasons."""
+    squashed, order kept) and the reasons (a tuple: made for every candidate)."""
 
     chunk: Chunk
     score: float
@@ -89,39 +88,60 @@ def _hybrid(
     speaker: str | None,
 ) -> list[Ranked]:
     chunks: Mapping[str, Chunk] = candidates.chunks
-    scores = calibrated_fuse(
+    fused = calibrated_fuse(
         candidates.dense,
         _with_entities(candidates),
         dense_weight=dense_weight * candidates.dense_share,
         recorded=candidates.recorded,
         keyword_complete=candidates.keyword_complete,
     )
-    reasons: dict[str, list[Reason]] = {i: [("fused", s)] for i, s in scores.items()}
+    # Each step returns what it adds; the sum is kept here, in this call's own dict.
+    scores, moved = dict(fused), Moves()
     when = query.when if ranking.date else None
-    steps = [
-        ("speaker", _where(chunks, scores, ranking.participant, lambda c: speaker is not None and c.metadata.get("speaker") == speaker)),
-        ("time", _where(chunks, scores, ranking.date, lambda c: when is not None and _said_in(c, when))),
-    ]  # fmt: skip
-    for name, changes in steps:
-        scores = _add(scores, changes, reasons, name)
+    if speaker is not None and ranking.participant:
+        moved.add(scores, _where(chunks, scores, ranking.participant, lambda c: c.metadata.get("speaker") == speaker), "speaker")
+    if when is not None:
+        moved.add(scores, _where(chunks, scores, ranking.date, lambda c: _said_in(c, when)), "time")
     if query.time_order and ranking.time_order:
-        scores = _add(scores, _in_time(scores, chunks, query.time_order, ranking), reasons, "now / at first")
+        moved.add(scores, _in_time(scores, chunks, query.time_order, ranking), "now / at first")
     if ranking.reply_drop and not query.about_replies:
         drop = _where(chunks, scores, -ranking.reply_drop, lambda c: c.metadata.get("role") == "assistant")
-        scores = _add(scores, drop, reasons, "agent reply")
+        moved.add(scores, drop, "agent reply")
     if ranking.question_drop:
-        scores = _add(scores, _where(chunks, scores, -ranking.question_drop, lambda c: asks(c.text)), reasons, "asks")
+        moved.add(scores, _where(chunks, scores, -ranking.question_drop, lambda c: asks(c.text)), "asks")
     if ranking.follow_turns and scores:
         answer_drop = ranking.answer_drop or None
         changes, read = follow(scores, chunks, fetch, namespace=namespace, turns=ranking.follow_turns,
                                hits=ranking.followed_hits, drops=ranking.follow_drops, answer_drop=answer_drop)  # fmt: skip
         chunks = {**chunks, **read} if read else chunks
-        scores = _add(scores, changes, reasons, "follows a hit")
+        moved.add(scores, changes, "follows a hit")
     if ranking.signals is not None:
         found = Found({i for i, _ in candidates.dense}, {i for i, _ in candidates.recorded}, speaker)
-        scores = _add(scores, surroundings(scores, chunks, found, ranking.signals), reasons, "surroundings")
+        moved.add(scores, surroundings(scores, chunks, found, ranking.signals), "surroundings")
     order = sorted(scores, key=scores.__getitem__, reverse=True)
-    return [Ranked(chunks[i], unit_score(scores[i]), tuple(reasons[i])) for i in order]
+    why = moved.steps
+    return [Ranked(chunks[i], unit_score(scores[i]), (("fused", fused[i]), *why.get(i, ())) if i in fused
+                   else tuple(why.get(i, ()))) for i in order]  # fmt: skip
+
+
+class Moves:
+    """What each step added to which candidate (the reasons), as the steps are summed."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, list[Reason]] = {}
+        """Each moved candidate's ``(step, amount)`` in step order (after its fused score)."""
+
+    def add(self, scores: dict[str, float], changes: Mapping[str, float], step: str) -> None:
+        """Add ``changes`` to ``scores`` (the ranking's own sum) and note each as ``step``."""
+        steps = self.steps
+        for chunk_id, change in changes.items():
+            if change:
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + change
+                noted = steps.get(chunk_id)
+                if noted is None:
+                    steps[chunk_id] = [(step, change)]
+                else:
+                    noted.append((step, change))
 
 
 def _with_entities(candidates: Candidates) -> list[tuple[str, float]]:
@@ -132,18 +152,6 @@ def _with_entities(candidates: Candidates) -> list[tuple[str, float]]:
     for chunk_id, score in candidates.entity:
         merged[chunk_id] = max(score, merged.get(chunk_id, score))
     return list(merged.items())
-
-
-def _add(
-    scores: Mapping[str, float], changes: Mapping[str, float], reasons: dict[str, list[Reason]], step: str
-) -> dict[str, float]:
-    """``scores`` plus ``changes`` (a new dict), each change noted as a reason."""
-    added = dict(scores)
-    for chunk_id, change in changes.items():
-        if change:
-            added[chunk_id] = added.get(chunk_id, 0.0) + change
-            reasons.setdefault(chunk_id, []).append((step, change))
-    return added
 
 
 def _where(
