@@ -52,16 +52,13 @@ answer turns in the first 5. Under the table, the kinds where ``default`` does
 worse than ``cues_off`` on hit@3 or MRR.
 
 Two configurations by default: ``default`` (VectorBlock's defaults) and ``cues_off``,
-every ranking step of ``vector_ranking`` that an option switches off, off:
-``participant_boost``, ``date_boost``, ``reply_drop``, ``follow_turns``, ``question_drop``,
-``neighbour_weight`` at 0 and ``surroundings`` False (its signals, message
-length among them, have no switch of their own), and ``embed_question`` False
-(each user message embedded alone, not with the question before it). What
-stays is the fused dense + BM25 ranking, each message indexed with the
-previous one's keywords (``context_turns=1``, indexing rather than ranking);
-the participants' names are still taken out of the embedded query
-(``without_names`` has no switch). ``no_<option>`` turns one cue off and leaves
-the others on (an ablation).
+``RecallOptions(cues=False)``: every ranking step of ``fastaiagent.recall.ranking``
+after fusion off (``recall.weights.Ranking.off()``). What stays is the fused dense
++ BM25 ranking, each message indexed with the previous one's keywords
+(``context_turns=1``) and embedded with the question it answers (indexing rather
+than ranking); the participants' names are still taken out of the embedded
+query. ``no_<step>`` turns one step of ``Ranking`` off and leaves the others on
+(an ablation).
 
     python bench/everyday_recall.py [--set tuning|fresh|tuning,fresh] [--kinds support,coding,...]
                                     [--configs default,cues_off] [--json] [--misses]
@@ -106,19 +103,15 @@ KINDS = {
 TOP_K = 5
 COLUMNS = ("hit@1", "hit@3", "hit@5", "MRR", "R@5")
 COMPARED = ("hit@3", "MRR")  # default should be at least as good as cues_off on these
-CUES_OFF: dict[str, Any] = {
-    "participant_boost": 0.0,
-    "date_boost": 0.0,
-    "reply_drop": 0.0,
-    "follow_turns": 0,
-    "question_drop": 0.0,
-    "surroundings": False,
-    "neighbour_weight": 0.0,
-    "embed_question": False,
-}
-# One cue off at a time (the others at their defaults): ``--configs default,no_date_boost,...``.
+CUES_OFF: dict[str, Any] = {"cues": False}
+# Each ranking step's weight when off (recall.weights.Ranking).
+STEPS_OFF: dict[str, Any] = {
+    "participant": 0.0, "date": 0.0, "time_order": 0.0, "reply_drop": 0.0,
+    "question_drop": 0.0, "follow_turns": 0, "signals": None,
+}  # fmt: skip
+# One step off at a time (the others at their defaults): ``--configs default,no_date,...``.
 ABLATIONS: dict[str, dict[str, Any]] = {
-    f"no_{name}": {name: value} for name, value in CUES_OFF.items() if name != "neighbour_weight"
+    f"no_{name}": {"steps": {name: value}} for name, value in STEPS_OFF.items()
 }
 CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS}
 DEFAULT_CONFIGS = "default,cues_off"
@@ -171,7 +164,10 @@ def message_of(turn: dict[str, Any]) -> Message:
 def fed_block(
     conversation: dict[str, Any], now: float, embedder: Any, options: dict[str, Any]
 ) -> TurnTaggedBlock:
-    """A fresh block (own store and namespace) holding every turn of ``conversation``."""
+    """A fresh block (own store and namespace) holding every turn of ``conversation``;
+    ``options["steps"]``: ranking weights changed (``Ranking.with_``)."""
+    options = dict(options)
+    steps = options.pop("steps", {})
     block = TurnTaggedBlock(
         recall_store(None, embedder),
         namespace=f"everyday:{conversation['id']}",
@@ -180,6 +176,7 @@ def fed_block(
         clock=lambda: now,
         **options,
     )
+    block.ranking = block.ranking.with_(**steps)
     for turn in conversation["turns"]:
         block.turn = turn["id"]
         block.on_message(message_of(turn), at=epoch(turn["at"]))

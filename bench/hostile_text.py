@@ -27,13 +27,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import write_results
 
 from fastaiagent.agent.memory_blocks.fact_policy import reads_as_instruction
-from fastaiagent.agent.memory_blocks.vector_following import asks
 from fastaiagent.agent.middleware import RedactPII
 from fastaiagent.facts.scoping import MAX_MESSAGE_CHARS, normalize_text
 from fastaiagent.kb.bm25 import tokenize
-from fastaiagent.kb.query_cues import date_cue, named_participant, without_names
 from fastaiagent.learn.extractor import parse_extraction
 from fastaiagent.learn.stated_time import stated_validity
+from fastaiagent.recall.dates import date_cue
+from fastaiagent.recall.following import asks
+from fastaiagent.recall.query import read_query
 from fastaiagent.trace.redaction import RedactionPolicy
 
 TARGET_MS = 100.0
@@ -55,8 +56,7 @@ def readers() -> dict[str, Callable[[str], object]]:
         "reads_as_instruction": reads_as_instruction,
         "stated_validity": lambda text: stated_validity(text, now),
         "date_cue": lambda text: date_cue(text, now),
-        "without_names": lambda text: without_names(text, speakers),
-        "named_participant": lambda text: named_participant(text, speakers),
+        "read_query": lambda text: read_query(text, speakers=speakers, now=now),
         "normalize_text": normalize_text,
         "bm25.tokenize": tokenize,
         "asks": asks,

@@ -24,6 +24,7 @@ The data is read in place (CC BY-NC 4.0; never copy it into the repository).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import random
@@ -42,6 +43,7 @@ from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.embedding import get_embedder
 from fastaiagent.kb.protocols import Chunk
 from fastaiagent.llm.message import Message, SystemMessage, UserMessage
+from fastaiagent.recall.weights import SIGNALS, Ranking
 
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
@@ -50,6 +52,8 @@ KS = (1, 5, 10)
 TOKEN_BUDGETS = (100, 200, 400)  # tokens of recalled messages in the prompt
 CATEGORIES = (1, 2, 3, 4)
 BLOCK_OPTIONS: dict[str, Any] = {}  # experiment overrides of VectorBlock options
+STEPS: dict[str, Any] = {}  # experiment overrides of ranking weights (recall.weights.Ranking)
+RANKING_WEIGHTS = {f.name for f in dataclasses.fields(Ranking)}
 PG_TABLE = "locomo_bench"  # a Postgres location gets a fact table of its own
 REDIS_PREFIX = "locomo_bench"  # and a Redis one a key prefix of its own
 _SESSION = re.compile(r"^session_(\d+)$")
@@ -286,6 +290,7 @@ def evaluate(
             batch_size=256,
             **BLOCK_OPTIONS,
         )
+        block.ranking = block.ranking.with_(**STEPS)
         block.clear()  # a durable store keeps the previous run's chunks
         feed(block, turns)
         known = {t["dia_id"] for t in turns}
@@ -374,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="OPTION=VALUE",
-        help="a VectorBlock option for an ablation, e.g. --set participant_boost=0 or surroundings=false",
+        help="a VectorBlock option or a ranking weight (recall.weights.Ranking) for an ablation, "
+        "e.g. --set cues=false, --set participant=0 or --set follow_turns=0",
     )
     parser.add_argument(
         "--location",
@@ -396,11 +402,15 @@ def main(argv: list[str] | None = None) -> int:
         BLOCK_OPTIONS["dense_weight"] = args.dense_weight
     for option in args.set:
         key, _, value = option.partition("=")
-        whole = value.strip().lstrip("-").isdigit()  # follow_turns=0 is an int option
-        switch = value.strip().lower() in ("true", "false")  # surroundings=false
-        BLOCK_OPTIONS[key.strip()] = (
-            value.strip().lower() == "true" if switch else int(value) if whole else float(value)
-        )
+        whole = value.strip().lstrip("-").isdigit()  # follow_turns=0 is an int weight
+        switch = value.strip().lower() in ("true", "false")  # cues=false
+        read = value.strip().lower() == "true" if switch else int(value) if whole else float(value)
+        if key.strip() == "signals":  # the surroundings step: on (true) or off (false)
+            STEPS["signals"] = SIGNALS if read else None
+        elif key.strip() in RANKING_WEIGHTS:
+            STEPS[key.strip()] = read
+        else:
+            BLOCK_OPTIONS[key.strip()] = read
     modes = {"default": "hybrid", "bm25": "bm25", "dense": "dense"}
     results: dict[str, Any] = {}
     intervals: dict[str, dict[str, list[float]]] = {}

@@ -1,7 +1,7 @@
 """Calendar pieces shared by the readers of dates in text (UTC days, English names).
 
 ``learn.stated_time`` reads when a learned fact holds ("until Friday");
-``kb.query_dates`` reads when a recall query points ("two weeks before May 8").
+``recall.dates`` reads when a recall query points ("two weeks before May 8").
 """
 
 from __future__ import annotations

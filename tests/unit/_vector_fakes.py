@@ -47,10 +47,13 @@ class BrokenEmbedder:
         raise RuntimeError("model weights not found")
 
 
-def word_block(store: Any, name: str, **options: Any) -> Any:
+def word_block(store: Any, name: str, steps: dict[str, Any] | None = None, **options: Any) -> Any:
     """A VectorBlock over ``store``'s vector index for namespace ``name``: word-hash
-    vectors, the 3 best, every message kept, keywords indexed without the turn before."""
+    vectors, the 3 best, every message kept, keywords indexed without the turn before;
+    ``steps``: ranking weights changed for an experiment (``recall.weights.Ranking``)."""
     from fastaiagent.agent.memory_blocks.vector import VectorBlock
 
     settings: dict[str, Any] = {"top_k": 3, "min_content_chars": 1, "context_turns": 0, **options}
-    return VectorBlock(store.vector_store(), embedder=WordHashEmbedder(), namespace=name, **settings)
+    block = VectorBlock(store.vector_store(), embedder=WordHashEmbedder(), namespace=name, **settings)
+    block.ranking = block.ranking.with_(**(steps or {}))
+    return block

@@ -113,7 +113,8 @@ def test_the_docs_give_the_removal_release_of_every_family() -> None:
     assert f"fastaiagent {REMOVED_IN}" in section
     for old in ("MCP tool `recall`", "MemoryTools.recall", "Recalled", "Memory(windows=)",
                 "Memory(window_ttl_seconds=)", "Memory.update(new, old, tier, id)", "_make_chunk",
-                "Memory.store", "--project", "--user-id", "--scope", "--scope-id", "--agent", "--max"):  # fmt: skip
+                "Memory.store", "--project", "--user-id", "--scope", "--scope-id", "--agent", "--max",
+                "participant_boost=", "neighbour_weight=", "embed_question="):  # fmt: skip
         assert re.search(re.escape(old), section), old
 
 

@@ -36,8 +36,8 @@ def test_defaults_are_the_blocks_defaults(store):
 
 
 def test_options_are_frozen_checked_and_normalised(store):
-    options = RecallOptions(roles=["user"], participant_boost=2, dense_weight=1)  # type: ignore[arg-type]
-    assert options.roles == ("user",) and options.participant_boost == 2.0
+    options = RecallOptions(roles=["user"], cues=False, dense_weight=1)  # type: ignore[arg-type]
+    assert options.roles == ("user",) and options.dense_weight == 1.0 and not options.ranking.participant
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.top_k = 3  # type: ignore[misc]
     bad = [
@@ -45,7 +45,7 @@ def test_options_are_frozen_checked_and_normalised(store):
         ({"retrieval": "fuzzy"}, InvalidValueError, "retrieval must be one of"),
         ({"roles": ()}, InvalidValueError, "roles must name at least one message role"),
         ({"dedupe": "yes"}, InvalidTypeError, "dedupe must be True or False"),
-        ({"follow_turns": 4}, InvalidValueError, "follow_turns must be <= 3"),
+        ({"cues": "yes"}, InvalidTypeError, "cues must be True or False"),
         ({"recency_weight": 0.7, "importance_weight": 0.5}, InvalidValueError, "must be <= 1"),
         ({"store": "faiss"}, InvalidTypeError, 'store must be "auto" or a VectorStore'),
         ({"store": object()}, InvalidTypeError, 'store must be "auto" or a VectorStore'),
@@ -121,3 +121,10 @@ def test_memory_recall_strings_and_stores_become_options(store, location):
     assert Memory(location, recall=RecallOptions(), dedupe=True).config.recall_options == (
         RecallOptions(dedupe=True)
     )
+
+
+def test_a_block_names_the_recall_options_when_a_keyword_is_not_one(store):
+    with pytest.raises(InvalidTypeError, match=r"unexpected keyword.*top_kk.*the recall options are.*cues"):
+        VectorBlock(store, embedder=WordHashEmbedder(), top_kk=3)
+    # Every option is a keyword of the block, read back the same: one place to add one.
+    assert VectorBlock(store, embedder=WordHashEmbedder(), cues=False).options == RecallOptions(store=store, cues=False)

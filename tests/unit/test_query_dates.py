@@ -12,9 +12,9 @@ from fastaiagent.agent.memory_blocks.vector import VectorBlock
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
-from fastaiagent.kb.query_cues import YEARS_BACK, date_cue
-from fastaiagent.kb.query_dates import read_times, time_spans
 from fastaiagent.llm.message import UserMessage
+from fastaiagent.recall.dates import date_cue, read_times, time_spans
+from fastaiagent.recall.weights import YEARS_BACK
 
 NOW = datetime(2026, 6, 17, 15, 30, tzinfo=timezone.utc)  # a Wednesday
 
@@ -100,7 +100,7 @@ def test_recall_reads_yesterday_at_the_blocks_clock() -> None:
     def recall(clock: object) -> float:
         memory = VectorBlock(
             FaissVectorStore(dimension=64), embedder=WordHashEmbedder(), top_k=1,
-            min_content_chars=1, context_turns=0, neighbour_weight=0.0, clock=clock,
+            min_content_chars=1, context_turns=0, clock=clock,
         )  # fmt: skip
         for moment in said:  # the same words each time: only the day tells them apart
             memory.on_message(UserMessage("I said the plan is fine"), at=moment)

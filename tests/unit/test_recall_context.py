@@ -1,25 +1,27 @@
-"""What a recall candidate's surroundings say (VectorBlock ``surroundings``)."""
+"""What a recall candidate's surroundings say (``Ranking.signals``)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _vector_fakes import WordHashEmbedder, word_block
 
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
-from fastaiagent.agent.memory_blocks.vector_context import (
-    SIGNALS,
-    Found,
-    Signals,
-    add_context,
-    signals,
-)
 from fastaiagent.errors import InvalidTypeError
 from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.llm.message import UserMessage
+from fastaiagent.recall.context import Found, signals, surroundings
+from fastaiagent.recall.weights import SIGNALS, Signals
+
+
+def add_context(fused: dict[str, float], chunks: dict[str, Chunk], found: Found, weights: Signals = SIGNALS) -> None:
+    """``fused`` plus what :func:`surroundings` says each candidate gains."""
+    for chunk_id, change in surroundings(fused, chunks, found, weights).items():
+        fused[chunk_id] += change
 
 START = 1_700_000_000.0
 HOUR = 3600.0
@@ -72,14 +74,14 @@ def test_add_context_adds_the_weighted_signals() -> None:
     assert plain == {"a": 1.0, "b": -1.0}
 
 
-def recall(tmp_path: Path, **options: object) -> list[str]:
+def recall(tmp_path: Path, **options: Any) -> dict[str, dict[str, float]]:
     """Ana asked about a pet and Sam, in her chat, gave a reply that shares no word
     with her later question (an agent's own reply would rank ``reply_drop`` lower);
     Bob, in the same store, talks about pets at the same moment."""
     tmp_path.mkdir(exist_ok=True)
     store = SQLiteFactStore(tmp_path / "memory.db")
     try:
-        ana, bob = (word_block(store, n, follow_turns=0, **options) for n in ("user:ana", "user:bob"))
+        ana, bob = (word_block(store, n, steps={"follow_turns": 0, **options}) for n in ("user:ana", "user:bob"))
         for i in range(30):
             ana.on_message(
                 UserMessage(f"note {i}: the {i % 7} crates went out"), at=START - 86_400 + i * 60
@@ -92,24 +94,27 @@ def recall(tmp_path: Path, **options: object) -> list[str]:
         ana.on_message(UserMessage("pet insurance is expensive"), at=START + 5 * 86_400)
         for i in range(20):
             bob.on_message(UserMessage(f"Bob's pet shelter story, part {i}"), at=START + i)
-        return [r.chunk.text for r in ana.recall("which pet did we choose at the shelter?")]
+        return {r.chunk.text: dict(r.reasons) for r in ana.recall("which pet did we choose at the shelter?")}
     finally:
         store.close()
 
 
 def test_the_reply_beside_a_hit_is_recalled_through_its_neighbour(tmp_path: Path) -> None:
     found = recall(tmp_path)
-    assert found[:2] == [
+    assert list(found)[:2] == [
         "which pet did we choose at the shelter, the pet with spots?",
         "Biscuit, a beagle with brown patches",
     ]
     assert not any(text.startswith("Bob") for text in found)
-    off = recall(tmp_path / "off", surroundings=False)
-    assert "Biscuit, a beagle with brown patches" not in off
+    # The reply is embedded with the question it answers, so it is a candidate either
+    # way; beside its hit it gains, and with the step off it gains nothing.
+    assert found["Biscuit, a beagle with brown patches"]["surroundings"] > 0.5
+    off = recall(tmp_path / "off", signals=None)
+    assert all("surroundings" not in why for why in off.values())
 
 
-def test_surroundings_must_be_a_bool() -> None:
+def test_surroundings_is_deprecated_and_must_be_a_bool() -> None:
     store = SQLiteFactStore(":memory:")
-    with pytest.raises(InvalidTypeError, match="surroundings must be True or False"):
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidTypeError, match="surroundings must be True or False"):
         VectorBlock(store.vector_store(), embedder=WordHashEmbedder(), surroundings="yes")  # type: ignore[arg-type]
     store.close()

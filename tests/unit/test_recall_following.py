@@ -1,4 +1,4 @@
-"""The messages said right after a recall's best hits (VectorBlock ``follow_turns``)."""
+"""The messages said right after a recall's best hits (``Ranking.follow_turns``)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,16 @@ from pathlib import Path
 import pytest
 from _vector_fakes import WordHashEmbedder, word_block
 
-from fastaiagent.agent.memory_blocks.recall_weights import FOLLOW_DROPS
 from fastaiagent.agent.memory_blocks.vector import VectorBlock
-from fastaiagent.agent.memory_blocks.vector_following import (
-    asks,
-    draw_following,
-    lower_questions,
-)
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.sqlite.store import SQLiteFactStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.llm.message import AssistantMessage, UserMessage
+from fastaiagent.recall.following import Fetch, asks, follow
+from fastaiagent.recall.weights import Ranking
+
+FOLLOW_DROPS = Ranking().follow_drops
 
 QUESTION = "Who is your favourite basketball team?"
 ANSWER = "The Wolves, no doubt, since I was a kid"
@@ -55,7 +53,7 @@ def test_the_answer_after_a_hit_is_recalled_though_it_shares_no_word(tmp_path: P
     assert found[0] == QUESTION and ANSWER in found
     assert not any(text.startswith("Bob") for text in found)  # another user's stay theirs
     # Off, only the words count: the answer has none of the question's.
-    assert ANSWER not in recall(tmp_path / "off", follow_turns=0)
+    assert ANSWER not in recall(tmp_path / "off", steps={"follow_turns": 0})
 
 
 def test_a_message_said_hours_later_is_another_conversation(tmp_path: Path) -> None:
@@ -67,6 +65,17 @@ def chunk(chunk_id: str, after: str | None, namespace: str = "user:ana", at: flo
     if after is not None:
         metadata["next"] = after
     return Chunk(id=chunk_id, text=chunk_id, metadata=metadata)
+
+
+def drawn(
+    scores: dict[str, float], chunks: dict[str, Chunk], fetch: Fetch, turns: int, answer_drop: float | None = None
+) -> tuple[dict[str, float], dict[str, Chunk]]:
+    """The scores after following, and the chunks read; ``scores`` is left as it was."""
+    before = dict(scores)
+    changes, read = follow(scores, chunks, fetch, namespace="user:ana", turns=turns, hits=3,
+                           drops=FOLLOW_DROPS, answer_drop=answer_drop)  # fmt: skip
+    assert scores == before  # a pure step: it returns what it adds
+    return {i: scores.get(i, 0.0) + changes.get(i, 0.0) for i in {*scores, *changes}}, read
 
 
 def test_following_ranks_each_turn_below_its_hit_and_reads_only_its_namespace() -> None:
@@ -84,26 +93,25 @@ def test_following_ranks_each_turn_below_its_hit_and_reads_only_its_namespace() 
         read.append(list(ids))
         return [stored[i] for i in ids if i in stored]
 
-    draw_following(fused, candidates, fetch, namespace="user:ana", turns=2)
+    fused, read_chunks = drawn(fused, candidates, fetch, turns=2)
     assert fused["a1"] == 3.0 - FOLLOW_DROPS[0]
     assert fused["a2"] == 3.0 - FOLLOW_DROPS[1]
     assert "a3" not in fused  # two turns only
-    assert "b1" not in fused and "b1" not in candidates  # a read by id is not scoped
+    assert "b1" not in fused and "b1" not in read_chunks  # a read by id is not scoped
     assert read == [["a1", "b1"], ["a2"]]  # one store read per turn
 
 
 def test_a_candidate_keeps_its_own_score_when_that_is_better() -> None:
     candidates = {"hit": chunk("hit", "a1"), "a1": chunk("a1", None)}
     fused = {"hit": 3.0, "a1": 2.9}
-    draw_following(fused, candidates, lambda ids: [], namespace="user:ana", turns=1)
-    assert fused == {"hit": 3.0, "a1": 2.9}
+    assert drawn(fused, candidates, lambda ids: [], turns=1)[0] == {"hit": 3.0, "a1": 2.9}
 
 
-def test_follow_turns_is_checked() -> None:
+def test_follow_turns_is_deprecated_and_still_checked() -> None:
     store = FaissVectorStore(dimension=64)
-    with pytest.raises(InvalidValueError, match="follow_turns must be <= 3"):
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidValueError, match="follow_turns must be <= 3"):
         VectorBlock(store, embedder=WordHashEmbedder(), follow_turns=4)
-    with pytest.raises(InvalidTypeError, match="follow_turns must be an int"):
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidTypeError, match="follow_turns must be an int"):
         VectorBlock(store, embedder=WordHashEmbedder(), follow_turns="2")  # type: ignore[arg-type]
 
 
@@ -114,7 +122,7 @@ def test_follow_turns_is_checked() -> None:
     ("text", "expected"),
     [
         ("Who is your favourite team?", True),
-        ("Did you see it? [shares a photo: a dog on a beach]", True),  # an attachment's note
+        ("Did you see it? [shares a photo: a dog on a beach]", False),  # no format of one feed skipped
         ('She said "really?"', True),
         ("Is it done？", True),  # full-width
         ("I asked why? Then I left.", False),  # asked earlier, ends on a statement
@@ -132,11 +140,18 @@ def test_asks_is_linear_on_hostile_text() -> None:
     assert asks("[" + "x" * 400_000 + "]") is False
 
 
-def test_lower_questions_moves_only_the_messages_that_ask() -> None:
-    candidates = {"q": Chunk("q", "Who won?", None, {}), "s": Chunk("s", "We won.", None, {})}
-    fused = {"q": 2.0, "s": 1.0}
-    lower_questions(fused, candidates, 0.5)
-    assert fused == {"q": 1.5, "s": 1.0}
+def test_only_the_messages_that_ask_rank_lower() -> None:
+    from fastaiagent.recall.candidates import Candidates
+    from fastaiagent.recall.query import read_query
+    from fastaiagent.recall.ranking import rank
+
+    chunks = {"q": Chunk("q", "Who won?", None, {}), "s": Chunk("s", "We won.", None, {})}
+    found = Candidates(chunks, (("q", 0.9), ("s", 0.5)), keyword=(("q", 2.0), ("s", 1.0)))
+    only = Ranking.off().with_(question_drop=5.0)
+    ranked = rank(found, read_query("who won", now=START), only, dense_weight=0.5, fetch=lambda ids: [],
+                  namespace="user:ana", speaker=None)  # fmt: skip
+    assert [r.chunk.id for r in ranked] == ["s", "q"]
+    assert dict(ranked[1].reasons)["asks"] == -5.0 and "asks" not in dict(ranked[0].reasons)
 
 
 def test_the_reply_to_a_hit_that_asks_ranks_closer_to_it() -> None:
@@ -145,10 +160,7 @@ def test_the_reply_to_a_hit_that_asks_ranks_closer_to_it() -> None:
     statement = Chunk("s", "We won.", None, {**chunk("s", "s1").metadata})
     candidates = {"q": question, "s": statement}
     fused = {"q": 3.0, "s": 2.0}
-    draw_following(
-        fused, candidates, lambda ids: [stored[i] for i in ids], namespace="user:ana",
-        turns=2, answer_drop=0.75,
-    )  # fmt: skip
+    fused, _ = drawn(fused, candidates, lambda ids: [stored[i] for i in ids], turns=2, answer_drop=0.75)
     assert fused["a1"] == 3.0 - 0.75  # the answer
     assert fused["a2"] == 3.0 - FOLLOW_DROPS[1]  # the turn after it as before
     assert fused["s1"] == 2.0 - FOLLOW_DROPS[0]  # a statement's reply as before
@@ -182,16 +194,16 @@ def test_a_statement_outranks_a_question_that_matches_the_query_better(tmp_path:
             "do you like hiking in the mountains?",
             "sure, why not",
         ]
-        plain = {r.chunk.text: r.score for r in word_block(store, "user:ana", question_drop=0).recall(query)}
+        plain = {r.chunk.text: r.score for r in word_block(store, "user:ana", steps={"question_drop": 0, "answer_drop": 0}).recall(query)}
         assert list(plain)[:2] == list(found)[1::-1]  # off: the question first
         assert found["sure, why not"] > plain["sure, why not"]  # drawn 2.0 below it when off
     finally:
         store.close()
 
 
-def test_question_drop_is_checked() -> None:
+def test_question_drop_is_deprecated_and_still_checked() -> None:
     store = FaissVectorStore(dimension=64)
-    with pytest.raises(InvalidValueError, match="question_drop must be >= 0"):
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidValueError, match="question_drop must be >= 0"):
         VectorBlock(store, embedder=WordHashEmbedder(), question_drop=-1)
-    with pytest.raises(InvalidTypeError, match="question_drop must be a number"):
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidTypeError, match="question_drop must be a number"):
         VectorBlock(store, embedder=WordHashEmbedder(), question_drop="0.5")  # type: ignore[arg-type]

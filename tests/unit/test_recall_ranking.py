@@ -1,32 +1,56 @@
-"""The order of recall's candidates once the searches have answered (vector_ranking)."""
+"""The order of recall's candidates once the searches have answered (recall.ranking)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from fastaiagent.agent.memory_blocks.vector_ranking import (
-    Searched,
-    boost_cues,
-    lend_to_next,
-    rank_hybrid,
-)
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
+from fastaiagent.recall.candidates import Candidates
+from fastaiagent.recall.dates import DateCue
+from fastaiagent.recall.query import read_query
+from fastaiagent.recall.ranking import rank
+from fastaiagent.recall.weights import Ranking
 
 AT = 1_700_000_000.0
 
 
 @dataclass
 class Options:
-    dense_weight: float = 0.5
-    neighbour_weight: float = 0.0
-    participant_boost: float = 0.0
-    date_boost: float = 0.0
+    """One step on at a time: the weights of recall.weights.Ranking, every other off."""
+
+    participant: float = 0.0
+    date: float = 0.0
     reply_drop: float = 0.0
     question_drop: float = 0.0
     follow_turns: int = 0
-    surroundings: bool = False
-    namespace: str = "user:ana"
+
+
+@dataclass
+class Searched:
+    """What the searches found, as the tests write it: chunks with their scores."""
+
+    dense: Sequence[tuple[Chunk, float]]
+    recorded: Sequence[tuple[Chunk, float]]
+    keyword: Sequence[tuple[str, float]]
+    chunks: dict[str, Chunk]
+
+
+def rank_hybrid(
+    options: Options, searched: Searched, *, speaker: str | None, when: DateCue | None, fetch: object,
+    about_replies: bool = False,
+) -> list[tuple[Chunk, float]]:
+    """:func:`rank` over ``searched`` with ``options``' steps; the candidates are left as they were."""
+    before = dict(searched.chunks)
+    found = Candidates(
+        searched.chunks, tuple((c.id, s) for c, s in searched.dense),
+        recorded=tuple((c.id, s) for c, s in searched.recorded), keyword=tuple(searched.keyword),
+    )  # fmt: skip
+    query = replace(read_query("what did you say" if about_replies else "what", now=AT), when=when)
+    weights = Ranking.off().with_(**vars(options))
+    ranked = rank(found, query, weights, dense_weight=0.5, fetch=fetch, namespace="user:ana", speaker=speaker)  # type: ignore[arg-type]
+    assert searched.chunks == before  # nothing edited in place
+    return [(r.chunk, r.score) for r in ranked]
 
 
 def chunk(cid: str, text: str, *, speaker: str = "Ana", after: str | None = None, ns: str = "user:ana") -> Chunk:
@@ -72,7 +96,7 @@ def test_the_named_speaker_rises_and_the_others_do_not() -> None:
     _, searched = candidates()
     plain = order(rank_hybrid(Options(), searched, speaker=None, when=None, fetch=never))
     _, searched = candidates()
-    cued = order(rank_hybrid(Options(participant_boost=3.0), searched, speaker="Ben", when=None, fetch=never))
+    cued = order(rank_hybrid(Options(participant=3.0), searched, speaker="Ben", when=None, fetch=never))
     assert plain[0] == "a" and plain.index("b") > plain.index("d")
     assert cued[:2] == ["d", "b"]  # Ben's two messages lead, in their own order
     assert cued.index("a") < cued.index("c")  # Ana's keep theirs
@@ -132,18 +156,10 @@ def test_the_reply_after_a_hit_is_read_from_its_namespace_only() -> None:
     assert order(ranked) == ["a", "b"]  # drawn in just below its hit
 
 
-def test_lending_reaches_the_next_message_only_when_it_is_a_candidate() -> None:
-    chunks, _ = candidates()
-    by_id = {c.id: c for c in chunks}
-    assert lend_to_next([("a", 8.0)], by_id, 0.0) == [("a", 8.0)]
-    assert dict(lend_to_next([("a", 8.0)], by_id, 0.25)) == {"a": 8.0, "b": 2.0}
-    assert dict(lend_to_next([("c", 1.0)], by_id, 0.25)) == {"c": 1.0}  # c has no next
-
-
 def test_cues_leave_scores_alone_when_the_query_names_nothing() -> None:
-    chunks, _ = candidates()
-    fused = {c.id: 0.0 for c in chunks}
-    boost_cues(fused, {c.id: c for c in chunks}, None, 2.0, None, 1.0)
-    assert fused == {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0}
-    boost_cues(fused, {c.id: c for c in chunks}, "Ben", 2.0, None, 1.0)
-    assert fused == {"a": 0.0, "b": 2.0, "c": 0.0, "d": 2.0}
+    _, searched = candidates()
+    plain = rank_hybrid(Options(), searched, speaker=None, when=None, fetch=never)
+    cued = rank_hybrid(Options(participant=2.0, date=1.0), searched, speaker=None, when=None, fetch=never)
+    assert cued == plain
+    by_ben = dict((c.id, s) for c, s in rank_hybrid(Options(participant=2.0), searched, speaker="Ben", when=None, fetch=never))
+    assert by_ben["b"] > dict((c.id, s) for c, s in plain)["b"] and by_ben["a"] == dict((c.id, s) for c, s in plain)["a"]

@@ -21,26 +21,17 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from fastaiagent import trace
-from fastaiagent._beside import beside
 from fastaiagent._validate import boolean, number, text
 from fastaiagent.agent.deprecation import warn_renamed
 from fastaiagent.agent.memory_blocks import framing, message_ids
 from fastaiagent.agent.memory_blocks.base import MemoryBlock, SharedMemoryContext, described
-from fastaiagent.agent.memory_blocks.recall_options import (
-    DEFAULT_DATE_BOOST,
-    DEFAULT_FOLLOW_TURNS,
-    DEFAULT_NEIGHBOUR_WEIGHT,
-    DEFAULT_PARTICIPANT_BOOST,
-    DEFAULT_REPLY_DROP,
-    RecallOptions,
-)
-from fastaiagent.agent.memory_blocks.recall_weights import QUESTION_DROP, UNREAD_SCRIPT_DENSE_SHARE
-from fastaiagent.agent.memory_blocks.scoring import Scored, importance_of, rank
+from fastaiagent.agent.memory_blocks.recall_options import OPTION_NAMES, REMOVED, RecallOptions
+from fastaiagent.agent.memory_blocks.scoring import Scored, ScoringWeights, importance_of, rank
 from fastaiagent.agent.memory_blocks.vector_history import (
     ANONYMOUS_USER,
     embed_and_store,
@@ -50,41 +41,30 @@ from fastaiagent.agent.memory_blocks.vector_history import (
     said_times,
     voice_of,
 )
-from fastaiagent.agent.memory_blocks.vector_ranking import Searched, rank_hybrid
+from fastaiagent.agent.memory_blocks.vector_sides import StoreSides
 from fastaiagent.errors import InvalidTypeError, InvalidValueError, MemoryIsolationError
 from fastaiagent.facts import scoping
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, holds_cache, identity_of
-from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
+from fastaiagent.facts.index.reembed import stop_background_job
 from fastaiagent.facts.scoping import normalize_text
 from fastaiagent.facts.validity import Clock, check_clock, read_clock
-from fastaiagent.facts.vectors import embedded_text, keyword_text, recorded_at, with_question
-from fastaiagent.kb.bm25 import BM25Index, has_cjk
+from fastaiagent.facts.vectors import embedded_text, keyword_text, recorded_at
+from fastaiagent.kb.bm25 import BM25Index
 from fastaiagent.kb.embedding import Embedder
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
 from fastaiagent.kb.protocols import (
     NAMESPACE_KEY,
     Chunk,
     DimensionMismatchError,
-    SearchHit,
     VectorStore,
 )
-from fastaiagent.kb.query_cues import (
-    asks_about_replies,
-    date_cue,
-    named_participant,
-    time_order,
-    without_names,
-)
-from fastaiagent.kb.query_dates import Span
 from fastaiagent.llm.message import ROLES, Message, SystemMessage, storable_text
 from fastaiagent.recall.entity_store import add_with_entities
+from fastaiagent.recall.pipeline import Settings, explain, find
+from fastaiagent.recall.query import read_query
+from fastaiagent.recall.weights import Ranking
 
 DEFAULT_NAMESPACE = "default"
 HEADER = "Relevant past messages:"
-# Candidates per wanted item from each side, before window and dedupe filtering.
-# 8 measured a little better on LoCoMo (bench/README.md) but cost about 1 ms more CPU
-# per recall over 10k messages: a recall stays as cheap as before.
-_FETCH_FACTOR = 4
 _MAX_PENDING = 1000
 MAX_SPEAKERS = 256  # participant names kept for query cues (Message.name values)
 # Extension points that were private, old name -> public name. A subclass that
@@ -101,6 +81,8 @@ class Recalled:
     chunk: Chunk
     score: float
     similarity: float
+    reasons: tuple[tuple[str, float], ...] = ()
+    """Why it ranked where it did: ``(step, how much it added)`` (:mod:`fastaiagent.recall.ranking`)."""
 
 
 def _said(role: Any) -> str:
@@ -108,48 +90,25 @@ def _said(role: Any) -> str:
     return f"{role} said" if role in ROLES else "earlier message"
 
 
-class _Chunks:
-    """Chunks of keyword hits: the in-process map, or one ``get`` from the store."""
-
-    def __init__(self, fetch: Any, known: dict[str, Chunk]) -> None:
-        self._fetch = fetch
-        self._known = known
-
-    def get_many(self, ids: list[str]) -> dict[str, Chunk]:
-        if self._fetch is None:
-            return {i: self._known[i] for i in ids if i in self._known}
-        return {c.id: c for c in self._fetch(ids)} if ids else {}
-
-
-def _outside(
-    candidates: list[tuple[Chunk, float]], in_window: set[tuple[str, str]], needed: int | None
-) -> list[tuple[Chunk, float]]:
-    """The candidates that are not in the window, in order; the first ``needed`` only."""
-    kept: list[tuple[Chunk, float]] = []
-    for chunk, sim in candidates:
-        role = chunk.metadata.get("role")  # store data: a role that is not a str is no window's
-        if in_window and isinstance(role, str) and (role, normalize_text(chunk.text)) in in_window:
-            continue
-        kept.append((chunk, sim))
-        if needed is not None and len(kept) >= needed:
-            break
-    return kept
-
-
-# VectorBlock's keywords that are recall options (dedupe_against_upstream is ``dedupe``).
-_OPTION_KEYWORDS = (
-    "top_k", "min_content_chars", "recency_weight", "importance_weight",
-    "recency_half_life_seconds", "dedupe_against_upstream", "retrieval", "dense_weight",
-    "roles", "batch_size", "context_turns", "embed_question", "neighbour_weight", "participant_boost",
-    "date_boost", "reply_drop", "follow_turns", "question_drop", "surroundings",
-)  # fmt: skip
+# VectorBlock's positional parameters that are recall options, in their order (the
+# rest of RecallOptions' fields are keywords); ``dedupe`` is spelled as below.
+_POSITIONAL = ("top_k", "min_content_chars", "recency_weight", "importance_weight",
+               "recency_half_life_seconds", "dedupe_against_upstream", "retrieval")  # fmt: skip
+_BLOCK_NAME = {"dedupe": "dedupe_against_upstream"}  # RecallOptions field -> block attribute
+_OPTION_NAME = {block: option for option, block in _BLOCK_NAME.items()}
+_FIELDS = tuple(f.name for f in fields(RecallOptions) if f.name not in ("store", "removed"))
 _DEFAULT_OPTIONS = RecallOptions()
 
 
 def _chosen_options(options: RecallOptions | None, keywords: dict[str, Any]) -> RecallOptions:
     """``options``, or the keywords as options; not both (which one was meant?)."""
-    given = RecallOptions(**{("dedupe" if k == "dedupe_against_upstream" else k): v
-                             for k, v in keywords.items()})  # fmt: skip
+    unknown = sorted(set(keywords) - set(_OPTION_NAME) - OPTION_NAMES - set(REMOVED))
+    if unknown:
+        raise InvalidTypeError(
+            f"VectorBlock got unexpected keyword(s) {', '.join(unknown)}: the recall "
+            f"options are {', '.join(sorted(OPTION_NAMES - {'store', 'dedupe'}))}"
+        )
+    given = RecallOptions(**{_OPTION_NAME.get(k, k): v for k, v in keywords.items()})
     if options is None:
         return given
     if not isinstance(options, RecallOptions):
@@ -178,47 +137,47 @@ def _chosen_store(store: VectorStore | None, options: RecallOptions) -> VectorSt
 class VectorBlock(MemoryBlock):
     """Semantic recall over past messages, from a (possibly shared) VectorStore.
 
-    ``retrieval="hybrid"`` (default) fuses dense and BM25 scores;
-    ``"dense"`` is pure vector search; ``"bm25"`` ranks by keywords only
-    (messages are still embedded into the store). ``embedder=None`` resolves
-    ``"auto"`` at first use. ``context_turns`` previous messages are indexed
-    with each message's keywords (0 = none); of an agent's reply, only its last
-    question and last sentence, what the user answers. With ``embed_question``
-    (default on; it needs ``context_turns`` > 0), a user's message is embedded
-    with the last question of the message before it, the one it answers; a
-    turn's recall query is that same text, so the message is embedded once.
-    Hybrid recall standardises both sides (z-scores) before blending them, and
-    reads two cues in the query: a participant it names (``Message.name`` of
-    stored messages) is taken out of the embedded query and that speaker's
-    messages gain ``participant_boost``; a month or year it names, or a time it
-    points to ("two weeks before 11 August 2023", "yesterday", read at ``clock``'s
-    time), gives the messages recorded then ``date_boost`` (0 turns either off).
-    The ``follow_turns`` messages said after each of the best hits rank just
-    below it, the reply that answers it (0 = off). The agent's own replies rank
-    ``reply_drop`` lower (0 = off), unless the query asks what the agent said
-    ("What did you suggest ...?"): memory is asked what the user said, and an
-    assistant's long replies repeat its words. A message that asks ranks
-    ``question_drop`` lower, and the reply to such a hit closer to it (0 = off):
-    a question matches a question in form, its answer holds the fact.
-    With ``surroundings`` (default on), each candidate then gains what its
-    surroundings say: its length, the scores of the turns beside it and of its
-    conversation among the candidates, which searches found it
-    (``vector_context``).
-    With ``neighbour_weight`` > 0 (default 0), each keyword hit lends that share
-    of its score to the message stored after it.
+    Recall runs through one pipeline, :mod:`fastaiagent.recall`: the query is
+    read once (who it asks about, the time it names, ...), candidates come from
+    the store's dense and keyword sides, one function ranks them and says why.
+    ``retrieval="hybrid"`` (default) fuses dense and BM25 scores (``dense_weight``
+    the dense share); ``"dense"`` is pure vector search; ``"bm25"`` ranks by
+    keywords only (messages are still embedded into the store). ``cues`` (default
+    on) applies the query's cues and the candidates' surroundings (the steps of
+    :mod:`fastaiagent.recall.ranking`; False: fusion alone). ``embedder=None``
+    resolves ``"auto"`` at first use. ``context_turns`` previous messages are
+    indexed with each message's keywords (0 = none); of an agent's reply, only its
+    last question and last sentence, what the user answers. A user's message is
+    embedded with the last question of the message before it, the one it answers;
+    a turn's recall query is that same text, so the message is embedded once.
     Blocks sharing a store see only their ``namespace``; chunks with no
     namespace tag are visible to the ``"default"`` namespace only.
 
-    The recall settings above can be given as one checked value instead,
+    Every field of :class:`RecallOptions` is also a keyword here (``dedupe`` is
+    ``dedupe_against_upstream``), or give them as one checked value,
     ``options=RecallOptions(...)`` (which may also carry the store), but not
-    both ways at once; :attr:`options` reads them back. To change what is
-    stored or embedded, subclass and override :meth:`make_chunk` /
-    :meth:`embedding_text`, the public extension points.
+    both ways at once; :attr:`options` reads them back. :attr:`ranking` holds the
+    ranking steps' weights (:class:`~fastaiagent.recall.weights.Ranking`), for an
+    experiment. To change what is stored or embedded, subclass and override
+    :meth:`make_chunk` / :meth:`embedding_text`, the public extension points.
     """
 
     name = "vector"
     # The old (private) extension points this class or a parent overrides.
     _old_hooks: frozenset[str] = frozenset()
+    # The recall options, read back as attributes (set by _apply from RecallOptions).
+    top_k: int
+    min_content_chars: int
+    roles: tuple[str, ...]
+    batch_size: int
+    context_turns: int
+    retrieval: str
+    dense_weight: float
+    cues: bool
+    dedupe_against_upstream: bool
+    tz: tzinfo | None
+    weights: ScoringWeights
+    ranking: Ranking
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -243,27 +202,17 @@ class VectorBlock(MemoryBlock):
         dedupe_against_upstream: bool = False,
         retrieval: str = "hybrid",
         *,
-        dense_weight: float = DEFAULT_DENSE_WEIGHT,
-        roles: Sequence[str] = ("user", "assistant"),
-        batch_size: int = 32,
-        context_turns: int = 1,
-        embed_question: bool = True,
-        neighbour_weight: float = DEFAULT_NEIGHBOUR_WEIGHT,
-        participant_boost: float = DEFAULT_PARTICIPANT_BOOST,
-        date_boost: float = DEFAULT_DATE_BOOST,
-        reply_drop: float = DEFAULT_REPLY_DROP,
-        follow_turns: int = DEFAULT_FOLLOW_TURNS,
-        question_drop: float = QUESTION_DROP,
-        surroundings: bool = True,
         clock: Clock | None = None,
         name: str = "vector",
         options: RecallOptions | None = None,
+        **keywords: Any,
     ) -> None:
-        # The recall keywords are one RecallOptions; namespace, embedder, clock
-        # and name are the block's own.
+        """``keywords``: any other field of :class:`RecallOptions` (``dense_weight``,
+        ``roles``, ``batch_size``, ``context_turns``, ``cues``, ``tz``)."""
         arguments = locals()
         boolean("dedupe_against_upstream", dedupe_against_upstream)
-        chosen = _chosen_options(options, {key: arguments[key] for key in _OPTION_KEYWORDS})
+        positional = {key: arguments[key] for key in _POSITIONAL}
+        chosen = _chosen_options(options, {**positional, **keywords})
         self.store: VectorStore = _chosen_store(store, chosen)
         self._apply(chosen)
         self.namespace = text("namespace", namespace)
@@ -283,42 +232,21 @@ class VectorBlock(MemoryBlock):
 
     def _apply(self, options: RecallOptions) -> None:
         """Keep the checked options as the block's attributes (what recall reads)."""
-        self.top_k = options.top_k
-        self.min_content_chars = options.min_content_chars
-        self.roles = options.roles
-        self.batch_size = options.batch_size
-        self.context_turns = options.context_turns
-        self.embed_question = options.embed_question
-        self.retrieval = options.retrieval
-        self.dense_weight = options.dense_weight
+        for option in _FIELDS:
+            setattr(self, _BLOCK_NAME.get(option, option), getattr(options, option))
         self.weights = options.weights
-        self.dedupe_against_upstream = options.dedupe
-        self.participant_boost = options.participant_boost
-        self.date_boost = options.date_boost
-        self.reply_drop = options.reply_drop
-        self.follow_turns = options.follow_turns
-        self.question_drop = options.question_drop
-        self.surroundings = options.surroundings
-        self.neighbour_weight = options.neighbour_weight
-        self.tz = options.tz
+        self.ranking = options.ranking
+        self._removed = options.removed
 
     @property
     def options(self) -> RecallOptions:
         """The block's recall options as they are now (one value, e.g. to build
         another block or a ``Memory(recall=...)`` the same way)."""
         weights = self.weights
-        return RecallOptions(
-            store=self.store, top_k=self.top_k, min_content_chars=self.min_content_chars,
-            roles=self.roles, batch_size=self.batch_size, context_turns=self.context_turns,
-            embed_question=self.embed_question,
-            retrieval=self.retrieval, dense_weight=self.dense_weight,
-            recency_weight=weights.recency_weight, importance_weight=weights.importance_weight,
-            recency_half_life_seconds=weights.recency_half_life_seconds,
-            participant_boost=self.participant_boost, date_boost=self.date_boost,
-            reply_drop=self.reply_drop, follow_turns=self.follow_turns, question_drop=self.question_drop,
-            surroundings=self.surroundings, neighbour_weight=self.neighbour_weight,
-            dedupe=self.dedupe_against_upstream, tz=self.tz,
-        )  # fmt: skip
+        values = {option: getattr(self, _BLOCK_NAME.get(option, option)) for option in _FIELDS}
+        values.update(recency_weight=weights.recency_weight, importance_weight=weights.importance_weight,
+                      recency_half_life_seconds=weights.recency_half_life_seconds)  # fmt: skip
+        return RecallOptions(store=self.store, removed=self._removed, **values)
 
     def _set_embedder(self, embedder: Any) -> None:
         """Keep ``embedder``: a name resolves on first use, an object is checked now."""
@@ -357,12 +285,6 @@ class VectorBlock(MemoryBlock):
             if self._cached is None:
                 self._cached = cached(self.embedder, self.store, self.namespace)
         return list(self._cached.embed(texts))
-
-    @property
-    def _store_keywords(self) -> bool:
-        # A store that keeps keyword postings serves the keyword side itself:
-        # no in-process BM25 to rebuild from every chunk after a restart.
-        return callable(getattr(self.store, "keyword_search", None))
 
     def _check_dimension(self, embedder: Any) -> None:
         store_dim = getattr(self.store, "dimension", None)
@@ -428,7 +350,7 @@ class VectorBlock(MemoryBlock):
             return
         chunk.metadata.setdefault(NAMESPACE_KEY, self.namespace)
         with self._lock:
-            link_to_previous(chunk, self._recent, self.context_turns, self.embed_question, self._last_voice)
+            link_to_previous(chunk, self._recent, self.context_turns, True, self._last_voice)
             self._last_voice = voice_of(chunk)
             self._assign_ids(message, chunk)
             self._pending.append(chunk)
@@ -455,7 +377,7 @@ class VectorBlock(MemoryBlock):
     def embedding_text(self, chunk: Chunk) -> str:
         """The text whose vector represents ``chunk``: the extension point for what is
         embedded (the keyword side indexes ``chunk.text`` and its context). By default
-        the text, then the question it answers where ``embed_question`` recorded one
+        the text, then the question it answers where one was recorded
         (:func:`~fastaiagent.facts.vectors.embedded_text`)."""
         return embedded_text(chunk)
 
@@ -529,135 +451,32 @@ class VectorBlock(MemoryBlock):
         # finds much more of LoCoMo's evidence), as the stores' postings do.
         self._keywords.add(chunk.id, keyword_text(chunk))
 
-    def _keyword_index(self) -> BM25Index:
-        # Built once from the store (this namespace only), then kept up to date
-        # by flush; a restarted process or a shared store starts complete.
+    def keyword_index(self) -> tuple[BM25Index, dict[str, Chunk]]:
+        """The in-process keyword index of this namespace and its chunks by id (for a
+        store without keyword postings). Built once from the store, then kept up to
+        date by flush; a restarted process or a shared store starts complete."""
         with self._lock:
             if self._keywords is None:
                 self._keywords = BM25Index()
-                untagged = self._reads_untagged
+                untagged = self.reads_untagged
                 for chunk in self.store.chunks(self.namespace, include_untagged=untagged):
                     self._index_keywords(chunk)
-            return self._keywords
+            return self._keywords, self._keyword_chunks
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """``texts`` embedded through the block's cache (the store's, when it keeps one)."""
+        return self._embed(texts)
 
     @property
-    def _reads_untagged(self) -> bool:
+    def reads_untagged(self) -> bool:
+        """Whether chunks with no namespace tag are this block's (the default namespace)."""
         return self.namespace == DEFAULT_NAMESPACE
-
-    @property
-    def _finds_recorded(self) -> bool:
-        # A store that lists chunks by when they were recorded (search_recorded) lets
-        # a query naming a time rank that time's messages even when no word matches.
-        return callable(getattr(self.store, "search_recorded", None))
-
-    def _dense(
-        self, query: str, fetch: int, spans: Sequence[Span] = (), message: str | None = None
-    ) -> tuple[list[tuple[Chunk, float]], list[tuple[Chunk, float]], bool]:
-        """The ``fetch`` closest chunks; the closest of those recorded in ``spans``;
-        whether the namespace is exhausted (fewer than ``fetch`` found).
-
-        ``message``: the user's message when it differs from ``query`` (names taken
-        out), embedded in the same call: the turn records it next, and a store
-        that caches vectors then finds it there instead of embedding it again."""
-        vector = self._embed([query] if message in (None, query) else [query, message])[0]
-        pending = beside(self._recorded, vector, fetch, spans) if spans else None
-        untagged = self._reads_untagged
-        hits = self.store.search(vector, fetch, namespace=self.namespace, include_untagged=untagged)
-        recorded = pending.result() if pending is not None else []
-        if holds_cache(self.store):  # durable: may hold vectors of an earlier model
-            identity = identity_of(self.embedder)
-            kept = [hit for hit in hits if not foreign(hit.chunk.metadata, identity)]
-            recorded = [hit for hit in recorded if not foreign(hit.chunk.metadata, identity)]
-            if len(kept) < len(hits):  # never ranked against this model's query
-                reembed_in_background(self.store, self.embedder, self.namespace)
-            hits = kept
-        # Counted after an earlier model's vectors are left out, as before: a recall
-        # during a re-embedding does not widen its search over vectors it cannot rank.
-        exhausted = len(hits) < fetch
-        pairs = [(hit.chunk, hit.score) for hit in hits]
-        return pairs, [(hit.chunk, hit.score) for hit in recorded], exhausted
-
-    def _recorded(self, vector: list[float], fetch: int, spans: Sequence[Span]) -> list[SearchHit]:
-        # Half as many as the other side: the same within noise on LoCoMo, for half
-        # the chunk reads.
-        return self.store.search_recorded(  # type: ignore[attr-defined]
-            vector,
-            max(1, fetch // 2),
-            namespace=self.namespace,
-            spans=spans,
-            include_untagged=self._reads_untagged,
-        )
-
-    def _keyword(self, query: str, fetch: int) -> tuple[list[tuple[str, float]], _Chunks]:
-        """The keyword ranking, from the store's postings or the in-process BM25."""
-        if self._store_keywords:
-            found = self.store.keyword_search(query, fetch, namespace=self.namespace)  # type: ignore[attr-defined]
-            return [(i, float(s)) for i, s in found], _Chunks(self.store.get, {})
-        index = self._keyword_index()
-        return index.search(query, fetch), _Chunks(None, self._keyword_chunks)
-
-    def _candidates(
-        self, query: str, fetch: int, now: float, replies_to: str | None = None
-    ) -> tuple[list[tuple[Chunk, float]], bool]:
-        """Chunks for ``query`` with a similarity in [0, 1], best first, and
-        whether the namespace is exhausted (a wider fetch would find nothing more).
-        The dense side embeds ``query`` with the question it answers (``replies_to``)."""
-        said = with_question(query, replies_to)
-        if self.retrieval == "dense":
-            dense, _, exhausted = self._dense(said, fetch)
-            return dense, exhausted
-        if self.retrieval == "bm25":
-            keyword, keyword_chunks = self._keyword(query, fetch)
-            top = keyword[0][1] if keyword else 1.0
-            found = keyword_chunks.get_many([i for i, _ in keyword])
-            ranked = [(found[i], s / top) for i, s in keyword if i in found]
-            return ranked, len(keyword) < fetch
-        with self._lock:
-            speakers = set(self._speakers)
-        # A store's keyword side waits on the database: it runs beside the dense side.
-        pending = beside(self._keyword, query, fetch) if self._store_keywords else None
-        when = date_cue(query, now, self._zone()) if self.date_boost else None
-        spans = when.ranges(now) if when is not None and self._finds_recorded else ()
-        # A name tells the embedding model little but "a person": embed the rest.
-        dense, recorded, exhausted = self._dense(without_names(said, speakers), fetch, spans, said)
-        keyword, keyword_chunks = (
-            pending.result() if pending is not None else self._keyword(query, fetch)
-        )
-        complete = len(keyword) < fetch
-        by_id = {chunk.id: chunk for chunk, _ in recorded}
-        by_id.update((chunk.id, chunk) for chunk, _ in dense)
-        wanted = [i for i, _ in keyword if i not in by_id]
-        by_id.update(keyword_chunks.get_many(wanted))
-        keyword = [(i, s) for i, s in keyword if i in by_id]  # deleted meanwhile: left out
-        known = self._learn_speakers(by_id.values())
-        speaker = named_participant(query, known) if self.participant_boost else None
-        searched = Searched(
-            dense,
-            recorded,
-            keyword,
-            by_id,
-            keyword_complete=complete,
-            dense_share=self._dense_share(query),
-        )
-        ranked = rank_hybrid(
-            self, searched, speaker=speaker, when=when, fetch=self.store.get,
-            about_replies=bool(self.reply_drop) and asks_about_replies(query),
-            time_order=time_order(query) if self.date_boost else 0,
-        )  # fmt: skip
-        return ranked, exhausted
-
-    def _dense_share(self, query: str) -> float:
-        """How much of ``dense_weight`` the dense side keeps for ``query``: less when
-        it is written in a script the embedding model was not trained on."""
-        if has_cjk(query) and not getattr(self.embedder, "understands_cjk", True):
-            return UNREAD_SCRIPT_DENSE_SHARE
-        return 1.0
 
     def _zone(self) -> tzinfo:
         """Whose days and months a query's dates name: ``tz=``, else the clock's (an
         aware datetime's zone), else UTC."""
         if self.tz is not None:
-            return self.tz  # type: ignore[return-value]  # checked: a tzinfo
+            return self.tz
         moment = self.clock() if self.clock is not None else None
         if isinstance(moment, datetime) and moment.tzinfo is not None:
             return moment.tzinfo
@@ -681,7 +500,7 @@ class VectorBlock(MemoryBlock):
         Over-fetches and widens the search until ``top_k`` chunks outside the
         window are found or the namespace is exhausted. ``replies_to``: the
         question ``query`` answers, embedded with it (a turn passes the one its
-        message will be stored with, ``embed_question``); the keyword side and
+        message will be stored with); the keyword side and
         the cues read ``query`` alone.
         """
         if replies_to is not None and not isinstance(replies_to, str):
@@ -694,30 +513,30 @@ class VectorBlock(MemoryBlock):
         in_window = {
             (m.role, normalize_text(m.content or "")) for m in window if (m.content or "").strip()
         }
-        fetch = self.top_k * _FETCH_FACTOR + len(in_window)
         now = time.time() if self.clock is None else read_clock(self.clock)
+        with self._lock:
+            speakers = set(self._speakers)
+        parsed = read_query(query, speakers=speakers, now=now, tz=self._zone(),
+                            replies_to=replies_to, namespace=self.namespace)  # fmt: skip
         # Similarity order is the final order unless recency or importance re-rank:
         # then the first top_k outside the window are all that is needed.
         needed = None if self.weights.active else self.top_k
-        while True:
-            candidates, exhausted = self._candidates(query, fetch, now, replies_to)
-            kept = _outside(candidates, in_window, needed)
-            if len(kept) >= self.top_k or exhausted:
-                break
-            fetch *= 2
+        settings = Settings(self.retrieval, self.dense_weight, self.ranking, self.top_k, self.namespace)
+        kept = find(parsed, StoreSides(self), settings, window=in_window, needed=needed,
+                    speakers=self._learn_speakers)  # fmt: skip
         # A shared store may hold any created_at or importance: read what is not a
         # number as now and as 1.0.
         scored = [
             Scored(
-                item=chunk,
-                similarity=sim,
-                created_at=now if (at := recorded_at(chunk)) is None else at,
-                importance=importance_of(chunk.metadata),
+                item=found,
+                similarity=found.score,
+                created_at=now if (at := recorded_at(found.chunk)) is None else at,
+                importance=importance_of(found.chunk.metadata),
             )
-            for chunk, sim in kept
+            for found in kept
         ]
         ranked = rank(scored, self.weights, now=now)[: self.top_k]
-        return [Recalled(s.item, s.score, s.similarity) for s in ranked]
+        return [Recalled(s.item.chunk, s.score, s.similarity, s.item.reasons) for s in ranked]
 
     def render_with_context(self, query: str, shared: SharedMemoryContext) -> list[Message]:
         recalled = self.recall(query, getattr(shared, "window", ()), replies_to=self._question_answered())
@@ -727,7 +546,10 @@ class VectorBlock(MemoryBlock):
             kept = [r for r in recalled if normalize_text(r.chunk.text) not in upstream]
             deduped = len(recalled) - len(kept)
             recalled = kept
-        attributes: dict[str, Any] = {"memory.scores": [round(r.score, 4) for r in recalled]}
+        attributes: dict[str, Any] = {
+            "memory.scores": [round(r.score, 4) for r in recalled],
+            "memory.recall.reasons": [explain(r.reasons) for r in recalled],
+        }
         if self.dedupe_against_upstream:
             attributes["memory.deduped_count"] = deduped
         trace.annotate(attributes)
@@ -737,10 +559,8 @@ class VectorBlock(MemoryBlock):
 
     def _question_answered(self) -> str | None:
         """The question the turn's message answers, the one :func:`link_to_previous`
-        will store it with (``embed_question``): the turn embeds the message once,
+        will store it with: the turn embeds the message once,
         as its query and as what is stored."""
-        if not (self.embed_question and self.context_turns):
-            return None
         with self._lock:  # the turn's message: the user's, without a name
             return question_answered(self._recent, self._last_voice, ANONYMOUS_USER)
 

@@ -18,7 +18,6 @@ from datetime import datetime
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from fastaiagent.agent.memory_blocks.vector_following import asks
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.facts.entities import ENTITIES_KEY
 from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, holds_cache, identity_of
@@ -26,6 +25,7 @@ from fastaiagent.facts.vectors import REPLIES_TO_KEY
 from fastaiagent.kb.identity import same_embedder
 from fastaiagent.kb.protocols import Chunk
 from fastaiagent.llm.message import Message
+from fastaiagent.recall.following import asks
 
 if TYPE_CHECKING:
     from fastaiagent.agent.memory_blocks.vector import VectorBlock
@@ -80,8 +80,9 @@ def link_to_previous(
     when unknown), then add its own to ``recent`` for the next message.
 
     With ``context_turns``, the chunk is indexed with those messages' keywords
-    (``metadata["context"]``); with ``embed_question`` too, unless it is the
-    agent's reply or its speaker asked the question, it is embedded with the
+    (``metadata["context"]``); with ``embed_question`` (what a block always
+    does), unless it is the agent's reply or its speaker asked the question, it is
+    embedded with the
     last question of the message just before it (``metadata["replies_to"]``,
     :func:`~fastaiagent.facts.vectors.embedded_text`): "They're the Aura 300"
     answers "Which headphones?". It raised both benchmarks, support chats most
@@ -91,9 +92,9 @@ def link_to_previous(
     so a turn still embeds its message once."""
     if context_turns and recent:
         chunk.metadata.setdefault("context", " ".join(recent))
-        asked = question_answered(recent, asked_by, voice_of(chunk)) if embed_question else None
-        if asked is not None:
-            chunk.metadata.setdefault(REPLIES_TO_KEY, asked)
+    asked = question_answered(recent, asked_by, voice_of(chunk)) if embed_question else None
+    if asked is not None:
+        chunk.metadata.setdefault(REPLIES_TO_KEY, asked)
     recent.append(as_context(chunk))
 
 
@@ -142,7 +143,7 @@ def past_chunks(block: VectorBlock, messages: Sequence[Message], times: Sequence
         if chunk is None:
             continue
         chunk.metadata["created_at"] = said
-        link_to_previous(chunk, recent, block.context_turns, block.embed_question, voice)
+        link_to_previous(chunk, recent, block.context_turns, True, voice)
         voice = voice_of(chunk)
         content = f"{block.namespace}\x00{message.role}\x00{said!r}\x00{chunk.text}"
         seen[content] += 1

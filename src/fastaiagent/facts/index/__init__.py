@@ -14,5 +14,5 @@
 - ``reembed.py``: a changed embedder re-embedding a namespace in the background.
 
 A backend persists rows and reports changes; ranking a recall result happens
-above, in :mod:`fastaiagent.agent.memory_blocks.vector_ranking`.
+above, in :mod:`fastaiagent.recall.ranking`.
 """

@@ -1,11 +1,14 @@
-"""When a recall query points in time: "two weeks before 11 August 2023", "yesterday".
+"""When a recall query points in time: a month, a year, "two weeks before 11 August 2023", "yesterday".
 
-:func:`time_spans` reads the phrases below against ``now`` (when the query is
-asked, UNIX seconds) and returns the spans of time (days of a time zone, UTC
-unless one is given) in which the messages
-the query is about were probably said. The spans are generous on purpose: a
-message about an event is often said days later ("we adopted her two weeks ago").
+:func:`date_cue` reads a query against ``now`` (when it is asked, UNIX seconds)
+and returns a :class:`DateCue`: the months and years it names and the spans of
+time (days of a time zone, UTC unless one is given) in which the messages the
+query is about were probably said. The spans are generous on purpose: a message
+about an event is often said days later ("we adopted her two weeks ago").
 
+- a month (capitalised: "may" is a verb) or a year, where the query says when:
+  after a word of time ("in May", "since 2019", :data:`~.words.WORDS` ``when``)
+  or beside another part of a date ("May 2023"); "the 2024 release" is content;
 - a day with its year, "on 8 May 2023", "August 11, 2023": that day and the week after;
 - an offset from such a day, "<n> days|weeks|months|years before|after <day>",
   "the week|weekend|day before <day>": from the event to a week after the day
@@ -16,13 +19,13 @@ message about an event is often said days later ("we adopted her two weeks ago")
 - "the first|second|third|fourth|last week of <Month> [<year>]": that week
   and the one after (in any year when none is named).
 
-Month names and years on their own are :func:`~fastaiagent.kb.query_cues.date_cue`'s
-month/year cue. Phrases are English.
+The phrases are English (docs/semantic.md lists the languages recall reads).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 
@@ -36,6 +39,8 @@ from fastaiagent._dates import (
     month_start,
     year_pattern,
 )
+from fastaiagent.recall.weights import YEARS_BACK
+from fastaiagent.recall.words import alternatives
 
 Span = tuple[float, float]
 """``(start, end)`` in UNIX seconds, end exclusive."""
@@ -203,4 +208,89 @@ def time_spans(query: str, now: float, tz: tzinfo = timezone.utc) -> list[Span]:
     return list(read_times(query, now, tz).spans)
 
 
-__all__ = ["Span", "TimeReading", "read_times", "span", "time_spans"]
+
+
+MONTH_NAMES = tuple(m.capitalize() for m in MONTHS)
+_WHEN = rf"(?:\b(?:{alternatives('when')})\s+(?:(?:early|late|mid)[\s-]+)?)"
+_MONTH_NAME = r"(" + "|".join(MONTH_NAMES) + r")"  # capitalised: "may" is a verb
+_MONTH = re.compile(
+    rf"(?:{_WHEN}{_MONTH_NAME}\b|\b{_MONTH_NAME}(?=\s+\d{{1,2}}\b|,?\s+(?:19|20)\d\d\b))"
+)
+_YEAR_AFTER = (  # what a year beside it completes: a month (and day), a season
+    rf"\b(?:{'|'.join(MONTH_NAMES)})(?:\s+\d{{1,2}})?,?\s*|\b(?:{alternatives('season')})\s+"
+)
+_YEAR = re.compile(rf"(?:{_WHEN}|{_YEAR_AFTER})((?:19|20)\d\d)\b(?![-\w])")
+
+
+@dataclass(frozen=True)
+class DateCue:
+    """The months (1-12) and years a query names, and the spans of time it points
+    to (``(start, end)`` UNIX seconds, end exclusive); any may be empty."""
+
+    months: frozenset[int]
+    years: frozenset[int]
+    spans: tuple[Span, ...] = ()
+    yearly: tuple[tuple[int, int, int], ...] = ()  # (month, first day, last day), any year
+    tz: tzinfo = timezone.utc  # whose days and months these are
+
+    def matches(self, timestamp: float) -> bool:
+        """Whether a message recorded at ``timestamp`` (epoch seconds, read in ``tz``)
+        falls in one of the spans, or in a named month of a named year (an unnamed
+        part matches any)."""
+        if any(start <= timestamp < end for start, end in self.spans):
+            return True
+        moment = datetime.fromtimestamp(timestamp, tz=self.tz)
+        if any(m == moment.month and a <= moment.day <= b for m, a, b in self.yearly):
+            return True
+        if not self.months and not self.years:
+            return False
+        return (not self.months or moment.month in self.months) and (
+            not self.years or moment.year in self.years
+        )
+
+    def ranges(self, now: float) -> tuple[Span, ...]:
+        """The times the cue covers as spans ``(start, end)``, in time order, for a
+        store to list the messages recorded then: its spans, each named month of each
+        named year; a month named without a year, or a week of a month, is taken in
+        each of the :data:`YEARS_BACK` years up to ``now``'s (in ``tz``)."""
+        spans = list(self.spans)
+        this_year = datetime.fromtimestamp(now, tz=self.tz).year
+        every_year = range(this_year - YEARS_BACK, this_year + 1)
+        if self.months or self.years:
+            for year in sorted(self.years) or every_year:
+                for month in sorted(self.months) or range(1, 13):
+                    first = month_start(year, month, self.tz)
+                    spans.append(span(first, first + month_length(first)))
+        for month, first_day, last_day in self.yearly:  # any year, as :meth:`matches` reads it
+            for year in every_year:
+                first = month_start(year, month, self.tz)
+                last = min(first + timedelta(days=last_day - 1), first + month_length(first) - DAY)
+                spans.append(span(first + timedelta(days=first_day - 1), last + DAY))
+        return _merged(spans)
+
+
+def _merged(spans: list[Span]) -> tuple[Span, ...]:
+    """``spans`` sorted, with overlapping or touching ones joined."""
+    out: list[Span] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return tuple(out)
+
+
+def date_cue(query: str, now: float | None = None, tz: tzinfo = timezone.utc) -> DateCue | None:
+    """The month names, years and time phrases in ``query`` (phrases like
+    "yesterday" read at ``now``, UNIX seconds; default the current time; days and
+    months those of ``tz``, default UTC), or None when it has none."""
+    # A named day ("on 8 May 2023") is its own cue: its month and year are not another.
+    reading = read_times(query, time.time() if now is None else now, tz)
+    months = frozenset(MONTH_NAMES.index(a or b) + 1 for a, b in _MONTH.findall(reading.rest))
+    years = frozenset(int(y) for y in _YEAR.findall(reading.rest))
+    if not (months or years or reading.spans or reading.yearly):
+        return None
+    return DateCue(months, years, reading.spans, reading.yearly, tz)
+
+
+__all__ = ["MONTH_NAMES", "DateCue", "Span", "TimeReading", "date_cue", "read_times", "span", "time_spans"]

@@ -4,13 +4,13 @@ After fusion, the cues and the messages drawn after the best hits, each
 candidate's score is one number about that message alone. Evidence sits among
 evidence: the turns around an answer and the conversation it was said in are
 often candidates too. So each candidate gains a weighted sum of signals
-(:data:`SIGNALS`):
+(:data:`~.weights.SIGNALS`):
 
 - ``length``: ``log(1 + words)``, weight 0 by default (see below);
 - ``neighbour``: the best score of the message before or after it, when that
   message is a candidate too (the lowest candidate's score when none is);
 - ``conversation``: the best score of another candidate said within
-  :data:`~fastaiagent.agent.memory_blocks.recall_weights.SAME_CONVERSATION_SECONDS`
+  :data:`~.weights.SAME_CONVERSATION_SECONDS`
   of it (the lowest candidate's score when none was);
 - ``by_meaning`` / ``by_time``: found by the dense search / among the
   messages of the time the query names;
@@ -36,14 +36,10 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
-from fastaiagent.agent.memory_blocks.recall_weights import (
-    SAME_CONVERSATION_SECONDS,
-    SIGNALS,
-    Signals,
-)
-from fastaiagent.agent.memory_blocks.vector_following import asks, said_together
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.protocols import Chunk
+from fastaiagent.recall.following import asks, said_together
+from fastaiagent.recall.weights import SAME_CONVERSATION_SECONDS, SIGNALS, Signals
 
 
 class Found(NamedTuple):
@@ -55,21 +51,21 @@ class Found(NamedTuple):
     speaker: str | None
 
 
-
-
-def add_context(
-    fused: dict[str, float],
+def surroundings(
+    scores: Mapping[str, float],
     chunks: Mapping[str, Chunk],
     found: Found,
     weights: Signals = SIGNALS,
-) -> None:
-    """Add to each candidate of ``fused`` its signals times ``weights``;
-    ``chunks`` holds every candidate."""
-    ids, columns = _columns(fused, chunks, found)
+) -> dict[str, float]:
+    """What each candidate of ``scores`` gains: its signals times ``weights``
+    (``chunks`` holds every candidate)."""
+    ids, columns = _columns(scores, chunks, found)
+    changes = dict.fromkeys(ids, 0.0)
     for weight, column in zip(weights, columns, strict=True):
         if weight:
             for chunk_id, value in zip(ids, column, strict=True):
-                fused[chunk_id] += weight * value
+                changes[chunk_id] += weight * value
+    return changes
 
 
 def signals(
@@ -161,4 +157,4 @@ def _window_max(values: list[float], windows: list[tuple[int, int]]) -> list[flo
     return out
 
 
-__all__ = ["SIGNALS", "Found", "Signals", "add_context", "signals"]
+__all__ = ["Found", "signals", "surroundings"]

@@ -1,0 +1,181 @@
+"""One ranking function: the candidates of a query, best first, each with why.
+
+:func:`rank` orders :class:`~.candidates.Candidates` in steps, each a pure
+function that returns what it adds to each candidate's score (it edits nothing it
+is given; the sum is the ranking's own), all weights from :class:`~.weights.Ranking`:
+
+1. ``fused``: the dense, time-listed and keyword scores, each standardised over
+   its own candidates and blended (:func:`~fastaiagent.kb.hybrid.calibrated_fuse`);
+2. ``speaker`` / ``time``: the messages of the participant the query asks about,
+   and of the time it names, gain ``participant`` / ``date``;
+3. ``now`` / ``at first``: a query that asks how things stand now (were at first)
+   raises the later (earlier) of the best candidates;
+4. ``agent reply``: the agent's own replies rank ``reply_drop`` lower, unless the
+   query asks what the agent said;
+5. ``asks``: messages that ask rank ``question_drop`` lower;
+6. ``follows a hit``: the messages after the best hits rank just below them
+   (:mod:`.following`);
+7. ``surroundings``: what the turns around each candidate say (:mod:`.context`).
+
+Each result carries its :class:`Reason` list: the steps that moved it, by how
+much (standard deviations of the fused score). ``retrieval="dense"`` and
+``"bm25"`` are one side alone: its own score, no step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from fastaiagent.facts.vectors import recorded_at
+from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
+from fastaiagent.kb.protocols import Chunk
+from fastaiagent.recall.candidates import Candidates
+from fastaiagent.recall.context import Found, surroundings
+from fastaiagent.recall.dates import DateCue
+from fastaiagent.recall.following import Fetch, asks, follow
+from fastaiagent.recall.query import RecallQuery
+from fastaiagent.recall.weights import Ranking
+
+Reason = tuple[str, float]
+"""``(step, how much it added)``: ``("fused", 1.2)``, ``("speaker", 1.5)``."""
+
+
+class Ranked(NamedTuple):
+    """One candidate as ranked: its chunk, its score in (0, 1) (the fused score
+    squashed, order kept) and the reasons (a tuple: made for every candidate)."""
+
+    chunk: Chunk
+    score: float
+    reasons: tuple[Reason, ...] = ()
+
+
+def rank(
+    candidates: Candidates,
+    query: RecallQuery,
+    ranking: Ranking,
+    *,
+    retrieval: str = "hybrid",
+    dense_weight: float,
+    fetch: Fetch,
+    namespace: str,
+    speaker: str | None,
+) -> list[Ranked]:
+    """The candidates best first (see the module). ``speaker``: the participant the
+    query asks about (:meth:`RecallQuery.about` the speakers known once the
+    candidates are in); ``fetch`` reads the messages after the best hits by id, of
+    ``namespace`` only."""
+    if retrieval == "dense":
+        return _one_side(candidates, candidates.dense)
+    if retrieval == "bm25":
+        return _one_side(candidates, candidates.keyword, scale=True)
+    return _hybrid(candidates, query, ranking, dense_weight, fetch, namespace, speaker)
+
+
+def _one_side(candidates: Candidates, side: tuple[tuple[str, float], ...], scale: bool = False) -> list[Ranked]:
+    """One side's own order: cosine as it is, BM25 over its best score."""
+    top = (side[0][1] or 1.0) if scale and side else 1.0
+    return [Ranked(candidates.chunks[i], s / top, (("side", s),)) for i, s in side]
+
+
+def _hybrid(
+    candidates: Candidates,
+    query: RecallQuery,
+    ranking: Ranking,
+    dense_weight: float,
+    fetch: Fetch,
+    namespace: str,
+    speaker: str | None,
+) -> list[Ranked]:
+    chunks: Mapping[str, Chunk] = candidates.chunks
+    fused = calibrated_fuse(
+        candidates.dense,
+        _with_entities(candidates),
+        dense_weight=dense_weight * candidates.dense_share,
+        recorded=candidates.recorded,
+        keyword_complete=candidates.keyword_complete,
+    )
+    # Each step returns what it adds; the sum is kept here, in this call's own dict.
+    scores, moved = dict(fused), Moves()
+    when = query.when if ranking.date else None
+    if speaker is not None and ranking.participant:
+        moved.add(scores, _where(chunks, scores, ranking.participant, lambda c: c.metadata.get("speaker") == speaker), "speaker")
+    if when is not None:
+        moved.add(scores, _where(chunks, scores, ranking.date, lambda c: _said_in(c, when)), "time")
+    if query.time_order and ranking.time_order:
+        moved.add(scores, _in_time(scores, chunks, query.time_order, ranking), "now / at first")
+    if ranking.reply_drop and not query.about_replies:
+        drop = _where(chunks, scores, -ranking.reply_drop, lambda c: c.metadata.get("role") == "assistant")
+        moved.add(scores, drop, "agent reply")
+    if ranking.question_drop:
+        moved.add(scores, _where(chunks, scores, -ranking.question_drop, lambda c: asks(c.text)), "asks")
+    if ranking.follow_turns and scores:
+        answer_drop = ranking.answer_drop or None
+        changes, read = follow(scores, chunks, fetch, namespace=namespace, turns=ranking.follow_turns,
+                               hits=ranking.followed_hits, drops=ranking.follow_drops, answer_drop=answer_drop)  # fmt: skip
+        chunks = {**chunks, **read} if read else chunks
+        moved.add(scores, changes, "follows a hit")
+    if ranking.signals is not None:
+        found = Found({i for i, _ in candidates.dense}, {i for i, _ in candidates.recorded}, speaker)
+        moved.add(scores, surroundings(scores, chunks, found, ranking.signals), "surroundings")
+    order = sorted(scores, key=scores.__getitem__, reverse=True)
+    why = moved.steps
+    return [Ranked(chunks[i], unit_score(scores[i]), (("fused", fused[i]), *why.get(i, ())) if i in fused
+                   else tuple(why.get(i, ()))) for i in order]  # fmt: skip
+
+
+class Moves:
+    """What each step added to which candidate (the reasons), as the steps are summed."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, list[Reason]] = {}
+        """Each moved candidate's ``(step, amount)`` in step order (after its fused score)."""
+
+    def add(self, scores: dict[str, float], changes: Mapping[str, float], step: str) -> None:
+        """Add ``changes`` to ``scores`` (the ranking's own sum) and note each as ``step``."""
+        steps = self.steps
+        for chunk_id, change in changes.items():
+            if change:
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + change
+                noted = steps.get(chunk_id)
+                if noted is None:
+                    steps[chunk_id] = [(step, change)]
+                else:
+                    noted.append((step, change))
+
+
+def _with_entities(candidates: Candidates) -> list[tuple[str, float]]:
+    """The keyword side with the entity side's hits (a hit of both keeps its better score)."""
+    if not candidates.entity:
+        return list(candidates.keyword)
+    merged = dict(candidates.keyword)
+    for chunk_id, score in candidates.entity:
+        merged[chunk_id] = max(score, merged.get(chunk_id, score))
+    return list(merged.items())
+
+
+def _where(
+    chunks: Mapping[str, Chunk], scores: Mapping[str, float], amount: float, which: Callable[[Chunk], bool]
+) -> dict[str, float]:
+    """``amount`` for every candidate whose chunk is ``which``."""
+    return {i: amount for i in scores if which(chunks[i])} if amount else {}
+
+
+def _said_in(chunk: Chunk, when: DateCue) -> bool:
+    at = recorded_at(chunk)
+    return at is not None and when.matches(at)
+
+
+def _in_time(scores: Mapping[str, float], chunks: Mapping[str, Chunk], direction: int, ranking: Ranking) -> dict[str, float]:
+    """The best ``time_order_among`` candidates gain ``time_order`` times their
+    standardised time said (``direction`` 1) or its opposite (-1). A message with
+    no time is taken as said in the middle of the others."""
+    best = sorted(scores, key=scores.__getitem__, reverse=True)[: ranking.time_order_among]
+    said = [recorded_at(chunks[chunk_id]) for chunk_id in best]
+    known = [at for at in said if at is not None]
+    middle = sum(known) / len(known) if known else 0.0
+    times = [middle if at is None else at for at in said]
+    return {i: direction * ranking.time_order * z for i, z in zip(best, standardized(times), strict=True)}
+
+
+__all__ = ["Ranked", "Reason", "rank"]
