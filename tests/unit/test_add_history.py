@@ -78,3 +78,18 @@ def test_bad_calls_are_refused_before_anything_is_stored(tmp_path: Path) -> None
     with pytest.raises(UsageError, match="build the Memory with recall="):
         Memory(f"sqlite:///{tmp_path / 'n.db'}", user_id="ann").add_history(HISTORY)
     assert memory.location.vector_store().count("user:ann") == 0  # type: ignore[attr-defined]
+
+
+def test_a_fixed_user_memory_imports_into_that_user_even_as_its_first_call(tmp_path: Path) -> None:
+    """Memory(user_id="ann").add_history(...) with no user_id= is ann's history, never a
+    shared default namespace another fixed-user Memory would also read."""
+    location = f"sqlite:///{tmp_path / 'm.db'}"
+    ann = Memory(location, user_id="ann", recall="auto", embedder=WordHashEmbedder())
+    assert ann.add_history(HISTORY[:2], at=TIMES[:2]) == 2
+    index = ann.location.vector_store()  # type: ignore[attr-defined]
+    assert index.count("user:ann") == 2
+    assert index.count("user:default") == 0
+    bob = Memory(location, user_id="bob", recall="auto", embedder=WordHashEmbedder())
+    llm = CannedLLM("ok")
+    Agent(name="a", llm=llm, memory=bob).run("what is my dog called?")
+    assert "Biscuit" not in " ".join(str(m.content) for m in llm.calls[0])

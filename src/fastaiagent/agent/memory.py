@@ -406,7 +406,8 @@ class Memory:
             raise InvalidValueError(
                 f"this Memory keeps one user's memory ({self.config.user_id!r}), not {checked!r}"
             )
-        state = self._users.get(checked)
+        # One fixed user: theirs, even when add_history is this Memory's first call.
+        state = self._users.get(checked if self.config.per_user else self.config.static_user)
         blocks = [block for block in state.own_blocks if isinstance(block, VectorBlock)]
         return sum(block.add_history(messages, at=at) for block in blocks)
 

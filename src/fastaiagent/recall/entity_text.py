@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from fastaiagent._validate import text as check_text
+from fastaiagent.facts.entities import entity_term  # one posting format, the stores' own
 
 OWN = "my "
 """The key of a description-only mention starts so: "my sister", "my dog"."""
@@ -39,16 +39,6 @@ class Mention:
 def own_key(description: str) -> str:
     """The key of the user's own ``description`` ("sister" -> "my sister")."""
     return OWN + description
-
-
-def entity_term(entity_id: str) -> str:
-    """The keyword-postings token that marks a message as mentioning ``entity_id``.
-
-    It starts with U+241E and holds ``:``, which the text analyzer
-    (:func:`fastaiagent.kb.bm25.tokenize`) never produces, so no word of any
-    message collides with it; spaces become ``_``."""
-    check_text("entity_id", entity_id)
-    return "\u241ee:" + "_".join(entity_id.split())
 
 
 def normalise(name: str) -> str:
