@@ -271,3 +271,29 @@ def test_what_another_process_stored_is_seen_by_the_next_query(any_location: str
     texts = {c.text for c in index.get([i for i, _ in found.hits])}
     assert texts == {"I had lunch with my sister Lena today"}
     assert _about(store, "ann") == {ANN_MONDAY[0].content, ANN_FRIDAY[0].content}  # theirs kept ours
+
+
+def test_a_turn_recalls_what_was_said_about_a_pet_in_another_session_in_other_words(
+    any_location: str,
+) -> None:
+    """The entity side in the recall pipeline: "the dog" names Biscuit (a puppy, said
+    in Monday's session), so Friday's message about him is recalled though it shares
+    no word with the question; bob's Biscuit is not ann's."""
+    from dataclasses import dataclass
+
+    from fastaiagent import Agent, RunContext
+    from fastaiagent.testing import CannedLLM
+
+    @dataclass
+    class Session:
+        user_id: str
+
+    memory = _memory(any_location)
+    chatter = [UserMessage(f"Note {n}: the quarterly report needs section {n} rewritten") for n in range(30)]
+    memory.add_history(chatter, user_id="ann", at=[1.0e9 + 2 * 86400 + n for n in range(30)])
+    llm = CannedLLM("ok")
+    agent = Agent(name="a", llm=llm, memory=memory)
+    agent.run("what did the dog break?", context=RunContext(state=Session("ann")))
+    prompt = " ".join(str(m.content) for m in llm.calls[0])
+    assert ANN_FRIDAY[0].content in prompt
+    assert BOB[0].content not in prompt

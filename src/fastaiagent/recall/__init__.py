@@ -9,13 +9,14 @@
 Every weight is in :mod:`.weights`, every word of a language in :mod:`.words`,
 the reading of dates in :mod:`.dates`; what the stores hold stays in
 :mod:`fastaiagent.facts`. The things people talk about (people, pets, places)
-are found and resolved in :mod:`.entities` and :mod:`.entity_book`; the query's
-side of them is :func:`~.query.resolve_entities`.
+are found and resolved in :mod:`.entities` and :mod:`.entity_book`, kept with
+the messages by :mod:`.entity_store`; the query's side of them is the entity
+side of :mod:`.candidates`.
 """
 
 from fastaiagent.recall.candidates import Candidates, Sides, gather
 from fastaiagent.recall.pipeline import Settings, explain, find
-from fastaiagent.recall.query import RecallQuery, read_query, resolve_entities
+from fastaiagent.recall.query import RecallQuery, read_query
 from fastaiagent.recall.ranking import Ranked, rank
 from fastaiagent.recall.weights import Ranking
 
@@ -31,5 +32,4 @@ __all__ = [
     "gather",
     "rank",
     "read_query",
-    "resolve_entities",
 ]

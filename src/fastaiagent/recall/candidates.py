@@ -50,6 +50,10 @@ class Sides(Protocol):
     def keyword(self, text: str, fetch: int) -> tuple[list[Scored], ChunksById]:
         """The keyword ranking of ``text``, and how to read its chunks."""
 
+    def entities(self, text: str, fetch: int) -> tuple[frozenset[str], list[Scored]]:
+        """The ids of the entities ``text`` names in the user's book, and the ``fetch``
+        best of the user's messages mentioning them (none where the store keeps no book)."""
+
     def get(self, ids: Sequence[str]) -> list[Chunk]:
         """Chunks by id (not scoped: the caller keeps its namespace's)."""
 
@@ -67,19 +71,15 @@ class Candidates:
     keyword: tuple[Scored, ...] = ()
     """BM25 score."""
     entity: tuple[Scored, ...] = ()
-    """BM25 score of a keyword search over the entities the query mentions."""
+    """BM25 score of a search of the entity postings of the entities the query names."""
+    entities: frozenset[str] = frozenset()
+    """Ids of the entities the query names, in the user's book."""
     keyword_complete: bool = False
     """Every message holding a query term is in ``keyword``."""
     dense_share: float = 1.0
     """The share of the dense weight the dense side keeps for this query."""
     exhausted: bool = False
     """A wider search would find nothing more."""
-
-
-def entity_text(query: RecallQuery) -> str:
-    """What the entity side searches for: the query's entity keys as terms. Empty
-    while no entity is resolved (:func:`~.query.resolve_entities`)."""
-    return " ".join(sorted(query.entities))
 
 
 def gather(query: RecallQuery, sides: Sides, fetch: int, retrieval: str, ranking: Ranking) -> Candidates:
@@ -104,9 +104,9 @@ def _hybrid(query: RecallQuery, sides: Sides, fetch: int, ranking: Ranking) -> C
     # A name tells the embedding model little but "a person": embed the rest.
     dense, recorded, exhausted = sides.dense(query.embedded, fetch, spans, query.said)
     keyword, read = pending.result() if pending is not None else sides.keyword(query.text, fetch)
-    entity: list[Scored] = []
-    if query.entities:
-        entity, _ = sides.keyword(entity_text(query), fetch)
+    # The entity side: the user's messages, in any session, about the people and
+    # things the query names (by name, alias or description).
+    named, entity = sides.entities(query.text, fetch)
     by_id = {chunk.id: chunk for chunk, _ in recorded}
     by_id.update((chunk.id, chunk) for chunk, _ in dense)
     wanted = list(dict.fromkeys(i for i, _ in [*keyword, *entity] if i not in by_id))
@@ -118,6 +118,7 @@ def _hybrid(query: RecallQuery, sides: Sides, fetch: int, ranking: Ranking) -> C
         recorded=_ids(recorded),
         keyword=tuple((i, s) for i, s in keyword if i in by_id),  # deleted meanwhile: left out
         entity=tuple((i, s) for i, s in entity if i in by_id),
+        entities=named,
         keyword_complete=len(keyword) < fetch,
         dense_share=share,
         exhausted=exhausted,
@@ -128,4 +129,4 @@ def _ids(pairs: Sequence[tuple[Chunk, float]]) -> tuple[Scored, ...]:
     return tuple((chunk.id, score) for chunk, score in pairs)
 
 
-__all__ = ["Candidates", "Scored", "Sides", "entity_text", "gather"]
+__all__ = ["Candidates", "Scored", "Sides", "gather"]

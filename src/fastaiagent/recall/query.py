@@ -4,7 +4,8 @@ Everything recall needs to know about the question is read here, in one pass,
 before any search: its terms (the keyword side's tokens), the participants it
 names and whom it asks about, the time it points to (:mod:`.dates`), whether it
 asks how things stand now or were at first, whether it asks what the agent said,
-its script, and the entities the entity side resolves (:func:`resolve_entities`).
+and its script. The people and things it names are resolved by the entity side
+(:mod:`.candidates`), against the user's book of entities.
 The searches and the ranking only read the object; a widening pass reuses it.
 
 - **Participants.** In a conversation with several named speakers
@@ -24,7 +25,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
-from typing import Any, Literal
+from typing import Literal
 
 from fastaiagent.facts.vectors import with_question
 from fastaiagent.kb.bm25 import has_cjk, tokenize
@@ -59,13 +60,6 @@ class _Reads:
 READS = _Reads()
 
 
-def resolve_entities(text: str, terms: Sequence[str], namespace: str, book: Any = None) -> frozenset[str]:
-    """The keys of the entities ``text`` (tokens ``terms``) mentions, among those
-    ``book`` knows for ``namespace``: the entity side's hook. None known yet: the
-    entity side is wired in by its own module; until then a query mentions none."""
-    return frozenset()
-
-
 @dataclass(frozen=True)
 class RecallQuery:
     """A recall query as read once (see the module). Build it with :func:`read_query`."""
@@ -93,8 +87,6 @@ class RecallQuery:
     """``"cjk"`` when written in Chinese, Japanese or Korean script."""
     now: float
     """When it was asked (UNIX seconds): what "yesterday" is read against."""
-    entities: frozenset[str] = frozenset()
-    """Keys of the entities it mentions (:func:`resolve_entities`)."""
     words: tuple[Span, ...] = field(default=(), repr=False)
     """Where its words are (start, end): names are matched on them, not re-read."""
     known: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
@@ -172,8 +164,6 @@ def read_query(
     now: float,
     tz: tzinfo = timezone.utc,
     replies_to: str | None = None,
-    namespace: str = "",
-    entity_book: Any = None,
 ) -> RecallQuery:
     """Read ``text`` once into a :class:`RecallQuery`: ``speakers`` are the
     participants known now, ``now`` / ``tz`` what its dates are read against."""
@@ -195,10 +185,9 @@ def read_query(
         about_replies=_ABOUT_REPLIES.search(text) is not None,
         script="cjk" if has_cjk(text) else "spaced",
         now=now,
-        entities=resolve_entities(text, terms, namespace, entity_book),
         words=words,
         known=frozenset(known),
     )
 
 
-__all__ = ["READS", "RecallQuery", "read_query", "resolve_entities", "without_names"]
+__all__ = ["READS", "RecallQuery", "read_query", "without_names"]

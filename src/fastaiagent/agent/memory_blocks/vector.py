@@ -516,8 +516,7 @@ class VectorBlock(MemoryBlock):
         now = time.time() if self.clock is None else read_clock(self.clock)
         with self._lock:
             speakers = set(self._speakers)
-        parsed = read_query(query, speakers=speakers, now=now, tz=self._zone(),
-                            replies_to=replies_to, namespace=self.namespace)  # fmt: skip
+        parsed = read_query(query, speakers=speakers, now=now, tz=self._zone(), replies_to=replies_to)
         # Similarity order is the final order unless recency or importance re-rank:
         # then the first top_k outside the window are all that is needed.
         needed = None if self.weights.active else self.top_k

@@ -17,6 +17,7 @@ from fastaiagent.facts.index.embedding_cache import holds_cache, identity_of
 from fastaiagent.facts.index.reembed import foreign, reembed_in_background
 from fastaiagent.kb.protocols import Chunk, SearchHit
 from fastaiagent.recall.dates import Span
+from fastaiagent.recall.entity_store import entity_candidates
 from fastaiagent.recall.weights import RECORDED_SHARE
 
 if TYPE_CHECKING:
@@ -94,6 +95,14 @@ class StoreSides:
 
     def _read(self, ids: list[str]) -> dict[str, Chunk]:
         return {c.id: c for c in self._store.get(ids)} if ids else {}
+
+    def entities(self, text: str, fetch: int) -> tuple[frozenset[str], list[tuple[str, float]]]:
+        """The entity side, from the store's book of the user's entities and its
+        entity postings; nothing for a store without postings (FAISS, Qdrant ...)."""
+        if not callable(getattr(self._store, "score_keywords", None)):
+            return frozenset(), []
+        found = entity_candidates(self._store, self._block.namespace, text, fetch)
+        return found.entities, found.hits
 
     def get(self, ids: Sequence[str]) -> list[Chunk]:
         """Chunks by id (not scoped: the pipeline keeps the namespace's)."""
