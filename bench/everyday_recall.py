@@ -161,16 +161,24 @@ def message_of(turn: dict[str, Any]) -> Message:
     return UserMessage(turn["text"], name=turn["speaker"])
 
 
+LOCATION: list[str | None] = [None]  # --location: the durable index of a fact store
+_FED = [0]
+
+
 def fed_block(
     conversation: dict[str, Any], now: float, embedder: Any, options: dict[str, Any]
 ) -> TurnTaggedBlock:
     """A fresh block (own store and namespace) holding every turn of ``conversation``;
-    ``options["steps"]``: ranking weights changed (``Ranking.with_``)."""
+    ``options["steps"]``: ranking weights changed (``Ranking.with_``). On a durable
+    location each block gets a user namespace of its own (the entity side keeps a
+    book per user)."""
     options = dict(options)
     steps = options.pop("steps", {})
+    _FED[0] += 1
+    location = LOCATION[0]
     block = TurnTaggedBlock(
-        recall_store(None, embedder),
-        namespace=f"everyday:{conversation['id']}",
+        recall_store(location, embedder),
+        namespace=f"everyday:{conversation['id']}" if location is None else f"user:e{_FED[0]}-{conversation['id']}",
         embedder=embedder,
         top_k=TOP_K,
         clock=lambda: now,
@@ -275,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
     parser.add_argument("--misses", action="store_true", help="list the questions missed at 5")
+    parser.add_argument(
+        "--location", default=None,
+        help="a fact store (e.g. sqlite:////tmp/everyday.db): recall through its durable "
+        "index, entity side included (default: the in-process FAISS store)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    LOCATION[0] = args.location
     sets, configs = args.sets.split(","), args.configs.split(",")
     known = [kind for data_set in sets for kind in KINDS.get(data_set, ())]
     kinds = args.kinds.split(",") if args.kinds else known

@@ -282,7 +282,8 @@ def evaluate(
         turns = turns_of(sample["conversation"])
         block = TurnTaggedBlock(
             store,
-            namespace=f"locomo:{retrieval}:{number}",
+            # A user's namespace on a durable location: the entity side keeps a book per user.
+            namespace=f"locomo:{retrieval}:{number}" if location is None else f"user:locomo-{retrieval}-{number}",
             embedder=embedder,
             top_k=max(KS),
             retrieval=retrieval,
