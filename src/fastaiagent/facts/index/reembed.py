@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from fastaiagent._exit import at_exit
 from fastaiagent._validate import integer
@@ -44,7 +44,38 @@ logger = logging.getLogger("fastaiagent.facts.index.reembed")
 Progress = Callable[["Reembedding"], None]
 
 
-class Reembedding:
+class BackgroundJob:
+    """What the background thread runs (a :class:`Reembedding`, or a
+    :class:`~fastaiagent.facts.index.reindex.Reindexing` of keyword postings):
+    ``state``, ``wait()``, ``cancel()`` (stop before the next write) and ``run()``."""
+
+    failure = "a background job"  # what failed, in the log line of a failure
+
+    def __init__(self) -> None:
+        self.state = "pending"
+        self.error: BaseException | None = None
+        self._finished = threading.Event()
+        self._cancelled = threading.Event()
+
+    def run(self) -> Any:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job ends (True) or ``timeout`` seconds pass (False)."""
+        return self._finished.wait(timeout)
+
+    def cancel(self) -> None:
+        """Stop before the next write."""
+        self._cancelled.set()
+
+    def _run_logged(self) -> None:
+        try:
+            self.run()
+        except Exception as exc:  # kept on the job (error); a later search or open starts another
+            logger.warning("%s failed: %s", self.failure, exc)
+
+
+class Reembedding(BackgroundJob):
     """Re-embed the chunks of ``namespaces`` in ``index`` (None: every namespace it
     holds) with ``embedder``, writing them to ``target`` (default: ``index`` itself).
 
@@ -83,12 +114,10 @@ class Reembedding:
                 f"{held}-dimensional ones; re-embed into a new index instead: "
                 "Reembedding(old_index, embedder, target=new_index)"
             )
+        super().__init__()
         self.done = 0
         self.total = 0
-        self.state = "pending"
-        self.error: BaseException | None = None
-        self._finished = threading.Event()
-        self._cancelled = threading.Event()
+        self.failure = f"re-embedding with {self.identity}"
 
     def __repr__(self) -> str:
         return f"Reembedding({self.state}, {self.done}/{self.total}, identity={self.identity!r})"
@@ -99,20 +128,6 @@ class Reembedding:
         _stopped_at_exit(self)
         threading.Thread(target=self._run_logged, name="fastaiagent-reembed", daemon=True).start()
         return self
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the job ends (True) or ``timeout`` seconds pass (False)."""
-        return self._finished.wait(timeout)
-
-    def cancel(self) -> None:
-        """Stop before the next write: nothing more is written back (state ``"cancelled"``)."""
-        self._cancelled.set()
-
-    def _run_logged(self) -> None:
-        try:
-            self.run()
-        except Exception as exc:  # recorded on the job; the next search starts a new one
-            logger.warning("re-embedding with %s failed: %s", self.identity, exc)
 
     def run(self) -> Reembedding:
         """Do the whole job here; raises what failed (also kept in ``error``)."""
@@ -180,21 +195,6 @@ class Reembedding:
             self.done += len(batch)
             if self.on_progress is not None:
                 self.on_progress(self)
-
-
-class BackgroundJob(Protocol):
-    """What the background thread runs: a :class:`Reembedding`, or a
-    :class:`~fastaiagent.facts.index.reindex.Reindexing` of keyword postings."""
-
-    state: str
-    _cancelled: threading.Event
-    _finished: threading.Event
-
-    def cancel(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> bool: ...
-
-    def _run_logged(self) -> None: ...
 
 
 _jobs: dict[tuple[int, str], BackgroundJob] = {}

@@ -42,35 +42,19 @@ def current_version() -> int:
     return int(_vectors.ANALYZER_VERSION)
 
 
-class Reindexing:
+class Reindexing(reembed.BackgroundJob):
     """Write every chunk of ``index`` back (its postings made by today's analyzer),
     then record the version. ``run()`` on the caller's thread; queued by
     :func:`analyzer_opened`. ``state``, ``done``, ``wait()`` and ``cancel()`` as a
     :class:`~fastaiagent.facts.index.reembed.Reembedding`'s."""
 
     def __init__(self, index: Any, version: int) -> None:
-        self.index, self.version = index, version
-        self.state, self.done = "pending", 0
-        self.error: BaseException | None = None
-        self._finished = threading.Event()
-        self._cancelled = threading.Event()
+        super().__init__()
+        self.index, self.version, self.done = index, version, 0
+        self.failure = f"rebuilding the keyword postings of {index!r}"
 
     def __repr__(self) -> str:
         return f"Reindexing({self.state}, {self.done} chunks, version={self.version})"
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the job ends (True) or ``timeout`` seconds pass (False)."""
-        return self._finished.wait(timeout)
-
-    def cancel(self) -> None:
-        """Stop before the next write; the version is not recorded (the next open resumes)."""
-        self._cancelled.set()
-
-    def _run_logged(self) -> None:
-        try:
-            self.run()
-        except Exception as exc:  # kept on the job; the next open starts another
-            logger.warning("rebuilding the keyword postings of %r failed: %s", self.index, exc)
 
     def run(self) -> Reindexing:
         """Do the whole job here; raises what failed (also kept in ``error``)."""
