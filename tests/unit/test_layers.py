@@ -1,7 +1,7 @@
 """The house rules of docs/architecture.md, read from the source.
 
 - A layer imports only from layers below it:
-  llm / trace -> kb -> facts -> learn -> plane -> agent -> faces
+  llm / trace -> kb -> facts -> recall -> learn -> plane -> agent -> faces
   (ui, cli, mcp, integrations, demo, testing, plane_server). Imports under
   ``if TYPE_CHECKING:`` do not count: they never run.
 - No module takes another package's private (``_name``) names; a package's
@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "fastaiagent"
 MAX_FUNCTION_LINES = 60
 FACES = ("ui", "cli", "mcp", "integrations", "demo", "testing", "plane_server")
 LAYERS: dict[str, float] = {
-    "llm": 1, "trace": 1, "kb": 2, "facts": 3, "learn": 4, "plane": 5, "agent": 6,
+    "llm": 1, "trace": 1, "kb": 2, "facts": 3, "recall": 3.5, "learn": 4, "plane": 5, "agent": 6,
     **dict.fromkeys(FACES, 7),
 }  # fmt: skip
 PLUMBING = ("errors",)  # with every "_x" module: below every layer
