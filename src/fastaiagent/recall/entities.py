@@ -20,7 +20,7 @@ one language:
   the one rule that works in scripts without capitals.
 
 Words a rule needs (cues, possessives, descriptions and their synonyms, words
-that are never names) are in the one table, :mod:`fastaiagent.recall.entity_words`.
+that are never names) are in the one table, :mod:`fastaiagent.recall.words`.
 Resolving mentions across messages (aliases, "the dog" for Biscuit) is
 :class:`~fastaiagent.recall.entity_book.EntityBook`'s work.
 """
@@ -46,7 +46,7 @@ from fastaiagent.recall.entity_text import (
     normalise,
     own_key,
 )
-from fastaiagent.recall.entity_words import (
+from fastaiagent.recall.words import (
     CJK_CUES,
     CJK_DESCRIPTIONS,
     CONJUNCTIONS,

@@ -36,7 +36,7 @@ from typing import Any
 from fastaiagent.errors import InvalidTypeError, InvalidValueError
 from fastaiagent.recall.entities import capitalises_nouns, mentions
 from fastaiagent.recall.entity_text import _NO_CASE_RUN, Mention, _words, own_key
-from fastaiagent.recall.entity_words import (
+from fastaiagent.recall.words import (
     ARTICLES,
     CJK_DESCRIPTIONS,
     DESCRIPTIONS,
