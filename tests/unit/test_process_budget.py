@@ -76,6 +76,26 @@ def test_an_index_dropped_without_close_leaves_nothing_in_the_shared_cache(tmp_p
     assert shared_held()[0] == before
 
 
+def test_an_index_collected_while_its_thread_holds_the_cache_lock_does_not_hang() -> None:
+    """The collector may finalise an index inside any allocation, also one made under
+    the shared cache's lock (a CI run hung there once): its copies go when the lock
+    is free again, never by waiting for it."""
+
+    def held_once() -> None:
+        copies = NamespaceCopies(None)
+        copies.cycle = copies  # type: ignore[attr-defined]  # freed by a collection, not on return
+        copies.settle("user:a", Change(1, keys=["a"], vectors=np.ones((1, 4), dtype=np.float32) / 2))
+        assert shared_held()[0] == before + 1
+
+    gc.collect()
+    before = shared_held()[0]
+    held_once()  # its NamespaceCopies is garbage now, kept by a cycle until a collection
+    with matrix.SHARED.lock:
+        gc.collect()  # finalises it here, the lock held by this thread: must not wait
+    NamespaceCopies(None)  # the next index made drops what the collected one held
+    assert shared_held()[0] == before
+
+
 def test_the_namespaces_too_big_to_hold_are_remembered_within_a_bound() -> None:
     copies = NamespaceCopies(1)  # nothing fits
     vectors = np.ones((1, 4), dtype=np.float32) / 2

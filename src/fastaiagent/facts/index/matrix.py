@@ -359,12 +359,28 @@ class _Shared:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.cache: MatrixCache[NamespaceMatrix] = MatrixCache(None)
+        self.orphans: list[object] = []  # owners of indexes collected, copies not yet dropped
+
+    def drop_orphans(self) -> None:
+        """Drop the copies of every index collected since (the lock held)."""
+        if not self.orphans:
+            return
+        gone = {id(owner): owner for owner in self.orphans}  # kept alive, so ids stay theirs
+        self.orphans.clear()
+        self.cache.pop_where(lambda key: isinstance(key, tuple) and id(key[0]) in gone)
 
 
-def _forget_owner(lock: threading.Lock, cache: MatrixCache[NamespaceMatrix], owner: object) -> None:
-    """Drop the copies of one index (keys ``(owner, namespace)``) from ``cache``."""
-    with lock:
-        cache.pop_where(lambda key: isinstance(key, tuple) and key[0] is owner)
+def _forget_owner(owner: object) -> None:
+    """An index was collected: drop its copies (keys ``(owner, namespace)``) from the
+    shared cache now if the lock is free, else at the next index made or collected.
+    Never waits: the collector may run this on a thread that holds the lock
+    (any allocation under it can trigger a collection), which waiting would hang."""
+    SHARED.orphans.append(owner)
+    if SHARED.lock.acquire(blocking=False):
+        try:
+            SHARED.drop_orphans()
+        finally:
+            SHARED.lock.release()
 
 
 SHARED = _Shared()
@@ -392,7 +408,9 @@ class NamespaceCopies:
         self._owner = owner = object()
         if limit is None:
             self.lock, self.cache = SHARED.lock, SHARED.cache
-            weakref.finalize(self, _forget_owner, self.lock, self.cache, owner).atexit = False
+            with self.lock:
+                SHARED.drop_orphans()
+            weakref.finalize(self, _forget_owner, owner).atexit = False
         else:
             self.lock = threading.Lock()
             self.cache = MatrixCache(limit)
@@ -482,7 +500,9 @@ class NamespaceCopies:
 
     def clear(self) -> None:
         """Forget this index's copies (only its own, in the shared cache)."""
-        _forget_owner(self.lock, self.cache, self._owner)
+        owner = self._owner
+        with self.lock:
+            self.cache.pop_where(lambda key: isinstance(key, tuple) and key[0] is owner)
 
 
 def _whole(change: Change) -> NamespaceMatrix:
