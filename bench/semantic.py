@@ -99,21 +99,10 @@ def open_store(backend: str, folder: str) -> FactStore:
 
 
 def remove_storage(backend: str) -> None:
-    if backend == "postgres":
-        import psycopg
-
-        with psycopg.connect(POSTGRES, autocommit=True) as admin:
-            for suffix in ("", "_vectors", "_vector_ns", "_embeddings", "_vector_meta", "_vector_terms", "_items"):
-                admin.execute(f"DROP TABLE IF EXISTS {RUN}{suffix}")
-            admin.execute("DELETE FROM fastaiagent_schema WHERE component LIKE %s", (f"%:{RUN}%",))
-    elif backend == "redis":
-        import redis
-
-        client = redis.Redis.from_url(REDIS)
-        keys = list(client.scan_iter(match=RUN + ":*", count=1000))
-        for i in range(0, len(keys), 500):
-            client.delete(*keys[i : i + 500])
-        client.close()
+    """Drop everything the bench's store made (tables, functions, keys: ``destroy()``)."""
+    if backend in ("postgres", "redis"):
+        store: Any = open_store(backend, "")
+        store.destroy()
 
 
 def fact_text(i: int, rng: random.Random) -> str:
