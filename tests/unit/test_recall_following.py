@@ -48,8 +48,11 @@ def recall(tmp_path: Path, *, gap: float = 30.0, **options: object) -> list[str]
         store.close()
 
 
+FOLLOWING = {"follow_turns": 2}  # the step is off by default (docs/semantic.md): on here
+
+
 def test_the_answer_after_a_hit_is_recalled_though_it_shares_no_word(tmp_path: Path) -> None:
-    found = recall(tmp_path)
+    found = recall(tmp_path, steps=FOLLOWING)
     assert found[0] == QUESTION and ANSWER in found
     assert not any(text.startswith("Bob") for text in found)  # another user's stay theirs
     # Off, only the words count: the answer has none of the question's.
@@ -57,7 +60,7 @@ def test_the_answer_after_a_hit_is_recalled_though_it_shares_no_word(tmp_path: P
 
 
 def test_a_message_said_hours_later_is_another_conversation(tmp_path: Path) -> None:
-    assert ANSWER not in recall(tmp_path, gap=2 * 3600.0)
+    assert ANSWER not in recall(tmp_path, gap=2 * 3600.0, steps=FOLLOWING)
 
 
 def chunk(chunk_id: str, after: str | None, namespace: str = "user:ana", at: float = START) -> Chunk:
@@ -182,7 +185,7 @@ def test_a_statement_outranks_a_question_that_matches_the_query_better(tmp_path:
     rises with it. Another user's statement stays theirs."""
     store = SQLiteFactStore(tmp_path / "memory.db")
     try:
-        ana, bob = word_block(store, "user:ana"), word_block(store, "user:bob")
+        ana, bob = word_block(store, "user:ana", steps=FOLLOWING), word_block(store, "user:bob")
         said(ana, [f"{text} ({n})" for n, text in enumerate(HIKES * 3)], START - 86_400, 5_000)
         said(ana, ["do you like hiking in the mountains?", "sure, why not"], START)
         said(ana, ["I like hiking in the high mountains"], START + 600)
@@ -194,7 +197,7 @@ def test_a_statement_outranks_a_question_that_matches_the_query_better(tmp_path:
             "do you like hiking in the mountains?",
             "sure, why not",
         ]
-        plain = {r.chunk.text: r.score for r in word_block(store, "user:ana", steps={"question_drop": 0, "answer_drop": 0}).recall(query)}
+        plain = {r.chunk.text: r.score for r in word_block(store, "user:ana", steps={**FOLLOWING, "question_drop": 0, "answer_drop": 0}).recall(query)}
         assert list(plain)[:2] == list(found)[1::-1]  # off: the question first
         assert found["sure, why not"] > plain["sure, why not"]  # drawn 2.0 below it when off
     finally:
