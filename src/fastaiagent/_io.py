@@ -16,20 +16,29 @@ from typing import IO, Any
 from fastaiagent.errors import InvalidValueError, MissingFileError
 
 
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Write ``data`` as JSON through a temp file in the same directory, then rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+@contextmanager
+def _replacing(target: Path) -> Iterator[IO[str]]:
+    """A text stream into a temp file beside ``target``, renamed over it once written
+    whole (fsynced), removed if anything fails. The temp file is created 0600
+    (``mkstemp``), so the file that replaces ``target`` is its owner's only."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, ensure_ascii=False)
-            handle.flush()
-            os.fsync(handle.fileno())
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    """Write ``data`` as JSON through a temp file in the same directory, then rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _replacing(target) as handle:
+        json.dump(data, handle, ensure_ascii=False)
 
 
 @contextmanager
@@ -47,17 +56,8 @@ def private_text_file(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
         with open(target, "w", encoding="utf-8") as stream:
             yield stream
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.chmod(tmp, 0o600)  # mkstemp's mode already; said here because it is the point
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _replacing(target) as stream:  # created 0600: the point of this function
+        yield stream
 
 
 # Deeper JSON is refused before the C encoder or decoder recurse into it: run
