@@ -7,11 +7,29 @@ import platform
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fastaiagent.llm.base import LLMResponse, ToolSpec
+from fastaiagent.llm.message import Message
+from fastaiagent.testing import CannedLLM
+
 RESULTS = Path(__file__).parent / "results"
+
+
+class ForgetfulLLM(CannedLLM):
+    """The instant test LLM without its record of calls: a real client frees a
+    call's messages when it returns. Kept, the record's ~4 objects a turn set off
+    a young garbage collection every ~50 turns, 2% of turns and so the whole p99
+    (p99/p50 on the turn's thread clock 2.95 with it, 1.66 without)."""
+
+    def complete(self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] | None = None) -> LLMResponse:
+        try:
+            return super().complete(messages, tools=tools)
+        finally:
+            self.calls.clear()
+            self.tools_offered.clear()
 
 
 def percentile(samples: list[float], pct: float) -> float:

@@ -29,11 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import rss_mb, summary, time_calls, write_results
+from _common import ForgetfulLLM, rss_mb, summary, time_calls, write_results
 
 from fastaiagent import Agent, ComposableMemory, Memory, RunContext, StaticBlock, trace
 from fastaiagent.learn import MemoryStore
-from fastaiagent.testing import CannedLLM
 
 
 @dataclass
@@ -42,13 +41,13 @@ class Session:
 
 
 def baseline(turns: int) -> dict[str, float]:
-    agent = Agent(name="bench", llm=CannedLLM("ok"), system_prompt="Be brief.")
+    agent = Agent(name="bench", llm=ForgetfulLLM("ok"), system_prompt="Be brief.")
     return summary(time_calls(lambda i: agent.run("hello"), turns))
 
 
 def static_case(turns: int) -> dict[str, float]:
     memory = ComposableMemory([StaticBlock("The user's name is Upendra and they prefer terse answers.")])
-    agent = Agent(name="bench", llm=CannedLLM("ok"), system_prompt="Be brief.", memory=memory)
+    agent = Agent(name="bench", llm=ForgetfulLLM("ok"), system_prompt="Be brief.", memory=memory)
     return summary(time_calls(lambda i: agent.run("hello"), turns))
 
 
@@ -78,22 +77,13 @@ def memory_users_case(turns: int, users: int, facts_per_user: int, db: Path) -> 
     store = MemoryStore(db)
     seed_facts(store, users, facts_per_user, "support")
     memory = Memory(location=store, user_id=lambda ctx: ctx.state.user_id, agent_id="support", window=20)
-    llm = CannedLLM("ok")
-    agent = Agent(name="bench", llm=llm, system_prompt="Be brief.", memory=memory)
+    agent = Agent(name="bench", llm=ForgetfulLLM("ok"), system_prompt="Be brief.", memory=memory)
     contexts = [RunContext(state=Session(f"user-{u}")) for u in range(users)]
-
-    def forget_calls() -> None:
-        # The test LLM records every call's messages; a real model client keeps
-        # none. Left to grow, the record swells the heap the garbage collector
-        # walks, which charges each turn's allocations more as the run goes on.
-        llm.calls.clear()
-        llm.tools_offered.clear()
 
     gc.collect()
     before = rss_mb()
     for u in range(users):  # every user once: the cache is full, like a busy server
         agent.run("hello", context=contexts[u])
-    forget_calls()
     gc.collect()
     per_user_kb = (rss_mb() - before) * 1024 / users
     def turn(i: int) -> None:
@@ -108,11 +98,9 @@ def memory_users_case(turns: int, users: int, facts_per_user: int, db: Path) -> 
     cpu = {"off": 0.0, "on": 0.0}
     rounds, per_round = 6, max(1, turns // 6)
     for _ in range(rounds):
-        forget_calls()
         started = time.process_time()
         off_samples += time_calls(turn, per_round, warmup=50)
         cpu["off"] += time.process_time() - started
-        forget_calls()
         started = time.process_time()
         trace.setup(store_path=db.parent / "traces.db")
         try:
@@ -128,8 +116,6 @@ def memory_users_case(turns: int, users: int, facts_per_user: int, db: Path) -> 
         started = time.thread_time()
         turn(i)
         cpu_samples.append((time.thread_time() - started) * 1000)
-        if i % 1000 == 999:
-            forget_calls()
     cpu_stats = summary(cpu_samples)
     stats["thread_cpu_p50_ms"], stats["thread_cpu_p99_ms"] = cpu_stats["p50_ms"], cpu_stats["p99_ms"]
     stats["thread_cpu_p99_over_p50"] = round(cpu_stats["p99_ms"] / cpu_stats["p50_ms"], 2)
@@ -164,7 +150,7 @@ def learn_cases(turns: int, db_dir: Path) -> dict[str, dict[str, float]]:
             learn=learn,
             learn_in_background=background,
         )
-        agent = Agent(name="bench", llm=CannedLLM("ok"), memory=memory)
+        agent = Agent(name="bench", llm=ForgetfulLLM("ok"), memory=memory)
         samples = time_calls(
             lambda i, agent=agent: agent.run(f"I like item {i}", context=contexts[i % users]), turns, warmup=100
         )
