@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
-from _vector_fakes import WordHashEmbedder  # noqa: E402
+from _vector_fakes import WordHashEmbedder
 
-from fastaiagent import Memory  # noqa: E402
-from fastaiagent.llm.message import UserMessage  # noqa: E402
+from fastaiagent import Memory
+from fastaiagent.llm.message import UserMessage
 
 
 def said(name: str) -> str:
@@ -25,14 +25,18 @@ def said(name: str) -> str:
 
 def main(location: str, user: str, start: Path, names: list[str]) -> None:
     memory = Memory(location, user_id=user, recall="auto", embedder=WordHashEmbedder(32))
-    memory.add_history([UserMessage("warming up")], user_id=user, at=[1.0])  # connections made before the start
+    memory.add_history(
+        [UserMessage("warming up")], user_id=user, at=[1.0]
+    )  # connections made before the start
     deadline = time.monotonic() + 60
     while not start.exists():
         if time.monotonic() > deadline:
             raise SystemExit("the start file never came")
         time.sleep(0.001)
     for n, name in enumerate(names):
-        memory.add_history([UserMessage(said(name))], user_id=user, at=[1.0e9 + hash(name) % 10**6 + n])
+        memory.add_history(
+            [UserMessage(said(name))], user_id=user, at=[1.0e9 + hash(name) % 10**6 + n]
+        )
     print(len(names))
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from _entity_writer import said
+
 from _recalled_sample import WordHashEmbedder
 from fastaiagent import Memory
 from fastaiagent.facts import messages
@@ -31,11 +31,48 @@ from fastaiagent.recall.entity_store import (
 )
 from fastaiagent.testing import FunctionLLM
 
-NAMES = (
-    "Amara Bruno Celine Dario Elif Farah Goran Hana Ivo Jonas Kemal Lotte Mateo Nadia Oskar "
-    "Priya Quentin Rosa Stefan Tariq Ursula Viktor Wanda Xavier Yusuf Zora Anika Bastian "
-    "Clara Dmitri Esther Felix Greta Henrik Ines Jakob Kira Leon Mira Nils"
-).split()
+NAMES = [
+    "Amara",
+    "Bruno",
+    "Celine",
+    "Dario",
+    "Elif",
+    "Farah",
+    "Goran",
+    "Hana",
+    "Ivo",
+    "Jonas",
+    "Kemal",
+    "Lotte",
+    "Mateo",
+    "Nadia",
+    "Oskar",
+    "Priya",
+    "Quentin",
+    "Rosa",
+    "Stefan",
+    "Tariq",
+    "Ursula",
+    "Viktor",
+    "Wanda",
+    "Xavier",
+    "Yusuf",
+    "Zora",
+    "Anika",
+    "Bastian",
+    "Clara",
+    "Dmitri",
+    "Esther",
+    "Felix",
+    "Greta",
+    "Henrik",
+    "Ines",
+    "Jakob",
+    "Kira",
+    "Leon",
+    "Mira",
+    "Nils",
+]
 
 
 def _mentions(store: Any, user: str) -> dict[str, int]:
@@ -43,34 +80,55 @@ def _mentions(store: Any, user: str) -> dict[str, int]:
 
 
 def _chunk(message_id: str, text: str, user: str = "ann") -> Chunk:
-    return Chunk(message_id, text, [1.0, 0.0, 0.0, 0.0], {"namespace": f"user:{user}", "created_at": 1.0})
+    return Chunk(
+        message_id, text, [1.0, 0.0, 0.0, 0.0], {"namespace": f"user:{user}", "created_at": 1.0}
+    )
 
 
 def test_a_message_stored_again_under_its_id_counts_once(any_location: str) -> None:
     store = make_fact_store(any_location)
     try:
         index = store.vector_store(4)
-        first = [_chunk("m1", "We adopted a puppy and named him Biscuit"), _chunk("m2", "Yesterday Biscuit chewed my cable")]
+        first = [
+            _chunk("m1", "We adopted a puppy and named him Biscuit"),
+            _chunk("m2", "Yesterday Biscuit chewed my cable"),
+        ]
         add_with_entities(index, first)
         assert _mentions(store, "ann") == {"Biscuit": 2}
-        for _ in range(3):  # a retry, a replay, an import of the same messages: fresh objects, same ids
-            add_with_entities(index, [_chunk("m2", "Yesterday Biscuit chewed my cable"), _chunk("m1", first[0].text)])
-        add_with_entities(index, [_chunk("m3", "Lunch with Lena"), _chunk("m3", "Lunch with Lena")])  # twice in a batch
+        for _ in range(
+            3
+        ):  # a retry, a replay, an import of the same messages: fresh objects, same ids
+            add_with_entities(
+                index,
+                [_chunk("m2", "Yesterday Biscuit chewed my cable"), _chunk("m1", first[0].text)],
+            )
+        add_with_entities(
+            index, [_chunk("m3", "Lunch with Lena"), _chunk("m3", "Lunch with Lena")]
+        )  # twice in a batch
         assert _mentions(store, "ann") == {"Biscuit": 2, "Lena": 1}
         again = index.get(["m1", "m2"])
-        assert all(chunk.metadata["entities"] == ["biscuit"] for chunk in again)  # the ids it counted, kept
+        assert all(
+            chunk.metadata["entities"] == ["biscuit"] for chunk in again
+        )  # the ids it counted, kept
         add_with_entities(index, [_chunk("b1", "My cat Biscuit sleeps all day", user="bob")])
-        assert delete_message(store, "ann", "m2") and _mentions(store, "ann") == {"Biscuit": 1, "Lena": 1}
+        assert delete_message(store, "ann", "m2") and _mentions(store, "ann") == {
+            "Biscuit": 1,
+            "Lena": 1,
+        }
         assert not delete_message(store, "ann", "m2")  # gone: nothing released twice
         assert delete_message(store, "ann", "m1") and _mentions(store, "ann") == {"Lena": 1}
-        add_with_entities(index, [_chunk("m1", "Today Biscuit is back from the vet")])  # a new message under a freed id
+        add_with_entities(
+            index, [_chunk("m1", "Today Biscuit is back from the vet")]
+        )  # a new message under a freed id
         assert _mentions(store, "ann") == {"Biscuit": 1, "Lena": 1}
         assert _mentions(store, "bob") == {"Biscuit": 1}
     finally:
         store.close()
 
 
-def test_the_same_history_imported_by_two_memories_at_once_counts_each_message_once(any_location: str) -> None:
+def test_the_same_history_imported_by_two_memories_at_once_counts_each_message_once(
+    any_location: str,
+) -> None:
     history = [UserMessage(said(name)) for name in NAMES[:8]]
     times = [1.0e9 + n for n in range(len(history))]
     start = threading.Barrier(2)
@@ -81,8 +139,12 @@ def test_the_same_history_imported_by_two_memories_at_once_counts_each_message_o
         try:
             memory = Memory(store, user_id="ann", recall="auto", embedder=WordHashEmbedder(32))
             start.wait()
-            for first in range(0, len(history), 2):  # a write per two messages: many chances to race
-                memory.add_history(history[first : first + 2], user_id="ann", at=times[first : first + 2])
+            for first in range(
+                0, len(history), 2
+            ):  # a write per two messages: many chances to race
+                memory.add_history(
+                    history[first : first + 2], user_id="ann", at=times[first : first + 2]
+                )
         except BaseException as exc:  # reported by the main thread
             failures.append(exc)
 
@@ -113,12 +175,17 @@ def test_writers_with_stores_of_their_own_lose_no_entity(any_location: str) -> N
             memory = Memory(store, user_id="ann", recall="auto", embedder=WordHashEmbedder(32))
             start.wait()
             for n, name in enumerate(names):
-                memory.add_history([UserMessage(said(name))], user_id="ann", at=[1.0e9 + 100 * lane + n])
+                memory.add_history(
+                    [UserMessage(said(name))], user_id="ann", at=[1.0e9 + 100 * lane + n]
+                )
         except BaseException as exc:
             failures.append(exc)
 
     try:
-        threads = [threading.Thread(target=write, args=(s, names, n)) for n, (s, names) in enumerate(zip(stores, shares))]
+        threads = [
+            threading.Thread(target=write, args=(s, names, n))
+            for n, (s, names) in enumerate(zip(stores, shares, strict=True))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -133,24 +200,22 @@ def test_writers_with_stores_of_their_own_lose_no_entity(any_location: str) -> N
             store.close()
 
 
-def test_two_processes_storing_one_users_messages_lose_no_entity(any_location: str, tmp_path: Path) -> None:
+def test_two_processes_storing_one_users_messages_lose_no_entity(
+    any_location: str, tmp_path: Path
+) -> None:
     start = tmp_path / "start"
     shares = [NAMES[0::2], NAMES[1::2]]
     writer = Path(__file__).parent / "_entity_writer.py"
-    children = [
-        subprocess.Popen(
-            [sys.executable, str(writer), any_location, "ann", str(start), *names],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        for names in shares
-    ]
+    command = [sys.executable, str(writer), any_location, "ann", str(start)]
+    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    children = [subprocess.Popen([*command, *names], **pipes) for names in shares]
     try:
         start.touch()
         outputs = [child.communicate(timeout=300) for child in children]
     finally:
         for child in children:
             child.kill()
-    for child, (out, err) in zip(children, outputs):
+    for child, (out, err) in zip(children, outputs, strict=True):
         assert child.returncode == 0, err[-2000:]
         assert out.strip() == str(len(NAMES) // 2)
     store = make_fact_store(any_location)
@@ -184,7 +249,7 @@ def _about(store: Any, user: str, question: str) -> set[str]:
 
 
 def test_a_learned_fact_links_a_name_to_what_the_user_said_about_them(any_location: str) -> None:
-    """"My sister" said in one session; "Lena" known only from a fact learned in
+    """ "My sister" said in one session; "Lena" known only from a fact learned in
     another ("The user's sister Lena lives in Porto", from a message that never
     names her): a question about Lena draws in the sister's message."""
     from fastaiagent import Agent, RunContext
@@ -201,7 +266,9 @@ def test_a_learned_fact_links_a_name_to_what_the_user_said_about_them(any_locati
     assert _about(store, "ann", QUESTION) == set()  # nothing names Lena yet
     Agent(name="a", llm=llm, memory=memory).run(said_later, context=RunContext(state="ann"))
     memory.flush()
-    assert [f.fact for f in memory.retrieve(tier="user", id="ann")] == ["The user's sister Lena lives in Porto"]
+    assert [f.fact for f in memory.retrieve(tier="user", id="ann")] == [
+        "The user's sister Lena lives in Porto"
+    ]
     assert SISTER in _about(store, "ann", QUESTION)
     lena = next(e for e in user_entities(store, "ann") if e.name == "Lena")
     assert "sister" in lena.descriptions
@@ -234,7 +301,9 @@ def test_book_writes_on_a_redis_cluster_count_once_and_lose_nothing(redis_cluste
             for name in names:
                 add_with_entities(store.vector_store(4), [_chunk(f"n-{name}", said(name))])
 
-        threads = [threading.Thread(target=write, args=(s, NAMES[n::2][:10])) for n, s in enumerate(stores)]
+        threads = [
+            threading.Thread(target=write, args=(s, NAMES[n::2][:10])) for n, s in enumerate(stores)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -232,7 +232,7 @@ def commit_book(
     namespace: str,
     before: StoredBook,
     data: Mapping[str, Any],
-    marks: Mapping[str, Sequence[str] | None] = {},  # noqa: B006 (read only)
+    marks: Mapping[str, Sequence[str] | None] | None = None,
 ) -> bool:
     """Store the book of the user of ``namespace`` (``data``) with a new revision,
     and its ``marks`` (key -> the entity ids the message or fact counted: claimed,
@@ -247,7 +247,7 @@ def commit_book(
     guard = ItemWrite(where, REV_KEY, rev, if_absent=before.rev is None, if_value=before.rev)
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     writes = [guard, ItemWrite(where, BOOK_KEY, text)]
-    for key, ids in marks.items():
+    for key, ids in (marks or {}).items():
         value = None if ids is None else json.dumps(list(ids), ensure_ascii=False)
         writes.append(ItemWrite(marked, key, value, if_absent=value is not None))
     if not books.items.write_all(writes):
