@@ -118,11 +118,16 @@ def change_book(index: Any, namespace: str, change: Change) -> bool:
             if marks is None:
                 return False
             data = book.to_dict()
-            if commit_book(index, namespace, stored, data, marks):
+            written = False
+            try:
+                written = commit_book(index, namespace, stored, data, marks)
+            finally:
+                if not written:  # lost or failed: ``book`` holds a change the store lacks
+                    with _books_lock:
+                        _books.pop(key, None)
+            if written:
                 _keep(key, data, book)
                 return True
-            with _books_lock:  # ``book`` holds the lost round's change: never reuse it
-                _books.pop(key, None)
             time.sleep(random.uniform(0, 0.002) * min(attempt + 1, 10))
     raise ConflictError(f"the entity book of {namespace!r} kept changing under {_ATTEMPTS} attempts to write it")
 
