@@ -46,6 +46,60 @@ def test_if_absent_keeps_the_first_value(items: ItemStore) -> None:
     assert items.get(ns, ["k"])[0].value == "first"  # type: ignore[union-attr]
 
 
+def test_if_value_swaps_only_the_value_read(items: ItemStore) -> None:
+    ns = ("cas",)
+    put(items, ns, "k", "v1")
+    assert items.write([ItemWrite(ns, "k", "v2", if_value="v0")]) == [False]  # not what is held
+    assert items.write([ItemWrite(ns, "k", "v2", if_value="v1")]) == [True]
+    assert items.write([ItemWrite(ns, "k", "v3", if_value="v1")]) == [False]  # another came first
+    assert items.get(ns, ["k"])[0].value == "v2"  # type: ignore[union-attr]
+    assert items.write([ItemWrite(ns, "k", None, if_value="v1")]) == [False]
+    assert items.write([ItemWrite(ns, "k", None, if_value="v2")]) == [True]
+    assert items.write([ItemWrite(ns, "k", "v4", if_value="v2")]) == [False]  # gone: nothing to swap
+    assert items.get(ns, ["k"]) == [None]
+    with pytest.raises(InvalidValueError, match="not both"):
+        items.write([ItemWrite(ns, "k", "v", if_absent=True, if_value="v")])
+
+
+def test_write_all_writes_the_whole_batch_or_nothing(items: ItemStore) -> None:
+    ns, other = ("all", "u1"), ("all", "u2")
+    assert items.write_all([ItemWrite(ns, "rev", "1", if_absent=True), ItemWrite(ns, "doc", "a")])
+    stale = [ItemWrite(ns, "rev", "2", if_value="0"), ItemWrite(ns, "doc", "b"), ItemWrite(other, "m", "x")]
+    assert not items.write_all(stale)  # the rev moved on: nothing of the batch is written
+    assert [i.value for i in items.get(ns, ["rev", "doc"]) if i] == ["1", "a"]
+    assert items.get(other, ["m"]) == [None]
+    claimed = [ItemWrite(ns, "rev", "2", if_value="1"), ItemWrite(ns, "m:1", "x", if_absent=True)]
+    assert items.write_all(claimed)
+    again = [ItemWrite(ns, "rev", "3", if_value="2"), ItemWrite(ns, "m:1", "y", if_absent=True)]
+    assert not items.write_all(again)  # a claimed key: the rev stays too
+    assert [i.value for i in items.get(ns, ["rev", "m:1"]) if i] == ["2", "x"]
+    assert items.write_all([]) and items.write_all([ItemWrite(ns, "doc", None, if_value="a")])
+    assert items.get(ns, ["doc"]) == [None]
+
+
+def test_write_all_lets_one_of_racing_writers_win_each_round(items: ItemStore) -> None:
+    """Threads incrementing one counter by compare-and-set lose no increment."""
+    import threading
+
+    ns = ("race",)
+    put(items, ns, "n", "0")
+
+    def bump(times: int) -> None:
+        for _ in range(times):
+            while True:
+                held = items.get(ns, ["n"])[0]
+                assert held is not None
+                if items.write_all([ItemWrite(ns, "n", str(int(held.value) + 1), if_value=held.value)]):
+                    break
+
+    threads = [threading.Thread(target=bump, args=(25,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert items.get(ns, ["n"])[0].value == "100"  # type: ignore[union-attr]
+
+
 def test_scan_orders_pages_and_filters_by_key(items: ItemStore) -> None:
     ns = ("s", "t")
     items.write([ItemWrite(ns, f"k{i}", str(i)) for i in (3, 1, 2, 4)])

@@ -14,9 +14,23 @@ the same way on every backend:
   count: JSON), one item of the store's item store
   (:class:`~fastaiagent.facts.items.ItemStore`: a table on SQLite and Postgres,
   a hash on Redis) in the namespace ``("fastaiagent.entities", project_id,
-  user_id)``, key ``"book"``. It is in the user's export (an item naming
-  them), and a forget deletes it with the user's messages (the vector index's
-  ``delete_namespace`` calls :func:`delete_book`).
+  user_id)``, key ``"book"``, beside its revision (key ``"rev"``: a random
+  token every write changes);
+- **what each message counted** in the book: one item per message that named an
+  entity (and per learned fact read into the book), in the namespace
+  ``("fastaiagent.entity_marks", project_id, user_id)``, key ``"m:<message id>"``
+  (``"f:<fact id>"``), value the JSON list of the entity ids it counted.
+
+Every change of a book is a compare-and-set (:func:`commit_book`, one
+:meth:`~fastaiagent.facts.items.ItemStore.write_all`): the book and its new
+revision are written, and the marks of the messages it counts claimed, only
+when the revision is still the one read and none of those messages was counted
+before; otherwise nothing is written and the writer reads the book again. So
+two processes storing one user's messages at once lose none of each other's
+entities, and a message stored again under its own id (a retry, a replay, an
+import) is counted once. The book, the revision and the marks are in the
+user's export (items naming them); a forget deletes them with the user's
+messages (the vector index's ``delete_namespace`` calls :func:`delete_book`).
 
 Reads of a book are cached in the process per recall namespace, checked
 against the generation of the namespace's in-memory vectors (which every
@@ -29,8 +43,9 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastaiagent.facts.items import HoldsItems, ItemStore, ItemWrite
 
@@ -41,6 +56,10 @@ BOOK_ROOT = "fastaiagent.entities"
 """The first part of the item namespace of every user's entity book."""
 
 BOOK_KEY = "book"
+REV_KEY = "rev"
+
+MARKS_ROOT = "fastaiagent.entity_marks"
+"""The first part of the item namespace of what each of a user's messages counted."""
 
 _TERM_PREFIX = "ent"
 _TERM_DIGITS = 20
@@ -76,14 +95,38 @@ def book_namespace(recall_namespace: str) -> tuple[str, ...] | None:
     return None if owner is None else (BOOK_ROOT, *owner)
 
 
+def marks_namespace(recall_namespace: str) -> tuple[str, ...] | None:
+    """The item namespace of the marks of the user owning ``recall_namespace``."""
+    where = book_namespace(recall_namespace)
+    return None if where is None else (MARKS_ROOT, *where[1:])
+
+
+def message_mark(message_id: str) -> str:
+    """The mark key of a stored message (what it counted in its user's book)."""
+    return "m:" + message_id
+
+
+def fact_mark(fact_id: int | str) -> str:
+    """The mark key of a learned fact read into its user's book."""
+    return f"f:{fact_id}"
+
+
+class StoredBook(NamedTuple):
+    """A user's book as read: its JSON data (None: no book) and its revision (None: none
+    recorded), which a :func:`commit_book` must find unchanged."""
+
+    data: dict[str, Any] | None
+    rev: str | None
+
+
 class _Cached:
     """A book as read or written, valid at ``stamp``; ``own``: this process's add
     since then, not yet seen by its copy of the vectors (see :func:`settle_book`)."""
 
-    __slots__ = ("data", "own", "stamp")
+    __slots__ = ("data", "own", "rev", "stamp")
 
-    def __init__(self, data: dict[str, Any] | None, stamp: Any) -> None:
-        self.data, self.stamp = data, stamp
+    def __init__(self, data: dict[str, Any] | None, rev: str | None, stamp: Any) -> None:
+        self.data, self.rev, self.stamp = data, rev, stamp
         self.own: tuple[Any, int, int, int, frozenset[str]] | None = None
 
     def current(self, index: Any, namespace: str, stamp: Any) -> bool:
@@ -115,11 +158,11 @@ class _Books:
         self.items = items
         self.cached: dict[str, _Cached] = {}
 
-    def remember(self, namespace: str, data: dict[str, Any] | None, stamp: Any) -> None:
+    def remember(self, namespace: str, book: StoredBook, stamp: Any) -> None:
         with _cache_lock:
             if namespace not in self.cached and len(self.cached) >= _CACHE_LIMIT:
                 self.cached.pop(next(iter(self.cached)))
-            self.cached[namespace] = _Cached(data, stamp)
+            self.cached[namespace] = _Cached(book.data, book.rev, stamp)
 
 
 _cache_lock = threading.Lock()
@@ -153,28 +196,64 @@ def _stamp(index: Any, namespace: str) -> Any:
 def load_book(index: Any, namespace: str) -> dict[str, Any] | None:
     """The stored book (its JSON data) of the user of ``namespace``, None when they
     have none. Cached: read again only when the namespace's vectors changed since."""
+    return read_book(index, namespace).data
+
+
+def read_book(index: Any, namespace: str, *, fresh: bool = False) -> StoredBook:
+    """The book of the user of ``namespace`` and its revision (one read of both);
+    the cached one as :func:`load_book` keeps it unless ``fresh`` (a writer whose
+    compare-and-set failed reads what the other writer stored)."""
     books, where = _books(index), book_namespace(namespace)
     if books is None or where is None:
-        return None
+        return StoredBook(None, None)
     stamp = _stamp(index, namespace)
     with _cache_lock:
         held = books.cached.get(namespace)
-        if held is not None and held.current(index, namespace, stamp):
-            return held.data
-    [item] = books.items.get(where, [BOOK_KEY])
-    data = None if item is None else json.loads(item.value)
-    books.remember(namespace, data, stamp)
-    return data
+        if not fresh and held is not None and held.current(index, namespace, stamp):
+            return StoredBook(held.data, held.rev)
+    item, rev = books.items.get(where, [BOOK_KEY, REV_KEY])
+    book = StoredBook(None if item is None else json.loads(item.value), None if rev is None else rev.value)
+    books.remember(namespace, book, stamp)
+    return book
 
 
-def save_book(index: Any, namespace: str, data: Mapping[str, Any]) -> None:
-    """Store the book of the user of ``namespace`` (one write; the last writer wins)."""
-    books, where = _books(index), book_namespace(namespace)
-    if books is None or where is None:
-        return
+def counted(index: Any, namespace: str, keys: Sequence[str]) -> dict[str, list[str]]:
+    """``{mark key: entity ids}`` of those of ``keys`` (:func:`message_mark`,
+    :func:`fact_mark`) already counted in the book of the user of ``namespace``."""
+    books, where = _books(index), marks_namespace(namespace)
+    if books is None or where is None or not keys:
+        return {}
+    found = books.items.get(where, list(dict.fromkeys(keys)))
+    return {item.key: json.loads(item.value) for item in found if item is not None}
+
+
+def commit_book(
+    index: Any,
+    namespace: str,
+    before: StoredBook,
+    data: Mapping[str, Any],
+    marks: Mapping[str, Sequence[str] | None] | None = None,
+) -> bool:
+    """Store the book of the user of ``namespace`` (``data``) with a new revision,
+    and its ``marks`` (key -> the entity ids the message or fact counted: claimed,
+    never overwritten; None: the mark deleted), all or nothing and only when the
+    stored revision is still ``before``'s and no claimed mark exists. Returns
+    whether it was written; on False the caller reads the book again
+    (:func:`read_book` ``fresh``) and redoes its change."""
+    books, where, marked = _books(index), book_namespace(namespace), marks_namespace(namespace)
+    if books is None or where is None or marked is None:
+        return True  # a store without items keeps no book
+    rev = uuid.uuid4().hex
+    guard = ItemWrite(where, REV_KEY, rev, if_absent=before.rev is None, if_value=before.rev)
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    books.items.write([ItemWrite(where, BOOK_KEY, text)])
-    books.remember(namespace, data if isinstance(data, dict) else dict(data), None)
+    writes = [guard, ItemWrite(where, BOOK_KEY, text)]
+    for key, ids in (marks or {}).items():
+        value = None if ids is None else json.dumps(list(ids), ensure_ascii=False)
+        writes.append(ItemWrite(marked, key, value, if_absent=value is not None))
+    if not books.items.write_all(writes):
+        return False
+    books.remember(namespace, StoredBook(data if isinstance(data, dict) else dict(data), rev), None)
+    return True
 
 
 def book_stamp(index: Any, namespace: str) -> Any:
@@ -210,12 +289,13 @@ def settle_book(index: Any, namespace: str, before: Any, ids: Sequence[str] = ()
 
 
 def delete_book(store: Any, namespace: str) -> None:
-    """Delete the book of the user of ``namespace`` (what a forget calls): their
-    entity postings go with their messages."""
-    books, where = _books(store), book_namespace(namespace)
-    if books is None or where is None:
+    """Delete the book of the user of ``namespace``, its revision and its marks (what a
+    forget calls): their entity postings go with their messages."""
+    books, where, marked = _books(store), book_namespace(namespace), marks_namespace(namespace)
+    if books is None or where is None or marked is None:
         return
-    books.items.write([ItemWrite(where, BOOK_KEY, None)])
+    books.items.write([ItemWrite(where, REV_KEY, None), ItemWrite(where, BOOK_KEY, None)])
+    books.items.delete_prefix(marked)
     with _cache_lock:
         books.cached.pop(namespace, None)
 
@@ -229,14 +309,22 @@ __all__ = [
     "BOOK_KEY",
     "BOOK_ROOT",
     "ENTITIES_KEY",
+    "MARKS_ROOT",
+    "REV_KEY",
+    "StoredBook",
     "book_namespace",
     "book_stamp",
+    "commit_book",
+    "counted",
     "delete_book",
     "entity_ids",
     "entity_term",
     "entity_terms",
+    "fact_mark",
     "load_book",
-    "save_book",
+    "marks_namespace",
+    "message_mark",
+    "read_book",
     "settle_book",
     "with_entities",
 ]

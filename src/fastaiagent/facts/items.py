@@ -54,13 +54,21 @@ class StoredItem(NamedTuple):
 
 class ItemWrite(NamedTuple):
     """One write of a batch: ``value=None`` deletes the item; ``if_absent`` writes
-    only when no live item has that key (the first writer wins)."""
+    only when no live item has that key (the first writer wins); ``if_value``
+    writes (or deletes) only when the live item's value is exactly that text (a
+    compare-and-set: the writer that read it last wins nothing it did not see)."""
 
     namespace: Namespace
     key: str
     value: str | None
     ttl_seconds: float | None = None
     if_absent: bool = False
+    if_value: str | None = None
+
+    @property
+    def conditional(self) -> bool:
+        """Whether the write applies only under a condition (``if_absent`` or ``if_value``)."""
+        return self.if_absent or self.if_value is not None
 
 
 class ItemScan(NamedTuple):
@@ -119,6 +127,10 @@ def check_write(write: ItemWrite) -> ItemWrite:
     check_key(write.key)
     if write.value is not None:
         expect(write.value, str, "an item value is a str")
+    if write.if_value is not None:
+        expect(write.if_value, str, "if_value is a str (the value the item must hold)")
+        if write.if_absent:
+            raise InvalidValueError("a write takes if_absent or if_value, not both")
     positive_number("ttl_seconds", write.ttl_seconds, allow_none=True)
     return write
 
@@ -142,6 +154,20 @@ class ItemStore(Protocol):
         changed = front.write_batch(batch, time.time())
         front.count_writes(len(batch))
         return changed
+
+    def write_all(self, writes: Sequence[ItemWrite]) -> bool:
+        """Apply a batch atomically only when every conditional write in it
+        (``if_absent``, ``if_value``) applies; otherwise write nothing. Returns
+        whether the batch was written. The compare-and-set of a document several
+        processes update: read it, change it, write it back ``if_value`` what was
+        read, and read again when another writer came first."""
+        batch = [check_write(w) for w in writes]
+        if not batch:
+            return True
+        front = cast(ItemFront, self)
+        done = front.write_guarded(batch, time.time())
+        front.count_writes(len(batch))
+        return done
 
     def get(
         self, namespace: Namespace, keys: Sequence[str], *, refresh_ttl: bool = False
@@ -235,6 +261,11 @@ class ItemFront(ItemStore):
 
     def write_batch(self, batch: list[ItemWrite], now: float) -> list[bool]:
         """The backend's part of :meth:`write`: a checked, non-empty batch at ``now``."""
+        raise NotImplementedError
+
+    def write_guarded(self, batch: list[ItemWrite], now: float) -> bool:
+        """The backend's part of :meth:`write_all`: a checked, non-empty batch at
+        ``now``, applied only when each of its conditional writes applies."""
         raise NotImplementedError
 
     def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:

@@ -132,6 +132,10 @@ def stored_item(row: Sequence[Any]) -> StoredItem:
     return StoredItem(decode_namespace(row[0]), *row[1:])
 
 
+class GuardFailed(Exception):
+    """A conditional write of :meth:`ItemSQL.write_guarded` did not apply: roll back."""
+
+
 class ItemSQL:
     """The SQL of one items table in one dialect, which both SQL item stores run.
 
@@ -160,6 +164,13 @@ class ItemSQL:
             "expires_at = excluded.expires_at, ttl_seconds = excluded.ttl_seconds "
             "WHERE i.expires_at <= excluded.updated_at"
         )
+        # if_value: the live item holding exactly the value read (a compare-and-set).
+        same = f"ns = {mark} AND key = {mark} AND value = {mark} AND {self.live}"
+        self.swap = (
+            f"UPDATE {table} SET value = {mark}, updated_at = {mark}, expires_at = {mark}, "
+            f"ttl_seconds = {mark} WHERE {same}"
+        )
+        self.delete_same = f"DELETE FROM {table} WHERE {same}"
         self.namespaces = f"SELECT DISTINCT ns FROM {table} WHERE {in_range} AND {self.live} ORDER BY ns"
         self.delete_prefix = f"DELETE FROM {table} WHERE {in_range}"
         self.purge = f"DELETE FROM {table} WHERE expires_at <= {mark}"
@@ -179,6 +190,9 @@ class ItemSQL:
         changed: list[bool] = []
         for w in batch:
             ns = encode_namespace(w.namespace)
+            if w.if_value is not None:
+                changed.append(self._swap(conn, ns, w, now))
+                continue
             if w.value is None:
                 rows = conn.execute(self.delete, (ns, w.key)).fetchall()
                 changed.append(any(r[0] is None or r[0] > now for r in rows))
@@ -187,6 +201,21 @@ class ItemSQL:
             cursor = conn.execute(self.add if w.if_absent else self.put, params)
             changed.append(cursor.rowcount == 1)
         return changed
+
+    def write_guarded(self, conn: Any, batch: Sequence[ItemWrite], now: float) -> None:
+        """Apply a checked batch on ``conn`` inside the caller's transaction, raising
+        :class:`GuardFailed` (so the caller rolls back) when a conditional write
+        does not apply. A row another transaction changes meanwhile is read again
+        after it commits (Postgres re-checks the condition: no lost update)."""
+        for write, done in zip(batch, self.write(conn, batch, now), strict=True):
+            if write.conditional and not done:
+                raise GuardFailed
+
+    def _swap(self, conn: Any, ns: str, w: ItemWrite, now: float) -> bool:
+        if w.value is None:
+            return bool(conn.execute(self.delete_same, (ns, w.key, w.if_value, now)).rowcount == 1)
+        params = (w.value, now, expiry(now, w.ttl_seconds), w.ttl_seconds, ns, w.key, w.if_value, now)
+        return bool(conn.execute(self.swap, params).rowcount == 1)
 
     def scan(self, scan: ItemScan) -> tuple[str, list[Any]]:
         """The SELECT of a checked scan and its parameters."""

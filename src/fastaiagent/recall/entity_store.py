@@ -17,23 +17,31 @@ Where the book lives and how forget, export and import treat it:
 
 from __future__ import annotations
 
+import random
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastaiagent._validate import identifier
 from fastaiagent._validate import text as check_text
+from fastaiagent.errors import ConflictError
 from fastaiagent.facts import messages as stored_messages
 from fastaiagent.facts.entities import (
+    BOOK_KEY,
     BOOK_ROOT,
     ENTITIES_KEY,
     book_namespace,
     book_stamp,
+    commit_book,
+    counted,
     entity_ids,
     entity_term,
+    fact_mark,
     load_book,
-    save_book,
+    message_mark,
+    read_book,
     settle_book,
     with_entities,
 )
@@ -41,20 +49,22 @@ from fastaiagent.facts.items import HoldsItems
 from fastaiagent.facts.vectors import every_vector_index, recall_namespace, recorded_at
 from fastaiagent.kb.protocols import Chunk, check_top_k, namespace_key
 from fastaiagent.recall.entity_book import Entity, EntityBook
+from fastaiagent.recall.words import as_said_by_user
 
 # A book's read, update and write are one step in the process, per user: a few
 # striped locks (users share one by hash), so one user's storing never waits on
-# all the others' round trips.
+# all the others' round trips. Across processes the compare-and-set of
+# :func:`commit_book` keeps them apart.
 _LOCKS = [threading.Lock() for _ in range(64)]
+_ATTEMPTS = 200  # compare-and-set rounds before a writer gives up (each loses only to a writer that won)
 
 
 def _lock(namespace: str) -> threading.Lock:
     return _LOCKS[hash(namespace) % len(_LOCKS)]
 
+
 _books: dict[tuple[int, str], tuple[Any, EntityBook]] = {}  # the last data read -> its book
 _BOOKS_HELD = 4096  # books kept parsed in the process (the oldest goes first)
-
-
 _books_lock = threading.Lock()
 
 
@@ -65,10 +75,8 @@ def _keep(key: tuple[int, str], data: Any, book: EntityBook) -> None:
         _books[key] = (data, book)
 
 
-def _book(index: Any, namespace: str) -> EntityBook:
-    """The user's book, built from the stored data once per version of it."""
-    data = load_book(index, namespace)
-    key = (id(getattr(index, "store", index)), namespace)
+def _parsed(key: tuple[int, str], data: Any) -> EntityBook:
+    """The book of stored ``data``, parsed once per version of it."""
     with _books_lock:
         held = _books.get(key)
     if held is not None and held[0] is data and data is not None:
@@ -79,13 +87,83 @@ def _book(index: Any, namespace: str) -> EntityBook:
     return book
 
 
+def _book(index: Any, namespace: str) -> EntityBook:
+    """The user's book, built from the stored data once per version of it."""
+    return _parsed(_key(index, namespace), load_book(index, namespace))
+
+
+def _key(index: Any, namespace: str) -> tuple[int, str]:
+    return (id(getattr(index, "store", index)), namespace)
+
+
+Change = Callable[[EntityBook, bool], Mapping[str, Sequence[str] | None] | None]
+"""A change of a book: given it (and whether this is a retry, after another writer
+came first), it edits the book and returns the marks to write with it
+(:func:`~fastaiagent.facts.entities.commit_book`), or None to write nothing."""
+
+
+def change_book(index: Any, namespace: str, change: Change) -> bool:
+    """Apply ``change`` to the book of the user of ``namespace`` and store it by
+    compare-and-set: when another writer (another process, or a store object of
+    its own) stored the book or counted one of the marks meanwhile, the book is
+    read again and ``change`` redone on it. Returns whether a book was stored.
+    Raises :class:`~fastaiagent.errors.ConflictError` after :data:`_ATTEMPTS`
+    lost rounds (a writer loses a round only to one that won it)."""
+    key = _key(index, namespace)
+    with _lock(namespace):
+        for attempt in range(_ATTEMPTS):
+            stored = read_book(index, namespace, fresh=attempt > 0)
+            book = _parsed(key, stored.data)
+            marks = change(book, attempt > 0)
+            if marks is None:
+                return False
+            data = book.to_dict()
+            written = False
+            try:
+                written = commit_book(index, namespace, stored, data, marks)
+            finally:
+                if not written:  # lost or failed: ``book`` holds a change the store lacks
+                    with _books_lock:
+                        _books.pop(key, None)
+            if written:
+                _keep(key, data, book)
+                return True
+            time.sleep(random.uniform(0, 0.002) * min(attempt + 1, 10))
+    raise ConflictError(f"the entity book of {namespace!r} kept changing under {_ATTEMPTS} attempts to write it")
+
+
+def _count(index: Any, namespace: str, said: Sequence[Chunk]) -> dict[str, list[str]]:
+    """Count ``said`` (messages of one user) in the user's book, each message once
+    ever: a message counted before (its mark stored) keeps the entity ids it
+    counted then. Returns ``{message id: entity ids}`` of those naming one."""
+    found: dict[str, list[str]] = {}
+
+    def read(book: EntityBook, retry: bool) -> dict[str, Sequence[str] | None] | None:
+        done = counted(index, namespace, [message_mark(c.id) for c in said]) if retry else {}
+        found.clear()
+        marks: dict[str, Sequence[str] | None] = {}
+        for chunk in said:
+            mark = message_mark(chunk.id)
+            if mark in done or chunk.id in found:  # counted already (or twice in this batch)
+                found.setdefault(chunk.id, done.get(mark, []))
+                continue
+            ids = book.read(chunk.text)
+            if ids:
+                found[chunk.id] = marks[mark] = ids
+        return marks or None
+
+    change_book(index, namespace, read)
+    return {chunk_id: ids for chunk_id, ids in found.items() if ids}
+
+
 def tag_messages(index: Any, chunks: Sequence[Chunk]) -> bool:
     """Read each of ``chunks`` into its namespace's book (:meth:`EntityBook.read`:
     its mentions found and resolved), list the ids of the entities it mentions in
-    its ``metadata["entities"]`` and store each book that gained a mention.
-    Chunks already listing entities (a re-embedded or imported message) and chunks
-    outside a user's recall namespace are left as they are. Returns whether a
-    book was stored."""
+    its ``metadata["entities"]`` and store each book that gained a mention. A
+    message counted before under its id (a retry, a replay) is not counted again:
+    it gets the ids it counted then. Chunks already listing entities (a
+    re-embedded or imported message) and chunks outside a user's recall
+    namespace are left as they are. Returns whether a chunk was marked."""
     if not isinstance(getattr(index, "store", None), HoldsItems):
         return False  # a VectorStore outside the fact store: no book to keep
     by_namespace: dict[str, list[Chunk]] = {}
@@ -93,21 +171,14 @@ def tag_messages(index: Any, chunks: Sequence[Chunk]) -> bool:
         namespace = namespace_key(chunk.metadata)
         if ENTITIES_KEY not in chunk.metadata and book_namespace(namespace) is not None:
             by_namespace.setdefault(namespace, []).append(chunk)
-    stored = False
+    marked = False
     for namespace, said in by_namespace.items():
-        with _lock(namespace):
-            book, named = _book(index, namespace), False
-            for chunk in said:
-                ids = book.read(chunk.text)
-                if ids:
-                    chunk.metadata = with_entities(chunk.metadata, ids)
-                    named = True
-            if named:  # a batch naming nothing leaves the stored book as it is
-                data = book.to_dict()
-                save_book(index, namespace, data)
-                _keep((id(index.store), namespace), data, book)
-                stored = True
-    return stored
+        found = _count(index, namespace, said)
+        for chunk in said:
+            if chunk.id in found:
+                chunk.metadata = with_entities(chunk.metadata, found[chunk.id])
+                marked = True
+    return marked
 
 
 def add_with_entities(index: Any, chunks: Sequence[Chunk]) -> None:
@@ -128,23 +199,14 @@ def backfill_entities(index: Any, namespace: str) -> int:
     messages that mention one written back with their own vectors, so their
     postings mark them. Returns how many were marked. A one-off for an operator
     (or an upgrade job): it holds the user's entity lock in this process while it
-    reads (a live turn of theirs waits), about 0.15 ms a message. A message that mentions
-    nothing is read again by a later backfill (nothing is counted twice: it
-    mentioned nothing)."""
+    reads (a live turn of theirs waits), about 0.15 ms a message. A message is
+    counted once, however often a backfill runs (its mark stays)."""
     check_text("namespace", namespace)
     if book_namespace(namespace) is None or not isinstance(getattr(index, "store", None), HoldsItems):
         return 0
     untagged = [c for c in index.chunks(namespace) if ENTITIES_KEY not in c.metadata]
     untagged.sort(key=lambda chunk: (recorded_at(chunk) is None, recorded_at(chunk) or 0.0))
-    marked: dict[str, list[str]] = {}
-    with _lock(namespace):
-        book = _book(index, namespace)
-        for chunk in untagged:
-            ids = book.read(chunk.text)
-            if ids:
-                marked[chunk.id] = ids
-        if marked:
-            save_book(index, namespace, book.to_dict())
+    marked = _count(index, namespace, untagged) if untagged else {}
     for page in index.vector_pages(namespace) if marked else []:
         again = [
             Chunk(c.id, c.text, c.vector, with_entities(c.metadata, marked[c.id]))
@@ -154,6 +216,32 @@ def backfill_entities(index: Any, namespace: str) -> int:
         if again:
             index.add(again)
     return len(marked)
+
+
+def read_facts(store: Any, user_id: str, facts: Sequence[tuple[int, str]], project_id: str = "") -> bool:
+    """Read facts learned about a user (``(fact id, text)``, what ``Memory(learn=...)``
+    stores) into that user's book, each once ever: their names, descriptions and
+    aliases join the entities of the user's messages ("The user's sister Lena
+    lives in Porto" makes "my sister" Lena), so a query naming one draws in
+    the messages about it. Written as the user says it ("The user's" reads as
+    "my": :func:`~fastaiagent.recall.words.as_said_by_user`). No LLM call; one
+    book write. Returns whether the book changed."""
+    namespace = _user_namespace(user_id, project_id)
+    if not isinstance(store, HoldsItems) or not facts:
+        return False
+
+    def read(book: EntityBook, retry: bool) -> dict[str, Sequence[str] | None] | None:
+        done = counted(store, namespace, [fact_mark(i) for i, _ in facts]) if retry else {}
+        marks: dict[str, Sequence[str] | None] = {}
+        for fact_id, text in facts:
+            mark = fact_mark(fact_id)
+            if mark not in done and mark not in marks:
+                ids = book.read(as_said_by_user(check_text("fact text", text)))
+                if ids:
+                    marks[mark] = ids
+        return marks or None
+
+    return change_book(store, namespace, read)
 
 
 @dataclass(frozen=True)
@@ -192,25 +280,37 @@ def entity_candidates(index: Any, namespace: str, query_text: str, limit: int) -
 def delete_message(store: Any, user_id: str, message_id: str, project_id: str = "") -> bool:
     """:func:`fastaiagent.facts.messages.delete_message` (the message, its postings,
     entity postings included, and cached embeddings), then its mentions taken off
-    the user's book: each entity it named is mentioned once less, and one no
+    the user's book (what it counted: its mark, else the ids it lists) and its
+    mark deleted: each entity it named is mentioned once less, and one no
     stored message mentions any more leaves the book. What the Memory page and
     ``fastaiagent memory messages --delete`` call."""
     namespace = _user_namespace(user_id, project_id)
-    named: set[str] = set()
-    for index in every_vector_index(store):
-        for chunk in index.get([check_text("message_id", message_id)]):
-            if chunk.namespace == namespace:
-                named.update(entity_ids(chunk.metadata))
+    mark = message_mark(check_text("message_id", message_id))
+    named = counted(store, namespace, [mark]).get(mark)
+    if named is None:  # stored before marks were kept: the ids it lists
+        named = _listed(store, namespace, message_id)
     if not stored_messages.delete_message(store, user_id, message_id, project_id):
         return False
+
+    def release(book: EntityBook, retry: bool) -> dict[str, Sequence[str] | None] | None:
+        if not len(book):
+            return None
+        book.release(list(named))
+        return {mark: None}
+
     if named:
-        with _lock(namespace):
-            data = load_book(store, namespace)
-            if data is not None:
-                book = EntityBook.from_dict(data)
-                book.release(sorted(named))
-                save_book(store, namespace, book.to_dict())
+        change_book(store, namespace, release)
     return True
+
+
+def _listed(store: Any, namespace: str, message_id: str) -> list[str]:
+    """The entity ids a stored message of ``namespace`` lists, in any size's index."""
+    named: set[str] = set()
+    for index in every_vector_index(store):
+        for chunk in index.get([message_id]):
+            if chunk.namespace == namespace:
+                named.update(entity_ids(chunk.metadata))
+    return sorted(named)
 
 
 def _user_namespace(user_id: str, project_id: str) -> str:
@@ -234,7 +334,7 @@ def entity_counts(store: Any) -> dict[tuple[str, str], int]:
 
     counts: dict[tuple[str, str], int] = {}
     for item in store.item_store().scan((BOOK_ROOT,)):
-        if len(item.namespace) == 3:
+        if len(item.namespace) == 3 and item.key == BOOK_KEY:
             counts[(item.namespace[1], item.namespace[2])] = len(
                 EntityBook.from_dict(json.loads(item.value)).entities()
             )
@@ -245,9 +345,11 @@ __all__ = [
     "EntityCandidates",
     "add_with_entities",
     "backfill_entities",
+    "change_book",
     "delete_message",
     "entity_candidates",
     "entity_counts",
+    "read_facts",
     "tag_messages",
     "user_entities",
 ]

@@ -291,6 +291,17 @@ _NOT_NAMES = """
 NOT_NAMES = frozenset(_NOT_NAMES.split()) | STOPWORDS | frozenset(MONTHS) | frozenset(WEEKDAYS)
 """Casefolded words never taken as a name on their own."""
 
+# How a learned fact names the user it is about (the extraction prompt asks for
+# "The user ..."): read as the user's own "my" ("The user's sister Lena" -> "my
+# sister Lena"), so the fact feeds their entities as their messages do.
+_USER_POSSESSIVE = re.compile(r"\b(?:the\s+)?user(?:'|’)s\b", re.IGNORECASE)
+
+
+def as_said_by_user(fact: str) -> str:
+    """A learned fact's text as the user would say it: "The user's X" -> "my X"."""
+    return _USER_POSSESSIVE.sub("my", fact)
+
+
 __all__ = [
     "ARTICLES",
     "CJK_CUES",
@@ -317,6 +328,7 @@ __all__ = [
     "TITLES",
     "WORDS",
     "alternatives",
+    "as_said_by_user",
     "languages",
     "pattern",
     "words_of",

@@ -45,6 +45,7 @@ from fastaiagent.learn.extractor import (
 from fastaiagent.learn.stated_time import stated_validity
 from fastaiagent.llm.base import BaseLLM
 from fastaiagent.llm.message import Message, SystemMessage
+from fastaiagent.recall.entity_store import read_facts
 
 _outages = LogThrottle(lambda: OUTAGE_LOG_SECONDS)  # one line per store outage, not per turn
 OUTAGE_LOG_SECONDS = 60.0
@@ -118,7 +119,10 @@ class FactExtractionBlock(MemoryBlock):
     ``confidence``, source "learned" and the run's trace id. A replaced
     run-learned fact is superseded (kept as history), never deleted; then only
     the newest ``max_persisted`` run-learned facts of the subject are kept
-    (facts written directly are never touched). Store errors are logged and
+    (facts written directly are never touched). Facts about a user (``scope``
+    "user") are also read into that user's entity book (names, descriptions:
+    :func:`~fastaiagent.recall.entity_store.read_facts`), so recall links them to
+    the user's messages. Store errors are logged and
     the run goes on; an LLM error leaves the block as it was.
 
     A persisted fact holds for ``ttl`` seconds (None: until replaced) unless its
@@ -277,8 +281,9 @@ class FactExtractionBlock(MemoryBlock):
 
     def _write(
         self, text: str, old: KnownFact | None, trace_id: str | None, *, flagged: bool = False
-    ) -> bool:
-        """Persist one fact (superseding ``old`` when it is a stored learned fact)."""
+    ) -> int | None:
+        """Persist one fact (superseding ``old`` when it is a stored learned fact);
+        its id, None when it could not be written."""
         assert self.store is not None
         now = self._now()
         valid_from, valid_to = stated_validity(text, now)
@@ -299,8 +304,7 @@ class FactExtractionBlock(MemoryBlock):
         )
         if old is not None and old.store_id is not None and old.learned:
             try:
-                self.store.update(fact, old.store_id)
-                return True
+                return self.store.update(fact, old.store_id)
             except Exception as exc:  # e.g. superseded meanwhile: keep the new fact anyway
                 if is_configuration_error(exc):
                     raise
@@ -311,13 +315,12 @@ class FactExtractionBlock(MemoryBlock):
                     exc,
                 )
         try:
-            self.store.add(fact)
-            return True
+            return self.store.add(fact)
         except Exception as exc:
             if is_configuration_error(exc):
                 raise
             logger.warning("FactExtractionBlock: could not persist a learned fact: %s", exc)
-            return False
+            return None
 
     def _persist(
         self,
@@ -327,8 +330,11 @@ class FactExtractionBlock(MemoryBlock):
     ) -> int:
         if not self.persist or self.store is None or not (to_write or flagged):
             return 0
-        written = sum(self._write(text, old, trace_id) for text, old in to_write)
-        written += sum(self._write(text, None, trace_id, flagged=True) for text in flagged)
+        kept = [(self._write(text, old, trace_id), text) for text, old in to_write]
+        stored = [(fact_id, text) for fact_id, text in kept if fact_id is not None]
+        written = len(stored) + sum(self._write(t, None, trace_id, flagged=True) is not None for t in flagged)
+        if stored and self.scope == "user":
+            self._feed_entities(stored)
         if written and self.max_persisted is not None:
             try:
                 self.store.prune_learned(
@@ -339,6 +345,17 @@ class FactExtractionBlock(MemoryBlock):
                     raise
                 logger.warning("FactExtractionBlock: could not prune learned facts: %s", exc)
         return written
+
+    def _feed_entities(self, stored: list[tuple[int, str]]) -> None:
+        """Read the user's new facts (not flagged ones) into their entity book, so
+        recall links what the facts name to the messages about it (no LLM call;
+        :func:`~fastaiagent.recall.entity_store.read_facts`)."""
+        try:
+            read_facts(self.store, self.scope_id, stored, self.project_id)
+        except Exception as exc:  # the facts are stored; recall just links less
+            if is_configuration_error(exc):
+                raise
+            logger.warning("FactExtractionBlock: could not read learned facts into the entity book: %s", exc)
 
     def _apply(self, job: _Job, known: list[KnownFact], extracted: list[ExtractedFact]) -> None:
         screened = self._screen(job.role, extracted)

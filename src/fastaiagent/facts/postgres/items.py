@@ -10,7 +10,7 @@ from fastaiagent.facts.items import ItemFront, ItemScan, ItemWrite, StoredItem
 from fastaiagent.facts.postgres.store import DEFAULT_TABLE as DEFAULT_FACT_TABLE
 from fastaiagent.facts.postgres.store import PostgresFactStore, PostgresTable, sql
 from fastaiagent.facts.schema import Schema
-from fastaiagent.facts.sql_clauses import ItemSQL, stored_item
+from fastaiagent.facts.sql_clauses import GuardFailed, ItemSQL, stored_item
 
 DEFAULT_TABLE = "namespaced_items"
 
@@ -62,6 +62,19 @@ class PostgresItemStore(PostgresTable, ItemFront):
                 return self._sql.write(conn, batch, now)
 
         return self._run(apply)
+
+    def write_guarded(self, batch: list[ItemWrite], now: float) -> bool:
+        """Apply a checked batch in one transaction when each conditional write applies."""
+
+        def apply(conn: Any) -> bool:
+            try:
+                with conn.transaction():
+                    self._sql.write_guarded(conn, batch, now)
+            except GuardFailed:
+                return False  # rolled back
+            return True
+
+        return bool(self._run(apply))
 
     def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:
         """The live items of ``keys``, their expiry restarted first when asked."""

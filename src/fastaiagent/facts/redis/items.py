@@ -54,15 +54,30 @@ local function drop(ns, key)
 end
 """
 
-# ARGV: now, p, then per write: op (p put, a add-if-absent, d delete), ns, key,
-# value, ttl ('-' none), expires ('-' none). Returns 1/0 per write (changed).
+# ARGV: now, p, guarded ('1': all or nothing), then per write: op (p put, a
+# add-if-absent, d delete; c put / x delete if the value is `expected`), ns, key,
+# value, ttl ('-' none), expires ('-' none), expected. Returns 1/0 per write
+# (changed); guarded, {} when a conditional write would not apply (nothing written).
 _WRITE = _COMMON + """
+local function applies(op, ns, key, expected)
+  local alive = live(redis.call('HGET', p .. 'm:' .. ns, key))
+  if op == 'a' then return not alive end
+  if op == 'c' or op == 'x' then return alive and redis.call('HGET', p .. 'v:' .. ns, key) == expected end
+  return true
+end
+if ARGV[3] == '1' then
+  for i = 4, #ARGV, 7 do
+    if not applies(ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+6]) then return {} end
+  end
+end
 local out = {}
-for i = 3, #ARGV, 6 do
+for i = 4, #ARGV, 7 do
   local op, ns, key, value, ttl, exp = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
   local meta = redis.call('HGET', p .. 'm:' .. ns, key)
   local alive = live(meta)
-  if op == 'd' then
+  if (op == 'c' or op == 'x') and not applies(op, ns, key, ARGV[i+6]) then
+    out[#out + 1] = 0
+  elseif op == 'd' or op == 'x' then
     if meta then drop(ns, key) end
     out[#out + 1] = alive and 1 or 0
   elseif op == 'a' and alive then
@@ -195,6 +210,19 @@ def _item(ns: str, key: str, meta: str, value: str) -> StoredItem:
     )
 
 
+def _write_args(batch: list[ItemWrite], now: float) -> list[Any]:
+    args: list[Any] = []
+    for w in batch:
+        if w.if_value is not None:
+            op = "x" if w.value is None else "c"
+        else:
+            op = "d" if w.value is None else ("a" if w.if_absent else "p")
+        ttl = "-" if w.ttl_seconds is None else repr(float(w.ttl_seconds))
+        exp = "-" if w.ttl_seconds is None else repr(now + w.ttl_seconds)
+        args += [op, encode_namespace(w.namespace), w.key, w.value or "", ttl, exp, w.if_value or ""]
+    return args
+
+
 class RedisItemStore(ItemFront):
     """Items in Redis next to a :class:`RedisFactStore`'s facts, on its client (the
     :class:`~fastaiagent.facts.items.ItemStore` contract). Expiry uses the
@@ -234,13 +262,13 @@ class RedisItemStore(ItemFront):
 
     def write_batch(self, batch: list[ItemWrite], now: float) -> list[bool]:
         """Apply a checked batch atomically (one script call)."""
-        args: list[Any] = []
-        for w in batch:
-            op = "d" if w.value is None else ("a" if w.if_absent else "p")
-            ttl = "-" if w.ttl_seconds is None else repr(float(w.ttl_seconds))
-            exp = "-" if w.ttl_seconds is None else repr(now + w.ttl_seconds)
-            args += [op, encode_namespace(w.namespace), w.key, w.value or "", ttl, exp]
-        return [bool(c) for c in self._call(self._write, *args)]
+        return [bool(c) for c in self._call(self._write, "0", *_write_args(batch, now))]
+
+    def write_guarded(self, batch: list[ItemWrite], now: float) -> bool:
+        """Apply a checked batch atomically when each conditional write applies (one
+        script call: the conditions are read and the writes made with no other
+        command between)."""
+        return bool(self._call(self._write, "1", *_write_args(batch, now)))
 
     def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:
         """The live items of ``keys`` (one script call, which restarts their expiry

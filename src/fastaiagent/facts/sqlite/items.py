@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from fastaiagent._schema import Schema
 from fastaiagent.facts.items import ItemFront, ItemScan, ItemWrite, StoredItem
-from fastaiagent.facts.sql_clauses import ItemSQL, stored_item
+from fastaiagent.facts.sql_clauses import GuardFailed, ItemSQL, stored_item
 from fastaiagent.facts.sqlite.store import SQLiteFactStore, SQLiteTable
 
 DEFAULT_TABLE = "namespaced_items"
@@ -48,6 +48,16 @@ class SQLiteItemStore(SQLiteTable, ItemFront):
         self._conn()
         with self.store._table_write() as conn:
             return self._sql.write(conn, batch, now)
+
+    def write_guarded(self, batch: list[ItemWrite], now: float) -> bool:
+        """Apply a checked batch in one transaction when each conditional write applies."""
+        self._conn()
+        try:
+            with self.store._table_write() as conn:
+                self._sql.write_guarded(conn, batch, now)
+        except GuardFailed:
+            return False  # rolled back
+        return True
 
     def read_items(self, ns: str, keys: list[str], refresh_ttl: bool) -> Iterable[StoredItem]:
         """The live items of ``keys``, their expiry restarted first when asked."""
