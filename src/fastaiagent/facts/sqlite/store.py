@@ -217,22 +217,19 @@ _SUBJECT_PROBE = (
 )
 
 
-def _raw_row(fact: Fact, fact_id: int) -> Row:
-    """The row of _SUBJECT_FIELDS a read returns for ``fact`` as just stored, its
-    metadata left for :func:`_kept_row` (the REAL columns come back as floats)."""
-    source = fact.source
+def _kept_row(added: tuple[Fact, int, str], usual: str) -> Row:
+    """The row of _SUBJECT_FIELDS a read returns for a fact just stored (``added``:
+    the fact, its id, its metadata text), its metadata encoded against ``usual``
+    (?4); the REAL columns come back as floats."""
+    fact, fact_id, metadata = added
+    source, valid_from, valid_to = fact.source, fact.valid_from, fact.valid_to
     return (
         fact.fact, float(fact.confidence),
         None if source == SOURCE_MANUAL else current_source(source), fact.source_trace_id,
-        None, fact_id, float(fact.created_at),
-        None if fact.valid_from is None else float(fact.valid_from),
-        None if fact.valid_to is None else float(fact.valid_to),
+        None if metadata == "{}" else 0 if metadata == usual else metadata, fact_id,
+        float(fact.created_at), None if valid_from is None else float(valid_from),
+        None if valid_to is None else float(valid_to),
     )  # fmt: skip
-
-
-def _kept_row(raw: Row, metadata: str, usual: str) -> Row:
-    """``raw`` with its metadata as the read encodes it against ``usual`` (?4)."""
-    return (*raw[:4], None if metadata == "{}" else 0 if metadata == usual else metadata, *raw[5:])
 
 
 def _subject_facts(
@@ -366,7 +363,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         if cursor.rowcount:
             new_id = int(cursor.lastrowid or 0)
             if change is not None:
-                change.added.append((_raw_row(fact, new_id), metadata))
+                change.added.append((fact, new_id, metadata))
             return new_id
         row = conn.execute(
             "SELECT id, valid_to FROM learned_memory WHERE scope = ? AND scope_id = ? "
@@ -385,8 +382,8 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             (new_id, fact.created_at, expired),
         )
         if change is not None:
-            change.removed.add(expired)
-            change.added.append((_raw_row(fact, new_id), metadata))
+            change.remove(expired)
+            change.added.append((fact, new_id, metadata))
         return new_id
 
     def _metadata_text(self, metadata: dict[str, Any]) -> str:
@@ -447,7 +444,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             new_id = self._add(conn, new, change)
             if new_id != old_id:
                 self._supersede(conn, old_id, new_id, new.created_at)
-                change.removed.add(old_id)
+                change.remove(old_id)
             return new_id
 
     def expire(self, scope: str, scope_id: str, project_id: str, fact_id: int, at: float) -> bool:

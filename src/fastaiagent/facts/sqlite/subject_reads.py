@@ -69,18 +69,21 @@ def _unbounded(rows: list[Row]) -> bool:
 
 class SubjectChange:
     """What one write transaction did to a subject's active rows, for its kept
-    rows: ``added`` rows (each ``(row, metadata text)``, the row's metadata
-    encoded later against the kept usual text by ``encode``), ``removed`` ids;
-    ``fresh`` when the transaction saw no active row of the subject but its own."""
+    rows: ``added`` (what the store's ``encode`` makes a row of, given the kept
+    usual metadata text), ``removed`` ids; ``fresh`` when the transaction saw no
+    active row of the subject but its own."""
 
     __slots__ = ("added", "encode", "fresh", "removed", "usual")
 
-    def __init__(self, encode: Callable[[Row, str, str], Row], usual: UsualMetadata) -> None:
+    def __init__(self, encode: Callable[[Any, str], Row], usual: UsualMetadata) -> None:
         self.encode = encode
         self.usual = usual  # the store's: a fresh subject's rows are kept with its text
-        self.added: list[tuple[Row, str]] = []
-        self.removed: set[int] = set()
+        self.added: list[Any] = []
+        self.removed: list[int] = []
         self.fresh = False
+
+    def remove(self, fact_id: int) -> None:
+        self.removed.append(fact_id)
 
     def revise(self, kept: Kept | None) -> Kept | None:
         """``kept`` after this change (None: keep nothing of the subject). Its rows
@@ -95,12 +98,9 @@ class SubjectChange:
             usual, rows, complete, unbounded = kept
             if self.removed:  # one fewer row is still a prefix (unbounded kept as it was)
                 rows[:] = [row for row in rows if row[ROW_ID] not in self.removed]
-        for raw, metadata in self.added:
-            row = self.encode(raw, metadata, usual)
-            order = (row[ROW_CREATED], row[ROW_ID])
-            at = 0
-            while at < len(rows) and (rows[at][ROW_CREATED], rows[at][ROW_ID]) > order:
-                at += 1
+        for added in self.added:
+            row = self.encode(added, usual)
+            at = _place(rows, row)
             if at < len(rows) or complete:  # else it falls past the kept prefix
                 rows.insert(at, row)
                 unbounded = unbounded and row[ROW_VALID_FROM] is None and row[ROW_VALID_TO] is None
@@ -108,6 +108,16 @@ class SubjectChange:
             del rows[HELD_ROWS:]
             complete = False
         return usual, rows, complete, unbounded
+
+
+def _place(rows: list[Row], row: Row) -> int:
+    """Where ``row`` goes in ``rows`` (created_at DESC, id DESC); a new fact is
+    usually the newest."""
+    created, fact_id = row[ROW_CREATED], row[ROW_ID]
+    for at, other in enumerate(rows):
+        if created > other[ROW_CREATED] or (created == other[ROW_CREATED] and fact_id > other[ROW_ID]):
+            return at
+    return len(rows)
 
 
 class _ThreadReads:
