@@ -35,7 +35,7 @@ def queries(store: MemoryStore) -> list[str]:
 
 
 def test_a_repeated_read_of_an_unchanged_file_runs_no_query(store: MemoryStore) -> None:
-    for _ in range(3):  # the first after a write is not kept, the next one is
+    for _ in range(2):  # the first read keeps what it read
         assert texts(store) == ["likes tea"]
     ran = queries(store)
     assert texts(store) == ["likes tea"]
@@ -131,16 +131,81 @@ def test_a_write_to_another_table_of_the_file_keeps_the_read(store: MemoryStore)
     assert ran == ["PRAGMA data_version"]
 
 
-def test_the_first_read_after_a_write_goes_straight_to_the_file(store: MemoryStore) -> None:
-    for _ in range(3):
-        texts(store)
+def test_the_read_after_this_connection_s_write_is_answered_from_memory(store: MemoryStore) -> None:
+    texts(store)  # a read from the file is kept at once
     store.add(Fact("likes coffee", scope="user", scope_id="ann"))
     ran = queries(store)
     assert texts(store) == ["likes coffee", "likes tea"]
-    assert len(ran) == 1 and ran[0].startswith("SELECT")  # no PRAGMA, nothing kept
-    assert texts(store) == ["likes coffee", "likes tea"]  # the second read keeps
-    assert texts(store) == ["likes coffee", "likes tea"]
-    assert ran[-1] == "PRAGMA data_version"
+    assert ran == ["PRAGMA data_version"]  # the write went into the kept rows
+
+
+def test_a_new_subject_is_kept_from_its_first_write(store: MemoryStore) -> None:
+    store.add(Fact("likes jazz", scope="user", scope_id="cat"))
+    store.add(Fact("likes rain", scope="user", scope_id="cat"))
+    ran = queries(store)
+    assert [f.fact for f in store.list_active("user", "cat")] == ["likes rain", "likes jazz"]
+    assert ran == ["PRAGMA data_version"]
+
+
+def from_file(store: MemoryStore, scope_id: str, **options) -> list[Fact]:
+    """The subject's facts as a store that keeps nothing yet reads them."""
+    fresh = MemoryStore(store.path)
+    try:
+        return fresh.list_active("user", scope_id, **options)
+    finally:
+        fresh.close()
+
+
+def same(read: list[Fact], expected: list[Fact]) -> bool:
+    """Equal facts, field types too (1 and 1.0 compare equal, a REAL reads as 1.0)."""
+    return [repr(fact) for fact in read] == [repr(fact) for fact in expected] and len(read) > 0
+
+
+def test_kept_rows_read_as_the_file_does_after_every_kind_of_write(store: MemoryStore) -> None:
+    for limit in (None, 2):
+        texts(store, limit=limit)
+    writes = [
+        Fact("likes jazz", scope="user", scope_id="ann", metadata={"agent_id": "a"}),
+        Fact("no metadata", scope="user", scope_id="ann", confidence=1, created_at=5),  # older: sorts last
+        Fact("other metadata", scope="user", scope_id="ann", metadata={"n": [1, 2]}, source="learn"),
+        Fact("from a run", scope="user", scope_id="ann", source="learned", source_trace_id="t1", confidence=0.6),
+        Fact("on call", scope="user", scope_id="ann", valid_from=100.0, valid_to=2e10),
+    ]
+    for fact in writes:
+        store.add(fact)
+        if fact.valid_to is None:  # bounds are read from the file at the clock
+            ran = queries(store)
+            store.list_active("user", "ann")
+            assert ran == ["PRAGMA data_version"]
+        for options in ({}, {"limit": 2}, {"limit": 3}, {"limit": None}, {"include_expired": True}):
+            assert same(store.list_active("user", "ann", **options), from_file(store, "ann", **options))
+    (jazz,) = [f for f in store.list_active("user", "ann") if f.fact == "likes jazz"]
+    assert jazz.id is not None
+    store.update(Fact("likes free jazz", scope="user", scope_id="ann"), jazz.id)  # the old one goes
+    store.add(Fact("on call", scope="user", scope_id="ann", created_at=3e10))  # replaces the expired row
+    for options in ({}, {"limit": 2}, {"limit": None}, {"include_expired": True}, {"now": 3e10}):
+        assert same(store.list_active("user", "ann", **options), from_file(store, "ann", **options))
+
+
+def test_a_fact_read_from_memory_has_every_field_of_one_read_by_id(store: MemoryStore) -> None:
+    import dataclasses
+
+    for _ in range(2):
+        (read,) = store.list_active("user", "ann")
+        assert read.id is not None
+        assert vars(read).keys() == {field.name for field in dataclasses.fields(Fact)}
+        assert read == store.get(read.id)
+
+
+def test_another_store_s_write_between_this_connection_s_writes_shows(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    texts(store)
+    other = MemoryStore(tmp_path / "facts.db")
+    other.add(Fact("from another store", scope="user", scope_id="ann"))
+    other.close()
+    store.add(Fact("likes coffee", scope="user", scope_id="ann"))
+    assert texts(store) == ["likes coffee", "from another store", "likes tea"]
 
 
 def test_an_update_and_an_unreported_write_show_at_once(store: MemoryStore) -> None:
@@ -155,3 +220,16 @@ def test_an_update_and_an_unreported_write_show_at_once(store: MemoryStore) -> N
     store.delete("user", "bob", fact_id=bob)  # a delete reports nothing: every read drops
     assert store.list_active("user", "bob") == []
     assert texts(store) == ["likes green tea"]
+
+
+def test_a_write_past_a_kept_first_page_is_left_to_the_file(tmp_path: Path) -> None:
+    writer = MemoryStore(tmp_path / "facts.db")
+    for n, text in enumerate(["likes tea", "likes jazz", "likes rain"]):
+        writer.add(Fact(text, scope="user", scope_id="ann", created_at=100.0 + n))
+    writer.close()
+    store = MemoryStore(tmp_path / "facts.db")
+    assert texts(store, limit=2) == ["likes rain", "likes jazz"]  # kept: the first two only
+    store.add(Fact("likes snow", scope="user", scope_id="ann", created_at=5.0))  # older than all
+    assert texts(store, limit=3) == ["likes rain", "likes jazz", "likes tea"]
+    assert texts(store, limit=None) == ["likes rain", "likes jazz", "likes tea", "likes snow"]
+    store.close()

@@ -46,7 +46,7 @@ from fastaiagent.facts.sql_clauses import (
     selector_where,
     valid_clause,
 )
-from fastaiagent.facts.sqlite.subject_reads import SubjectReads
+from fastaiagent.facts.sqlite.subject_reads import Row, SubjectChange, SubjectReads, kept_rows
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 from fastaiagent.trace.store import SQLiteFile, WriteTransaction, sqlite_failure
@@ -210,32 +210,53 @@ _SUBJECT_READ = (
     "AND (valid_from IS NULL OR valid_from <= ?5) " + _NEWEST.format(6, 7)
 )
 _SUBJECT_ALL = _SUBJECT_FIELDS + _NEWEST.format(5, 6)  # include_expired=True
+# Whether a subject has no active fact but one (the one its write just added).
+_SUBJECT_PROBE = (
+    "SELECT count(*) FROM (SELECT 1 FROM learned_memory INDEXED BY idx_learned_memory_subject_live "
+    "WHERE scope_id = ?1 AND scope = ?2 AND project_id = ?3 AND superseded_by IS NULL LIMIT 2)"
+)
+
+
+def _kept_row(added: tuple[Fact, int, str], usual: str) -> Row:
+    """The row of _SUBJECT_FIELDS a read returns for a fact just stored (``added``:
+    the fact, its id, its metadata text), its metadata encoded against ``usual``
+    (?4); the REAL columns come back as floats."""
+    fact, fact_id, metadata = added
+    source, valid_from, valid_to = fact.source, fact.valid_from, fact.valid_to
+    return (
+        fact.fact, float(fact.confidence),
+        None if source == SOURCE_MANUAL else current_source(source), fact.source_trace_id,
+        None if metadata == "{}" else 0 if metadata == usual else metadata, fact_id,
+        float(fact.created_at), None if valid_from is None else float(valid_from),
+        None if valid_to is None else float(valid_to),
+    )  # fmt: skip
 
 
 def _subject_facts(
     rows: list[tuple[Any, ...]], scope: str, scope_id: str, project_id: str, usual: dict[str, Any]
 ) -> list[Fact]:
-    # Unpacking in the comprehension and positional Fact() are the cheapest way to
-    # build 50 facts in CPython (cheaper than object.__new__ plus a __dict__ fill).
-    loads = metadata_from_text
-    return [
-        Fact(
-            fact,
-            scope,
-            scope_id,
-            project_id,
-            confidence,
-            SOURCE_MANUAL if source is None else source,
-            trace_id,
-            usual.copy() if metadata == 0 else loads(metadata),
-            fact_id,
-            created_at,
-            None,
-            valid_from,
-            valid_to,
-        )
-        for fact, confidence, source, trace_id, metadata, fact_id, created_at, valid_from, valid_to in rows
-    ]
+    # Rows of this store's own file, so the fields are set straight, without the
+    # call of Fact's __init__ (which checks nothing): a third of building 20 facts.
+    # Every field is set (tests/unit/test_sqlite_subject_reads.py holds it to Fact's).
+    loads, new, facts = metadata_from_text, object.__new__, []
+    for fact, confidence, source, trace_id, metadata, fact_id, created_at, valid_from, valid_to in rows:
+        made = new(Fact)
+        made.fact = fact
+        made.scope = scope
+        made.scope_id = scope_id
+        made.project_id = project_id
+        made.confidence = confidence
+        made.source = SOURCE_MANUAL if source is None else source
+        made.source_trace_id = trace_id
+        made.metadata = usual.copy() if metadata == 0 else loads(metadata)
+        made.id = fact_id
+        made.created_at = created_at
+        made.superseded_by = None
+        made.valid_from = valid_from
+        made.valid_to = valid_to
+        made.superseded_at = None
+        facts.append(made)
+    return facts
 
 
 def _where(selector: Selector, *, active_only: bool) -> tuple[str, list[Any]]:
@@ -330,14 +351,20 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
     # -- writes ------------------------------------------------------------
 
-    def _add(self, conn: sqlite3.Connection, fact: Fact) -> int:
+    def _add(self, conn: sqlite3.Connection, fact: Fact, change: SubjectChange | None = None) -> int:
+        """Insert ``fact`` (or find its active text); ``change`` learns the rows it
+        added and superseded, for this thread's kept reads."""
         key = normalize_text(fact.fact)
-        values = fact_values(fact, key, self._metadata_text(fact.metadata))
+        metadata = self._metadata_text(fact.metadata)
+        values = fact_values(fact, key, metadata)
         # A new text (the usual case) is one statement: the insert yields to an
         # active row of the same text (idx_learned_memory_active_key).
         cursor = conn.execute(_INSERT_NEW, values)
         if cursor.rowcount:
-            return int(cursor.lastrowid or 0)
+            new_id = int(cursor.lastrowid or 0)
+            if change is not None:
+                change.added.append((fact, new_id, metadata))
+            return new_id
         row = conn.execute(
             "SELECT id, valid_to FROM learned_memory WHERE scope = ? AND scope_id = ? "
             "AND project_id = ? AND fact_key = ? AND superseded_by IS NULL",
@@ -354,6 +381,9 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             "UPDATE learned_memory SET superseded_by = ?, superseded_at = ? WHERE id = ?",
             (new_id, fact.created_at, expired),
         )
+        if change is not None:
+            change.remove(expired)
+            change.added.append((fact, new_id, metadata))
         return new_id
 
     def _metadata_text(self, metadata: dict[str, Any]) -> str:
@@ -367,11 +397,13 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         self._usual.learn(text)
         return text
 
-    def _subject_write(self, fact: Fact) -> WriteTransaction:
-        """A write transaction that changes only ``fact``'s subject: the other
-        subjects' kept reads stay (:mod:`.subject_reads`)."""
+    def _subject_write(self, fact: Fact) -> tuple[WriteTransaction, SubjectChange]:
+        """A write transaction that changes only ``fact``'s subject, and the record of
+        its change: the subject's kept reads take it in, the other subjects' stay
+        (:mod:`.subject_reads`)."""
         subject = (fact.scope_id, fact.scope, fact.project_id)
-        return self._write(lambda conn, before: self._reads.wrote(conn, before, subject))
+        change = SubjectChange(_kept_row, self._usual)
+        return self._write(lambda conn, before: self._reads.wrote(conn, before, subject, change)), change
 
     def _table_write(self) -> WriteTransaction:
         """A write transaction on another table of this file (no facts change)."""
@@ -379,8 +411,14 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
     def add(self, fact: Fact) -> int:
         fact = validate_for_write(fact)
-        with self._subject_write(fact) as conn:
-            return self._add(conn, fact)
+        write, change = self._subject_write(fact)
+        with write as conn:
+            subject = (fact.scope_id, fact.scope, fact.project_id)
+            kept = self._reads.writing(conn, subject)
+            new_id = self._add(conn, fact, change)
+            if not kept and change.added and not change.removed:  # a new subject is kept whole
+                change.fresh = conn.execute(_SUBJECT_PROBE, subject).fetchone()[0] == 1
+            return new_id
 
     def _supersede(self, conn: sqlite3.Connection, old_id: int, new_id: int, at: float) -> None:
         old, new = self._get(conn, old_id), self._get(conn, new_id)
@@ -401,10 +439,12 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
     def update(self, new: Fact, old_id: int) -> int:
         new = validate_for_write(new)
         old_id = check_fact_id(old_id)
-        with self._subject_write(new) as conn:  # a fact supersedes only its own subject's
-            new_id = self._add(conn, new)
+        write, change = self._subject_write(new)
+        with write as conn:  # a fact supersedes only its own subject's
+            new_id = self._add(conn, new, change)
             if new_id != old_id:
                 self._supersede(conn, old_id, new_id, new.created_at)
+                change.remove(old_id)
             return new_id
 
     def expire(self, scope: str, scope_id: str, project_id: str, fact_id: int, at: float) -> bool:
@@ -538,20 +578,20 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         regardless of validity; when a row of it has bounds, the page valid at
         ``when`` is read from the file (validity moves with the clock)."""
         conn = self._connection()
-        page = (count, usual_text)
-        held, version = self._reads.held(conn, subject, page) if offset == 0 else (None, None)
-        if held is None:
-            if version is None:  # not kept: a later page, or the subject's first read
-                if include_expired:
-                    return conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, offset)).fetchall()
-                return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, offset)).fetchall()
-            rows = conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, 0)).fetchall()
-            held = (rows, all(row[7] is None and row[8] is None for row in rows))
-            self._reads.keep(conn, subject, page, held, version)
-        rows, unbounded = held
-        if unbounded or include_expired:
-            return rows  # not edited by the caller: shared safely
-        return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, 0)).fetchall()
+        if offset == 0:
+            held = self._reads.page(conn, subject, usual_text, count)
+            if held is None:
+                rows = conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, 0)).fetchall()
+                kept = kept_rows(usual_text, rows, count)
+                self._reads.keep(conn, subject, kept)
+                held = rows, kept[3]
+            rows, unbounded = held
+            if unbounded or include_expired:
+                return rows  # not edited by the caller: shared safely
+            return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, 0)).fetchall()
+        if include_expired:
+            return conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, offset)).fetchall()
+        return conn.execute(_SUBJECT_READ, (*subject, usual_text, when, count, offset)).fetchall()
 
     def read_as_of(
         self, selector: Selector, when: float, limit: int | None, offset: int
