@@ -287,6 +287,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         self._path: Path | None = None
         self._lock = threading.Lock()
         self._usual = UsualMetadata()
+        self._usual_text_only: tuple[str, dict[str, Any]] | None = None  # a usual all text
         self._reads = SubjectReads(_kept_row)
         self._wrote = self._reads.wrote  # bound once: a write allocates no callback
         self._timeout = timeout
@@ -387,9 +388,13 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         """``metadata`` as stored: the writing agent's usual stamp reuses its text.
         Only for text values, where equal dicts are equal JSON (1 == 1.0 == True
         would store another type)."""
-        usual_text, usual = self._usual.current
-        if usual and metadata == usual and all(type(v) is str for v in usual.values()):
-            return usual_text
+        current = self._usual.current
+        if current is self._usual_text_only:  # checked before: only text values
+            if metadata == current[1]:
+                return current[0]
+        elif current[1] and metadata == current[1] and all(type(v) is str for v in current[1].values()):
+            self._usual_text_only = current
+            return current[0]
         text = json.dumps(metadata)
         self._usual.learn(text)
         return text

@@ -98,11 +98,18 @@ def settle(kept: Kept, encode: Encode) -> None:
             rows[:] = [row for row in rows if row[ROW_ID] != fact_id]
             continue
         row = encode(record, fact_id, usual)
-        at = _place(rows, row)
-        if at < len(rows) or complete:  # else it falls past the kept prefix
+        created, first = row[ROW_CREATED], rows[0] if rows else None
+        if first is not None and (
+            created < first[ROW_CREATED] or (created == first[ROW_CREATED] and fact_id < first[ROW_ID])
+        ):  # not the newest (inline: this runs per row)
+            at = _place(rows, row)
+            if at == len(rows) and not complete:
+                continue  # it falls past the kept prefix
             rows.insert(at, row)
-            if row[ROW_VALID_FROM] is not None or row[ROW_VALID_TO] is not None:
-                unbounded = False
+        else:  # the usual case: a new fact is the newest
+            rows.insert(0, row)
+        if unbounded and (row[ROW_VALID_FROM] is not None or row[ROW_VALID_TO] is not None):
+            unbounded = False
     kept.pending = []
     if len(rows) > HELD_ROWS:
         del rows[HELD_ROWS:]
@@ -110,12 +117,17 @@ def settle(kept: Kept, encode: Encode) -> None:
     kept.complete, kept.unbounded = complete, unbounded
 
 
+def _newer(row: Row, other: Row) -> bool:
+    """Whether ``row`` comes before ``other`` (created_at DESC, id DESC)."""
+    return row[ROW_CREATED] > other[ROW_CREATED] or (
+        row[ROW_CREATED] == other[ROW_CREATED] and row[ROW_ID] > other[ROW_ID]
+    )
+
+
 def _place(rows: list[Row], row: Row) -> int:
-    """Where ``row`` goes in ``rows`` (created_at DESC, id DESC); a new fact is
-    usually the newest."""
-    created, fact_id = row[ROW_CREATED], row[ROW_ID]
+    """Where ``row`` goes in ``rows`` (created_at DESC, id DESC)."""
     for at, other in enumerate(rows):
-        if created > other[ROW_CREATED] or (created == other[ROW_CREATED] and fact_id > other[ROW_ID]):
+        if _newer(row, other):
             return at
     return len(rows)
 
