@@ -21,6 +21,9 @@ from fastaiagent.learn import Fact
 def test_normalisation_folds_case_and_spacing() -> None:
     assert normalize_text("  Prefers\t EMAIL\n") == "prefers email"
     assert normalize_text("STRASSE") == normalize_text("straße")  # casefold, not lower
+    # Every Unicode space counts (the key of files written before stays the same).
+    assert normalize_text("\u00a0likes\u3000 tea\x1c\u2029") == "likes tea"
+    assert normalize_text("likes\u200btea") == "likes\u200btea"  # zero width: not a space
 
 
 @pytest.mark.parametrize("scope", ["user", "project"])

@@ -233,3 +233,65 @@ def test_a_write_past_a_kept_first_page_is_left_to_the_file(tmp_path: Path) -> N
     assert texts(store, limit=3) == ["likes rain", "likes jazz", "likes tea"]
     assert texts(store, limit=None) == ["likes rain", "likes jazz", "likes tea", "likes snow"]
     store.close()
+
+
+def test_writes_without_a_read_between_show_in_order(store: MemoryStore) -> None:
+    texts(store)
+    jazz = store.add(Fact("likes jazz", scope="user", scope_id="ann"))
+    store.update(Fact("likes free jazz", scope="user", scope_id="ann"), jazz)  # added, then gone
+    store.add(Fact("older", scope="user", scope_id="ann", created_at=5))
+    store.add(Fact("likes rain", scope="user", scope_id="ann", metadata={"n": [1]}, source="learn"))
+    store.add(Fact("likes tea", scope="user", scope_id="ann"))  # already there: no change
+    ran = queries(store)
+    read = store.list_active("user", "ann")
+    assert ran == ["PRAGMA data_version"]
+    assert [f.fact for f in read] == ["likes rain", "likes free jazz", "likes tea", "older"]
+    assert same(read, from_file(store, "ann"))
+
+
+def test_many_writes_without_a_read_keep_the_newest_rows(store: MemoryStore) -> None:
+    from fastaiagent.facts.sqlite.subject_reads import HELD_ROWS
+
+    texts(store)
+    for n in range(2 * HELD_ROWS + 50):
+        store.add(Fact(f"fact {n}", scope="user", scope_id="ann"))
+    ran = queries(store)
+    assert same(store.list_active("user", "ann", limit=50), from_file(store, "ann", limit=50))
+    assert ran == ["PRAGMA data_version"]  # the newest rows are kept
+    everything = store.list_active("user", "ann", limit=None)
+    assert len(everything) == 2 * HELD_ROWS + 51 and same(everything, from_file(store, "ann", limit=None))
+
+
+def test_another_store_s_write_after_this_connection_s_write_drops_what_it_noted(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    texts(store)
+    store.add(Fact("likes coffee", scope="user", scope_id="ann"))
+    other = MemoryStore(tmp_path / "facts.db")
+    tea = other.find_active("user", "ann", "", "likes tea")
+    assert tea is not None and tea.id is not None
+    other.update(Fact("likes green tea", scope="user", scope_id="ann"), tea.id)
+    other.close()
+    assert texts(store) == ["likes green tea", "likes coffee"]
+
+
+def test_a_write_rolled_back_leaves_nothing_behind(store: MemoryStore) -> None:
+    from fastaiagent.errors import FastAIAgentError
+
+    texts(store)
+    with pytest.raises(FastAIAgentError):  # the new fact is inserted, then the update fails
+        store.update(Fact("likes coffee", scope="user", scope_id="ann"), 999_999)
+    assert texts(store) == ["likes tea"]
+    assert store.find_active("user", "ann", "", "likes coffee") is None
+
+
+def test_writes_to_a_subject_with_rows_not_kept_ask_nothing_more(store: MemoryStore) -> None:
+    fresh = MemoryStore(store.path)  # keeps nothing of ann, who has a fact
+    try:
+        fresh.add(Fact("likes jazz", scope="user", scope_id="ann"))
+        ran = queries(fresh)
+        fresh.add(Fact("likes rain", scope="user", scope_id="ann"))
+        assert ran == ["BEGIN IMMEDIATE", ran[1], "COMMIT"] and ran[1].startswith("INSERT")
+        assert [f.fact for f in fresh.list_active("user", "ann")] == ["likes rain", "likes jazz", "likes tea"]
+    finally:
+        fresh.close()

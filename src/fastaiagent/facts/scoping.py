@@ -20,7 +20,6 @@ module settings read at every call; assign a new value to change one::
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -50,12 +49,11 @@ def _too_big(what: str, size: str, setting: str) -> InvalidValueError:
         f"{what} is {size}; the limit is {limit:,}: keep it smaller, or raise the limit "
         f"with fastaiagent.facts.scoping.{setting} = <new value>"
     )
-_SPACES = re.compile(r"\s+")
-
-
 def normalize_text(text: str) -> str:
     """The comparison key of a fact: case-folded, spacing collapsed."""
-    return _SPACES.sub(" ", text).strip().casefold()
+    # str.split() splits on runs of what re's \s matches (str.isspace) and drops the
+    # ends: the same key as re.sub(r"\s+", " ", text).strip(), at half the cost.
+    return " ".join(text.split()).casefold()
 
 
 def check_scope(scope: str) -> None:

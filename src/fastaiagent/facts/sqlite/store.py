@@ -46,7 +46,7 @@ from fastaiagent.facts.sql_clauses import (
     selector_where,
     valid_clause,
 )
-from fastaiagent.facts.sqlite.subject_reads import Row, SubjectChange, SubjectReads, kept_rows
+from fastaiagent.facts.sqlite.subject_reads import UNKEPT, Change, Row, SubjectReads, kept_rows
 from fastaiagent.facts.store import DELETE_BATCH, BrowseFilter, StoreFront, SubjectCount
 from fastaiagent.facts.validity import history_cutoff, moment_or_now
 from fastaiagent.trace.store import SQLiteFile, WriteTransaction, sqlite_failure
@@ -217,18 +217,15 @@ _SUBJECT_PROBE = (
 )
 
 
-def _kept_row(added: tuple[Fact, int, str], usual: str) -> Row:
-    """The row of _SUBJECT_FIELDS a read returns for a fact just stored (``added``:
-    the fact, its id, its metadata text), its metadata encoded against ``usual``
-    (?4); the REAL columns come back as floats."""
-    fact, fact_id, metadata = added
-    source, valid_from, valid_to = fact.source, fact.valid_from, fact.valid_to
+def _kept_row(values: tuple[Any, ...], fact_id: int, usual: str) -> Row:
+    """The row of _SUBJECT_FIELDS a read returns for a fact just stored (``values``:
+    its insert's parameters, :func:`fact_values`), its metadata encoded against
+    ``usual`` (?4); the REAL columns come back as floats."""
+    text, _, _, _, _, confidence, source, trace_id, created_at, metadata, valid_from, valid_to = values
     return (
-        fact.fact, float(fact.confidence),
-        None if source == SOURCE_MANUAL else current_source(source), fact.source_trace_id,
-        None if metadata == "{}" else 0 if metadata == usual else metadata, fact_id,
-        float(fact.created_at), None if valid_from is None else float(valid_from),
-        None if valid_to is None else float(valid_to),
+        text, float(confidence), None if source == SOURCE_MANUAL else current_source(source), trace_id,
+        None if metadata == "{}" else 0 if metadata == usual else metadata, fact_id, float(created_at),
+        None if valid_from is None else float(valid_from), None if valid_to is None else float(valid_to),
     )  # fmt: skip
 
 
@@ -290,7 +287,9 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         self._path: Path | None = None
         self._lock = threading.Lock()
         self._usual = UsualMetadata()
-        self._reads = SubjectReads()
+        self._usual_text_only: tuple[str, dict[str, Any]] | None = None  # a usual all text
+        self._reads = SubjectReads(_kept_row)
+        self._wrote = self._reads.wrote  # bound once: a write allocates no callback
         self._timeout = timeout
         self._db = self._connections()
 
@@ -351,8 +350,8 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
 
     # -- writes ------------------------------------------------------------
 
-    def _add(self, conn: sqlite3.Connection, fact: Fact, change: SubjectChange | None = None) -> int:
-        """Insert ``fact`` (or find its active text); ``change`` learns the rows it
+    def _add(self, conn: sqlite3.Connection, fact: Fact, noted: list[Change] | None = None) -> int:
+        """Insert ``fact`` (or find its active text); ``noted`` takes the rows it
         added and superseded, for this thread's kept reads."""
         key = normalize_text(fact.fact)
         metadata = self._metadata_text(fact.metadata)
@@ -362,8 +361,8 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
         cursor = conn.execute(_INSERT_NEW, values)
         if cursor.rowcount:
             new_id = int(cursor.lastrowid or 0)
-            if change is not None:
-                change.added.append((fact, new_id, metadata))
+            if noted is not None:
+                noted.append((values, new_id))
             return new_id
         row = conn.execute(
             "SELECT id, valid_to FROM learned_memory WHERE scope = ? AND scope_id = ? "
@@ -381,43 +380,41 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             "UPDATE learned_memory SET superseded_by = ?, superseded_at = ? WHERE id = ?",
             (new_id, fact.created_at, expired),
         )
-        if change is not None:
-            change.remove(expired)
-            change.added.append((fact, new_id, metadata))
+        if noted is not None:
+            noted += ((None, expired), (values, new_id))
         return new_id
 
     def _metadata_text(self, metadata: dict[str, Any]) -> str:
         """``metadata`` as stored: the writing agent's usual stamp reuses its text.
         Only for text values, where equal dicts are equal JSON (1 == 1.0 == True
         would store another type)."""
-        usual_text, usual = self._usual.current
-        if usual and metadata == usual and all(type(v) is str for v in usual.values()):
-            return usual_text
+        current = self._usual.current
+        if current is self._usual_text_only:  # checked before: only text values
+            if metadata == current[1]:
+                return current[0]
+        elif current[1] and metadata == current[1] and all(type(v) is str for v in current[1].values()):
+            self._usual_text_only = current
+            return current[0]
         text = json.dumps(metadata)
         self._usual.learn(text)
         return text
 
-    def _subject_write(self, fact: Fact) -> tuple[WriteTransaction, SubjectChange]:
-        """A write transaction that changes only ``fact``'s subject, and the record of
-        its change: the subject's kept reads take it in, the other subjects' stay
-        (:mod:`.subject_reads`)."""
-        subject = (fact.scope_id, fact.scope, fact.project_id)
-        change = SubjectChange(_kept_row, self._usual)
-        return self._write(lambda conn, before: self._reads.wrote(conn, before, subject, change)), change
-
     def _table_write(self) -> WriteTransaction:
         """A write transaction on another table of this file (no facts change)."""
-        return self._write(self._reads.wrote_beside)
+        return self._write(self._wrote)
 
     def add(self, fact: Fact) -> int:
         fact = validate_for_write(fact)
-        write, change = self._subject_write(fact)
-        with write as conn:
-            subject = (fact.scope_id, fact.scope, fact.project_id)
+        subject = (fact.scope_id, fact.scope, fact.project_id)
+        with self._write(self._wrote) as conn:  # only this subject's kept reads change
             kept = self._reads.writing(conn, subject)
-            new_id = self._add(conn, fact, change)
-            if not kept and change.added and not change.removed:  # a new subject is kept whole
-                change.fresh = conn.execute(_SUBJECT_PROBE, subject).fetchone()[0] == 1
+            if kept is not None:
+                return self._add(conn, fact, None if kept is UNKEPT else kept.pending)
+            noted: list[Change] = []
+            new_id = self._add(conn, fact, noted)
+            # A new subject (its one active fact is this one) is kept whole from here.
+            fresh = len(noted) == 1 and conn.execute(_SUBJECT_PROBE, subject).fetchone()[0] == 1
+            self._reads.first_write(subject, self._usual.current[0], noted[0] if fresh else None)
             return new_id
 
     def _supersede(self, conn: sqlite3.Connection, old_id: int, new_id: int, at: float) -> None:
@@ -439,12 +436,15 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
     def update(self, new: Fact, old_id: int) -> int:
         new = validate_for_write(new)
         old_id = check_fact_id(old_id)
-        write, change = self._subject_write(new)
-        with write as conn:  # a fact supersedes only its own subject's
-            new_id = self._add(conn, new, change)
+        subject = (new.scope_id, new.scope, new.project_id)
+        with self._write(self._wrote) as conn:  # a fact supersedes only its own subject's
+            kept = self._reads.writing(conn, subject)
+            noted = None if kept is None or kept is UNKEPT else kept.pending
+            new_id = self._add(conn, new, noted)
             if new_id != old_id:
                 self._supersede(conn, old_id, new_id, new.created_at)
-                change.remove(old_id)
+                if noted is not None:
+                    noted.append((None, old_id))
             return new_id
 
     def expire(self, scope: str, scope_id: str, project_id: str, fact_id: int, at: float) -> bool:
@@ -584,7 +584,7 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
                 rows = conn.execute(_SUBJECT_ALL, (*subject, usual_text, count, 0)).fetchall()
                 kept = kept_rows(usual_text, rows, count)
                 self._reads.keep(conn, subject, kept)
-                held = rows, kept[3]
+                held = rows, kept.unbounded
             rows, unbounded = held
             if unbounded or include_expired:
                 return rows  # not edited by the caller: shared safely

@@ -16,15 +16,14 @@ A read from the file keeps what it read and runs no PRAGMA: the rows are stamped
 with the version of the last PRAGMA, taken before them, so they are at least as
 new as their stamp says and any later commit elsewhere shows as a version apart.
 
-Writes this connection makes report what they changed (:meth:`SubjectReads.wrote`):
-a fact added to a subject goes into its kept rows in order (the write's own
-transaction says whether a subject not kept had no other active fact, so a new
-subject is kept whole from its first write); a write to another table of the file
-(windows, recalled messages) drops none. A write that reports nothing, or
-anything another connection commits, drops every kept read.
-
-Rows are kept, not facts: each read still makes its own :class:`Fact` objects,
-so a caller that edits one never changes what the next read returns.
+This connection's own writes to a kept subject only note what they added and
+removed (:attr:`Kept.pending`, one append: a write costs no row building), and
+the subject's next read puts them into its rows in order. A write to a subject
+not kept keeps it whole from that write when the write's own transaction saw no
+other active fact of it (else it is marked as not kept, so later writes do not
+ask again); a write to another table of the file (windows, recalled messages)
+drops none. A write that reports nothing, or anything another connection
+commits, drops every kept read, pending changes with it.
 """
 
 from __future__ import annotations
@@ -34,22 +33,43 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from fastaiagent.facts.fact import UsualMetadata
-
 HELD = 256
 """Subjects whose rows a thread keeps; the longest kept goes first when full."""
 HELD_ROWS = 200
-"""Rows of one subject a thread keeps at most (its newest)."""
+"""Rows of one subject a thread keeps at most (its newest); also the changes a
+subject's rows take pending before they are put in without waiting for a read."""
 
 # The row layout of the per-turn read (SQLiteFactStore's _SUBJECT_FIELDS): the
 # positions of the order (created_at DESC, id DESC) and of the validity bounds.
 ROW_ID, ROW_CREATED, ROW_VALID_FROM, ROW_VALID_TO = 5, 6, 7, 8
 
 Row = tuple[Any, ...]
-Kept = tuple[str, list[Row], bool, bool]
-"""What a thread keeps of a subject: the usual metadata text its rows are encoded
-with, its newest active rows (newest first), whether they are all of them, and
-whether none has validity bounds."""
+Change = tuple[Any, int]
+"""A pending change: ``(what the store's encoder makes a row of, its id)`` for a
+fact added, ``(None, id)`` for one that left the active rows."""
+Encode = Callable[[Any, int, str], Row]
+"""The store's encoder: a change's record, its id and the usual metadata text -> a row."""
+
+
+class Kept:
+    """What a thread keeps of a subject: the usual metadata text its rows are
+    encoded with (None: a subject known to have rows that are not kept), its newest
+    active rows (newest first), whether they are all of them, whether none has
+    validity bounds, and this connection's changes not yet put in (``pending``)."""
+
+    __slots__ = ("complete", "pending", "rows", "unbounded", "usual")
+
+    def __init__(self, usual: str | None, rows: list[Row], complete: bool, unbounded: bool) -> None:
+        self.usual = usual
+        self.rows = rows
+        self.complete = complete
+        self.unbounded = unbounded
+        self.pending: list[Change] = []
+
+
+UNKEPT = Kept(None, [], False, False)
+"""The mark of a subject with rows not kept: a write to it asks nothing and notes
+nothing, a read reads the file (no usual text matches None) and keeps."""
 
 
 def kept_rows(usual: str, rows: list[Row], count: int) -> Kept:
@@ -57,7 +77,7 @@ def kept_rows(usual: str, rows: list[Row], count: int) -> Kept:
     complete, unbounded = count < 0 or len(rows) < count, _unbounded(rows)  # of every row read
     if len(rows) > HELD_ROWS:
         rows, complete = rows[:HELD_ROWS], False
-    return usual, rows, complete, unbounded
+    return Kept(usual, rows, complete, unbounded)
 
 
 def _unbounded(rows: list[Row]) -> bool:
@@ -67,55 +87,47 @@ def _unbounded(rows: list[Row]) -> bool:
     return True
 
 
-class SubjectChange:
-    """What one write transaction did to a subject's active rows, for its kept
-    rows: ``added`` (what the store's ``encode`` makes a row of, given the kept
-    usual metadata text), ``removed`` ids; ``fresh`` when the transaction saw no
-    active row of the subject but its own."""
-
-    __slots__ = ("added", "encode", "fresh", "removed", "usual")
-
-    def __init__(self, encode: Callable[[Any, str], Row], usual: UsualMetadata) -> None:
-        self.encode = encode
-        self.usual = usual  # the store's: a fresh subject's rows are kept with its text
-        self.added: list[Any] = []
-        self.removed: list[int] = []
-        self.fresh = False
-
-    def remove(self, fact_id: int) -> None:
-        self.removed.append(fact_id)
-
-    def revise(self, kept: Kept | None) -> Kept | None:
-        """``kept`` after this change (None: keep nothing of the subject). Its rows
-        are revised in place: no read holds them between a read and a write of
-        the thread."""
-        if kept is None:
-            if not self.fresh:
-                return None
-            rows: list[Row] = []
-            usual, complete, unbounded = self.usual.current[0], True, True
-        else:
-            usual, rows, complete, unbounded = kept
-            if self.removed:  # one fewer row is still a prefix (unbounded kept as it was)
-                rows[:] = [row for row in rows if row[ROW_ID] not in self.removed]
-        for added in self.added:
-            row = self.encode(added, usual)
+def settle(kept: Kept, encode: Encode) -> None:
+    """Put ``kept``'s pending changes into its rows, in the order they were made.
+    The rows are revised in place: no read holds them between a read and a write
+    of the thread."""
+    rows, complete, unbounded, usual = kept.rows, kept.complete, kept.unbounded, kept.usual
+    assert usual is not None
+    for record, fact_id in kept.pending:
+        if record is None:  # one fewer row is still a prefix (unbounded kept as it was)
+            rows[:] = [row for row in rows if row[ROW_ID] != fact_id]
+            continue
+        row = encode(record, fact_id, usual)
+        created, first = row[ROW_CREATED], rows[0] if rows else None
+        if first is not None and (
+            created < first[ROW_CREATED] or (created == first[ROW_CREATED] and fact_id < first[ROW_ID])
+        ):  # not the newest (inline: this runs per row)
             at = _place(rows, row)
-            if at < len(rows) or complete:  # else it falls past the kept prefix
-                rows.insert(at, row)
-                unbounded = unbounded and row[ROW_VALID_FROM] is None and row[ROW_VALID_TO] is None
-        if len(rows) > HELD_ROWS:
-            del rows[HELD_ROWS:]
-            complete = False
-        return usual, rows, complete, unbounded
+            if at == len(rows) and not complete:
+                continue  # it falls past the kept prefix
+            rows.insert(at, row)
+        else:  # the usual case: a new fact is the newest
+            rows.insert(0, row)
+        if unbounded and (row[ROW_VALID_FROM] is not None or row[ROW_VALID_TO] is not None):
+            unbounded = False
+    kept.pending = []
+    if len(rows) > HELD_ROWS:
+        del rows[HELD_ROWS:]
+        complete = False
+    kept.complete, kept.unbounded = complete, unbounded
+
+
+def _newer(row: Row, other: Row) -> bool:
+    """Whether ``row`` comes before ``other`` (created_at DESC, id DESC)."""
+    return row[ROW_CREATED] > other[ROW_CREATED] or (
+        row[ROW_CREATED] == other[ROW_CREATED] and row[ROW_ID] > other[ROW_ID]
+    )
 
 
 def _place(rows: list[Row], row: Row) -> int:
-    """Where ``row`` goes in ``rows`` (created_at DESC, id DESC); a new fact is
-    usually the newest."""
-    created, fact_id = row[ROW_CREATED], row[ROW_ID]
+    """Where ``row`` goes in ``rows`` (created_at DESC, id DESC)."""
     for at, other in enumerate(rows):
-        if created > other[ROW_CREATED] or (created == other[ROW_CREATED] and fact_id > other[ROW_ID]):
+        if _newer(row, other):
             return at
     return len(rows)
 
@@ -136,10 +148,12 @@ def _version(conn: sqlite3.Connection) -> int:
 
 
 class SubjectReads:
-    """Each thread's kept subject rows on its connection (see the module doc)."""
+    """Each thread's kept subject rows on its connection (see the module doc);
+    ``encode`` makes a row of a pending change's record."""
 
-    def __init__(self) -> None:
+    def __init__(self, encode: Encode) -> None:
         self._local = threading.local()
+        self._encode = encode
 
     def _mine(self, conn: sqlite3.Connection) -> _ThreadReads:
         mine: _ThreadReads | None = getattr(self._local, "reads", None)
@@ -155,17 +169,19 @@ class SubjectReads:
         all) encoded with ``usual``, or None: read it from the file, then :meth:`keep`."""
         mine = self._mine(conn)
         kept = mine.subjects.get(subject)
-        if kept is not None and kept[0] == usual:
-            rows: list[Row] | None = kept[1]
+        if kept is not None and kept.usual == usual:
+            if kept.pending:
+                settle(kept, self._encode)
+            rows: list[Row] | None = kept.rows
             assert rows is not None
             if 0 <= count < len(rows):
                 rows = rows[:count]
-            elif not kept[2] and count != len(rows):  # a longer page than the prefix kept
+            elif not kept.complete and count != len(rows):  # a longer page than the prefix kept
                 rows = None
             if rows is not None:
                 version = _version(conn)
                 if version == mine.version:
-                    return rows, kept[3]
+                    return rows, kept.unbounded
                 mine.version = version  # another connection committed: nothing kept holds
                 mine.subjects.clear()
                 return None
@@ -177,47 +193,47 @@ class SubjectReads:
         """Keep rows just read from the file, after :meth:`page` said to read them."""
         mine = self._mine(conn)
         if mine.version is not None:
-            self._put(mine, subject, kept)
+            _put(mine.subjects, subject, kept)
 
-    @staticmethod
-    def _put(mine: _ThreadReads, subject: Hashable, kept: Kept) -> None:
-        subjects = mine.subjects
-        if len(subjects) >= HELD and subject not in subjects:
-            del subjects[next(iter(subjects))]
-        subjects[subject] = kept
-
-    def writing(self, conn: sqlite3.Connection, subject: Hashable) -> bool:
-        """Inside a write transaction, before it writes: whether the subject's rows
-        are kept (else its :class:`SubjectChange` may say it is ``fresh``). Stamps
+    def writing(self, conn: sqlite3.Connection, subject: Hashable) -> Kept | None:
+        """Inside a write transaction, before it writes: the subject's kept rows, whose
+        ``pending`` takes the changes the write makes (:data:`UNKEPT`: its rows are
+        not kept, note nothing), or None: not known, see :meth:`first_write`. Stamps
         the thread's reads on its first write (the open transaction sees every
         commit made before it, and none can come until it ends)."""
         mine = self._mine(conn)
         if mine.version is None:
             mine.version = _version(conn)
-        return subject in mine.subjects
+        kept = mine.subjects.get(subject)
+        if kept is not None and len(kept.pending) >= HELD_ROWS:  # many writes, no read: bounded
+            settle(kept, self._encode)
+        return kept
 
-    def wrote(
-        self, conn: sqlite3.Connection, before: int, subject: Hashable | None, change: SubjectChange | None = None
-    ) -> None:
-        """This connection committed a write that changed only ``subject``'s facts
-        (None: no facts at all), as ``change`` says (None: drop the subject's rows);
-        ``before`` is its ``total_changes`` before the write. Other subjects' rows
-        stay, unless a write went unreported meanwhile."""
+    def first_write(self, subject: Hashable, usual: str, added: Change | None) -> None:
+        """Inside the write transaction of a subject :meth:`writing` did not know:
+        ``added`` is the one fact the write added, when it is the subject's only
+        active fact (the subject is kept whole from here), else None."""
+        kept = UNKEPT
+        if added is not None:
+            kept = Kept(usual, [], True, True)
+            kept.pending.append(added)
+        mine: _ThreadReads = self._local.reads  # writing()'s: its counts are apart until the commit
+        _put(mine.subjects, subject, kept)
+
+    def wrote(self, conn: sqlite3.Connection, before: int) -> None:
+        """This connection committed a write its kept reads took in (pending changes
+        of one subject, or none: another table of the file); ``before`` is its
+        ``total_changes`` before the write. A write that went unreported meanwhile
+        leaves the counts apart, and the next read drops everything."""
         mine: _ThreadReads | None = getattr(self._local, "reads", None)
-        if mine is None or mine.conn is not conn or mine.changes != before:
-            return  # the next read finds the counts apart and drops everything
-        mine.changes = conn.total_changes
-        if subject is None:
-            return
-        kept = None if change is None else change.revise(mine.subjects.get(subject))
-        if kept is None:
-            mine.subjects.pop(subject, None)
-        else:
-            self._put(mine, subject, kept)
-
-    def wrote_beside(self, conn: sqlite3.Connection, before: int) -> None:
-        """This connection committed a write to another table of the file."""
-        self.wrote(conn, before, None)
+        if mine is not None and mine.conn is conn and mine.changes == before:
+            mine.changes = conn.total_changes
 
 
-__all__ = ["HELD", "HELD_ROWS", "Kept", "SubjectChange", "SubjectReads", "kept_rows"]
+def _put(subjects: dict[Hashable, Kept], subject: Hashable, kept: Kept) -> None:
+    if len(subjects) >= HELD and subject not in subjects:
+        del subjects[next(iter(subjects))]
+    subjects[subject] = kept
+
+
+__all__ = ["HELD", "HELD_ROWS", "UNKEPT", "Change", "Kept", "SubjectReads", "kept_rows", "settle"]
