@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from fastaiagent.errors import FastAIAgentError
 from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.items import (
     ItemScan,
@@ -132,8 +133,9 @@ def stored_item(row: Sequence[Any]) -> StoredItem:
     return StoredItem(decode_namespace(row[0]), *row[1:])
 
 
-class GuardFailed(Exception):
-    """A conditional write of :meth:`ItemSQL.write_guarded` did not apply: roll back."""
+class GuardFailed(FastAIAgentError):
+    """A conditional write of :meth:`ItemSQL.write_guarded` did not apply: roll back
+    (raised and caught inside the SQL item stores; never reaches a caller)."""
 
 
 class ItemSQL:
