@@ -160,7 +160,11 @@ class BM25Index:
 
     def search(self, query: str, top_k: int = 10) -> list[tuple[str, float]]:
         """The ``top_k`` best-scoring documents for ``query``, best first."""
-        terms = set(tokenize(query))
+        return self.search_terms(tokenize(query), top_k)
+
+    def search_terms(self, query_terms: Iterable[str], top_k: int = 10) -> list[tuple[str, float]]:
+        """:meth:`search` of a query already tokenized (:func:`tokenize`)."""
+        terms = set(query_terms)
         with self._lock:
             n_docs = len(self._lengths)
             if not terms or n_docs == 0 or top_k <= 0:
@@ -180,3 +184,14 @@ class BM25Index:
                     scores[doc_id] = scores.get(doc_id, 0.0) + part
         best = heapq.nlargest(top_k, scores, key=scores.__getitem__)
         return [(doc_id, scores[doc_id]) for doc_id in best]
+
+    def share(self, query_terms: Iterable[str]) -> dict[str, float]:
+        """Each document holding a query term: the share of the distinct ``query_terms``
+        it holds (a similarity in [0, 1] that does not depend on the other documents)."""
+        terms = set(query_terms)
+        held: dict[str, int] = {}
+        with self._lock:
+            for term in terms:
+                for doc_id in self._postings.get(term, ()):
+                    held[doc_id] = held.get(doc_id, 0) + 1
+        return {doc_id: count / len(terms) for doc_id, count in held.items()}

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import json
 import math
+import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
@@ -25,7 +26,10 @@ from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.items import ItemWrite, Namespace, StoredItem
 from fastaiagent.integrations.items import item_store_for, root_namespace
 from fastaiagent.kb.embedding import get_embedder
+from fastaiagent.kb.protocols import Chunk
 from fastaiagent.kb.similarity import cosine
+from fastaiagent.recall.given import Given, rank_given
+from fastaiagent.recall.query import read_query
 
 require("langgraph.store.base", "langgraph")
 
@@ -112,16 +116,28 @@ def _namespace_matches(condition: MatchCondition, namespace: Namespace) -> bool:
 Hit = tuple[StoredItem, dict[str, Any], float | None]
 
 
-def _rank(embed: EmbedTexts, query: str, hits: list[Hit]) -> list[Hit]:
-    """Best first by the cosine of the query and the item's closest vector;
-    items without vectors (not indexed) come last, unscored."""
-    wanted = embed([query])[0]
-    scored = []
-    for stored, record, _ in hits:
-        best = max((cosine(wanted, _unpack(v)) for v in record["e"]), default=None)
-        scored.append((stored, record, best))
-    scored.sort(key=lambda hit: math.inf if hit[2] is None else -hit[2])
-    return scored
+def _rank(embed: EmbedTexts, query: str, hits: list[Hit], fields: Sequence[str]) -> list[Hit]:
+    """Best first through the recall pipeline (:func:`fastaiagent.recall.given.rank_given`):
+    the cosine of the query and each item's closest vector (its score) as the side by
+    meaning, BM25 over the item's indexed ``fields`` as the keyword side, and the cues
+    of the query (the time it names, "now" / "at first": items by their last write).
+    Items without vectors (not indexed) come last, unscored."""
+    read = read_query(query, now=time.time())
+    wanted = embed([read.said])[0]
+    indexed = [hit for hit in hits if hit[1]["e"]]
+    cosines = [max(cosine(wanted, _unpack(v)) for v in record["e"]) for _, record, _ in indexed]
+    given = Given(
+        Chunk(str(n), _text(record["v"], fields), metadata={"created_at": stored.updated_at})
+        for n, (stored, record, _) in enumerate(indexed)
+    )
+    ranked = rank_given(read, given, [(str(n), c) for n, c in enumerate(cosines)])
+    order = [int(found.chunk.id) for found in ranked]
+    return [(*indexed[n][:2], cosines[n]) for n in order] + [hit for hit in hits if not hit[1]["e"]]
+
+
+def _text(value: dict[str, Any], fields: Sequence[str]) -> str:
+    """The text of an item's indexed fields (what its vectors embed), for the keyword side."""
+    return "\n".join(text for path in fields for text in get_text_at_path(value, path))
 
 
 def _when(seconds: float) -> datetime:
@@ -258,7 +274,7 @@ class FastAIAgentStore(BaseStore):
                 if not op.filter or _matches(record["v"], op.filter):
                     hits.append((stored, record, None))
             if op.query and self._embed is not None:
-                hits = _rank(self._embed, op.query, hits)
+                hits = _rank(self._embed, op.query, hits, self._fields)
             hits = hits[op.offset : op.offset + op.limit]
         if self._refresh(op):
             self._refresh_found([s for s, _, _ in hits])
