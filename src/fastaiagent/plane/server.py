@@ -9,7 +9,8 @@
 Facts are the store's active agent-scope facts for ``agent_id`` (importance is
 the fact's confidence, category is ``metadata["category"]``). Without a query
 they come most important first (newest first among equals); with one, a
-pluggable ranker scores them against it. The API key is required, as
+pluggable ranker scores them against it (the ``score`` that ``score_threshold``
+cuts) and the recall pipeline orders them (:func:`rank_facts`). The API key is required, as
 ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (401 when missing, 403
 when wrong). A store that cannot be read answers 503 with a one-line reason
 (``{"detail": ...}``), which readers treat as an outage; ``GET /healthz``

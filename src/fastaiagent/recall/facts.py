@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from fastaiagent.facts.fact import Fact
 from fastaiagent.recall.candidates import Candidates
+from fastaiagent.recall.given import nothing_after
 from fastaiagent.recall.query import read_query
 from fastaiagent.recall.ranking import Reason, rank
 from fastaiagent.recall.weights import DEFAULT_RANKING
@@ -55,7 +56,7 @@ def search_facts(
     )  # fmt: skip
     ranked = rank(
         candidates, read, DEFAULT_RANKING, retrieval=index.retrieval, dense_weight=index.dense_weight,
-        fetch=lambda _ids: {}, namespace="", speaker=None,
+        fetch=nothing_after, namespace="", speaker=None,
     )  # fmt: skip
     reasons = {hits.owners[r.chunk.id][1]: r.reasons for r in ranked}
     facts = index.verified((hits.owners[r.chunk.id] for r in ranked), limit, None if include_expired else asked)

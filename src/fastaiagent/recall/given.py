@@ -21,7 +21,13 @@ from fastaiagent.kb.protocols import Chunk
 from fastaiagent.recall.candidates import Candidates, Scored
 from fastaiagent.recall.query import RecallQuery
 from fastaiagent.recall.ranking import Ranked, rank
-from fastaiagent.recall.weights import BM25_B, BM25_K1, DEFAULT_DENSE_WEIGHT, DEFAULT_RANKING, Ranking
+from fastaiagent.recall.weights import (
+    BM25_B,
+    BM25_K1,
+    DEFAULT_DENSE_WEIGHT,
+    DEFAULT_RANKING,
+    Ranking,
+)
 
 
 class Given:
@@ -37,6 +43,12 @@ class Given:
         """Each chunk holding a query term: the share of the query's terms it holds,
         a similarity in [0, 1] that does not depend on the other chunks."""
         return self.keywords.share(query.terms) if query.terms else {}
+
+
+def nothing_after(_ids: Sequence[str]) -> list[Chunk]:
+    """What follows a hit among items a door holds: nothing (facts and items are not
+    turns of a conversation; the ranking's following step reads none)."""
+    return []
 
 
 def rank_given(
@@ -58,10 +70,10 @@ def rank_given(
     speakers = {s for c in given.chunks.values() if isinstance(s := c.metadata.get("speaker"), str)}
     ranked = rank(
         candidates, query, ranking, dense_weight=dense_weight if dense else 0.0,
-        fetch=lambda _ids: {}, namespace="", speaker=query.about(speakers) if ranking.participant else None,
+        fetch=nothing_after, namespace="", speaker=query.about(speakers) if ranking.participant else None,
     )  # fmt: skip
     found = {r.chunk.id for r in ranked}
     return ranked + [Ranked(c, 0.0) for i, c in given.chunks.items() if i not in found]
 
 
-__all__ = ["Given", "rank_given"]
+__all__ = ["Given", "nothing_after", "rank_given"]
