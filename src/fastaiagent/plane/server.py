@@ -44,11 +44,11 @@ from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
-from fastaiagent.kb.protocols import Chunk
-from fastaiagent.kb.similarity import cosine
+from fastaiagent.kb.similarity import cosines
 from fastaiagent.plane.protocol import FACTS_PATH, MAX_FACTS_LIMIT
 from fastaiagent.recall.given import Given, rank_given
 from fastaiagent.recall.query import read_query
+from fastaiagent.recall.weights import FETCH_FACTOR
 
 logger = logging.getLogger("fastaiagent.plane.server")
 
@@ -67,7 +67,7 @@ def keyword_ranker(query: str, texts: Sequence[str]) -> list[float]:
     serves comes from the recall pipeline, which does use BM25: see
     :func:`rank_facts`.)
     """
-    given = Given(Chunk(str(n), text) for n, text in enumerate(texts))
+    given = Given(texts)
     share = given.share(read_query(query, now=time.time()))
     return [share.get(str(n), 0.0) for n in range(len(texts))]
 
@@ -105,7 +105,7 @@ class EmbeddingRanker:
         if not texts:
             return []
         question = self.embedder.embed([query])[0]
-        return [max(0.0, cosine(question, v)) for v in self._vectors(texts)]
+        return [max(0.0, c) for c in cosines(question, self._vectors(texts))]
 
 
 def semantic_ranker() -> Ranker:
@@ -195,8 +195,10 @@ def rank_facts(
     With a query, the facts come in the order of the recall pipeline
     (:func:`fastaiagent.recall.given.rank_given`: BM25 over the facts, the ranker's
     similarities as the side by meaning unless it is :func:`keyword_ranker`, and
-    the cues of the query, e.g. "now" for the newest of two facts). Each fact's
-    ``score`` stays the ranker's similarity, which ``score_threshold`` cuts."""
+    the cues of the query, e.g. "now" for the newest of two facts); each side puts
+    its ``max_facts`` x FETCH_FACTOR best forward, the others follow by score, then
+    importance. Each fact's ``score`` stays the ranker's similarity, which
+    ``score_threshold`` cuts."""
     if request.category is not None:
         facts = [f for f in facts if _category(f) == request.category]
     facts = sorted(facts, key=lambda f: -float(f.confidence))  # stable: newest first among equals
@@ -204,7 +206,7 @@ def rank_facts(
     if not (query and ranker is not None and facts):
         return [_served(f, None) for f in facts[: request.max_facts]]
     read = read_query(query, now=time.time())
-    given = Given(Chunk(str(n), f.fact, metadata={"created_at": f.created_at}) for n, f in enumerate(facts))
+    given = Given([f.fact for f in facts], [f.created_at for f in facts])
     dense: list[tuple[str, float]] | None = None
     if ranker is keyword_ranker:  # the keyword side is the pipeline's own: read once
         share = given.share(read)
@@ -214,8 +216,10 @@ def rank_facts(
         if len(scores) != len(facts):
             raise InvalidValueError(f"the ranker scored {len(scores)} of {len(facts)} facts")
         dense = [(str(n), s) for n, s in enumerate(scores)]
+    # The facts no side ranks come in the plane's own order: by score, then importance.
+    rest = [str(n) for n in sorted(range(len(facts)), key=scores.__getitem__, reverse=True)]
     served = []
-    for found in rank_given(read, given, dense):
+    for found in rank_given(read, given, dense, fetch=request.max_facts * FETCH_FACTOR, rest=rest):
         n = int(found.chunk.id)
         if scores[n] >= request.score_threshold:
             served.append(_served(facts[n], scores[n]))

@@ -23,7 +23,7 @@ from fastaiagent.recall.candidates import Candidates
 from fastaiagent.recall.given import nothing_after
 from fastaiagent.recall.query import read_query
 from fastaiagent.recall.ranking import Reason, rank
-from fastaiagent.recall.weights import DEFAULT_RANKING
+from fastaiagent.recall.weights import FACT_RANKING
 
 if TYPE_CHECKING:  # the index is made on first use (Memory(semantic=...))
     from fastaiagent.facts.semantic import SemanticFactIndex
@@ -55,7 +55,7 @@ def search_facts(
         keyword_complete=hits.keyword_complete, exhausted=True,
     )  # fmt: skip
     ranked = rank(
-        candidates, read, DEFAULT_RANKING, retrieval=index.retrieval, dense_weight=index.dense_weight,
+        candidates, read, FACT_RANKING, retrieval=index.retrieval, dense_weight=index.dense_weight,
         fetch=nothing_after, namespace="", speaker=None,
     )  # fmt: skip
     reasons = {hits.owners[r.chunk.id][1]: r.reasons for r in ranked}
