@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "process embeds, the restart is timed on a new store object over the same file",
     )
     parser.add_argument("--recall", action="store_true", help="time message recall (VectorBlock)")
+    parser.add_argument("--json", action="store_true", help="for compare.py: the figures are the last line anyway")
     parser.add_argument("--embedder", action="store_true", help="time the local embedder (first call, query)")
     parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres", "redis"])
     parser.add_argument(
@@ -281,6 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def search(index: Any, *args: Any, **kwargs: Any) -> list[Any]:
+    """Facts by meaning as ``Memory.retrieve(query)`` finds them: ranked by the recall
+    pipeline (``recall.facts``); before it, the index ranked them itself (for
+    ``compare.py --base`` on an older commit)."""
+    try:
+        from fastaiagent.recall.facts import search_facts
+    except ImportError:
+        return list(index.search(*args, **kwargs))
+    return search_facts(index, *args, **kwargs)
+
+
 def run(args: Any, store: Any, reopen: Any, embedder: PreEmbedded, rng: random.Random) -> dict[str, Any]:
     """Write the facts, restart, time the first and the warm searches."""
     started = time.perf_counter()
@@ -290,20 +302,20 @@ def run(args: Any, store: Any, reopen: Any, embedder: PreEmbedded, rng: random.R
 
     # A restarted process: empty in-process index, facts only in the store.
     if args.durable:  # embedded once before the restart; the file keeps the vectors
-        SemanticFactIndex(store, store.vector_store(), embedder).search("warm", "user", "bench-user")
+        search(SemanticFactIndex(store, store.vector_store(), embedder), "warm", "user", "bench-user")
         store.close()
         store = reopen()
     vectors = store.vector_store() if args.durable else "auto"
     index = SemanticFactIndex(store, vectors, embedder, retrieval=args.retrieval)
     started = time.perf_counter()
-    index.search("what food should we avoid?", "user", "bench-user")
+    search(index, "what food should we avoid?", "user", "bench-user")
     backfill_s = time.perf_counter() - started
 
     embedder.prepare(QUERIES)
     timings = []
     for n in range(args.queries):
         started = time.perf_counter()
-        index.search(QUERIES[n % len(QUERIES)], "user", "bench-user", limit=10)
+        search(index, QUERIES[n % len(QUERIES)], "user", "bench-user", limit=10)
         timings.append((time.perf_counter() - started) * 1000)
     started = time.perf_counter()
     store.list_active("user", "bench-user", limit=None)

@@ -470,3 +470,24 @@ def test_protocol_constants_are_defined_once():
 
     assert block_module.FACTS_PATH is protocol.FACTS_PATH is server_module.FACTS_PATH
     assert block_module.MAX_FACTS_LIMIT == protocol.MAX_FACTS_LIMIT == server_module.MAX_FACTS_LIMIT == 200
+
+
+def test_the_plane_orders_through_the_recall_pipeline_and_scores_a_similarity(tmp_path):
+    # Both facts hold the same words of the question: their score (the share of its
+    # words, what score_threshold cuts) is equal; the recall pipeline's cue orders them:
+    # "now" the newer first, "originally" the older, whatever their importance.
+    facts = MemoryStore(tmp_path / "cues.db")
+    day = 86400.0
+    facts.add(Fact("The support desk is in Lyon", scope="agent", scope_id="support", confidence=0.9,
+                   created_at=time.time() - 60 * day))  # fmt: skip
+    facts.add(Fact("The support desk is in Paris", scope="agent", scope_id="support", confidence=0.5,
+                   created_at=time.time() - day))  # fmt: skip
+    with start_plane(facts, KEY) as running:
+        now = get(running, query="Where is the support desk located now?").json()["facts"]
+        first = get(running, query="Where was the support desk located originally?").json()["facts"]
+        cut = get(running, query="Where is the support desk located now?", score_threshold=0.9).json()["facts"]
+    facts.close()
+    assert [f["fact"] for f in now] == ["The support desk is in Paris", "The support desk is in Lyon"]
+    assert [f["fact"] for f in first] == ["The support desk is in Lyon", "The support desk is in Paris"]
+    assert now[0]["score"] == now[1]["score"] and 0.0 < now[0]["score"] < 0.9
+    assert cut == []

@@ -211,3 +211,16 @@ def test_search_by_meaning_with_the_librarys_local_embedder(tmp_path: Any) -> No
     found = store.search(("mem", "bob"), query="what is his occupation?", limit=3)
     assert found[0].key == "job", [(r.key, r.score) for r in found]
     assert store.search(("mem", "bob"), query="what does he eat", limit=1)[0].key == "food"
+
+
+def test_search_ranks_through_the_recall_pipeline(store: FastAIAgentStore) -> None:
+    # Equal by meaning: the recall pipeline's cue ("currently" / "originally") picks the
+    # item written later / earlier; the score stays the cosine similarity.
+    store.put(("prefs", "u1"), "old", {"text": "favourite editor is vim"})
+    store.put(("prefs", "u1"), "new", {"text": "favourite editor is emacs"})
+    now = store.search(("prefs",), query="which editor is currently the favourite", limit=2)
+    first = store.search(("prefs",), query="which editor was originally the favourite", limit=2)
+    assert [r.key for r in now] == ["new", "old"]
+    assert [r.key for r in first] == ["old", "new"]
+    assert now[0].score is not None and 0.0 < now[0].score <= 1.0
+    assert math.isclose(now[0].score, now[1].score or 0.0)  # a tie by meaning

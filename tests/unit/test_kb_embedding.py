@@ -138,6 +138,7 @@ def test_peanut_fact_is_found_for_what_foods_to_avoid(local_embedder, tmp_path):
     from fastaiagent.facts.fact import Fact
     from fastaiagent.facts.semantic import SemanticFactIndex
     from fastaiagent.facts.sqlite.store import MemoryStore
+    from fastaiagent.recall.facts import search_facts
 
     store = MemoryStore(tmp_path / "f.db")
     for text in [
@@ -150,9 +151,9 @@ def test_peanut_fact_is_found_for_what_foods_to_avoid(local_embedder, tmp_path):
     index = SemanticFactIndex(store, "auto", local_embedder)
     for retrieval in ("hybrid", "dense"):
         index.retrieval = retrieval
-        top = index.search("what foods should we avoid?", "user", "alice", limit=1)
-        assert [f.fact for f in top] == ["The user is allergic to peanuts"]
-    assert index.search("what foods should we avoid?", "user", "bob") == []
+        top = search_facts(index, "what foods should we avoid?", "user", "alice", limit=1)
+        assert [f.fact for f, _ in top] == ["The user is allergic to peanuts"]
+    assert search_facts(index, "what foods should we avoid?", "user", "bob") == []
     store.close()
 
 

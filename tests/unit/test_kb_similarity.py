@@ -8,7 +8,7 @@ from array import array
 import pytest
 
 from fastaiagent.errors import InvalidValueError
-from fastaiagent.kb.similarity import cosine
+from fastaiagent.kb.similarity import cosine, cosines
 
 
 def test_identical_and_parallel_vectors_score_one():
@@ -43,3 +43,11 @@ def test_vectors_of_different_lengths_are_refused():
 def test_any_float_sequence_works():
     stored = array("f", [0.6, 0.8])  # the packed float32 form stores keep
     assert cosine((0.6, 0.8), stored) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cosines_score_each_vector_as_cosine_does():
+    query = [0.3, -1.2, 2.0]
+    vectors = [[1.0, 0.0, 0.0], [0.3, -1.2, 2.0], [0.0, 0.0, 0.0], [-0.3, 1.2, -2.0]]
+    assert cosines(query, vectors) == [cosine(query, v) for v in vectors]
+    with pytest.raises(InvalidValueError):
+        cosines(query, [[1.0, 2.0]])

@@ -104,3 +104,27 @@ def test_unknown_arguments_message():
     assert unknown_arguments("remember", {"text": "x"}, ("text", "tier")) is None
     assert unknown_arguments("remember", None, ("text",)) is None
     assert unknown_arguments("ping", {"a": 1}, ()) == "ping does not take argument a (it takes no arguments); nothing was done"
+
+
+def test_retrieve_ranks_through_the_recall_pipeline_now_and_at_first(tmp_path):
+    # Two facts on one thing, equal by meaning and by keywords: the recall pipeline's
+    # "now" / "originally" cue decides which comes first (the plain fusion it replaced
+    # kept the index's order for both questions).
+    from _vector_fakes import WordHashEmbedder
+
+    clock = {"now": 1_700_000_000.0}
+    memory = Memory(f"sqlite:///{tmp_path / 'facts.db'}", semantic="auto", embedder=WordHashEmbedder(),
+                    clock=lambda: clock["now"])  # fmt: skip
+    try:
+        memory.persist("The team standup is in room Lyon", tier="user", id="alice")
+        clock["now"] += 60 * 86400  # two months later
+        memory.persist("The team standup is in room Paris", tier="user", id="alice")
+        now, first = calls(
+            memory,
+            ("retrieve", {"query": "Which room is the team standup in now?"}),
+            ("retrieve", {"query": "Which room was the team standup in originally?"}),
+        )
+        assert now.structured_content["facts"][0]["text"] == "The team standup is in room Paris"
+        assert first.structured_content["facts"][0]["text"] == "The team standup is in room Lyon"
+    finally:
+        memory.location.close()

@@ -12,6 +12,7 @@ from fastaiagent.facts.semantic import SemanticFactIndex, subject_namespace
 from fastaiagent.facts.sqlite.store import MemoryStore
 from fastaiagent.kb.backends.faiss import FaissVectorStore
 from fastaiagent.kb.protocols import DimensionMismatchError
+from fastaiagent.recall.facts import search_facts
 
 
 @pytest.fixture
@@ -30,6 +31,11 @@ def add(store, text, scope_id="alice", scope="user", project_id=""):
     return store.add(Fact(text, scope=scope, scope_id=scope_id, project_id=project_id))
 
 
+def search(index, *args, **kwargs) -> list[Fact]:
+    """The facts recall ranks for a query (without the reasons)."""
+    return [fact for fact, _ in search_facts(index, *args, **kwargs)]
+
+
 def found(facts) -> list[str]:
     return [f.fact for f in facts]
 
@@ -39,10 +45,10 @@ def test_search_returns_store_facts_by_relevance(store, embedder):
     add(store, "Alice works as a pilot")
     add(store, "Alice has two cats")
     index = SemanticFactIndex(store, "auto", embedder)
-    results = index.search("which pets does alice have? cats?", "user", "alice")
+    results = search(index, "which pets does alice have? cats?", "user", "alice")
     assert results[0].fact == "Alice has two cats"
     assert all(isinstance(f, Fact) and f.id is not None for f in results)
-    assert len(index.search("pilot", "user", "alice", limit=1)) == 1
+    assert len(search(index, "pilot", "user", "alice", limit=1)) == 1
 
 
 def test_scope_isolation(store, embedder):
@@ -50,12 +56,12 @@ def test_scope_isolation(store, embedder):
     add(store, "Bob is allergic to shellfish", "bob")
     add(store, "Peanuts are served on every flight", scope="agent", scope_id="airline")
     index = SemanticFactIndex(store, "auto", embedder)
-    assert found(index.search("allergic", "user", "bob")) == ["Bob is allergic to shellfish"]
-    assert found(index.search("allergic", "user", "alice")) == ["Alice is allergic to peanuts"]
-    assert index.search("allergic", "user", "") == []
-    assert index.search("allergic", "project", "") == []
-    assert index.search("allergic", "user", "carol") == []
-    assert set(found(index.search("allergic", "user", "*"))) == {
+    assert found(search(index, "allergic", "user", "bob")) == ["Bob is allergic to shellfish"]
+    assert found(search(index, "allergic", "user", "alice")) == ["Alice is allergic to peanuts"]
+    assert search(index, "allergic", "user", "") == []
+    assert search(index, "allergic", "project", "") == []
+    assert search(index, "allergic", "user", "carol") == []
+    assert set(found(search(index, "allergic", "user", "*"))) == {
         "Alice is allergic to peanuts",
         "Bob is allergic to shellfish",
     }
@@ -65,21 +71,21 @@ def test_project_partitions_subjects(store, embedder):
     add(store, "likes red wine", project_id="p1")
     add(store, "likes white wine", project_id="p2")
     index = SemanticFactIndex(store, "auto", embedder)
-    assert found(index.search("wine", "user", "alice", project_id="p1")) == ["likes red wine"]
-    assert found(index.search("wine", "user", "alice")) == []
+    assert found(search(index, "wine", "user", "alice", project_id="p1")) == ["likes red wine"]
+    assert found(search(index, "wine", "user", "alice")) == []
 
 
 def test_superseded_and_deleted_facts_are_never_returned_and_leave_the_index(store, embedder):
     vectors = FaissVectorStore(dimension=embedder.dimension)
     old = add(store, "Alice lives in Paris")
     index = SemanticFactIndex(store, vectors, embedder)
-    assert found(index.search("where does alice live", "user", "alice")) == ["Alice lives in Paris"]
+    assert found(search(index, "where does alice live", "user", "alice")) == ["Alice lives in Paris"]
     new = store.update(Fact("Alice lives in Rome", scope="user", scope_id="alice"), old)
-    assert found(index.search("where does alice live", "user", "alice")) == ["Alice lives in Rome"]
+    assert found(search(index, "where does alice live", "user", "alice")) == ["Alice lives in Rome"]
     namespace = subject_namespace(("user", "alice", ""))
     assert [c.metadata["fact_id"] for c in vectors.chunks(namespace)] == [new]
     store.delete("user", "alice")
-    assert index.search("where does alice live", "user", "alice") == []
+    assert search(index, "where does alice live", "user", "alice") == []
     assert vectors.count(namespace) == 0
 
 
@@ -91,12 +97,12 @@ def test_restart_and_other_writers_are_backfilled_in_one_batch(tmp_path, embedde
     add(writer, "Alice keeps bees on her roof")
     reader_store = MemoryStore(path)
     fresh = SemanticFactIndex(reader_store, "auto", embedder)  # empty in-process index
-    assert found(fresh.search("bees roof", "user", "alice", limit=1)) == [
+    assert found(search(fresh, "bees roof", "user", "alice", limit=1)) == [
         "Alice keeps bees on her roof"
     ]
     assert [len(c) for c in embedder.calls] == [26, 1]  # one backfill batch, then the query
     add(writer, "Alice plays the cello")
-    assert found(fresh.search("cello", "user", "alice", limit=1)) == ["Alice plays the cello"]
+    assert found(search(fresh, "cello", "user", "alice", limit=1)) == ["Alice plays the cello"]
     assert [len(c) for c in embedder.calls][2:] == [1, 1]  # only the new fact, then the query
     writer.close()
     reader_store.close()
@@ -106,7 +112,7 @@ def test_vector_ids_are_stable_uuids_with_the_fact_id_in_metadata(store, embedde
     fact_id = add(store, "Alice drives an electric car")
     vectors = FaissVectorStore(dimension=embedder.dimension)
     index = SemanticFactIndex(store, vectors, embedder)
-    index.search("car", "user", "alice")
+    search(index, "car", "user", "alice")
     (chunk,) = vectors.chunks(subject_namespace(("user", "alice", "")))
     assert uuid.UUID(chunk.id).version == 5
     assert chunk.metadata["fact_id"] == fact_id
@@ -122,12 +128,12 @@ def test_works_on_qdrant_and_a_new_index_reuses_stored_vectors(store, embedder, 
     add(store, "Alice runs marathons")
     vectors = QdrantVectorStore("facts", path=":memory:")
     index = SemanticFactIndex(store, vectors, embedder)
-    assert found(index.search("languages portuguese", "user", "alice", limit=1)) == [
+    assert found(search(index, "languages portuguese", "user", "alice", limit=1)) == [
         "Alice speaks Portuguese"
     ]
     embedded = embedder.texts_embedded
     again = SemanticFactIndex(store, vectors, embedder)  # another process sharing the store
-    assert found(again.search("marathons", "user", "alice", limit=1)) == ["Alice runs marathons"]
+    assert found(search(again, "marathons", "user", "alice", limit=1)) == ["Alice runs marathons"]
     assert embedder.texts_embedded == embedded + 1  # only the query: vectors were reused
 
 
@@ -141,7 +147,7 @@ def test_index_remove_and_forget(store, embedder):
     assert index.index([store.get(a)]) == 0  # already indexed
     assert index.remove([b]) == 1
     assert vectors.count(subject_namespace(("user", "alice", ""))) == 1
-    index.search("jazz", "user", "bob")
+    search(index, "jazz", "user", "bob")
     assert index.forget("user", "alice") == 1
     assert vectors.count(subject_namespace(("user", "alice", ""))) == 0
     assert vectors.count(subject_namespace(("user", "bob", ""))) == 1
@@ -156,33 +162,33 @@ def test_bad_arguments(store, embedder):
         SemanticFactIndex(store, object(), embedder)
     index = SemanticFactIndex(store, "auto", embedder)
     with pytest.raises(ValueError, match="unknown scope 'galaxy'; expected one of"):
-        index.search("x", "galaxy", "alice")
+        search(index, "x", "galaxy", "alice")
     with pytest.raises(ValueError, match="limit must be >= 0, got -1"):
-        index.search("x", "user", "alice", limit=-1)
+        search(index, "x", "user", "alice", limit=-1)
     with pytest.raises(TypeError, match="query must be a str, got NoneType"):
-        index.search(None, "user", "alice")  # type: ignore[arg-type]
+        search(index, None, "user", "alice")  # type: ignore[arg-type]
 
 
 def test_dimension_mismatch_is_a_clear_error(store, embedder):
     add(store, "Alice likes tea")
     index = SemanticFactIndex(store, FaissVectorStore(dimension=384), embedder)
     with pytest.raises(DimensionMismatchError, match="384"):
-        index.search("tea", "user", "alice")
+        search(index, "tea", "user", "alice")
 
 
 def test_head_check_finds_new_writes_and_full_sync_finds_backdated_ones(store, embedder):
     for i in range(40):
         add(store, f"filler fact {i}")
     index = SemanticFactIndex(store, "auto", embedder, full_sync_seconds=3600, head_size=8)
-    index.search("filler", "user", "alice")
+    search(index, "filler", "user", "alice")
     store.add(Fact("Alice was born in 1990", scope="user", scope_id="alice", created_at=1.0))
     # Backdated below the head: invisible until the next full read...
-    assert index.search("born 1990", "user", "alice", limit=1)[0].fact != "Alice was born in 1990"
+    assert search(index, "born 1990", "user", "alice", limit=1)[0].fact != "Alice was born in 1990"
     index.full_sync_seconds = 0
-    assert found(index.search("born 1990", "user", "alice", limit=1)) == ["Alice was born in 1990"]
+    assert found(search(index, "born 1990", "user", "alice", limit=1)) == ["Alice was born in 1990"]
     add(store, "Alice adopted a parrot")  # ...while new writes are found at once
     index.full_sync_seconds = 3600
-    assert found(index.search("parrot", "user", "alice", limit=1)) == ["Alice adopted a parrot"]
+    assert found(search(index, "parrot", "user", "alice", limit=1)) == ["Alice adopted a parrot"]
 
 
 def test_one_users_backfill_does_not_block_another_users_search(store):
@@ -205,17 +211,17 @@ def test_one_users_backfill_does_not_block_another_users_search(store):
     embedder = GatedEmbedder()
     add(store, "Bob likes sailing", "bob")
     index = SemanticFactIndex(store, "auto", embedder)
-    index.search("sailing", "user", "bob")  # bob is indexed
+    search(index, "sailing", "user", "bob")  # bob is indexed
     for i in range(50):
         add(store, f"Alice fact number {i}")
-    backfill = threading.Thread(target=index.search, args=("fact", "user", "alice"))
+    backfill = threading.Thread(target=search, args=(index, "fact", "user", "alice"))
     backfill.start()
     assert embedder.entered.wait(10)  # alice's backfill is in progress (and held)
-    assert found(index.search("sailing", "user", "bob")) == ["Bob likes sailing"]
+    assert found(search(index, "sailing", "user", "bob")) == ["Bob likes sailing"]
     embedder.gate.set()
     backfill.join(10)
     assert not backfill.is_alive()
-    assert len(index.search("fact", "user", "alice", limit=100)) == 50
+    assert len(search(index, "fact", "user", "alice", limit=100)) == 50
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,8 @@ from fastaiagent.facts.scoping import WILDCARD, not_in_subject
 from fastaiagent.facts.store import DEFAULT_LIMIT, FactStore
 from fastaiagent.facts.timeline import versions
 from fastaiagent.facts.validity import read_clock
+from fastaiagent.recall.facts import search_facts
+from fastaiagent.recall.pipeline import explain
 
 logger = logging.getLogger("fastaiagent.memory")
 TIERS = ("global", "user", "session")
@@ -246,10 +248,12 @@ class MemoryVerbs:
         if query is not None:
             wanted = DEFAULT_SEARCH_LIMIT if limit is DEFAULT_PAGE else limit
             assert wanted is not None  # refused by retrieve
-            return self.stack.semantic_index().search(
-                query, scope, scope_id, project, limit=offset + wanted,
+            found = search_facts(
+                self.stack.semantic_index(), query, scope, scope_id, project, limit=offset + wanted,
                 now=self.now(), include_expired=include_expired,
             )[offset:]  # fmt: skip
+            trace.annotate({"memory.retrieve.reasons": [explain(reasons) for _, reasons in found]})
+            return [fact for fact, _ in found]
         wanted = DEFAULT_LIMIT if limit is DEFAULT_PAGE else limit  # None: every fact
         if at is not None:
             return self.store.list_as_of(scope, scope_id, project, at, wanted, offset)

@@ -35,13 +35,13 @@ from fastaiagent.facts.index.embedding_cache import EMBEDDER_KEY, cached, identi
 from fastaiagent.facts.index.reembed import foreign, reembed_in_background, stop_background_job
 from fastaiagent.facts.scoping import check_limit, delete_selector, read_selector
 from fastaiagent.facts.store import FactStore
-from fastaiagent.facts.validity import moment_or_now
 from fastaiagent.kb.bm25 import BM25Index
-from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT, fuse
+from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
 
 _UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
-_FETCH_FACTOR = 4
+FETCH_FACTOR = 4
+"""Candidates fetched from each side per fact wanted."""
 _DURABLE_PREFIX = "fact:"
 Subject = tuple[str, str, str]  # (scope, scope_id, project_id)
 
@@ -85,6 +85,22 @@ class _SubjectIndex:
     loaded: bool = False  # what the vector store already held has been read
     # One lock per subject: a 10k-fact backfill of one user must not stall the others.
     lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+@dataclass
+class FactHits:
+    """What the sides of a :class:`SemanticFactIndex` found for one query, by vector id."""
+
+    chunks: dict[str, Chunk] = field(default_factory=dict)
+    """Every hit's chunk (its text; ``metadata["created_at"]``: when the fact was recorded)."""
+    dense: list[tuple[str, float]] = field(default_factory=list)
+    """Cosine similarity, best first."""
+    keyword: list[tuple[str, float]] = field(default_factory=list)
+    """BM25 score (none with ``retrieval="dense"``)."""
+    keyword_complete: bool = False
+    """Every fact holding a query term is in :attr:`keyword`."""
+    owners: dict[str, tuple[Subject, int]] = field(default_factory=dict)
+    """Each hit's subject and fact id."""
 
 
 class SemanticFactIndex:
@@ -231,6 +247,7 @@ class SemanticFactIndex:
                     "scope": f.scope,
                     "scope_id": f.scope_id,
                     "project_id": f.project_id,
+                    "created_at": f.created_at,  # for recall's time cues
                     **({EMBEDDER_KEY: identity_of(self.embedder)} if self.durable else {}),
                 },
             )
@@ -318,51 +335,43 @@ class SemanticFactIndex:
 
     # -- search ------------------------------------------------------------------
 
-    def search(
-        self,
-        query: str,
-        scope: str,
-        scope_id: str,
-        project_id: str = "",
-        limit: int = 10,
-        *,
-        now: float | None = None,
-        include_expired: bool = False,
-    ) -> list[Fact]:
-        """Active facts of the subject most relevant to ``query``, best first; only
-        those valid at ``now`` (default: the current time) unless ``include_expired``.
+    def find(
+        self, query: str, scope: str, scope_id: str, project_id: str = "", limit: int = 10
+    ) -> FactHits:
+        """What each side finds for ``query`` among the subject's facts (``limit`` wanted,
+        :data:`FETCH_FACTOR` times as many fetched from each side), for recall to rank
+        (:mod:`fastaiagent.recall.facts`); the index is brought up to date first.
 
-        An empty id at user/project scope returns [] (never another user's
+        An empty id at user/project scope finds nothing (never another user's
         facts); ``"*"`` searches every subject of the scope (a full read). The
-        index holds expired facts too (they may be asked for); they are left out
-        when the hits are read back.
+        index holds expired facts too (they may be asked for): :meth:`verified`
+        leaves them out.
         """
         if not isinstance(query, str):
             raise InvalidTypeError(f"query must be a str, got {type(query).__name__}")
         check_limit(limit)
         selector = read_selector(scope, scope_id, project_id)
         if selector is None or not query.strip() or limit == 0:
-            return []
+            return FactHits()
         if selector.scope_id is None:
             subjects = self._sync_all(scope, scope_id, project_id)
         else:
             subject = (scope, selector.scope_id, project_id)
             subjects = [subject] if self._sync_subject(subject) else []
         if not subjects:
-            return []
+            return FactHits()
         # Outside every lock: the slow part. One subject's query is cached with its facts.
         embedder = self._embedder_for(subject_namespace(subjects[0])) if len(subjects) == 1 else self.embedder
         query_vector = embedder.embed([query])[0]
-        ranked: list[tuple[float, Subject, int]] = []
+        found = FactHits(keyword_complete=True)
         for subject in subjects:
             state = self._subjects.get(subject_namespace(subject))
             if state is None:  # forgotten while the query was being embedded
                 continue
             with state.lock:
-                found = self._search_subject(subject, state, query, query_vector, limit)
-            ranked.extend((score, subject, fact_id) for score, fact_id in found)
-        ranked.sort(key=lambda item: item[0], reverse=True)
-        return self._verified(ranked, limit, None if include_expired else moment_or_now(now))
+                self._find_in(subject, state, query, query_vector, limit * FETCH_FACTOR, found)
+        found.dense.sort(key=lambda hit: hit[1], reverse=True)  # several subjects: one order
+        return found
 
     def _sync_subject(self, subject: Subject) -> bool:
         """Bring one subject's index up to date with the store; False when it has no facts.
@@ -405,9 +414,7 @@ class SemanticFactIndex:
             self._sync(subject, facts)
         return list(by_subject)
 
-    def _verified(
-        self, ranked: Sequence[tuple[float, Subject, int]], limit: int, when: float | None
-    ) -> list[Fact]:
+    def verified(self, ranked: Iterable[tuple[Subject, int]], limit: int, when: float | None) -> list[Fact]:
         """The store's current rows for the best hits; stale vectors are dropped on the way.
 
         The index may lag the store (another process superseded or deleted a
@@ -415,7 +422,7 @@ class SemanticFactIndex:
         and belong to the subject searched.
         """
         out: list[Fact] = []
-        for _, subject, fact_id in ranked:
+        for subject, fact_id in ranked:
             fact = self.store.get(fact_id)
             if (
                 fact is None
@@ -444,31 +451,34 @@ class SemanticFactIndex:
             reembed_in_background(self.vectors, self.embedder, namespace)
         return kept
 
-    def _search_subject(
+    def _find_in(
         self,
         subject: Subject,
         state: _SubjectIndex,
         query: str,
         query_vector: Sequence[float],
-        limit: int,
-    ) -> list[tuple[float, int]]:
-        """(score, fact id) pairs of one subject, best first."""
+        fetch: int,
+        found: FactHits,
+    ) -> None:
+        """Add what each side finds among one subject's facts to ``found``."""
         namespace = subject_namespace(subject)
-        fetch = limit * _FETCH_FACTOR
         hits = self.vectors.search(query_vector, fetch, namespace=namespace)
         if self.durable:
             hits = self._own_model(hits, namespace)
-        dense = [(h.chunk.id, h.score) for h in hits]
+        keyword: list[tuple[str, float]] = []
         if self.retrieval == "hybrid" and self.durable:
             keyword = self.vectors.keyword_search(query, fetch, namespace=namespace)  # type: ignore[attr-defined]
-            fused = fuse(dense, keyword, dense_weight=self.dense_weight)
         elif self.retrieval == "hybrid":
             keyword = state.keywords.search(query, fetch)
-            fused = fuse(dense, keyword, dense_weight=self.dense_weight)
-        else:
-            fused = dense
-        return [
-            (score, state.vector_to_fact[vector_id])
-            for vector_id, score in fused
-            if vector_id in state.vector_to_fact
-        ]
+        known = state.vector_to_fact
+        for hit in hits:
+            if hit.chunk.id in known:
+                found.chunks[hit.chunk.id] = hit.chunk
+                found.dense.append((hit.chunk.id, hit.score))
+        keyword = [(i, score) for i, score in keyword if i in known]
+        unread = [i for i, _ in keyword if i not in found.chunks]
+        if unread:
+            found.chunks.update((c.id, c) for c in self.vectors.get(unread) if c.id in known)
+        found.keyword.extend((i, score) for i, score in keyword if i in found.chunks)
+        found.keyword_complete = found.keyword_complete and len(keyword) < fetch
+        found.owners.update((i, (subject, known[i])) for i in found.chunks if i not in found.owners)

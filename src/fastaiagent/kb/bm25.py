@@ -12,7 +12,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from fastaiagent._validate import fraction, number
 
@@ -160,23 +160,35 @@ class BM25Index:
 
     def search(self, query: str, top_k: int = 10) -> list[tuple[str, float]]:
         """The ``top_k`` best-scoring documents for ``query``, best first."""
-        terms = set(tokenize(query))
+        return self.search_terms(tokenize(query), top_k)
+
+    def search_terms(self, query_terms: Iterable[str], top_k: int = 10) -> list[tuple[str, float]]:
+        """:meth:`search` of a query already tokenized (:func:`tokenize`)."""
+        terms = set(query_terms)
         with self._lock:
-            n_docs = len(self._lengths)
-            if not terms or n_docs == 0 or top_k <= 0:
+            if not terms or not self._lengths or top_k <= 0:
                 return []
-            avg = self._total_length / n_docs or 1.0
-            k1, b, lengths = self.k1, self.b, self._lengths
-            base, slope = k1 * (1.0 - b), k1 * b / avg
-            scores: dict[str, float] = {}
-            for term in terms:
-                docs = self._postings.get(term)
-                if not docs:
-                    continue
-                idf = math.log(1.0 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5))
-                gain = idf * (k1 + 1)
-                for doc_id, tf in docs.items():
-                    part = gain * tf / (tf + base + slope * lengths[doc_id])
-                    scores[doc_id] = scores.get(doc_id, 0.0) + part
+            found = {term: docs for term in terms if (docs := self._postings.get(term))}
+            scores = bm25_scores(found, self._lengths, self._total_length, self.k1, self.b)
         best = heapq.nlargest(top_k, scores, key=scores.__getitem__)
         return [(doc_id, scores[doc_id]) for doc_id in best]
+
+
+def bm25_scores(
+    postings: Mapping[str, Mapping[str, int]], lengths: Mapping[str, int], total_length: int, k1: float, b: float
+) -> dict[str, float]:
+    """The BM25 score of every document holding a query term. ``postings``: each query
+    term's documents and term frequency there; ``lengths``: every document's length
+    in terms (their number and ``total_length`` give the inverse document frequency
+    and the average length)."""
+    n_docs = len(lengths)
+    avg = total_length / n_docs if n_docs else 1.0
+    base, slope = k1 * (1.0 - b), k1 * b / (avg or 1.0)
+    scores: dict[str, float] = {}
+    for docs in postings.values():
+        idf = math.log(1.0 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5))
+        gain = idf * (k1 + 1)
+        for doc_id, tf in docs.items():
+            part = gain * tf / (tf + base + slope * lengths[doc_id])
+            scores[doc_id] = scores.get(doc_id, 0.0) + part
+    return scores

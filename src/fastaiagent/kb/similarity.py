@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from fastaiagent.errors import InvalidValueError
 
@@ -34,3 +34,18 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(map(operator.mul, a, b))
     # Rounding can push parallel vectors a hair past 1; keep the documented range.
     return max(-1.0, min(1.0, dot / norm))
+
+
+def cosines(query: Sequence[float], vectors: Iterable[Sequence[float]]) -> list[float]:
+    """:func:`cosine` of ``query`` and each of ``vectors`` (the same values), the
+    query's norm computed once."""
+    query_norm = math.hypot(*query)
+    out = []
+    for vector in vectors:
+        if len(vector) != len(query):
+            raise InvalidValueError(
+                f"cannot compare vectors of different lengths ({len(query)} and {len(vector)})"
+            )
+        norm = query_norm * math.hypot(*vector)
+        out.append(max(-1.0, min(1.0, sum(map(operator.mul, query, vector)) / norm)) if norm else 0.0)
+    return out

@@ -9,7 +9,8 @@
 Facts are the store's active agent-scope facts for ``agent_id`` (importance is
 the fact's confidence, category is ``metadata["category"]``). Without a query
 they come most important first (newest first among equals); with one, a
-pluggable ranker scores them against it. The API key is required, as
+pluggable ranker scores them against it (the ``score`` that ``score_threshold``
+cuts) and the recall pipeline orders them (:func:`rank_facts`). The API key is required, as
 ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (401 when missing, 403
 when wrong). A store that cannot be read answers 503 with a one-line reason
 (``{"detail": ...}``), which readers treat as an outage; ``GET /healthz``
@@ -43,9 +44,11 @@ from fastaiagent.facts.fact import Fact
 from fastaiagent.facts.factory import make_fact_store
 from fastaiagent.facts.scoping import WILDCARD
 from fastaiagent.facts.store import FactStore
-from fastaiagent.kb.bm25 import tokenize
-from fastaiagent.kb.similarity import cosine
+from fastaiagent.kb.similarity import cosines
 from fastaiagent.plane.protocol import FACTS_PATH, MAX_FACTS_LIMIT
+from fastaiagent.recall.given import Given, rank_given
+from fastaiagent.recall.query import read_query
+from fastaiagent.recall.weights import FETCH_FACTOR
 
 logger = logging.getLogger("fastaiagent.plane.server")
 
@@ -55,22 +58,18 @@ DEFAULT_CANDIDATES = 1000
 Ranker = Callable[[str, Sequence[str]], list[float]]
 
 
-def _words(text: str) -> set[str]:
-    # kb.bm25's tokenizer, so the plane and recall agree on what a content word is.
-    return set(tokenize(text))
-
-
 def keyword_ranker(query: str, texts: Sequence[str]) -> list[float]:
     """Share of the question's content words each text contains (0..1).
 
     Not BM25: a Ranker's score must be a similarity in [0, 1] that
     ``score_threshold`` can cut, whatever the other facts are, and a BM25 score
-    is unbounded and depends on the whole candidate set.
+    is unbounded and depends on the whole candidate set. (The order the plane
+    serves comes from the recall pipeline, which does use BM25: see
+    :func:`rank_facts`.)
     """
-    wanted = _words(query)
-    if not wanted:
-        return [0.0 for _ in texts]
-    return [len(wanted & _words(text)) / len(wanted) for text in texts]
+    given = Given(texts)
+    share = given.share(read_query(query, now=time.time()))
+    return [share.get(str(n), 0.0) for n in range(len(texts))]
 
 
 class EmbeddingRanker:
@@ -106,7 +105,7 @@ class EmbeddingRanker:
         if not texts:
             return []
         question = self.embedder.embed([query])[0]
-        return [max(0.0, cosine(question, v)) for v in self._vectors(texts)]
+        return [max(0.0, c) for c in cosines(question, self._vectors(texts))]
 
 
 def semantic_ranker() -> Ranker:
@@ -191,26 +190,46 @@ def select_facts(
 def rank_facts(
     facts: Sequence[Fact], request: FactRequest, ranker: Ranker | None = keyword_ranker
 ) -> list[ServedFact]:
-    """Filter, score and order facts already read from the store (no I/O but the ranker's)."""
+    """Filter, score and order facts already read from the store (no I/O but the ranker's).
+
+    With a query, the facts come in the order of the recall pipeline
+    (:func:`fastaiagent.recall.given.rank_given`: BM25 over the facts, the ranker's
+    similarities as the side by meaning unless it is :func:`keyword_ranker`, and
+    the cues of the query, e.g. "now" for the newest of two facts); each side puts
+    its ``max_facts`` x FETCH_FACTOR best forward, the others follow by score, then
+    importance. Each fact's ``score`` stays the ranker's similarity, which
+    ``score_threshold`` cuts."""
     if request.category is not None:
         facts = [f for f in facts if _category(f) == request.category]
+    facts = sorted(facts, key=lambda f: -float(f.confidence))  # stable: newest first among equals
     query = request.query
-    scores: list[float | None] = [None] * len(facts)
-    if query and ranker is not None and facts:
-        ranked = ranker(query, [f.fact for f in facts])
-        if len(ranked) != len(facts):
-            raise InvalidValueError(f"the ranker scored {len(ranked)} of {len(facts)} facts")
-        scores = [float(s) for s in ranked]
-    served = [
-        ServedFact(f.id, f.fact, _category(f), float(f.confidence), s)
-        for f, s in zip(facts, scores, strict=True)
-    ]
-    if query and ranker is not None:
-        served = [s for s in served if s.score is not None and s.score >= request.score_threshold]
-        served.sort(key=lambda s: (-(s.score or 0.0), -s.importance))
+    if not (query and ranker is not None and facts):
+        return [_served(f, None) for f in facts[: request.max_facts]]
+    read = read_query(query, now=time.time())
+    given = Given([f.fact for f in facts], [f.created_at for f in facts])
+    dense: list[tuple[str, float]] | None = None
+    if ranker is keyword_ranker:  # the keyword side is the pipeline's own: read once
+        share = given.share(read)
+        scores = [share.get(str(n), 0.0) for n in range(len(facts))]
     else:
-        served.sort(key=lambda s: -s.importance)  # stable: newest first among equals
-    return served[: request.max_facts]
+        scores = [float(s) for s in ranker(query, [f.fact for f in facts])]
+        if len(scores) != len(facts):
+            raise InvalidValueError(f"the ranker scored {len(scores)} of {len(facts)} facts")
+        dense = [(str(n), s) for n, s in enumerate(scores)]
+    # The facts no side ranks come in the plane's own order: by score, then importance.
+    rest = [str(n) for n in sorted(range(len(facts)), key=scores.__getitem__, reverse=True)]
+    served = []
+    for found in rank_given(read, given, dense, fetch=request.max_facts * FETCH_FACTOR, rest=rest):
+        n = int(found.chunk.id)
+        if scores[n] >= request.score_threshold:
+            served.append(_served(facts[n], scores[n]))
+            if len(served) == request.max_facts:
+                break
+    return served
+
+
+def _served(fact: Fact, score: float | None) -> ServedFact:
+    return ServedFact(fact.id, fact.fact, _category(fact), float(fact.confidence), score)
 
 
 def check_store(store: FactStore) -> None:

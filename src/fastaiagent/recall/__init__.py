@@ -12,6 +12,12 @@ the reading of dates in :mod:`.dates`; what the stores hold stays in
 are found and resolved in :mod:`.entities` and :mod:`.entity_book`, kept with
 the messages by :mod:`.entity_store`; the query's side of them is the entity
 side of :mod:`.candidates`.
+
+Every door ranks through :func:`.ranking.rank`: ``VectorBlock`` (and so
+``Memory(recall=...)``) through :func:`.pipeline.find`; ``Memory.retrieve(query)``
+and the MCP ``retrieve`` tool through :func:`.facts.search_facts`; the plane and
+the LangGraph store, which hold their candidates already, through
+:func:`.given.rank_given`.
 """
 
 from fastaiagent.recall.candidates import Candidates, Sides, gather

@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import NamedTuple
 
 from fastaiagent.facts.vectors import recorded_at
@@ -49,6 +49,8 @@ class Found(NamedTuple):
     by_meaning: Collection[str]
     by_time: Collection[str]
     speaker: str | None
+    asking: Collection[str] | None = None
+    """The candidates that ask (:func:`~.following.asks`), when already read; None: read here."""
 
 
 def surroundings(
@@ -58,12 +60,12 @@ def surroundings(
     weights: Signals = SIGNALS,
 ) -> dict[str, float]:
     """What each candidate of ``scores`` gains: its signals times ``weights``
-    (``chunks`` holds every candidate)."""
-    ids, columns = _columns(scores, chunks, found)
-    changes = dict.fromkeys(ids, 0.0)
-    for weight, column in zip(weights, columns, strict=True):
+    (``chunks`` holds every candidate). A signal weighted 0 is not read."""
+    changes = dict.fromkeys(scores, 0.0)
+    columns = _Columns(scores, chunks, found)
+    for name, weight in zip(Signals._fields, weights, strict=True):
         if weight:
-            for chunk_id, value in zip(ids, column, strict=True):
+            for chunk_id, value in columns.read(name):
                 changes[chunk_id] += weight * value
     return changes
 
@@ -72,33 +74,44 @@ def signals(
     fused: Mapping[str, float], chunks: Mapping[str, Chunk], found: Found
 ) -> dict[str, Signals]:
     """Each candidate's signals, read from the scores of ``fused`` (see the module)."""
-    ids, columns = _columns(fused, chunks, found)
-    rows = zip(*columns, strict=True)
-    return {chunk_id: Signals(*values) for chunk_id, values in zip(ids, rows, strict=True)}
+    columns = _Columns(fused, chunks, found)
+    values = {chunk_id: [0.0] * len(Signals._fields) for chunk_id in fused}
+    for n, name in enumerate(Signals._fields):
+        for chunk_id, value in columns.read(name):
+            values[chunk_id][n] = value
+    return {chunk_id: Signals(*row) for chunk_id, row in values.items()}
 
 
-def _columns(
-    fused: Mapping[str, float], chunks: Mapping[str, Chunk], found: Found
-) -> tuple[list[str], list[list[float]]]:
-    """The candidates' ids, and each signal's values in their order (a column per
-    field of :class:`Signals`): one pass per signal, no tuple per candidate."""
-    ids = list(fused)
-    floor = min(fused.values(), default=0.0)
-    at = {chunk_id: recorded_at(chunks[chunk_id]) for chunk_id in ids}
-    neighbour = _neighbour_scores(fused, chunks, at)
-    conversation = _conversation_scores(fused, at)
-    texts = [chunks[chunk_id].text for chunk_id in ids]
-    said_by = [chunks[chunk_id].metadata.get("speaker") for chunk_id in ids]
-    by_meaning, by_time, speaker = found
-    return ids, [
-        [math.log1p(len(text.split())) for text in texts],
-        [neighbour.get(chunk_id, floor) for chunk_id in ids],
-        [conversation.get(chunk_id, floor) for chunk_id in ids],
-        [float(chunk_id in by_meaning) for chunk_id in ids],
-        [float(chunk_id in by_time) for chunk_id in ids],
-        [float(speaker is not None and who == speaker) for who in said_by],
-        [float(asks(text)) for text in texts],
-    ]
+class _Columns:
+    """The candidates' signals, one signal at a time (each read only when asked):
+    ``(id, value)`` pairs, the candidates a signal leaves at 0 left out."""
+
+    def __init__(self, fused: Mapping[str, float], chunks: Mapping[str, Chunk], found: Found) -> None:
+        self.fused, self.chunks, self.found = fused, chunks, found
+        self._at: dict[str, float | None] | None = None
+
+    def read(self, name: str) -> Iterator[tuple[str, float]]:
+        fused, chunks, (by_meaning, by_time, speaker, asking) = self.fused, self.chunks, self.found
+        if name == "length":
+            return ((i, math.log1p(len(chunks[i].text.split()))) for i in fused)
+        if name in ("neighbour", "conversation"):
+            floor = min(fused.values(), default=0.0)
+            near = _neighbour_scores(fused, chunks, self.at) if name == "neighbour" else _conversation_scores(fused, self.at)
+            return ((i, near.get(i, floor)) for i in fused)
+        if name in ("by_meaning", "by_time"):
+            return ((i, 1.0) for i in fused if i in (by_meaning if name == "by_meaning" else by_time))
+        if name == "speaker":
+            return ((i, 1.0) for i in fused if speaker is not None and chunks[i].metadata.get("speaker") == speaker)
+        if asking is not None:
+            return ((i, 1.0) for i in fused if i in asking)
+        return ((i, 1.0) for i in fused if asks(chunks[i].text))
+
+    @property
+    def at(self) -> dict[str, float | None]:
+        """When each candidate was said (for the neighbour and conversation signals)."""
+        if self._at is None:
+            self._at = {chunk_id: recorded_at(self.chunks[chunk_id]) for chunk_id in self.fused}
+        return self._at
 
 
 def _neighbour_scores(

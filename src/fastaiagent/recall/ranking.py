@@ -107,21 +107,29 @@ def _hybrid(
     if ranking.reply_drop and not query.about_replies:
         drop = _where(chunks, scores, -ranking.reply_drop, lambda c: c.metadata.get("role") == "assistant")
         moved.add(scores, drop, "agent reply")
-    if ranking.question_drop:
-        moved.add(scores, _where(chunks, scores, -ranking.question_drop, lambda c: asks(c.text)), "asks")
+    # Whether each candidate asks is read once: the question drop and the surroundings both weigh it.
+    asking = {i for i in scores if asks(chunks[i].text)} if ranking.question_drop or _weighs_asks(ranking) else None
+    if ranking.question_drop and asking:
+        moved.add(scores, dict.fromkeys(asking, -ranking.question_drop), "asks")
+    drawn: Mapping[str, Chunk] = {}
     if ranking.follow_turns and scores:
         answer_drop = ranking.answer_drop or None
         changes, read = follow(scores, chunks, fetch, namespace=namespace, turns=ranking.follow_turns,
                                hits=ranking.followed_hits, drops=ranking.follow_drops, answer_drop=answer_drop)  # fmt: skip
-        chunks = {**chunks, **read} if read else chunks
+        chunks, drawn = ({**chunks, **read}, read) if read else (chunks, drawn)
         moved.add(scores, changes, "follows a hit")
     if ranking.signals is not None:
-        found = Found({i for i, _ in candidates.dense}, {i for i, _ in candidates.recorded}, speaker)
+        if asking is not None:  # and the messages following drew in
+            asking.update(i for i, chunk in drawn.items() if asks(chunk.text))
+        found = Found({i for i, _ in candidates.dense}, {i for i, _ in candidates.recorded}, speaker, asking)
         moved.add(scores, surroundings(scores, chunks, found, ranking.signals), "surroundings")
     order = sorted(scores, key=scores.__getitem__, reverse=True)
-    why = moved.steps
-    return [Ranked(chunks[i], unit_score(scores[i]), (("fused", fused[i]), *why.get(i, ())) if i in fused
-                   else tuple(why.get(i, ()))) for i in order]  # fmt: skip
+    why, out = moved.steps, []
+    for i in order:
+        first = (("fused", fused[i]),) if i in fused else ()
+        steps = why.get(i)
+        out.append(Ranked(chunks[i], unit_score(scores[i]), (*first, *steps) if steps else first))
+    return out
 
 
 class Moves:
@@ -142,6 +150,10 @@ class Moves:
                     steps[chunk_id] = [(step, change)]
                 else:
                     noted.append((step, change))
+
+
+def _weighs_asks(ranking: Ranking) -> bool:
+    return ranking.signals is not None and ranking.signals.asks != 0.0
 
 
 def _with_entities(candidates: Candidates) -> list[tuple[str, float]]:

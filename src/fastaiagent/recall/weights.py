@@ -122,6 +122,15 @@ class Ranking:
 
 DEFAULT_RANKING = Ranking()
 CUES_OFF = Ranking.off()
+# Facts and a door's items (Memory.retrieve, the plane, the LangGraph store) are not
+# turns of a conversation: no turns around them, no speaker, no replies of the agent.
+# The steps about turns are off (the speaker boost and signal, the neighbour and
+# conversation signals, the agent reply drop, following); the cues of the query (a
+# time it names, "now" / "at first", a question) stay.
+FACT_RANKING = DEFAULT_RANKING.with_(
+    participant=0.0, reply_drop=0.0, follow_turns=0,
+    signals=SIGNALS._replace(neighbour=0.0, conversation=0.0, speaker=0.0),
+)  # fmt: skip
 
 __all__ = [
     "BM25_B",
@@ -129,6 +138,7 @@ __all__ = [
     "CUES_OFF",
     "DEFAULT_DENSE_WEIGHT",
     "DEFAULT_RANKING",
+    "FACT_RANKING",
     "FETCH_FACTOR",
     "MAX_FOLLOW_TURNS",
     "RECORDED_SHARE",

@@ -15,9 +15,11 @@ import asyncio
 import base64
 import json
 import math
+import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
+from itertools import islice
 from typing import Any
 
 from fastaiagent._optional import require
@@ -25,7 +27,10 @@ from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.items import ItemWrite, Namespace, StoredItem
 from fastaiagent.integrations.items import item_store_for, root_namespace
 from fastaiagent.kb.embedding import get_embedder
-from fastaiagent.kb.similarity import cosine
+from fastaiagent.kb.similarity import cosines as cosine_of
+from fastaiagent.recall.given import Given, rank_given
+from fastaiagent.recall.query import read_query
+from fastaiagent.recall.weights import FETCH_FACTOR
 
 require("langgraph.store.base", "langgraph")
 
@@ -112,16 +117,42 @@ def _namespace_matches(condition: MatchCondition, namespace: Namespace) -> bool:
 Hit = tuple[StoredItem, dict[str, Any], float | None]
 
 
-def _rank(embed: EmbedTexts, query: str, hits: list[Hit]) -> list[Hit]:
-    """Best first by the cosine of the query and the item's closest vector;
-    items without vectors (not indexed) come last, unscored."""
-    wanted = embed([query])[0]
-    scored = []
-    for stored, record, _ in hits:
-        best = max((cosine(wanted, _unpack(v)) for v in record["e"]), default=None)
-        scored.append((stored, record, best))
-    scored.sort(key=lambda hit: math.inf if hit[2] is None else -hit[2])
-    return scored
+def _rank(embed: EmbedTexts, query: str, hits: list[Hit], fields: Sequence[str], wanted: int) -> list[Hit]:
+    """Best first through the recall pipeline (:func:`fastaiagent.recall.given.rank_given`):
+    the cosine of the query and each item's closest vector (its score) as the side by
+    meaning, BM25 over the item's indexed ``fields`` as the keyword side, and the cues
+    of the query (the time it names, "now" / "at first": items by their last write).
+    Each side puts its ``wanted`` x FETCH_FACTOR best forward; the other items follow by
+    cosine, and items without vectors (not indexed) come last, unscored. The ``wanted``
+    first are returned."""
+    read = read_query(query, now=time.time())
+    wanted_vector = embed([read.said])[0]
+    indexed = [hit for hit in hits if hit[1]["e"]]
+    cosines = [max(cosine_of(wanted_vector, map(_unpack, record["e"]))) for _, record, _ in indexed]
+    given = Given([_text(record["v"], fields) for _, record, _ in indexed], [stored.updated_at for stored, _, _ in indexed])
+    by_cosine = sorted(range(len(indexed)), key=cosines.__getitem__, reverse=True)
+    ranked = rank_given(
+        read, given, [(str(n), c) for n, c in enumerate(cosines)], fetch=wanted * FETCH_FACTOR,
+        rest=map(str, by_cosine),
+    )  # fmt: skip
+    best = [(*indexed[n][:2], cosines[n]) for n in (int(found.chunk.id) for found in islice(ranked, wanted))]
+    return best + [hit for hit in hits if not hit[1]["e"]][: wanted - len(best)]
+
+
+def _text(value: dict[str, Any], fields: Sequence[str]) -> str:
+    """The text of an item's indexed fields (what its vectors embed), for the keyword side."""
+    return "\n".join(text for path in fields for text in _at_path(value, path))
+
+
+_PATH_SYNTAX = frozenset(".[]{}*$")
+
+
+def _at_path(value: dict[str, Any], path: str) -> list[str]:
+    """``get_text_at_path``: a field named plainly that holds a string is read directly
+    (every search reads every item's fields; the general path reader is the slow part)."""
+    if path and _PATH_SYNTAX.isdisjoint(path) and isinstance(text := value.get(path), str):
+        return [text]
+    return get_text_at_path(value, path)
 
 
 def _when(seconds: float) -> datetime:
@@ -258,7 +289,7 @@ class FastAIAgentStore(BaseStore):
                 if not op.filter or _matches(record["v"], op.filter):
                     hits.append((stored, record, None))
             if op.query and self._embed is not None:
-                hits = _rank(self._embed, op.query, hits)
+                hits = _rank(self._embed, op.query, hits, self._fields, op.offset + op.limit)
             hits = hits[op.offset : op.offset + op.limit]
         if self._refresh(op):
             self._refresh_found([s for s, _, _ in hits])

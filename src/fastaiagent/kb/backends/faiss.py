@@ -246,4 +246,5 @@ class FaissVectorStore(NamespacedSearch):
 
 
 def _copy(chunk: Chunk) -> Chunk:
-    return replace(chunk, metadata=dict(chunk.metadata))
+    # Built directly: dataclasses.replace reads the fields on every call (a search copies each hit).
+    return Chunk(chunk.id, chunk.text, chunk.vector, dict(chunk.metadata))
