@@ -20,10 +20,11 @@ Qdrant point ids); the fact id is kept in the chunk metadata.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -427,8 +428,7 @@ class SemanticFactIndex:
         and belong to the subject searched.
         """
         out: list[Fact] = []
-        for subject, fact_id in ranked:
-            fact = self.store.get(fact_id)
+        for subject, fact_id, fact in self._read_back(ranked, limit, out):
             if (
                 fact is None
                 or not fact.active
@@ -446,6 +446,20 @@ class SemanticFactIndex:
             if len(out) == limit:
                 break
         return out
+
+    def _read_back(
+        self, ranked: Iterable[tuple[Subject, int]], limit: int, out: list[Fact]
+    ) -> Iterator[tuple[Subject, int, Fact | None]]:
+        """Each hit with the store's row, read as many at once as ``out`` still wants
+        (one statement where the store reads several ids at once: ``get_many``)."""
+        get_many = getattr(self.store, "get_many", None)
+        if get_many is None:
+            yield from ((subject, fact_id, self.store.get(fact_id)) for subject, fact_id in ranked)
+            return
+        hits = iter(ranked)
+        while batch := list(itertools.islice(hits, max(1, limit - len(out)))):
+            rows = get_many([fact_id for _, fact_id in batch])
+            yield from ((subject, fact_id, rows.get(fact_id)) for subject, fact_id in batch)
 
     def _own_model(self, hits: list[Any], namespace: str) -> list[Any]:
         """The hits embedded by this index's embedder; vectors of an earlier model are
