@@ -644,3 +644,14 @@ def test_now_prefers_the_later_of_two_statements_and_originally_the_earlier(time
     # The later statement is the closer match; "originally" asks for the earlier one.
     originally = first_recalled("Where did migrations run originally?", long, short, time_order)
     assert originally == (long if time_order else short)
+
+
+def test_a_query_read_again_later_reads_its_time_phrase_at_the_new_moment() -> None:
+    # The reading of a text is kept between calls; "yesterday" must still move with now.
+    day = 86_400.0
+    first = read_query("what did I eat yesterday", now=100 * day)
+    later = read_query("what did I eat yesterday", now=200 * day)
+    assert first.when is not None and later.when is not None
+    assert first.when.spans != later.when.spans
+    assert later.when.matches(199.5 * day) and not later.when.matches(99.5 * day)
+    assert later.now == 200 * day and first.terms == later.terms

@@ -143,3 +143,17 @@ def test_a_forked_child_opens_connections_of_its_own(tmp_path: Path) -> None:
     assert seen == ["from the child", "from the parent"]
     assert [f.fact for f in store.list_active("user", "ann")] == ["from the child", "from the parent"]
     store.close()
+
+
+def test_get_many_reads_each_existing_fact_by_id_superseded_ones_too(tmp_path) -> None:
+    store = MemoryStore(str(tmp_path / "m.db"))
+    old = store.add(Fact("lives in Paris", scope="user", scope_id="u"))
+    new = store.add(Fact("lives in Rome", scope="user", scope_id="u"))
+    other = store.add(Fact("lives in Oslo", scope="user", scope_id="v"))
+    store.supersede(old, new)
+    found = store.get_many([new, old, 999_999, new])
+    assert set(found) == {old, new}  # a missing id is left out, a repeated one read once
+    assert found[new].fact == "lives in Rome" and found[new].active
+    assert found[old].fact == "lives in Paris" and not found[old].active
+    assert found[old] == store.get(old) and store.get_many([]) == {}
+    assert store.get_many([other])[other].scope_id == "v"

@@ -20,10 +20,11 @@ Qdrant point ids); the fact id is kept in the chunk metadata.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -43,6 +44,9 @@ _UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
 FETCH_FACTOR = 4
 """Candidates fetched from each side per fact wanted."""
 _DURABLE_PREFIX = "fact:"
+CHUNKS_KEPT = 512
+"""Chunks (a fact's text and time) kept per subject between searches: a keyword hit the
+dense side did not return is then not read again (a fact's text never changes)."""
 Subject = tuple[str, str, str]  # (scope, scope_id, project_id)
 
 
@@ -83,6 +87,7 @@ class _SubjectIndex:
     keywords: BM25Index = field(default_factory=BM25Index)
     synced_at: float | None = None  # monotonic time of the last full read
     loaded: bool = False  # what the vector store already held has been read
+    chunks: dict[str, Chunk] = field(default_factory=dict)  # seen hits, oldest first (CHUNKS_KEPT)
     # One lock per subject: a 10k-fact backfill of one user must not stall the others.
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -268,6 +273,7 @@ class SemanticFactIndex:
             self.vectors.delete(vector_ids)
             for vector_id in vector_ids:
                 state.vector_to_fact.pop(vector_id, None)
+                state.chunks.pop(vector_id, None)
                 if not self.durable:
                     state.keywords.remove(vector_id)
 
@@ -422,8 +428,7 @@ class SemanticFactIndex:
         and belong to the subject searched.
         """
         out: list[Fact] = []
-        for subject, fact_id in ranked:
-            fact = self.store.get(fact_id)
+        for subject, fact_id, fact in self._read_back(ranked, limit, out):
             if (
                 fact is None
                 or not fact.active
@@ -441,6 +446,20 @@ class SemanticFactIndex:
             if len(out) == limit:
                 break
         return out
+
+    def _read_back(
+        self, ranked: Iterable[tuple[Subject, int]], limit: int, out: list[Fact]
+    ) -> Iterator[tuple[Subject, int, Fact | None]]:
+        """Each hit with the store's row, read as many at once as ``out`` still wants
+        (one statement where the store reads several ids at once: ``get_many``)."""
+        get_many = getattr(self.store, "get_many", None)
+        if get_many is None:
+            yield from ((subject, fact_id, self.store.get(fact_id)) for subject, fact_id in ranked)
+            return
+        hits = iter(ranked)
+        while batch := list(itertools.islice(hits, max(1, limit - len(out)))):
+            rows = get_many([fact_id for _, fact_id in batch])
+            yield from ((subject, fact_id, rows.get(fact_id)) for subject, fact_id in batch)
 
     def _own_model(self, hits: list[Any], namespace: str) -> list[Any]:
         """The hits embedded by this index's embedder; vectors of an earlier model are
@@ -470,15 +489,20 @@ class SemanticFactIndex:
             keyword = self.vectors.keyword_search(query, fetch, namespace=namespace)  # type: ignore[attr-defined]
         elif self.retrieval == "hybrid":
             keyword = state.keywords.search(query, fetch)
-        known = state.vector_to_fact
+        known, kept = state.vector_to_fact, state.chunks
         for hit in hits:
             if hit.chunk.id in known:
-                found.chunks[hit.chunk.id] = hit.chunk
+                found.chunks[hit.chunk.id] = kept[hit.chunk.id] = hit.chunk
                 found.dense.append((hit.chunk.id, hit.score))
         keyword = [(i, score) for i, score in keyword if i in known]
+        found.chunks.update((i, kept[i]) for i, _ in keyword if i in kept and i not in found.chunks)
         unread = [i for i, _ in keyword if i not in found.chunks]
         if unread:
-            found.chunks.update((c.id, c) for c in self.vectors.get(unread) if c.id in known)
+            read = [c for c in self.vectors.get(unread) if c.id in known]
+            found.chunks.update((c.id, c) for c in read)
+            kept.update((c.id, c) for c in read)
+        while len(kept) > CHUNKS_KEPT:
+            del kept[next(iter(kept))]
         found.keyword.extend((i, score) for i, score in keyword if i in found.chunks)
         found.keyword_complete = found.keyword_complete and len(keyword) < fetch
         found.owners.update((i, (subject, known[i])) for i in found.chunks if i not in found.owners)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 from fastaiagent.facts.vectors import recorded_at
@@ -45,6 +46,7 @@ def said_together(first: float | None, second: float | None) -> bool:
     return first is not None and second is not None and abs(first - second) <= SAME_CONVERSATION_SECONDS
 
 
+@lru_cache(maxsize=8192)  # the same hits come back query after query
 def asks(text: str) -> bool:
     """Whether a message ends on a question (closing quotes and brackets aside)."""
     return text.rstrip().rstrip(_CLOSERS).endswith(QUESTION_MARKS)

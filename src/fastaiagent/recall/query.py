@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timezone, tzinfo
+from functools import lru_cache
 from typing import Literal
 
 from fastaiagent.facts.vectors import with_question
@@ -41,6 +42,9 @@ _LATEST = pattern("latest")
 _EARLIEST = pattern("earliest")
 _ABOUT_REPLIES = pattern("about_replies")
 _OWNER = "'s"
+# Queries whose reading is kept: the same question is often asked again (a retry, a
+# door asked twice, an agent checking what it just stored).
+QUERIES_KEPT = 256
 
 Span = tuple[int, int]
 
@@ -168,26 +172,37 @@ def read_query(
     """Read ``text`` once into a :class:`RecallQuery`: ``speakers`` are the
     participants known now, ``now`` / ``tz`` what its dates are read against."""
     READS.add()
+    read, dated = _read_text(text, frozenset(speakers), tz, replies_to)
+    # Only a time phrase ("yesterday") depends on ``now``; a text with none has none at any time.
+    return replace(read, when=date_cue(text, now, tz), now=now) if dated else replace(read, now=now)
+
+
+@lru_cache(maxsize=QUERIES_KEPT)
+def _read_text(
+    text: str, known: frozenset[str], tz: tzinfo, replies_to: str | None
+) -> tuple[RecallQuery, bool]:
+    """What :func:`read_query` reads of ``text`` that does not depend on when it was
+    asked (``when`` read at time 0), and whether it names a time at all."""
     words = tuple(m.span() for m in _WORD.finditer(text))
-    known = set(speakers)
     named = frozenset(name for name in known if name and _mentions(text, words, name))
-    terms = tuple(tokenize(text))
     latest, earliest = _LATEST.search(text) is not None, _EARLIEST.search(text) is not None
-    return RecallQuery(
+    when = date_cue(text, 0.0, tz)
+    read = RecallQuery(
         text=text,
         replies_to=replies_to,
-        terms=terms,
+        terms=tuple(tokenize(text)),
         names=named,
         speaker=_subject(text, words, named),
         embedded=with_question(without_names(text, words, named), replies_to),
-        when=date_cue(text, now, tz),
+        when=when,
         time_order=int(latest) - int(earliest),
         about_replies=_ABOUT_REPLIES.search(text) is not None,
         script="cjk" if has_cjk(text) else "spaced",
-        now=now,
+        now=0.0,
         words=words,
-        known=frozenset(known),
+        known=known,
     )
+    return read, when is not None
 
 
 __all__ = ["READS", "RecallQuery", "read_query", "without_names"]

@@ -117,14 +117,10 @@ def bm25_top(
             tf = counts.get(term, 0)
             if tf:
                 score += weight * tf / (tf + norm)
-        scores.append((chunk_id, score))
-    return heapq.nsmallest(top_k, scores, key=_best_first)
-
-
-def _best_first(item: tuple[str, float]) -> tuple[float, str]:
-    """Higher score first; equal scores (to 1e-9: the sums' order differs between
-    stores) by id, so every store returns the same documents in the same order."""
-    return -round(item[1], 9), item[0]
+        # Higher score first; equal scores (to 1e-9: the sums' order differs between stores)
+        # by id, so every store returns the same documents in the same order.
+        scores.append((-round(score, 9), chunk_id, score))
+    return [(chunk_id, score) for _, chunk_id, score in heapq.nsmallest(top_k, scores)]
 
 
 __all__ = [

@@ -9,7 +9,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -529,6 +529,19 @@ class SQLiteFactStore(SQLiteFile, StoreFront, StoreCapabilities):
             f"SELECT {_COLUMNS} FROM learned_memory WHERE id = ?", (check_fact_id(fact_id),)
         )
         return _row_to_fact(rows[0]) if rows else None
+
+    def get_many(self, fact_ids: Sequence[int]) -> dict[int, Fact]:
+        """The facts of these ids that exist (active or superseded), by id, in one read
+        per 500 ids (a search reads back its best hits at once)."""
+        ids = list(dict.fromkeys(check_fact_id(i) for i in fact_ids))
+        found: dict[int, Fact] = {}
+        for start in range(0, len(ids), 500):
+            batch = ids[start : start + 500]
+            marks = ", ".join("?" * len(batch))
+            for row in self._fetch(f"SELECT {_COLUMNS} FROM learned_memory WHERE id IN ({marks})", batch):
+                fact = _row_to_fact(row)
+                found[int(fact.id)] = fact  # type: ignore[arg-type]
+        return found
 
     def read_active(
         self,
