@@ -109,6 +109,12 @@ def library_caches(memory: Memory) -> dict[str, Any]:
     except ImportError:
         cache = memory.location.vector_store().copies.cache  # type: ignore[attr-defined]
         matrices, matrix_bytes = len(cache), cache.held
+    try:  # entity books bounded by bytes (issue #45); before, by users only
+        from fastaiagent.facts.entities import cached_books
+
+        entity_books, book_bytes = cached_books(memory.location)
+    except ImportError:
+        entity_books, book_bytes = -1, 0
     window_messages = sum(
         len(memory._users.get(user).memory.primary.get_messages()) for user in memory.cached_users[-50:]
     )
@@ -117,6 +123,8 @@ def library_caches(memory: Memory) -> dict[str, Any]:
         "window_messages_last_50_users": window_messages,
         "namespace_matrices": matrices,
         "namespace_matrix_mb": round(matrix_bytes / 2**20, 1),
+        "entity_books": entity_books,
+        "entity_book_mb": round(book_bytes / 2**20, 1),
         "message_ids": len(message_ids._issued),
         "parsed_metadata": len(fact._PARSED),
     }

@@ -122,3 +122,30 @@ def test_a_thread_that_ended_gives_its_sqlite_connection_back(tmp_path: Path) ->
     assert len(os.listdir("/proc/self/fd")) <= opened + 4  # was 2-3 files more per thread
     memory.persist("Likes black coffee", id="alice")  # the store still reads and writes
     assert len(memory.retrieve(id="alice")) == 2
+
+
+def test_the_entity_books_a_store_keeps_stay_within_their_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastaiagent.facts import entities
+    from fastaiagent.recall.entity_store import add_with_entities, entity_candidates
+
+    budget = 64 * 1024
+    monkeypatch.setattr(entities, "BOOK_CACHE_BYTES", budget)
+    store = SQLiteFactStore(tmp_path / "books.db")
+    index = store.vector_store()
+    peak = 0
+    for u in range(300):  # each book a few KB: the budget holds a few dozen
+        said = [
+            f"My sister Lena and our neighbour Omar came over to see the puppy we named Biscuit{u}",
+            f"We are planning a trip to Lisbon with my colleague Ben and my cousin Ana in week {u}",
+        ]
+        add_with_entities(index, [
+            Chunk(f"{u}-{i}", text, unit(u * 2 + i), {"namespace": f"user:{u}"}) for i, text in enumerate(said)
+        ])  # fmt: skip
+        peak = max(peak, entities.cached_books(store)[1])
+    books, held = entities.cached_books(store)
+    assert peak <= budget and held <= budget and 5 <= books < 300
+    # A user whose book was dropped from the cache still has it: read back from the store.
+    found = entity_candidates(index, "user:0", "How is Biscuit0 doing?", 5)
+    assert found.entities and [chunk_id for chunk_id, _ in found.hits] == ["0-0"]
+    assert entity_candidates(index, "user:1", "How is Biscuit0 doing?", 5).hits == []  # user 0's own
+    store.close()

@@ -32,6 +32,7 @@ from fastaiagent.facts.entities import (
     BOOK_KEY,
     BOOK_ROOT,
     ENTITIES_KEY,
+    StoredBook,
     book_namespace,
     book_stamp,
     commit_book,
@@ -41,7 +42,7 @@ from fastaiagent.facts.entities import (
     fact_mark,
     load_book,
     message_mark,
-    read_book,
+    parsed_book,
     settle_book,
     with_entities,
 )
@@ -63,37 +64,10 @@ def _lock(namespace: str) -> threading.Lock:
     return _LOCKS[hash(namespace) % len(_LOCKS)]
 
 
-_books: dict[tuple[int, str], tuple[Any, EntityBook]] = {}  # the last data read -> its book
-_BOOKS_HELD = 4096  # books kept parsed in the process (the oldest goes first)
-_books_lock = threading.Lock()
-
-
-def _keep(key: tuple[int, str], data: Any, book: EntityBook) -> None:
-    with _books_lock:
-        if key not in _books and len(_books) >= _BOOKS_HELD:
-            _books.pop(next(iter(_books)))
-        _books[key] = (data, book)
-
-
-def _parsed(key: tuple[int, str], data: Any) -> EntityBook:
-    """The book of stored ``data``, parsed once per version of it."""
-    with _books_lock:
-        held = _books.get(key)
-    if held is not None and held[0] is data and data is not None:
-        return held[1]
-    book = EntityBook() if data is None else EntityBook.from_dict(data)
-    if data is not None:
-        _keep(key, data, book)
-    return book
-
-
-def _book(index: Any, namespace: str) -> EntityBook:
-    """The user's book, built from the stored data once per version of it."""
-    return _parsed(_key(index, namespace), load_book(index, namespace))
-
-
-def _key(index: Any, namespace: str) -> tuple[int, str]:
-    return (id(getattr(index, "store", index)), namespace)
+def _book(index: Any, namespace: str, fresh: bool = False) -> tuple[StoredBook, EntityBook]:
+    """The user's stored book and its parse (made once per version of it, cached with it)."""
+    stored, book = parsed_book(index, namespace, EntityBook.from_dict, fresh=fresh)
+    return stored, book or EntityBook()
 
 
 Change = Callable[[EntityBook, bool], Mapping[str, Sequence[str] | None] | None]
@@ -109,24 +83,14 @@ def change_book(index: Any, namespace: str, change: Change) -> bool:
     read again and ``change`` redone on it. Returns whether a book was stored.
     Raises :class:`~fastaiagent.errors.ConflictError` after :data:`_ATTEMPTS`
     lost rounds (a writer loses a round only to one that won it)."""
-    key = _key(index, namespace)
     with _lock(namespace):
         for attempt in range(_ATTEMPTS):
-            stored = read_book(index, namespace, fresh=attempt > 0)
-            book = _parsed(key, stored.data)
+            stored, book = _book(index, namespace, fresh=attempt > 0)
             marks = change(book, attempt > 0)
             if marks is None:
                 return False
-            data = book.to_dict()
-            written = False
-            try:
-                written = commit_book(index, namespace, stored, data, marks)
-            finally:
-                if not written:  # lost or failed: ``book`` holds a change the store lacks
-                    with _books_lock:
-                        _books.pop(key, None)
-            if written:
-                _keep(key, data, book)
+            # Not written (lost or failed): the cached parse, holding the change, is dropped.
+            if commit_book(index, namespace, stored, book.to_dict(), marks, parsed=book):
                 return True
             time.sleep(random.uniform(0, 0.002) * min(attempt + 1, 10))
     raise ConflictError(f"the entity book of {namespace!r} kept changing under {_ATTEMPTS} attempts to write it")
@@ -270,7 +234,7 @@ def entity_candidates(index: Any, namespace: str, query_text: str, limit: int) -
     if not limit or not query_text.strip() or not callable(score):
         return EntityCandidates()
     with _lock(namespace):  # a book is not thread-safe: a turn storing meanwhile may be reading into it
-        named = frozenset(_book(index, namespace).resolve(query_text))
+        named = frozenset(_book(index, namespace)[1].resolve(query_text))
     if not named:
         return EntityCandidates()
     terms = sorted({entity_term(entity_id) for entity_id in named})
