@@ -119,6 +119,31 @@ def test_pool_closes_on_garbage_collection(app_url: str, pg_table: str) -> None:
     assert _wait_for(lambda: _connections(base, pg_table) == 0)
 
 
+def test_a_store_collected_on_its_own_pool_thread_closes_its_pool(app_url: str, pg_table: str) -> None:
+    # The finaliser ran where the collector ran, once on a pool worker, and
+    # close() tried to join that very thread ("cannot join current thread").
+    from psycopg_pool.pool import MaintenanceTask
+
+    base = app_url.split("?")[0]
+    store: PostgresFactStore | None = PostgresFactStore(app_url, table=pg_table)
+    assert store is not None
+    store.add(Fact("x", scope="user", scope_id="u"))
+    pool = store._holder.pool
+    ran_on: list[str] = []
+
+    class DropTheStore(MaintenanceTask):
+        def _run(self, pool) -> None:  # type: ignore[no-untyped-def,override]
+            nonlocal store
+            ran_on.append(threading.current_thread().name)
+            store = None
+            gc.collect()
+
+    pool.run_task(DropTheStore(pool))
+    assert _wait_for(lambda: _connections(base, pg_table) == 0)
+    assert ran_on and ran_on[0].startswith(f"{pool.name}-worker")
+    assert pool.closed
+
+
 def test_pool_closes_at_interpreter_exit(app_url: str, pg_table: str) -> None:
     """A script that never closes its store still exits cleanly: the pool is
     closed by the exit hook (no hang, no thread or connection warnings)."""

@@ -130,8 +130,15 @@ def _close_holder(holder: _PoolHolder) -> None:
     """Close the pool, but only in the process that opened it: a forked child
     must not close sockets that still belong to its parent."""
     pool, holder.pool = holder.pool, None
-    if pool is not None and holder.pid == os.getpid():
-        pool.close()
+    if pool is None or holder.pid != os.getpid():
+        return
+    if threading.current_thread().name.startswith(f"{pool.name}-"):
+        # The store was collected on one of its pool's own threads (a finaliser
+        # runs wherever the collector does), and close() joins those threads:
+        # it runs on a thread of its own instead.
+        threading.Thread(target=pool.close, name=f"{pool.name}-closing", daemon=True).start()
+        return
+    pool.close()
 
 
 class PostgresFactStore(StoreFront, StoreCapabilities):
