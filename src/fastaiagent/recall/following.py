@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
 from typing import NamedTuple
 
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
+from fastaiagent.recall.kept import kept_for_short_texts
 from fastaiagent.recall.weights import SAME_CONVERSATION_SECONDS
 
 QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ASCII, full-width (CJK) and Arabic
@@ -46,7 +46,7 @@ def said_together(first: float | None, second: float | None) -> bool:
     return first is not None and second is not None and abs(first - second) <= SAME_CONVERSATION_SECONDS
 
 
-@lru_cache(maxsize=8192)  # the same hits come back query after query
+@kept_for_short_texts(8192)  # the same hits come back query after query
 def asks(text: str) -> bool:
     """Whether a message ends on a question (closing quotes and brackets aside)."""
     return text.rstrip().rstrip(_CLOSERS).endswith(QUESTION_MARKS)

@@ -17,12 +17,12 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import lru_cache
 from operator import itemgetter
 
 from fastaiagent.kb.bm25 import bm25_scores, tokenize
 from fastaiagent.kb.protocols import Chunk
 from fastaiagent.recall.candidates import Candidates, Scored
+from fastaiagent.recall.kept import kept_for_short_texts
 from fastaiagent.recall.query import RecallQuery
 from fastaiagent.recall.ranking import Ranked, rank
 from fastaiagent.recall.weights import (
@@ -39,7 +39,7 @@ from fastaiagent.recall.weights import (
 TERMS_KEPT = 8192
 
 
-@lru_cache(maxsize=TERMS_KEPT)
+@kept_for_short_texts(TERMS_KEPT)
 def _counted(text: str) -> tuple[Counter[str], int]:
     """A text's terms (:func:`~fastaiagent.kb.bm25.tokenize`) with their counts, and its length in terms."""
     counts = Counter(tokenize(text))

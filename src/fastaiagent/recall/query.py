@@ -25,12 +25,12 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timezone, tzinfo
-from functools import lru_cache
 from typing import Literal
 
 from fastaiagent.facts.vectors import with_question
 from fastaiagent.kb.bm25 import has_cjk, tokenize
 from fastaiagent.recall.dates import DateCue, date_cue
+from fastaiagent.recall.kept import kept_for_short_texts
 from fastaiagent.recall.words import WORDS, pattern
 
 _WORD = re.compile(r"\w+")
@@ -177,7 +177,7 @@ def read_query(
     return replace(read, when=date_cue(text, now, tz), now=now) if dated else replace(read, now=now)
 
 
-@lru_cache(maxsize=QUERIES_KEPT)
+@kept_for_short_texts(QUERIES_KEPT)
 def _read_text(
     text: str, known: frozenset[str], tz: tzinfo, replies_to: str | None
 ) -> tuple[RecallQuery, bool]:
