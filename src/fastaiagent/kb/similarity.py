@@ -24,11 +24,16 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     ``ValueError``): they come from different embedders, so no score would mean
     anything.
     """
+    return _cosine(a, math.hypot(*a), b)
+
+
+def _cosine(a: Sequence[float], a_norm: float, b: Sequence[float]) -> float:
+    """:func:`cosine` with ``a``'s norm given (computed once for many ``b``)."""
     if len(a) != len(b):
         raise InvalidValueError(
             f"cannot compare vectors of different lengths ({len(a)} and {len(b)})"
         )
-    norm = math.hypot(*a) * math.hypot(*b)
+    norm = a_norm * math.hypot(*b)
     if not norm:
         return 0.0
     dot = sum(map(operator.mul, a, b))
@@ -40,12 +45,4 @@ def cosines(query: Sequence[float], vectors: Iterable[Sequence[float]]) -> list[
     """:func:`cosine` of ``query`` and each of ``vectors`` (the same values), the
     query's norm computed once."""
     query_norm = math.hypot(*query)
-    out = []
-    for vector in vectors:
-        if len(vector) != len(query):
-            raise InvalidValueError(
-                f"cannot compare vectors of different lengths ({len(query)} and {len(vector)})"
-            )
-        norm = query_norm * math.hypot(*vector)
-        out.append(max(-1.0, min(1.0, sum(map(operator.mul, query, vector)) / norm)) if norm else 0.0)
-    return out
+    return [_cosine(query, query_norm, vector) for vector in vectors]
