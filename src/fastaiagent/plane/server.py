@@ -47,7 +47,7 @@ from fastaiagent.facts.store import FactStore
 from fastaiagent.kb.similarity import cosines
 from fastaiagent.plane.protocol import FACTS_PATH, MAX_FACTS_LIMIT
 from fastaiagent.recall.given import Given, rank_given
-from fastaiagent.recall.query import read_query
+from fastaiagent.recall.query import RecallQuery, read_query
 from fastaiagent.recall.weights import FETCH_FACTOR
 
 logger = logging.getLogger("fastaiagent.plane.server")
@@ -67,9 +67,13 @@ def keyword_ranker(query: str, texts: Sequence[str]) -> list[float]:
     serves comes from the recall pipeline, which does use BM25: see
     :func:`rank_facts`.)
     """
-    given = Given(texts)
-    share = given.share(read_query(query, now=time.time()))
-    return [share.get(str(n), 0.0) for n in range(len(texts))]
+    return _word_shares(Given(texts), read_query(query, now=time.time()))
+
+
+def _word_shares(given: Given, read: RecallQuery) -> list[float]:
+    """Each text of ``given``: the share of ``read``'s content words it holds."""
+    share = given.share(read)
+    return [share.get(str(n), 0.0) for n in range(len(given.texts))]
 
 
 class EmbeddingRanker:
@@ -209,8 +213,7 @@ def rank_facts(
     given = Given([f.fact for f in facts], [f.created_at for f in facts])
     dense: list[tuple[str, float]] | None = None
     if ranker is keyword_ranker:  # the keyword side is the pipeline's own: read once
-        share = given.share(read)
-        scores = [share.get(str(n), 0.0) for n in range(len(facts))]
+        scores = _word_shares(given, read)
     else:
         scores = [float(s) for s in ranker(query, [f.fact for f in facts])]
         if len(scores) != len(facts):
