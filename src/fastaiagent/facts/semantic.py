@@ -41,8 +41,6 @@ from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT
 from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk, DimensionMismatchError, VectorStore
 
 _UUID_NAMESPACE = uuid.UUID("a3c1f6de-2b9e-5d47-8e0a-4f6b1c2d9e37")
-FETCH_FACTOR = 4
-"""Candidates fetched from each side per fact wanted."""
 _DURABLE_PREFIX = "fact:"
 CHUNKS_KEPT = 512
 """Chunks (a fact's text and time) kept per subject between searches: a keyword hit the
@@ -342,11 +340,11 @@ class SemanticFactIndex:
     # -- search ------------------------------------------------------------------
 
     def find(
-        self, query: str, scope: str, scope_id: str, project_id: str = "", limit: int = 10
+        self, query: str, scope: str, scope_id: str, project_id: str = "", fetch: int = 40
     ) -> FactHits:
-        """What each side finds for ``query`` among the subject's facts (``limit`` wanted,
-        :data:`FETCH_FACTOR` times as many fetched from each side), for recall to rank
-        (:mod:`fastaiagent.recall.facts`); the index is brought up to date first.
+        """What each side finds for ``query`` among the subject's facts (``fetch`` from
+        each side; recall asks for its fetch factor times the facts wanted), for recall
+        to rank (:mod:`fastaiagent.recall.facts`); the index is brought up to date first.
 
         An empty id at user/project scope finds nothing (never another user's
         facts); ``"*"`` searches every subject of the scope (a full read). The
@@ -355,9 +353,9 @@ class SemanticFactIndex:
         """
         if not isinstance(query, str):
             raise InvalidTypeError(f"query must be a str, got {type(query).__name__}")
-        check_limit(limit)
+        check_limit(fetch)
         selector = read_selector(scope, scope_id, project_id)
-        if selector is None or not query.strip() or limit == 0:
+        if selector is None or not query.strip() or fetch == 0:
             return FactHits()
         if selector.scope_id is None:
             subjects = self._sync_all(scope, scope_id, project_id)
@@ -375,7 +373,7 @@ class SemanticFactIndex:
             if state is None:  # forgotten while the query was being embedded
                 continue
             with state.lock:
-                self._find_in(subject, state, query, query_vector, limit * FETCH_FACTOR, found)
+                self._find_in(subject, state, query, query_vector, fetch, found)
         found.dense.sort(key=lambda hit: hit[1], reverse=True)  # several subjects: one order
         return found
 

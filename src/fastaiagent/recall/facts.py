@@ -19,11 +19,12 @@ import time
 from typing import TYPE_CHECKING
 
 from fastaiagent.facts.fact import Fact
+from fastaiagent.facts.scoping import check_limit
 from fastaiagent.recall.candidates import Candidates
 from fastaiagent.recall.given import nothing_after
 from fastaiagent.recall.query import read_query
 from fastaiagent.recall.ranking import Reason, rank
-from fastaiagent.recall.weights import FACT_RANKING
+from fastaiagent.recall.weights import FACT_RANKING, FETCH_FACTOR
 
 if TYPE_CHECKING:  # the index is made on first use (Memory(semantic=...))
     from fastaiagent.facts.semantic import SemanticFactIndex
@@ -45,7 +46,10 @@ def search_facts(
     (default: the current time) unless ``include_expired``. An empty id at
     user/project scope returns [] (never another user's facts); ``"*"`` searches
     every subject of the scope."""
-    hits = index.find(query, scope, scope_id, project_id, limit)
+    check_limit(limit)
+    if limit == 0:
+        return []
+    hits = index.find(query, scope, scope_id, project_id, limit * FETCH_FACTOR)
     if not hits.chunks:
         return []
     asked = time.time() if now is None else now
