@@ -8,7 +8,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -108,6 +108,25 @@ def decode_json(text: str | bytes) -> Any:
     if json_text_too_deep(doc):
         raise json.JSONDecodeError("nested too deeply", doc[:200], 0)
     return json.loads(doc)
+
+
+_SCAN_ONCE: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def decode_own_json(text: str) -> Any:
+    """:func:`decode_json` of a text this library wrote (``json.dumps``: nothing around
+    the value), at half the cost: the C scanner is called straight, without the two
+    whitespace matches of ``json.loads`` (a search decodes ~40 stored metadata texts).
+    A text the scanner does not read whole goes through :func:`decode_json`."""
+    if text.count("{") + text.count("[") <= MAX_JSON_DEPTH:
+        try:
+            value, end = _SCAN_ONCE(text, 0)
+        except StopIteration:
+            pass
+        else:
+            if end == len(text):
+                return value
+    return decode_json(text)
 
 
 def read_json(path: str | os.PathLike[str], *, what: str = "memory file") -> Any:

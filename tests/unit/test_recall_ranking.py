@@ -9,7 +9,7 @@ from fastaiagent.kb.protocols import NAMESPACE_KEY, Chunk
 from fastaiagent.recall.candidates import Candidates
 from fastaiagent.recall.dates import DateCue
 from fastaiagent.recall.query import read_query
-from fastaiagent.recall.ranking import rank
+from fastaiagent.recall.ranking import Ranked, rank
 from fastaiagent.recall.weights import Ranking
 
 AT = 1_700_000_000.0
@@ -163,3 +163,40 @@ def test_cues_leave_scores_alone_when_the_query_names_nothing() -> None:
     assert cued == plain
     by_ben = dict((c.id, s) for c, s in rank_hybrid(Options(participant=2.0), searched, speaker="Ben", when=None, fetch=never))
     assert by_ben["b"] > dict((c.id, s) for c, s in plain)["b"] and by_ben["a"] == dict((c.id, s) for c, s in plain)["a"]
+
+
+def test_the_ranking_reads_as_a_list_however_far_it_is_read() -> None:
+    """Results are built as they are read (a door reads a few): indexing, slicing,
+    negative indexes and iteration give the same results in the same order."""
+    chunks = {f"c{i}": chunk(f"c{i}", f"fact number {i}") for i in range(12)}
+    found = Candidates(
+        chunks,
+        tuple((f"c{i}", 0.9 - i / 20) for i in range(12)),
+        keyword=(("c7", 3.0), ("c2", 1.0)),
+    )
+    query = read_query("fact", now=AT)
+
+    def ranking() -> Sequence[Ranked]:
+        return rank(
+            found,
+            query,
+            Ranking(),
+            dense_weight=0.5,
+            fetch=lambda ids: [],
+            namespace="user:ana",
+            speaker=None,
+        )
+
+    whole = list(ranking())
+    assert len(whole) == 12 and [r.score for r in whole] == sorted(
+        (r.score for r in whole), reverse=True
+    )
+    partly = ranking()
+    assert partly[3] == whole[3] and partly[-1] == whole[-1] and partly[2:5] == whole[2:5]
+    assert list(partly) == whole and len(partly) == 12
+    try:
+        partly[12]
+    except IndexError:
+        pass
+    else:
+        raise AssertionError("an index past the end must raise IndexError")

@@ -487,20 +487,27 @@ class SemanticFactIndex:
             keyword = self.vectors.keyword_search(query, fetch, namespace=namespace)  # type: ignore[attr-defined]
         elif self.retrieval == "hybrid":
             keyword = state.keywords.search(query, fetch)
-        known, kept = state.vector_to_fact, state.chunks
+        known, kept, chunks, owners = state.vector_to_fact, state.chunks, found.chunks, found.owners
         for hit in hits:
-            if hit.chunk.id in known:
-                found.chunks[hit.chunk.id] = kept[hit.chunk.id] = hit.chunk
-                found.dense.append((hit.chunk.id, hit.score))
+            chunk = hit.chunk
+            if (fact_id := known.get(chunk.id)) is not None:
+                chunks[chunk.id] = kept[chunk.id] = chunk
+                owners[chunk.id] = (subject, fact_id)
+                found.dense.append((chunk.id, hit.score))
         keyword = [(i, score) for i, score in keyword if i in known]
-        found.chunks.update((i, kept[i]) for i, _ in keyword if i in kept and i not in found.chunks)
-        unread = [i for i, _ in keyword if i not in found.chunks]
+        unread = []
+        for i, _ in keyword:
+            if i not in chunks:
+                if (held := kept.get(i)) is None:
+                    unread.append(i)
+                else:
+                    chunks[i], owners[i] = held, (subject, known[i])
         if unread:
-            read = [c for c in self.vectors.get(unread) if c.id in known]
-            found.chunks.update((c.id, c) for c in read)
-            kept.update((c.id, c) for c in read)
+            for chunk in self.vectors.get(unread):
+                if chunk.id in known:
+                    chunks[chunk.id] = kept[chunk.id] = chunk
+                    owners[chunk.id] = (subject, known[chunk.id])
         while len(kept) > CHUNKS_KEPT:
             del kept[next(iter(kept))]
-        found.keyword.extend((i, score) for i, score in keyword if i in found.chunks)
+        found.keyword.extend((i, score) for i, score in keyword if i in chunks)
         found.keyword_complete = found.keyword_complete and len(keyword) < fetch
-        found.owners.update((i, (subject, known[i])) for i in found.chunks if i not in found.owners)

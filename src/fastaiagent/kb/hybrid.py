@@ -51,7 +51,7 @@ def standardized(scores: Sequence[float]) -> list[float]:
     if not scores:
         return []
     mean = sum(scores) / len(scores)
-    spread = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    spread = math.sqrt(sum([(s - mean) * (s - mean) for s in scores]) / len(scores))
     if spread <= 1e-12:
         return [1.0 if len(scores) == 1 else 0.0 for _ in scores]
     return [(s - mean) / spread for s in scores]
@@ -85,17 +85,21 @@ def calibrated_fuse(
         scores = dict(keyword)
         keyword = [(doc_id, scores.get(doc_id, 0.0)) for doc_id in {**dense_z, **scores}]
     keyword_z = _z(keyword)
-    dense_floor = min(dense_z.values(), default=0.0)
+    keyword_weight = 1.0 - dense_weight
     keyword_floor = min(keyword_z.values(), default=0.0)
-    return {
-        doc_id: dense_weight * dense_z.get(doc_id, dense_floor)
-        + (1.0 - dense_weight) * keyword_z.get(doc_id, keyword_floor)
-        for doc_id in {**dense_z, **keyword_z}
-    }
+    fused = {doc_id: dense_weight * z + keyword_weight * keyword_z.get(doc_id, keyword_floor) for doc_id, z in dense_z.items()}
+    dense_floor = dense_weight * min(dense_z.values(), default=0.0)
+    for doc_id, z in keyword_z.items():
+        if doc_id not in fused:  # the keyword side alone found it
+            fused[doc_id] = dense_floor + keyword_weight * z
+    return fused
 
 
 def _z(ranking: Sequence[tuple[str, float]]) -> dict[str, float]:
-    return dict(zip((d for d, _ in ranking), standardized([s for _, s in ranking]), strict=True))
+    if not ranking:
+        return {}
+    ids, scores = zip(*ranking, strict=True)
+    return dict(zip(ids, standardized(scores), strict=True))
 
 
 def unit_score(score: float) -> float:

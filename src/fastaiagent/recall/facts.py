@@ -16,6 +16,7 @@ kept with their vectors have no time: those cues pass them by.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fastaiagent.facts.fact import Fact
@@ -27,7 +28,7 @@ from fastaiagent.recall.ranking import Reason, rank
 from fastaiagent.recall.weights import FACT_RANKING, FETCH_FACTOR
 
 if TYPE_CHECKING:  # the index is made on first use (Memory(semantic=...))
-    from fastaiagent.facts.semantic import SemanticFactIndex
+    from fastaiagent.facts.semantic import SemanticFactIndex, Subject
 
 
 def search_facts(
@@ -62,8 +63,15 @@ def search_facts(
         candidates, read, FACT_RANKING, retrieval=index.retrieval, dense_weight=index.dense_weight,
         fetch=nothing_after, namespace="", speaker=None,
     )  # fmt: skip
-    reasons = {hits.owners[r.chunk.id][1]: r.reasons for r in ranked}
-    facts = index.verified((hits.owners[r.chunk.id] for r in ranked), limit, None if include_expired else asked)
+    reasons: dict[int, tuple[Reason, ...]] = {}
+
+    def best_first() -> Iterator[tuple[Subject, int]]:  # read as far as verified wants
+        for found in ranked:
+            subject, fact_id = hits.owners[found.chunk.id]
+            reasons[fact_id] = found.reasons
+            yield subject, fact_id
+
+    facts = index.verified(best_first(), limit, None if include_expired else asked)
     return [(fact, reasons[fact.id]) for fact in facts if fact.id is not None]
 
 

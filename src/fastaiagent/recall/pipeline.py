@@ -67,7 +67,7 @@ def find(
         fetch *= 2
 
 
-def outside(ranked: list[Ranked], window: Collection[Said], needed: int | None) -> list[Ranked]:
+def outside(ranked: Iterable[Ranked], window: Collection[Said], needed: int | None) -> list[Ranked]:
     """The ranked candidates not in the window, in order; the first ``needed`` only."""
     kept: list[Ranked] = []
     for found in ranked:

@@ -24,8 +24,8 @@ much (standard deviations of the fused score). ``retrieval="dense"`` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import NamedTuple, overload
 
 from fastaiagent.facts.vectors import recorded_at
 from fastaiagent.kb.hybrid import calibrated_fuse, standardized, unit_score
@@ -60,8 +60,8 @@ def rank(
     fetch: Fetch,
     namespace: str,
     speaker: str | None,
-) -> list[Ranked]:
-    """The candidates best first (see the module). ``speaker``: the participant the
+) -> Sequence[Ranked]:
+    """The candidates best first (see the module; each result is built when read). ``speaker``: the participant the
     query asks about (:meth:`RecallQuery.about` the speakers known once the
     candidates are in); ``fetch`` reads the messages after the best hits by id, of
     ``namespace`` only."""
@@ -86,7 +86,7 @@ def _hybrid(
     fetch: Fetch,
     namespace: str,
     speaker: str | None,
-) -> list[Ranked]:
+) -> RankedList:
     chunks: Mapping[str, Chunk] = candidates.chunks
     fused = calibrated_fuse(
         candidates.dense,
@@ -123,13 +123,50 @@ def _hybrid(
             asking.update(i for i, chunk in drawn.items() if asks(chunk.text))
         found = Found({i for i, _ in candidates.dense}, {i for i, _ in candidates.recorded}, speaker, asking)
         moved.add(scores, surroundings(scores, chunks, found, ranking.signals), "surroundings")
-    order = sorted(scores, key=scores.__getitem__, reverse=True)
-    why, out = moved.steps, []
-    for i in order:
-        first = (("fused", fused[i]),) if i in fused else ()
-        steps = why.get(i)
-        out.append(Ranked(chunks[i], unit_score(scores[i]), (*first, *steps) if steps else first))
-    return out
+    return RankedList(sorted(scores, key=scores.__getitem__, reverse=True), chunks, scores, fused, moved.steps)
+
+
+class RankedList(Sequence[Ranked]):
+    """The ranking, best first, each :class:`Ranked` made when it is first read: a
+    door reads only as far as it wants (a few of ~40 candidates), so the results of
+    the rest are never built."""
+
+    __slots__ = ("_built", "_chunks", "_fused", "_order", "_scores", "_why")
+
+    def __init__(
+        self,
+        order: list[str],
+        chunks: Mapping[str, Chunk],
+        scores: Mapping[str, float],
+        fused: Mapping[str, float],
+        why: Mapping[str, list[Reason]],
+    ) -> None:
+        self._order, self._chunks, self._scores, self._fused, self._why = order, chunks, scores, fused, why
+        self._built: list[Ranked] = []
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, index: int) -> Ranked: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Ranked]: ...
+    def __getitem__(self, index: int | slice) -> Ranked | list[Ranked]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._order)))]
+        position = range(len(self._order))[index]  # a list's rules: negative, IndexError
+        while len(self._built) <= position:
+            self._built.append(self._make(self._order[len(self._built)]))
+        return self._built[position]
+
+    def __iter__(self) -> Iterator[Ranked]:
+        for index in range(len(self._order)):
+            yield self[index]
+
+    def _make(self, i: str) -> Ranked:
+        first = (("fused", self._fused[i]),) if i in self._fused else ()
+        steps = self._why.get(i)
+        return Ranked(self._chunks[i], unit_score(self._scores[i]), (*first, *steps) if steps else first)
 
 
 class Moves:
@@ -190,4 +227,4 @@ def _in_time(scores: Mapping[str, float], chunks: Mapping[str, Chunk], direction
     return {i: direction * ranking.time_order * z for i, z in zip(best, standardized(times), strict=True)}
 
 
-__all__ = ["Ranked", "Reason", "rank"]
+__all__ = ["Ranked", "RankedList", "Reason", "rank"]

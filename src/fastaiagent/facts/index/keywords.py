@@ -108,14 +108,13 @@ def bm25_top(
     if docs <= 0:
         return []
     base, slope = length_norm(docs, tokens)
-    gains = {term: gain(docs, df) for term, df in frequency.items() if df}
+    gains = [(term, gain(docs, df)) for term, df in frequency.items() if df]
     scores = []
     for chunk_id, length, counts in rows:
         norm = base + slope * length
         score = 0.0
-        for term, weight in gains.items():
-            tf = counts.get(term, 0)
-            if tf:
+        for term, weight in gains:
+            if tf := counts.get(term, 0):
                 score += weight * tf / (tf + norm)
         # Higher score first; equal scores (to 1e-9: the sums' order differs between stores)
         # by id, so every store returns the same documents in the same order.

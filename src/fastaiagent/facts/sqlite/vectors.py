@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fastaiagent._io import decode_own_json
 from fastaiagent._optional import require
 from fastaiagent._validate import integer
 from fastaiagent.errors import InvalidTypeError
@@ -503,7 +504,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             for rid, chunk_id, text, metadata in conn.execute(
                 f"SELECT rid, id, text, metadata FROM {self.table} WHERE rid IN ({marks})", batch
             ):
-                out[rid] = Chunk(chunk_id, text, None, json.loads(metadata))
+                out[rid] = Chunk(chunk_id, text, None, decode_own_json(metadata))
         return out
 
     def score_keywords(
@@ -531,13 +532,13 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 [fts_match(nskey, [term]) for term in batch],
             ).fetchone()
             frequency.update(zip(batch, found, strict=True))
-        counted = []
-        for chunk_id, keywords in self._keyword_candidates(
-            conn, nskey, frequency, budget(top_k)
-        ):
-            tokens = keywords.split()
-            counts = {term: tokens.count(term) for term in terms if term in tokens}
-            counted.append((chunk_id, len(tokens), counts))
+        # A sealed token is "k" and a hex digest of one length, one space between tokens:
+        # so a term's count in the text is its count among the tokens, read without a split.
+        counted = [
+            (chunk_id, keywords.count(" ") + 1 if keywords else 0,
+             {term: n for term in terms if (n := keywords.count(term))})
+            for chunk_id, keywords in self._keyword_candidates(conn, nskey, frequency, budget(top_k))
+        ]  # fmt: skip
         return bm25_top(frequency, counted, stats[0], stats[1], top_k)
 
     def _keyword_candidates(
@@ -580,7 +581,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             "WHERE c.namespace = ? AND c.rid > ? ORDER BY c.rid LIMIT ?",
             (namespace, after or 0, limit),
         ).fetchall()
-        chunks = [Chunk(i, text, bytes_vector(vec), json.loads(meta)) for _, i, text, meta, vec in rows]
+        chunks = [Chunk(i, text, bytes_vector(vec), decode_own_json(meta)) for _, i, text, meta, vec in rows]
         return chunks, (rows[-1][0] if len(rows) == limit else None)
 
     def read_newest(self, namespace: str, limit: int, offset: int) -> list[Chunk]:
@@ -601,7 +602,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
                 f"coalesce({timed}, 0) ORDER BY rid LIMIT ? OFFSET ?",
                 (namespace, limit - len(rows), max(0, offset - before)),
             ).fetchall()
-        return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
+        return [Chunk(chunk_id, text, None, decode_own_json(meta)) for chunk_id, text, meta in rows]
 
     def read_namespace_counts(self) -> list[tuple[str, int]]:
         """From the per-namespace keyword statistics, kept by triggers with every row."""
@@ -620,7 +621,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
             for chunk_id, text, metadata in conn.execute(
                 f"SELECT id, text, metadata FROM {self.table} WHERE id IN ({marks})", batch
             ):
-                found[chunk_id] = Chunk(chunk_id, text, None, json.loads(metadata))
+                found[chunk_id] = Chunk(chunk_id, text, None, decode_own_json(metadata))
         return found
 
     def read_namespaces(self, keys: list[str] | None) -> list[Chunk]:
@@ -633,7 +634,7 @@ class SQLiteVectorIndex(SQLiteTable, MatrixIndex):
         rows = self._conn().execute(
             f"SELECT id, text, metadata FROM {self.table} {where} ORDER BY rid", params
         )
-        return [Chunk(chunk_id, text, None, json.loads(meta)) for chunk_id, text, meta in rows]
+        return [Chunk(chunk_id, text, None, decode_own_json(meta)) for chunk_id, text, meta in rows]
 
     def holds(self, namespace: str) -> bool:
         """One row of the namespace index, not a count of every one."""
