@@ -89,6 +89,7 @@ from locomo_recall import CachingEmbedder, TurnTaggedBlock, recall_store, turns_
 
 from fastaiagent.kb.embedding import get_embedder
 from fastaiagent.llm.message import AssistantMessage, Message, UserMessage
+from fastaiagent.recall.weights import SIGNALS
 
 HERE = Path(__file__).parent
 DATA = {"tuning": HERE / "data" / "everyday", "fresh": HERE / "data" / "everyday_fresh"}
@@ -113,6 +114,11 @@ STEPS_OFF: dict[str, Any] = {
 ABLATIONS: dict[str, dict[str, Any]] = {
     f"no_{name}": {"steps": {name: value}} for name, value in STEPS_OFF.items()
 }
+# One signal of the surroundings step off (``no_signal_neighbour``, ...).
+ABLATIONS.update(
+    (f"no_signal_{name}", {"steps": {"signals": SIGNALS._replace(**{name: 0.0})}})
+    for name in SIGNALS._fields if getattr(SIGNALS, name)
+)  # fmt: skip
 CONFIGS: dict[str, dict[str, Any]] = {"default": {}, "cues_off": CUES_OFF, **ABLATIONS}
 DEFAULT_CONFIGS = "default,cues_off"
 

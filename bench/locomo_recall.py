@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="OPTION=VALUE",
         help="a VectorBlock option or a ranking weight (recall.weights.Ranking) for an ablation, "
-        "e.g. --set cues=false, --set participant=0 or --set follow_turns=0",
+        "e.g. --set cues=false, --set participant=0, --set follow_turns=0 or --set signal.speaker=0",
     )
     parser.add_argument(
         "--location",
@@ -408,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         read = value.strip().lower() == "true" if switch else int(value) if whole else float(value)
         if key.strip() == "signals":  # the surroundings step: on (true) or off (false)
             STEPS["signals"] = SIGNALS if read else None
+        elif key.strip().startswith("signal."):  # one signal's weight: --set signal.speaker=0
+            STEPS["signals"] = (STEPS.get("signals") or SIGNALS)._replace(**{key.strip()[7:]: float(read)})
         elif key.strip() in RANKING_WEIGHTS:
             STEPS[key.strip()] = read
         else:

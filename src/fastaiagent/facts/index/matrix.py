@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
+from fastaiagent._heap import freed
 from fastaiagent.facts.index.sketch import BUILDER, SHORTLIST, SKETCH_FROM, Sketch, SketchView
 
 # What a row's key costs as Python holds it: its slot in ``keys``, the key (a row
@@ -110,6 +111,7 @@ class MatrixCache(Generic[M]):
         while self._held > limit and len(self._items) > 1:
             _, (_, evicted) = self._items.popitem(last=False)
             self._held -= evicted
+            freed(evicted)  # glibc keeps what a copy frees: trimmed now and then
         return True
 
     def pop(self, key: Hashable) -> None:
