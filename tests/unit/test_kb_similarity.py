@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import random
 from array import array
 
 import pytest
 
 from fastaiagent.errors import InvalidValueError
-from fastaiagent.kb.similarity import cosine, cosines
+from fastaiagent.kb.similarity import best_unit_cosines, cosine, cosines
 
 
 def test_identical_and_parallel_vectors_score_one():
@@ -51,3 +52,20 @@ def test_cosines_score_each_vector_as_cosine_does():
     assert cosines(query, vectors) == [cosine(query, v) for v in vectors]
     with pytest.raises(InvalidValueError):
         cosines(query, [[1.0, 2.0]])
+
+
+def test_best_unit_cosines_are_the_best_cosine_of_each_group_of_stored_unit_vectors() -> None:
+    rng = random.Random(3)
+
+    def unit(size: int) -> list[float]:
+        v = [rng.uniform(-1, 1) for _ in range(size)]
+        n = math.hypot(*v)
+        return [x / n for x in v]
+
+    query = [rng.uniform(-2, 2) for _ in range(16)]  # not unit: normalised inside
+    groups = [[unit(16) for _ in range(k)] for k in (1, 2, 5)]
+    found = best_unit_cosines(query, groups)
+    assert found == pytest.approx([max(cosine(query, v) for v in g) for g in groups], abs=1e-9)
+    assert best_unit_cosines([0.0] * 16, groups) == [0.0, 0.0, 0.0]  # no direction
+    with pytest.raises(InvalidValueError, match="different lengths"):
+        best_unit_cosines(query, [[unit(8)]])

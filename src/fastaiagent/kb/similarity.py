@@ -46,3 +46,23 @@ def cosines(query: Sequence[float], vectors: Iterable[Sequence[float]]) -> list[
     query's norm computed once."""
     query_norm = math.hypot(*query)
     return [_cosine(query, query_norm, vector) for vector in vectors]
+
+
+def best_unit_cosines(query: Sequence[float], groups: Iterable[Iterable[Sequence[float]]]) -> list[float]:
+    """For each group of *unit-length* vectors (stored normalised, as the LangGraph
+    store keeps an item's), the best :func:`cosine` with ``query``: the query is
+    normalised once, so each cosine is one dot product (no norm per vector). A
+    zero query scores 0.0 everywhere; vectors of another length raise as in :func:`cosine`."""
+    norm = math.hypot(*query)
+    unit = [x / norm for x in query] if norm else [0.0] * len(query)
+    best_of = []
+    for group in groups:
+        best = -1.0
+        for vector in group:
+            if len(vector) != len(unit):
+                raise InvalidValueError(
+                    f"cannot compare vectors of different lengths ({len(unit)} and {len(vector)})"
+                )
+            best = max(best, sum(map(operator.mul, unit, vector)))
+        best_of.append(max(-1.0, min(1.0, best)))
+    return best_of

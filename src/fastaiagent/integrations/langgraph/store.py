@@ -22,12 +22,13 @@ from datetime import datetime, timezone
 from itertools import islice
 from typing import Any
 
+from fastaiagent._io import decode_own_json
 from fastaiagent._optional import require
 from fastaiagent.errors import InvalidValueError
 from fastaiagent.facts.items import ItemWrite, Namespace, StoredItem
 from fastaiagent.integrations.items import item_store_for, root_namespace
 from fastaiagent.kb.embedding import get_embedder
-from fastaiagent.kb.similarity import cosines as cosine_of
+from fastaiagent.kb.similarity import best_unit_cosines
 from fastaiagent.recall.given import Given, rank_given
 from fastaiagent.recall.query import read_query
 from fastaiagent.recall.weights import FETCH_FACTOR
@@ -128,7 +129,7 @@ def _rank(embed: EmbedTexts, query: str, hits: list[Hit], fields: Sequence[str],
     read = read_query(query, now=time.time())
     wanted_vector = embed([read.said])[0]
     indexed = [hit for hit in hits if hit[1]["e"]]
-    cosines = [max(cosine_of(wanted_vector, map(_unpack, record["e"]))) for _, record, _ in indexed]
+    cosines = best_unit_cosines(wanted_vector, (map(_unpack, record["e"]) for _, record, _ in indexed))
     given = Given([_text(record["v"], fields) for _, record, _ in indexed], [stored.updated_at for stored, _, _ in indexed])
     by_cosine = sorted(range(len(indexed)), key=cosines.__getitem__, reverse=True)
     ranked = rank_given(
@@ -245,7 +246,7 @@ class FastAIAgentStore(BaseStore):
 
     def _get(self, op: GetOp) -> Item | None:
         found = self.items.get((*self._root, *op.namespace), [str(op.key)], refresh_ttl=self._refresh(op))[0]
-        return self._item(found, json.loads(found.value)["v"]) if found else None
+        return self._item(found, decode_own_json(found.value)["v"]) if found else None
 
     def _flush(self, pending: list[PutOp]) -> None:
         if not pending:
@@ -281,11 +282,11 @@ class FastAIAgentStore(BaseStore):
         hits: list[Hit]
         if not (op.filter or ranked):  # the store pages the answer itself
             found = self.items.scan(prefix, limit=op.limit, offset=op.offset)
-            hits = [(s, json.loads(s.value), None) for s in found]
+            hits = [(s, decode_own_json(s.value), None) for s in found]
         else:
             hits = []
             for stored in self.items.scan(prefix):
-                record = json.loads(stored.value)
+                record = decode_own_json(stored.value)
                 if not op.filter or _matches(record["v"], op.filter):
                     hits.append((stored, record, None))
             if op.query and self._embed is not None:
