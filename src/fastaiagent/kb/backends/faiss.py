@@ -101,10 +101,11 @@ class _SubIndex:
         fetch = min(self.index.ntotal, top_k + len(self.tombstones))
         scores, ids = self.index.search(query, fetch)
         out = []
-        for score, int_id in zip(scores[0], ids[0], strict=False):
+        # Python numbers first: iterating numpy scalars costs ~1 us each.
+        for score, int_id in zip(scores[0].tolist(), ids[0].tolist(), strict=False):
             if int_id < 0 or int_id in self.tombstones or int_id not in self.chunks:
                 continue
-            out.append((int(int_id), float(score)))
+            out.append((int_id, score))
             if len(out) == top_k:
                 break
         return out
