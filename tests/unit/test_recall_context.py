@@ -40,12 +40,11 @@ def test_each_signal_of_a_candidate() -> None:
         "late": chunk("late", "a week later we talked about the Wolves again", START + 7 * 86_400),
     }
     fused = {"q": 2.0, "a": -1.0, "late": 0.5}
-    found = signals(fused, chunks, Found({"q", "late"}, {"late"}, "Ana"))
-    assert found["q"] == Signals(math.log1p(5), -1.0, -1.0, 1.0, 0.0, 1.0, 1.0)
-    assert found["a"] == Signals(math.log1p(4), 2.0, 2.0, 0.0, 0.0, 0.0, 0.0)
+    found = signals(fused, chunks, Found({"q", "late"}, "Ana"))
+    assert found["q"] == Signals(math.log1p(5), -1.0, -1.0, 1.0, 1.0, 1.0)
+    assert found["a"] == Signals(math.log1p(4), 2.0, 2.0, 0.0, 0.0, 0.0)
     # Alone in its conversation: the lowest candidate's score stands in for both.
     assert found["late"][1:4] == (-1.0, -1.0, 1.0)
-    assert found["late"].by_time == 1.0
 
 
 def test_a_message_hours_later_is_no_neighbour_and_odd_metadata_counts_as_none() -> None:
@@ -54,7 +53,7 @@ def test_a_message_hours_later_is_no_neighbour_and_odd_metadata_counts_as_none()
         "b": chunk("b", "two", START + 2 * HOUR, after=["c"]),  # next of another type
         "c": chunk("c", "three", "last week"),  # a time that is not a number
     }
-    found = signals({"a": 1.0, "b": 0.0, "c": -2.0}, chunks, Found((), (), None))
+    found = signals({"a": 1.0, "b": 0.0, "c": -2.0}, chunks, Found((), None))
     assert [found[i].neighbour for i in "abc"] == [-2.0, -2.0, -2.0]
     assert [found[i].conversation for i in "abc"] == [-2.0, -2.0, -2.0]
 
@@ -64,13 +63,13 @@ def test_add_context_adds_the_weighted_signals() -> None:
     fused = {"a": 1.0, "b": 0.0}
     expected = {
         i: fused[i] + sum(w * v for w, v in zip(SIGNALS, s, strict=True))
-        for i, s in signals(fused, chunks, Found({"a"}, (), None)).items()
+        for i, s in signals(fused, chunks, Found({"a"}, None)).items()
     }
-    add_context(fused, chunks, Found({"a"}, (), None))
+    add_context(fused, chunks, Found({"a"}, None))
     assert fused == pytest.approx(expected)
-    only_asks = Signals(0, 0, 0, 0, 0, 0, -1.0)
+    only_asks = Signals(0, 0, 0, 0, 0, -1.0)
     plain = {"a": 1.0, "b": 0.0}
-    add_context(plain, chunks, Found((), (), None), weights=only_asks)
+    add_context(plain, chunks, Found((), None), weights=only_asks)
     assert plain == {"a": 1.0, "b": -1.0}
 
 

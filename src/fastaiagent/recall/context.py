@@ -12,8 +12,7 @@ often candidates too. So each candidate gains a weighted sum of signals
 - ``conversation``: the best score of another candidate said within
   :data:`~.weights.SAME_CONVERSATION_SECONDS`
   of it (the lowest candidate's score when none was);
-- ``by_meaning`` / ``by_time``: found by the dense search / among the
-  messages of the time the query names;
+- ``by_meaning``: found by the dense search;
 - ``speaker``: said by the participant the query names; ``asks``: a question.
 
 The weights were fitted on LoCoMo conversations 0-2 (a pairwise logistic
@@ -43,11 +42,10 @@ from fastaiagent.recall.weights import SAME_CONVERSATION_SECONDS, SIGNALS, Signa
 
 
 class Found(NamedTuple):
-    """What the searches said of the candidates: the ids the dense search and
-    the time-listed search found, and the participant the query names (if any)."""
+    """What the searches said of the candidates: the ids the dense search found,
+    and the participant the query names (if any)."""
 
     by_meaning: Collection[str]
-    by_time: Collection[str]
     speaker: str | None
     asking: Collection[str] | None = None
     """The candidates that ask (:func:`~.following.asks`), when already read; None: read here."""
@@ -91,15 +89,15 @@ class _Columns:
         self._at: dict[str, float | None] | None = None
 
     def read(self, name: str) -> Iterator[tuple[str, float]]:
-        fused, chunks, (by_meaning, by_time, speaker, asking) = self.fused, self.chunks, self.found
+        fused, chunks, (by_meaning, speaker, asking) = self.fused, self.chunks, self.found
         if name == "length":
             return ((i, math.log1p(len(chunks[i].text.split()))) for i in fused)
         if name in ("neighbour", "conversation"):
             floor = min(fused.values(), default=0.0)
             near = _neighbour_scores(fused, chunks, self.at) if name == "neighbour" else _conversation_scores(fused, self.at)
             return ((i, near.get(i, floor)) for i in fused)
-        if name in ("by_meaning", "by_time"):
-            return ((i, 1.0) for i in fused if i in (by_meaning if name == "by_meaning" else by_time))
+        if name == "by_meaning":
+            return ((i, 1.0) for i in fused if i in by_meaning)
         if name == "speaker":
             return ((i, 1.0) for i in fused if speaker is not None and chunks[i].metadata.get("speaker") == speaker)
         if asking is not None:

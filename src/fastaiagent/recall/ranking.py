@@ -121,7 +121,7 @@ def _hybrid(
     if ranking.signals is not None:
         if asking is not None:  # and the messages following drew in
             asking.update(i for i, chunk in drawn.items() if asks(chunk.text))
-        found = Found({i for i, _ in candidates.dense}, {i for i, _ in candidates.recorded}, speaker, asking)
+        found = Found({i for i, _ in candidates.dense}, speaker, asking)
         moved.add(scores, surroundings(scores, chunks, found, ranking.signals), "surroundings")
     return RankedList(sorted(scores, key=scores.__getitem__, reverse=True), chunks, scores, fused, moved.steps)
 
