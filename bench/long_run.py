@@ -138,17 +138,18 @@ def object_counts(top: int = 12) -> dict[str, int]:
 def measured(turns: int, seconds: float) -> dict[str, Any]:
     parts = rss_parts_mb()
     try:  # heap given back after evictions (issue #45); before, never
-        from fastaiagent._heap import trims
+        from fastaiagent._heap import trim_seconds, trims
     except ImportError:
-        trims = lambda: 0  # noqa: E731
+        trims, trim_seconds = (lambda: 0), (lambda: 0.0)
     return {"turns": turns, "rss_mb": round(rss_mb(), 1), "anon_mb": round(parts.get("anon", 0.0), 1),
-            "file_mb": round(parts.get("file", 0.0), 1), "s": round(seconds, 1), "trims": trims()}  # fmt: skip
+            "file_mb": round(parts.get("file", 0.0), 1), "s": round(seconds, 1), "trims": trims(),
+            "trim_s": round(trim_seconds(), 2)}  # fmt: skip
 
 
 def line(sample: dict[str, Any]) -> str:
     caches = f"  {json.dumps(sample['caches'])}" if "caches" in sample else ""
     return (f"turns {sample['turns']:>8}  rss {sample['rss_mb']:7.1f} MB (anon {sample['anon_mb']:7.1f}, "
-            f"file {sample['file_mb']:7.1f})  {sample['s']:8.1f} s  trims {sample['trims']}{caches}")  # fmt: skip
+            f"file {sample['file_mb']:7.1f})  {sample['s']:8.1f} s  trims {sample['trims']} ({sample['trim_s']} s){caches}")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

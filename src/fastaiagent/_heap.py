@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+import time
 from typing import Any
 
 TRIM_AFTER_BYTES = 64 * 2**20
@@ -26,6 +27,7 @@ _lock = threading.Lock()
 _freed = 0
 _trimming = False
 _done = 0
+_seconds = 0.0  # spent in malloc_trim, all trims together
 _trim: Any = None  # the C function once looked up; False where there is none
 
 
@@ -45,14 +47,21 @@ def trims() -> int:
     return _done
 
 
+def trim_seconds() -> float:
+    """The time the trims took, all together (on their own thread)."""
+    return _seconds
+
+
 def _run_trim() -> None:
-    global _trimming, _done
+    global _trimming, _done, _seconds
+    started = time.perf_counter()
     try:
         _malloc_trim()(0)
     finally:
         with _lock:
             _trimming = False
             _done += 1
+            _seconds += time.perf_counter() - started
 
 
 def _malloc_trim() -> Any:
@@ -70,4 +79,4 @@ def _malloc_trim() -> Any:
     return _trim
 
 
-__all__ = ["TRIM_AFTER_BYTES", "freed", "trims"]
+__all__ = ["TRIM_AFTER_BYTES", "freed", "trim_seconds", "trims"]

@@ -224,7 +224,7 @@ class SpanPipeline:
             return
         queue = self._queue
         queue.append(span)
-        if len(queue) >= MAX_BATCH:
+        if len(queue) >= MAX_BATCH and not self._wake.is_set():  # set() takes a lock: once
             self._wake.set()
 
     # -- export thread -------------------------------------------------------
