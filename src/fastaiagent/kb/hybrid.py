@@ -79,27 +79,45 @@ def calibrated_fuse(
     their own mean (which put a lone rare-word hit below dense-only noise)."""
     dense_weight = fraction("dense_weight", dense_weight)
     dense_z = _z(dense)
-    for doc_id, z in _z(recorded).items():
-        dense_z[doc_id] = max(z, dense_z.get(doc_id, z))
+    if recorded:
+        for doc_id, z in _z(recorded).items():
+            dense_z[doc_id] = max(z, dense_z.get(doc_id, z))
     if keyword_complete:
         scores = dict(keyword)
         keyword = [(doc_id, scores.get(doc_id, 0.0)) for doc_id in {**dense_z, **scores}]
-    keyword_z = _z(keyword)
+    # The keyword side's z-scores are an affine map of its scores: applied inline.
     keyword_weight = 1.0 - dense_weight
-    keyword_floor = min(keyword_z.values(), default=0.0)
-    fused = {doc_id: dense_weight * z + keyword_weight * keyword_z.get(doc_id, keyword_floor) for doc_id, z in dense_z.items()}
+    scale, shift = _standardizing(keyword)
+    scale, shift = keyword_weight * scale, keyword_weight * shift
+    raw = dict(keyword)
+    floor = scale * min(raw.values(), default=0.0) + shift if raw else 0.0
+    fused = {}
+    for doc_id, z in dense_z.items():
+        score = raw.get(doc_id)
+        fused[doc_id] = dense_weight * z + (floor if score is None else scale * score + shift)
     dense_floor = dense_weight * min(dense_z.values(), default=0.0)
-    for doc_id, z in keyword_z.items():
+    for doc_id, score in raw.items():
         if doc_id not in fused:  # the keyword side alone found it
-            fused[doc_id] = dense_floor + keyword_weight * z
+            fused[doc_id] = dense_floor + (scale * score + shift)  # as a floor is added above: ties stay ties
     return fused
 
 
-def _z(ranking: Sequence[tuple[str, float]]) -> dict[str, float]:
+def _standardizing(ranking: Sequence[tuple[str, float]]) -> tuple[float, float]:
+    """``(scale, shift)``: :func:`standardized` of the scores of ``ranking`` is
+    ``scale * score + shift`` (a constant where the scores do not vary)."""
     if not ranking:
-        return {}
-    ids, scores = zip(*ranking, strict=True)
-    return dict(zip(ids, standardized(scores), strict=True))
+        return 0.0, 0.0
+    scores = [s for _, s in ranking]
+    mean = sum(scores) / len(scores)
+    spread = math.sqrt(sum([(s - mean) * (s - mean) for s in scores]) / len(scores))
+    if spread <= 1e-12:
+        return 0.0, 1.0 if len(scores) == 1 else 0.0
+    return 1.0 / spread, -mean / spread
+
+
+def _z(ranking: Sequence[tuple[str, float]]) -> dict[str, float]:
+    scale, shift = _standardizing(ranking)
+    return {doc_id: scale * s + shift for doc_id, s in ranking}
 
 
 def unit_score(score: float) -> float:

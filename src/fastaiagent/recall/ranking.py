@@ -96,7 +96,7 @@ def _hybrid(
         keyword_complete=candidates.keyword_complete,
     )
     # Each step returns what it adds; the sum is kept here, in this call's own dict.
-    scores, moved = dict(fused), Moves()
+    scores, moved = dict(fused), Moves()  # moved: each step's changes, for the reasons
     when = query.when if ranking.date else None
     if speaker is not None and ranking.participant:
         moved.add(scores, _where(chunks, scores, ranking.participant, lambda c: c.metadata.get("speaker") == speaker), "speaker")
@@ -139,7 +139,7 @@ class RankedList(Sequence[Ranked]):
         chunks: Mapping[str, Chunk],
         scores: Mapping[str, float],
         fused: Mapping[str, float],
-        why: Mapping[str, list[Reason]],
+        why: list[tuple[str, Mapping[str, float]]],
     ) -> None:
         self._order, self._chunks, self._scores, self._fused, self._why = order, chunks, scores, fused, why
         self._built: list[Ranked] = []
@@ -165,28 +165,25 @@ class RankedList(Sequence[Ranked]):
 
     def _make(self, i: str) -> Ranked:
         first = (("fused", self._fused[i]),) if i in self._fused else ()
-        steps = self._why.get(i)
+        steps = tuple((step, change) for step, changes in self._why if (change := changes.get(i)))
         return Ranked(self._chunks[i], unit_score(self._scores[i]), (*first, *steps) if steps else first)
 
 
 class Moves:
-    """What each step added to which candidate (the reasons), as the steps are summed."""
+    """What each step added to which candidate, as the steps are summed: kept per
+    step, so a candidate's reasons are put together only when its result is read."""
 
     def __init__(self) -> None:
-        self.steps: dict[str, list[Reason]] = {}
-        """Each moved candidate's ``(step, amount)`` in step order (after its fused score)."""
+        self.steps: list[tuple[str, Mapping[str, float]]] = []
+        """Each step's name and changes, in step order (after the fused score)."""
 
     def add(self, scores: dict[str, float], changes: Mapping[str, float], step: str) -> None:
-        """Add ``changes`` to ``scores`` (the ranking's own sum) and note each as ``step``."""
-        steps = self.steps
-        for chunk_id, change in changes.items():
-            if change:
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + change
-                noted = steps.get(chunk_id)
-                if noted is None:
-                    steps[chunk_id] = [(step, change)]
-                else:
-                    noted.append((step, change))
+        """Add ``changes`` to ``scores`` (the ranking's own sum) and note them as ``step``."""
+        if changes:
+            for chunk_id, change in changes.items():
+                if change:
+                    scores[chunk_id] = scores.get(chunk_id, 0.0) + change
+            self.steps.append((step, changes))
 
 
 def _weighs_asks(ranking: Ranking) -> bool:
