@@ -60,9 +60,8 @@ class Signals(NamedTuple):
 # Fitted together (a pairwise logistic regression on conversations 0-2): dropping the
 # speaker or asks weight, which look like doubles of the participant boost and the
 # question drop, loses on both LoCoMo and the everyday bench. A seventh signal, found
-# by the time-listed search (0.40), was removed: it put the default below every cue
-# off on the fresh set's team chat (durable, MRR 0.721 vs 0.726) and moved LoCoMo by
-# -0.002 R@5; the rule is to remove such a cue (bench/README.md).
+# by the time-listed search, was removed: it put the default below every cue off on
+# the fresh set's team chat and did nothing measurable on LoCoMo (bench/README.md).
 SIGNALS = Signals(
     length=0.0,  # fitted positive on LoCoMo; off: long replies crowded out short statements
     neighbour=0.30,
