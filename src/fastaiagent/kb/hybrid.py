@@ -48,13 +48,8 @@ def fuse(
 def standardized(scores: Sequence[float]) -> list[float]:
     """``(s - mean) / std`` of each score; all zeros when the scores do not vary
     (a single keyword hit is then as strong as any other hit of its side)."""
-    if not scores:
-        return []
-    mean = sum(scores) / len(scores)
-    spread = math.sqrt(sum([(s - mean) * (s - mean) for s in scores]) / len(scores))
-    if spread <= 1e-12:
-        return [1.0 if len(scores) == 1 else 0.0 for _ in scores]
-    return [(s - mean) / spread for s in scores]
+    scale, shift = _standardizing(scores)
+    return [scale * s + shift for s in scores]
 
 
 def calibrated_fuse(
@@ -87,7 +82,7 @@ def calibrated_fuse(
         keyword = [(doc_id, scores.get(doc_id, 0.0)) for doc_id in {**dense_z, **scores}]
     # The keyword side's z-scores are an affine map of its scores: applied inline.
     keyword_weight = 1.0 - dense_weight
-    scale, shift = _standardizing(keyword)
+    scale, shift = _standardizing([s for _, s in keyword])
     scale, shift = keyword_weight * scale, keyword_weight * shift
     raw = dict(keyword)
     floor = scale * min(raw.values(), default=0.0) + shift if raw else 0.0
@@ -102,12 +97,11 @@ def calibrated_fuse(
     return fused
 
 
-def _standardizing(ranking: Sequence[tuple[str, float]]) -> tuple[float, float]:
-    """``(scale, shift)``: :func:`standardized` of the scores of ``ranking`` is
-    ``scale * score + shift`` (a constant where the scores do not vary)."""
-    if not ranking:
+def _standardizing(scores: Sequence[float]) -> tuple[float, float]:
+    """``(scale, shift)`` with :func:`standardized` ``= scale * score + shift`` (an
+    affine map: applied inline where a side is blended)."""
+    if not scores:
         return 0.0, 0.0
-    scores = [s for _, s in ranking]
     mean = sum(scores) / len(scores)
     spread = math.sqrt(sum([(s - mean) * (s - mean) for s in scores]) / len(scores))
     if spread <= 1e-12:
@@ -116,7 +110,7 @@ def _standardizing(ranking: Sequence[tuple[str, float]]) -> tuple[float, float]:
 
 
 def _z(ranking: Sequence[tuple[str, float]]) -> dict[str, float]:
-    scale, shift = _standardizing(ranking)
+    scale, shift = _standardizing([s for _, s in ranking])
     return {doc_id: scale * s + shift for doc_id, s in ranking}
 
 

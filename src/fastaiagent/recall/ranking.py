@@ -61,10 +61,10 @@ def rank(
     namespace: str,
     speaker: str | None,
 ) -> Sequence[Ranked]:
-    """The candidates best first (see the module; each result is built when read). ``speaker``: the participant the
-    query asks about (:meth:`RecallQuery.about` the speakers known once the
-    candidates are in); ``fetch`` reads the messages after the best hits by id, of
-    ``namespace`` only."""
+    """The candidates best first (see the module), each result built when it is
+    read. ``speaker``: the participant the query asks about (:meth:`RecallQuery.about`
+    the speakers known once the candidates are in); ``fetch`` reads the messages
+    after the best hits by id, of ``namespace`` only."""
     if retrieval == "dense":
         return _one_side(candidates, candidates.dense)
     if retrieval == "bm25":
@@ -128,8 +128,8 @@ def _hybrid(
 
 class RankedList(Sequence[Ranked]):
     """The ranking, best first, each :class:`Ranked` made when it is first read: a
-    door reads only as far as it wants (a few of ~40 candidates), so the results of
-    the rest are never built."""
+    door reads only as far as it wants (a few of its ~80 candidates), so the
+    results of the rest are never built."""
 
     __slots__ = ("_built", "_chunks", "_fused", "_order", "_scores", "_why")
 
