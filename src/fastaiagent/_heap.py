@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import threading
 import time
 from typing import Any
@@ -62,6 +63,16 @@ def _run_trim() -> None:
             _trimming = False
             _done += 1
             _seconds += time.perf_counter() - started
+
+
+def _after_fork() -> None:
+    """A forked child has no trim thread, whatever the parent was doing."""
+    global _lock, _freed, _trimming
+    _lock, _freed, _trimming = threading.Lock(), 0, False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _malloc_trim() -> Any:

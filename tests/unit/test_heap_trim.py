@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -43,3 +44,13 @@ def test_without_malloc_trim_evicting_does_nothing_more(monkeypatch: pytest.Monk
     for key in range(4):
         cache.put(key, np.ones(2**17, dtype=np.float32))
     assert _wait_for(before + 1, 0.3) == before and len(cache) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_trim_still_trims(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_heap, "_trimming", True)  # the parent's trim thread is running
+    pid = os.fork()
+    if pid == 0:  # the child: no trim thread, so the flag must be down
+        os._exit(0 if _heap._trimming is False else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
