@@ -98,10 +98,28 @@ def _words(part: str) -> list[str]:
     return [stem(part)] if part and part not in STOPWORDS else []
 
 
+K1, B = 1.2, 0.75
+"""Okapi BM25's term-frequency saturation and length normalisation: the defaults of
+:class:`BM25Index` and the constants the stores' postings are scored with."""
+
+
+def term_gain(docs: int, df: int, k1: float = K1) -> float:
+    """The weight of a query term held by ``df`` of ``docs`` documents: its idf times (k1 + 1)."""
+    return (k1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+
+
+def length_norm(docs: int, tokens: int, k1: float = K1, b: float = B) -> tuple[float, float]:
+    """``(base, slope)``: a term's count ``tf`` in a document of ``length`` terms
+    scores ``gain * tf / (tf + base + slope * length)``, among ``docs`` documents of
+    ``tokens`` terms in all."""
+    average = tokens / docs if docs else 1.0
+    return k1 * (1.0 - b), k1 * b / (average or 1.0)
+
+
 class BM25Index:
     """Okapi BM25 over documents identified by string ids. Thread-safe."""
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, k1: float = K1, b: float = B) -> None:
         # k1 >= 0 scales term-frequency saturation; b in [0, 1] is length normalisation.
         number("k1", k1, minimum=0)
         self.k1 = float(k1)
@@ -182,12 +200,10 @@ def bm25_scores(
     in terms (their number and ``total_length`` give the inverse document frequency
     and the average length)."""
     n_docs = len(lengths)
-    avg = total_length / n_docs if n_docs else 1.0
-    base, slope = k1 * (1.0 - b), k1 * b / (avg or 1.0)
+    base, slope = length_norm(n_docs, total_length, k1, b)
     scores: dict[str, float] = {}
     for docs in postings.values():
-        idf = math.log(1.0 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5))
-        gain = idf * (k1 + 1)
+        gain = term_gain(n_docs, len(docs), k1)
         for doc_id, tf in docs.items():
             part = gain * tf / (tf + base + slope * lengths[doc_id])
             scores[doc_id] = scores.get(doc_id, 0.0) + part

@@ -17,16 +17,12 @@ they are re-exported here so every number recall uses can be read in one file.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from fastaiagent.kb.bm25 import BM25Index
+from fastaiagent.kb.bm25 import K1 as BM25_K1  # BM25's constants: the analyzer's
+from fastaiagent.kb.bm25 import B as BM25_B
 from fastaiagent.kb.hybrid import DEFAULT_DENSE_WEIGHT  # the dense side's share of the blend
-
-# BM25's term-frequency saturation and length normalisation: the analyzer's defaults.
-BM25_K1: float = inspect.signature(BM25Index).parameters["k1"].default
-BM25_B: float = inspect.signature(BM25Index).parameters["b"].default
 
 # -- the searches (candidates) ---------------------------------------------------------
 # Candidates per wanted item from each side, before window and dedupe filtering.

@@ -4,8 +4,7 @@ Each index scores about :func:`budget` documents of a search, picked the same wa
 (:func:`by_rarity`): every document holding the query's rarest terms, then the
 newest holding the others (SQLite's and Postgres' full-text indexes find them,
 Redis reads the terms' postings); all three score them
-here (:func:`gain` and :func:`length_norm` are the one BM25 of the stored
-indexes; :func:`bm25_top` scores the candidates) with the namespace's
+here (:func:`bm25_top`, with the formula of :mod:`fastaiagent.kb.bm25`) with the namespace's
 document count, token total and per-term document counts, so a user's ranking
 never depends on what other users said. The formula is
 :class:`~fastaiagent.kb.bm25.BM25Index`'s (Okapi BM25, k1 1.2, b 0.75), so durable
@@ -15,14 +14,11 @@ and in-process recall rank alike.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from fastaiagent._validate import text as check_text
-from fastaiagent.kb.bm25 import tokenize
+from fastaiagent.kb.bm25 import length_norm, term_gain, tokenize
 from fastaiagent.kb.protocols import check_top_k
-
-K1, B = 1.2, 0.75
 
 Row = tuple[str, int, Mapping[str, int]]  # chunk id, length in tokens, counts of query terms
 
@@ -81,19 +77,6 @@ def newest_window(wanted: int, docs: int, held: int) -> int:
     return min(docs, max(wanted, 2 * wanted * docs // max(held, 1)))
 
 
-def gain(docs: int, df: int) -> float:
-    """The weight of a query term held by ``df`` of a namespace's ``docs`` documents:
-    its idf times (k1 + 1)."""
-    return (K1 + 1) * math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
-
-
-def length_norm(docs: int, tokens: int) -> tuple[float, float]:
-    """``(base, slope)``: a term's count ``tf`` in a document of ``length`` tokens
-    scores ``gain * tf / (tf + base + slope * length)``, for ``docs`` documents of
-    ``tokens`` tokens in all."""
-    return K1 * (1.0 - B), K1 * B / ((tokens / docs) or 1.0)
-
-
 def bm25_top(
     frequency: Mapping[str, int],
     rows: Sequence[Row],
@@ -108,7 +91,7 @@ def bm25_top(
     if docs <= 0:
         return []
     base, slope = length_norm(docs, tokens)
-    gains = [(term, gain(docs, df)) for term, df in frequency.items() if df]
+    gains = [(term, term_gain(docs, df)) for term, df in frequency.items() if df]
     scores = []
     for chunk_id, length, counts in rows:
         norm = base + slope * length
@@ -123,6 +106,5 @@ def bm25_top(
 
 
 __all__ = [
-    "CANDIDATES", "K1", "B", "bm25_top", "budget", "by_rarity", "gain", "grouped", "length_norm",
-    "newest_window", "query_terms",
+    "CANDIDATES", "bm25_top", "budget", "by_rarity", "grouped", "newest_window", "query_terms",
 ]  # fmt: skip
