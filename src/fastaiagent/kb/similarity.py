@@ -29,10 +29,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 def _cosine(a: Sequence[float], a_norm: float, b: Sequence[float]) -> float:
     """:func:`cosine` with ``a``'s norm given (computed once for many ``b``)."""
-    if len(a) != len(b):
-        raise InvalidValueError(
-            f"cannot compare vectors of different lengths ({len(a)} and {len(b)})"
-        )
+    _check_lengths(a, b)
     norm = a_norm * math.hypot(*b)
     if not norm:
         return 0.0
@@ -59,10 +56,12 @@ def best_unit_cosines(query: Sequence[float], groups: Iterable[Iterable[Sequence
     for group in groups:
         best = -1.0
         for vector in group:
-            if len(vector) != len(unit):
-                raise InvalidValueError(
-                    f"cannot compare vectors of different lengths ({len(unit)} and {len(vector)})"
-                )
+            _check_lengths(unit, vector)
             best = max(best, sum(map(operator.mul, unit, vector)))
         best_of.append(max(-1.0, min(1.0, best)))
     return best_of
+
+
+def _check_lengths(a: Sequence[float], b: Sequence[float]) -> None:
+    if len(a) != len(b):
+        raise InvalidValueError(f"cannot compare vectors of different lengths ({len(a)} and {len(b)})")
